@@ -1,0 +1,53 @@
+"""Backends: each lowers IR op kinds to one target and emits a package.
+
+A backend is a module exposing a ``Backend`` subclass instance in
+``BACKENDS``. ``check`` lists every op it cannot lower, so a refusal names
+all missing pieces at once, before any file is written.
+"""
+
+from __future__ import annotations
+
+from ..errors import CarveError
+from ..ir import Graph
+
+
+class Backend:
+    name = ""
+    description = ""
+    # op kind -> predicate(op, graph) returning None when lowerable, else the reason
+    lowerable: dict = {}
+
+    def unsupported(self, graph: Graph) -> list:
+        """Human-readable reasons, one per op this backend cannot lower."""
+        out = []
+        for op in graph.ops:
+            rule = self.lowerable.get(op.kind)
+            if rule is None:
+                out.append(f"{op.name}: op '{op.kind}' ({op.source or op.kind}) has no {self.name} lowering")
+                continue
+            why = rule(op, graph)
+            if why:
+                out.append(f"{op.name}: {why}")
+        return out
+
+    def check(self, graph: Graph) -> None:
+        missing = self.unsupported(graph)
+        if missing:
+            raise CarveError(f"backend '{self.name}' cannot lower {len(missing)} op(s) of {graph.name}:\n  "
+                             + "\n  ".join(missing), hint="no files were written")
+
+    def emit(self, graph: Graph, plan, options) -> dict:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def get_backend(name: str) -> Backend:
+    from . import xnnpack
+    backends = {b.name: b for b in (xnnpack.BACKEND,)}
+    if name not in backends:
+        raise CarveError(f"--backend {name}: not available in this carve (available: {', '.join(sorted(backends))})")
+    return backends[name]
+
+
+def available_backends() -> list:
+    from . import xnnpack
+    return [xnnpack.BACKEND]

@@ -1,0 +1,67 @@
+"""The pipeline, as pure functions: manifest + weights -> {path: bytes}.
+
+    load_manifest -> read_checkpoint -> build_graph -> optimize -> backend.check
+                  -> plan_memory -> backend.emit
+
+Refusals (a backend the manifest does not list, ops the backend cannot
+lower) happen before anything is written; only the CLI touches the disk.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .backends import get_backend
+from .checkpoint import read_checkpoint
+from .errors import CarveError
+from .frontend.yolo26 import build_graph
+from .manifest import Manifest, load_architecture, load_manifest
+from .passes import optimize
+from .planner import plan_memory
+
+
+@dataclass
+class Result:
+    manifest: Manifest
+    files: dict                     # relative path -> bytes
+    summary: dict = field(default_factory=dict)
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+def check_backend(manifest: Manifest, backend: str):
+    if backend not in manifest.backends:
+        raise CarveError(f"backend '{backend}' is not supported by {manifest.name} "
+                         f"(the manifest lists: {', '.join(manifest.backends)})",
+                         location=manifest.where("backends"), hint="no files were written")
+    return get_backend(backend)
+
+
+def compile_model(manifest_path: str, backend: str, weights: str, imgsz: int | None = None,
+                  options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
+    """Run the whole pipeline in memory. ``graph_hook`` (tests) may rewrite the optimised graph."""
+    t0 = time.perf_counter()
+    manifest = load_manifest(manifest_path)
+    be = check_backend(manifest, backend)
+    progress(f"reading weights {weights}")
+    ckpt = read_checkpoint(weights)
+    if ckpt.task and ckpt.task != manifest.task:
+        raise CarveError(f"checkpoint is a '{ckpt.task}' model but {manifest.path} is '{manifest.task}'",
+                         location=ckpt.path)
+    progress(f"building the IR of {manifest.name}")
+    graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz)
+    graph = optimize(graph)
+    if graph_hook is not None:
+        graph = graph_hook(graph)
+    be.check(graph)
+    progress("planning memory")
+    plan = plan_memory(graph)
+    progress(f"emitting the {be.name} package")
+    files = be.emit(graph, plan, options or {})
+    summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
+                   weight_floats=sum(w.size for w in graph.weights.values()),
+                   imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies))
+    return Result(manifest=manifest, files=files, summary=summary)

@@ -1,0 +1,122 @@
+"""YOLO26 frontend: architecture yaml + scale + checkpoint -> IR Graph.
+
+Mirrors Ultralytics' ``parse_model`` (nn/tasks.py): repeats scaled by depth,
+channels by width (capped by max_channels, rounded up to 8), C3k2's c3k
+forced on m/l/x, heads extended with the input channels.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import CarveError
+from ..ir import GraphBuilder, Layer, validate
+from . import modules as M
+from .heads import HEADS, build_head
+
+_SCALED = {"Conv", "C3k2", "SPPF", "C2PSA"}
+_REPEATED = {"C3k2", "C2PSA"}
+_KNOWN = _SCALED | {"nn.Upsample", "Concat"} | set(HEADS)
+
+
+def _make_divisible(x: float, divisor: int = 8) -> int:
+    return int(math.ceil(x / divisor) * divisor)
+
+
+def _check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
+    """The checkpoint's embedded yaml must describe the manifest's architecture and scale."""
+    y = ckpt.yaml
+    if not y:
+        return
+    for part in ("backbone", "head"):
+        theirs = [list(map(_norm, row)) for row in y.get(part, [])]
+        ours = [list(map(_norm, row)) for row in arch[part]]
+        if theirs != ours:
+            found = sorted({str(r[2]) for r in theirs} - {str(r[2]) for r in ours})
+            raise CarveError(
+                f"architecture differs from {manifest.arch_config.rsplit('/', 1)[-1]} in its {part}"
+                + (f" (modules not in YOLO26: {', '.join(found)})" if found else ""),
+                location=ckpt.path, hint="carve supports the YOLO26 family; is this a YOLOv8/YOLO11/RT-DETR checkpoint?")
+    ck_scale = y.get("scale")
+    if ck_scale and ck_scale != scale:
+        raise CarveError(f"checkpoint is scale '{ck_scale}' but {manifest.path} names scale '{scale}'",
+                         location=ckpt.path, hint=f"use manifests/yolo26{ck_scale}.yaml")
+
+
+def _norm(v):
+    if isinstance(v, list):
+        return [_norm(x) for x in v]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.lower() in ("none", "null"):
+        return None
+    return v
+
+
+def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
+    """Build the IR for one YOLO26 variant at a square input of ``imgsz``."""
+    imgsz = imgsz or manifest.imgsz
+    if imgsz <= 0 or imgsz % 32:
+        raise CarveError(f"--imgsz {imgsz}: must be a positive multiple of 32")
+    _check_same_architecture(arch, ckpt, manifest.scale, manifest)
+    depth, width, max_ch = arch["scales"][manifest.scale]
+    nc = int((ckpt.yaml or {}).get("nc", arch.get("nc", 80)))
+    head_info = ckpt.modules.get(f"model.{len(arch['backbone']) + len(arch['head']) - 1}")
+    if head_info and "nc" in head_info.attrs:
+        nc = int(head_info.attrs["nc"])
+    max_det = int(head_info.attrs.get("max_det", 300)) if head_info else 300
+
+    gb = GraphBuilder(manifest.name, (imgsz, imgsz, 3))
+    ctx = M.Ctx(gb=gb, ckpt=ckpt, default_eps=1e-3)
+    outs: list = []
+    outputs: dict = {}
+    layers = arch["backbone"] + arch["head"]
+    for i, (f, n, m, args) in enumerate(layers):
+        ctx.layer = i
+        p = f"model.{i}"
+        m = str(m)
+        if m not in _KNOWN:
+            raise CarveError(f"{p}: module {m} is not supported (supported: {', '.join(sorted(_KNOWN))})",
+                             location=manifest.arch_config)
+        srcs = [f] if isinstance(f, int) else list(f)
+        ins = [outs[s] if s >= 0 else outs[i + s] for s in srcs] if i else [gb.input]
+        args = [nc if a == "nc" else _norm(a) for a in args]
+        n = max(round(n * depth), 1) if n > 1 else n
+        x = ins[0]
+        if m in _SCALED:
+            c2 = _make_divisible(min(args[0], max_ch) * width)
+        if m == "Conv":
+            y = ctx.conv(p, x, c2, args[1] if len(args) > 1 else 1, args[2] if len(args) > 2 else 1)
+        elif m == "C3k2":
+            use_c3k = bool(args[1]) if len(args) > 1 else False
+            if manifest.scale in "mlx":
+                use_c3k = True
+            e = float(args[2]) if len(args) > 2 else 0.5
+            attn = bool(args[3]) if len(args) > 3 else False
+            y = M.c3k2(ctx, p, x, c2, n, use_c3k, e, attn)
+        elif m == "SPPF":
+            y = M.sppf(ctx, p, x, c2, *[int(a) for a in args[1:3]], shortcut=bool(args[3]) if len(args) > 3 else False)
+        elif m == "C2PSA":
+            y = M.c2psa(ctx, p, x, c2, n)
+        elif m == "nn.Upsample":
+            y = M.upsample(ctx, p, x, int(args[1]))
+        elif m == "Concat":
+            y = ctx.concat(p, ins)
+        else:
+            y, outputs = build_head(ctx, m, p, ins, nc, imgsz, max_det)
+        outs.append(y)
+        gb.layers.append(Layer(index=i, type=m, output=y, sources=tuple(srcs)))
+
+    names = list(manifest.classes) if manifest.classes else None
+    if names is None and ckpt.names:
+        names = [ckpt.names[k] for k in sorted(ckpt.names)]
+    if names is None:
+        names = [f"class{j}" for j in range(nc)]
+    if len(names) != nc:
+        raise CarveError(f"classes: {len(names)} names given but the checkpoint has nc={nc}",
+                         location=manifest.where("classes"))
+    meta = dict(task=manifest.task, nc=nc, names=names, imgsz=imgsz, scale=manifest.scale,
+                max_det=max_det, manifest=manifest.path, weights=ckpt.path, weights_sha256=ckpt.sha256)
+    graph = gb.build(outputs, meta)
+    validate(graph)
+    return graph

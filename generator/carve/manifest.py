@@ -1,0 +1,188 @@
+"""Model manifests: load, validate and describe one model variant.
+
+A manifest is a small YAML file (schema in docs/manifest.md). Validation
+errors name the file, the line and the field, e.g.
+``manifests/yolo26n.yaml:12: backends: unknown backend 'tpu' (known: xnnpack)``.
+Unknown keys are refused, with a hint when a known key is close.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import CarveError
+
+SCHEMA_VERSION = 1
+TASKS = ("detect", "segment", "pose", "obb", "classify")
+KNOWN_BACKENDS = ("xnnpack", "cuda", "portable")
+SCALES = ("n", "s", "m", "l", "x")
+
+# field -> (required, expected python type(s), description for messages)
+_TOP_FIELDS = {
+    "schema": (True, int),
+    "name": (True, str),
+    "family": (True, str),
+    "task": (True, str),
+    "architecture": (True, dict),
+    "input": (True, dict),
+    "classes": (True, (str, list)),
+    "backends": (True, list),
+    "provenance": (False, dict),
+}
+_ARCH_FIELDS = {"config": (True, str), "scale": (True, str)}
+_INPUT_FIELDS = {"imgsz": (True, int)}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str                     # as given (used in messages and banners)
+    name: str
+    family: str
+    task: str
+    arch_config: str              # absolute path of the architecture yaml
+    scale: str
+    imgsz: int
+    classes: tuple[str, ...] | None   # None: take them from the checkpoint
+    backends: tuple[str, ...]
+    provenance: dict = field(default_factory=dict)
+    lines: dict = field(default_factory=dict, compare=False, repr=False)  # field path -> line
+
+    def where(self, field_path: str) -> str:
+        """``file:line`` of a field, for error messages."""
+        line = self.lines.get(field_path)
+        return f"{self.path}:{line}" if line else self.path
+
+
+def _type_name(t) -> str:
+    if isinstance(t, tuple):
+        return " or ".join(_type_name(x) for x in t)
+    return {int: "an integer", str: "a string", list: "a list", dict: "a mapping"}[t]
+
+
+def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str) -> None:
+    """Record the line of every mapping key as ``lines['a.b'] = n``; refuse duplicate keys."""
+    if isinstance(node, yaml.MappingNode):
+        for knode, vnode in node.value:
+            key = f"{prefix}.{knode.value}" if prefix else str(knode.value)
+            if key in lines:
+                raise CarveError(f"{key}: duplicate key", location=f"{path}:{knode.start_mark.line + 1}")
+            lines[key] = knode.start_mark.line + 1
+            _record_lines(vnode, lines, key, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, vnode in enumerate(node.value):
+            _record_lines(vnode, lines, f"{prefix}[{i}]", path)
+
+
+def _check_fields(data: dict, spec: dict, prefix: str, path: str, lines: dict) -> None:
+    def loc(key: str) -> str:
+        line = lines.get(f"{prefix}{key}") or lines.get(prefix.rstrip("."))
+        return f"{path}:{line}" if line else path
+
+    for key in data:
+        if key not in spec:
+            close = difflib.get_close_matches(key, list(spec), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(spec)}"
+            raise CarveError(f"{prefix}{key}: unknown key", location=loc(key), hint=hint)
+    for key, (required, typ) in spec.items():
+        if key not in data:
+            if required:
+                where = lines.get(prefix.rstrip(".")) if prefix else None
+                raise CarveError(f"{prefix}{key}: required field is missing",
+                                 location=f"{path}:{where}" if where else path)
+            continue
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, typ):
+            raise CarveError(f"{prefix}{key}: expected {_type_name(typ)}, found {value!r}", location=loc(key))
+
+
+def load_manifest(path: str | os.PathLike) -> Manifest:
+    """Read and validate a manifest; raise CarveError naming file, line and field."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CarveError("manifest not found", location=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CarveError(f"cannot read manifest: {exc}", location=path) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"{path}:{mark.line + 1}" if mark else path
+        raise CarveError(f"not valid YAML: {getattr(exc, 'problem', exc)}", location=loc) from None
+    if not isinstance(node, yaml.MappingNode):
+        raise CarveError("a manifest must be a YAML mapping of fields", location=path)
+    lines: dict = {}
+    _record_lines(node, lines, "", path)
+    data = yaml.safe_load(text)
+
+    _check_fields(data, _TOP_FIELDS, "", path, lines)
+    _check_fields(data["architecture"], _ARCH_FIELDS, "architecture.", path, lines)
+    _check_fields(data["input"], _INPUT_FIELDS, "input.", path, lines)
+
+    def where(f: str) -> str:
+        return f"{path}:{lines[f]}" if f in lines else path
+
+    if data["schema"] != SCHEMA_VERSION:
+        raise CarveError(f"schema: version {data['schema']} is not supported (this carve reads {SCHEMA_VERSION})",
+                         location=where("schema"))
+    if data["family"] != "yolo26":
+        raise CarveError(f"family: '{data['family']}' is not supported", location=where("family"),
+                         hint="carve compiles the yolo26 family")
+    if data["task"] not in TASKS:
+        raise CarveError(f"task: '{data['task']}' is not one of {', '.join(TASKS)}", location=where("task"))
+    scale = data["architecture"]["scale"]
+    if scale not in SCALES:
+        raise CarveError(f"architecture.scale: '{scale}' is not one of {', '.join(SCALES)}",
+                         location=where("architecture.scale"))
+    imgsz = data["input"]["imgsz"]
+    if imgsz <= 0 or imgsz % 32:
+        raise CarveError(f"input.imgsz: {imgsz} must be a positive multiple of 32 (the largest stride)",
+                         location=where("input.imgsz"))
+    classes = data["classes"]
+    if isinstance(classes, str):
+        if classes != "from-checkpoint":
+            raise CarveError(f"classes: expected a list of names or 'from-checkpoint', found {classes!r}",
+                             location=where("classes"))
+        classes_t = None
+    else:
+        if not classes or not all(isinstance(c, str) and c for c in classes):
+            raise CarveError("classes: expected a non-empty list of non-empty names", location=where("classes"))
+        classes_t = tuple(classes)
+    backends = data["backends"]
+    if not backends:
+        raise CarveError("backends: the list is empty", location=where("backends"))
+    for b in backends:
+        if b not in KNOWN_BACKENDS:
+            close = difflib.get_close_matches(str(b), KNOWN_BACKENDS, n=1)
+            raise CarveError(f"backends: unknown backend {b!r} (known: {', '.join(KNOWN_BACKENDS)})",
+                             location=where("backends"), hint=f"did you mean '{close[0]}'?" if close else None)
+    arch = Path(path).parent / data["architecture"]["config"]
+    if not arch.is_file():
+        raise CarveError(f"architecture.config: file '{data['architecture']['config']}' not found next to the manifest",
+                         location=where("architecture.config"))
+    name = data["name"]
+    if not name.replace("_", "").replace("-", "").isalnum() or not name[0].isalpha():
+        raise CarveError(f"name: '{name}' must start with a letter and hold only letters, digits, '-' and '_'",
+                         location=where("name"))
+    return Manifest(path=path, name=name, family=data["family"], task=data["task"],
+                    arch_config=str(arch.resolve()), scale=scale, imgsz=imgsz, classes=classes_t,
+                    backends=tuple(backends), provenance=dict(data.get("provenance") or {}), lines=lines)
+
+
+def load_architecture(manifest: Manifest) -> dict:
+    """The architecture yaml the manifest names, as plain data."""
+    try:
+        with open(manifest.arch_config, encoding="utf-8") as f:
+            arch = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CarveError(f"cannot read architecture: {exc}", location=manifest.arch_config) from None
+    for key in ("backbone", "head", "scales"):
+        if key not in (arch or {}):
+            raise CarveError(f"{key}: missing from the architecture file", location=manifest.arch_config)
+    return arch

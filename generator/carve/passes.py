@@ -1,0 +1,93 @@
+"""Graph passes: pure functions Graph -> Graph.
+
+* ``fold_bn``: BatchNorm folded into the conv weight and bias, computed in
+  float64 exactly as Ultralytics' ``fuse_conv_and_bn``.
+* ``fuse_residual``: ``add(x, conv(...))`` becomes the conv's epilogue
+  (``y = act(conv) + x``) when the conv output has no other reader.
+* ``prune_weights``: drops weights no op references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import Graph, validate
+
+
+def fold_bn(graph: Graph) -> Graph:
+    """W' = W * g/sqrt(var+eps) per output channel; b' = beta - g*mean/sqrt(var+eps) (+ b * scale)."""
+    weights = dict(graph.weights)
+    ops = []
+    for op in graph.ops:
+        if op.kind != "conv2d" or "bn_gamma" not in op.params:
+            ops.append(op)
+            continue
+        p = op.params
+        gamma = graph.weights[p["bn_gamma"]].astype(np.float64)
+        beta = graph.weights[p["bn_beta"]].astype(np.float64)
+        mean = graph.weights[p["bn_mean"]].astype(np.float64)
+        var = graph.weights[p["bn_var"]].astype(np.float64)
+        scale = gamma / np.sqrt(var + op.attrs["bn_eps"])
+        w = graph.weights[p["weight"]].astype(np.float64) * scale[:, None, None, None]
+        b = beta - mean * scale
+        if "bias" in p:
+            b = b + graph.weights[p["bias"]].astype(np.float64) * scale
+        wn, bn = f"{op.name}.weight:folded", f"{op.name}.bias:folded"
+        weights[wn] = w.astype(np.float32)
+        weights[bn] = b.astype(np.float32)
+        attrs = {k: v for k, v in op.attrs.items() if k != "bn_eps"}
+        ops.append(op.replace(params={"weight": wn, "bias": bn}, attrs=attrs))
+    return prune_weights(graph.replace(ops=tuple(ops), weights=weights))
+
+
+def fuse_residual(graph: Graph) -> Graph:
+    """Fold each ``add`` into the epilogue of the conv producing one of its inputs."""
+    ops = list(graph.ops)
+    tensors = dict(graph.tensors)
+    layer_outputs = {layer.output for layer in graph.layers}
+    changed = True
+    while changed:
+        changed = False
+        producer = {t: i for i, op in enumerate(ops) for t in op.outputs}
+        readers: dict = {}
+        for op in ops:
+            for t in op.inputs:
+                readers[t] = readers.get(t, 0) + 1
+        for i, op in enumerate(ops):
+            if op.kind != "add":
+                continue
+            # prefer the most recently produced operand (the branch), the other is the residual
+            cands = sorted(op.inputs, key=lambda t: producer.get(t, -1), reverse=True)
+            for conv_out in cands:
+                j = producer.get(conv_out)
+                if j is None:
+                    continue
+                conv = ops[j]
+                if (conv.kind != "conv2d" or len(conv.inputs) != 1 or readers.get(conv_out) != 1
+                        or conv_out in layer_outputs or conv_out in graph.outputs.values()):
+                    continue
+                residual = op.inputs[1] if op.inputs[0] == conv_out else op.inputs[0]
+                if residual == conv_out or producer.get(residual, -1) > j:
+                    continue  # the residual must exist when the conv runs
+                fused = conv.replace(inputs=(conv.inputs[0], residual), outputs=op.outputs,
+                                     source=conv.source + " + residual")
+                del tensors[conv_out]
+                ops[j] = fused
+                del ops[i]
+                changed = True
+                break
+            if changed:
+                break
+    g = graph.replace(ops=tuple(ops), tensors=tensors)
+    validate(g)
+    return g
+
+
+def prune_weights(graph: Graph) -> Graph:
+    used = {w for op in graph.ops for w in op.params.values()}
+    return graph.replace(weights={k: v for k, v in graph.weights.items() if k in used})
+
+
+def optimize(graph: Graph) -> Graph:
+    """The default pipeline of graph passes, in order."""
+    return fuse_residual(fold_bn(graph))

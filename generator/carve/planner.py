@@ -1,0 +1,178 @@
+"""Static memory plan: zero-copy views, then liveness-based offsets in one arena.
+
+1. Views. Every tensor lives in a *storage* at a channel offset with a pixel
+   stride (NHWC, so a channel slice of a wider storage is a strided view):
+   a ``slice`` output is a view of its input; a ``concat`` input is placed
+   directly in its slot of the concat's storage when its base storage fits
+   there and nothing it overlaps is still needed (else the backend copies it).
+2. Liveness. A storage lives from the first op writing any of its tensors to
+   the last op reading any of them (graph outputs: to the end).
+3. Offsets. Storages are placed greedily by size, largest first, at the
+   lowest 64-byte aligned offset that overlaps no storage alive at the same
+   time (the "greedy by size" planner of TFLite).
+
+The plan is a pure function of the graph; its arena size is emitted as a
+constant in the generated code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ir import Graph
+
+ALIGN = 64          # bytes; cache line and AVX-512 vector
+TAIL_PAD = 64       # bytes after the arena: XNNPACK kernels may over-read up to XNN_EXTRA_BYTES
+
+
+@dataclass(frozen=True)
+class View:
+    storage: str        # name of the storage (a tensor name)
+    offset: int         # channel offset inside the storage
+    stride: int         # channels per pixel of the storage (the pixel stride)
+    h: int
+    w: int
+    c: int
+
+
+@dataclass(frozen=True)
+class Storage:
+    name: str
+    floats: int
+    first: int          # index of the first op writing it (-1: before the run, the input)
+    last: int           # index of the last op reading it
+    offset: int = 0     # bytes into the arena
+
+
+@dataclass(frozen=True)
+class Plan:
+    views: dict         # tensor -> View
+    storages: dict      # name -> Storage
+    copies: tuple       # (concat op name, input tensor) pairs the backend must copy
+    arena_bytes: int
+
+    def float_offset(self, tensor: str) -> int:
+        """Offset of the tensor's first element, in floats from the arena base."""
+        v = self.views[tensor]
+        return self.storages[v.storage].offset // 4 + v.offset
+
+
+def _base(tensor: str, slice_of: dict) -> tuple:
+    """(base tensor, channel offset) following slice views."""
+    off = 0
+    while tensor in slice_of:
+        tensor, start = slice_of[tensor]
+        off += start
+    return tensor, off
+
+
+def plan_memory(graph: Graph) -> Plan:
+    producer_idx = {graph.input: -1}
+    last_use: dict = {}
+    slice_of: dict = {}
+    for i, op in enumerate(graph.ops):
+        for t in op.outputs:
+            producer_idx[t] = i
+        for t in op.inputs:
+            last_use[t] = i
+        if op.kind == "slice":
+            slice_of[op.outputs[0]] = (op.inputs[0], op.attrs["start"])
+    end = len(graph.ops)
+    for t in graph.outputs.values():
+        last_use[t] = end
+    for layer in graph.layers:  # layer outputs are read by the per-layer callback right after the layer
+        last_layer_op = max(i for i, op in enumerate(graph.ops) if op.layer == layer.index)
+        last_use[layer.output] = max(last_use.get(layer.output, -1), last_layer_op)
+
+    def last_read(t: str, lo: int, hi: int, base_off: int = 0) -> int:
+        """Last read of t, or of any slice view of t that touches channels [lo, hi) of t's base."""
+        last = last_use.get(t, producer_idx.get(t, -1))
+        for s, (b, start) in slice_of.items():
+            if b == t:
+                c = graph.tensors[s].shape[2]
+                if base_off + start < hi and base_off + start + c > lo:
+                    last = max(last, last_read(s, lo, hi, base_off + start))
+        return last
+
+    # ---- 1. place concat inputs in their slots ---------------------------
+    placed: dict = {}       # base tensor -> (concat output tensor, channel offset)
+    copies = []
+    for op in graph.ops:
+        if op.kind != "concat":
+            continue
+        out = op.outputs[0]
+        cout = graph.tensors[out].shape[2]
+        slots = []
+        off = 0
+        for t in op.inputs:
+            slots.append((t, off, graph.tensors[t].shape[2]))
+            off += graph.tensors[t].shape[2]
+        for t, o, c in slots:
+            base, s = _base(t, slice_of)
+            where = o - s
+            if base in placed:
+                if placed[base] != (out, where):
+                    copies.append((op.name, t))   # already lives in another concat
+                continue                          # else: a second view of an already placed base
+            cb = graph.tensors[base].shape[2]
+            ok = base != graph.input and where >= 0 and where + cb <= cout
+            # Every other slot overlapping the base's region must be a consistent view of the
+            # base, or be written only after the base and all its views are dead.
+            for u, uo, uc in slots:
+                if not ok:
+                    break
+                if u == t or uo + uc <= where or uo >= where + cb:
+                    continue
+                ub, us = _base(u, slice_of)
+                if ub == base and uo - us == where:
+                    continue
+                if ub == graph.input or producer_idx.get(u, -1) <= last_read(base, uo - where, uo + uc - where):
+                    ok = False
+            if ok:
+                placed[base] = (out, where)
+            else:
+                copies.append((op.name, t))
+
+    # ---- 2. resolve views -------------------------------------------------
+    def resolve(t: str) -> tuple:
+        base, s = _base(t, slice_of)
+        off = s
+        while base in placed:
+            base, o = placed[base]
+            off += o
+        return base, off
+
+    views = {}
+    members: dict = {}
+    for name, tensor in graph.tensors.items():
+        h, w, c = tensor.shape
+        root, off = resolve(name)
+        views[name] = View(storage=root, offset=off, stride=graph.tensors[root].shape[2], h=h, w=w, c=c)
+        members.setdefault(root, []).append(name)
+
+    # ---- 3. liveness and offsets -----------------------------------------
+    storages = {}
+    for root, names in members.items():
+        h, w, c = graph.tensors[root].shape
+        first = min(producer_idx.get(n, end) for n in names)
+        last = max(max(last_use.get(n, -1), producer_idx.get(n, -1)) for n in names)
+        storages[root] = Storage(name=root, floats=h * w * c, first=first, last=last)
+
+    placed_st: list = []
+    for st in sorted(storages.values(), key=lambda s: (-s.floats, s.first, s.name)):
+        size = _align(st.floats * 4)
+        busy = sorted((p.offset, p.offset + _align(p.floats * 4)) for p in placed_st
+                      if not (p.last < st.first or st.last < p.first))
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed_st.append(Storage(st.name, st.floats, st.first, st.last, offset))
+    storages = {s.name: s for s in placed_st}
+    arena = max((s.offset + _align(s.floats * 4) for s in placed_st), default=0) + TAIL_PAD
+    return Plan(views=views, storages=storages, copies=tuple(copies), arena_bytes=_align(arena))
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
