@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Oracle test of one YOLO26 variant: generated C against Ultralytics / PyTorch.
+
+    run_oracle.py --scale n --work build/work [--imgsz 640] [--backend xnnpack]
+
+1. Builds a checkpoint with Ultralytics from its own yaml (fixed seed, realistic
+   BN statistics), saved like a released .pt (cached in WORK).
+2. ./carve generate -> CMake build of the package.
+3. Layer by layer: the demo's --dump of every layer on the letterboxed sample
+   image vs. the fused fp32 PyTorch model on the same tensor
+   (max abs error / max abs value <= 1e-4), and the final (1, 300, 6).
+4. End to end on real images (bundled with ultralytics), letterbox included:
+   the demo's --json vs. Ultralytics' predictor (same classes, boxes within
+   1 px, scores within 1e-3).
+Prints a one-line summary (max error, arena bytes) for the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import oracle  # noqa: E402
+
+IMAGES = ("bus.jpg", "zidane.jpg")
+
+
+def run(cmd: list, **kw) -> subprocess.CompletedProcess:
+    print("$ " + " ".join(str(c) for c in cmd), flush=True)
+    p = subprocess.run([str(c) for c in cmd], text=True, capture_output=True, **kw)
+    if p.returncode != 0:
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        raise SystemExit(f"oracle: command failed with exit code {p.returncode}")
+    return p
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", required=True, choices="nsmlx")
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--backend", default="xnnpack")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    args = ap.parse_args()
+
+    model = f"yolo26{args.scale}"
+    work = (args.work / f"{model}-{args.backend}-{args.imgsz}").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+
+    # 1. checkpoint (cached: deterministic for the seed)
+    pt = args.work.resolve() / "checkpoints" / f"{model}.pt"
+    if not pt.exists():
+        pt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pt.with_suffix(".tmp.pt")
+        oracle.make_checkpoint(f"{model}.yaml", tmp, seed=0)
+        tmp.rename(pt)
+
+    # 2. generate + build
+    pkg = work / "pkg"
+    gen = run([ROOT / "carve", "generate", ROOT / "manifests" / f"{model}.yaml", "--backend", args.backend,
+               "--weights", pt, "--out", pkg, "--imgsz", args.imgsz, "--force"])
+    print(gen.stdout.strip())
+    run(["cmake", "-S", pkg, "-B", pkg / "build", "-DCMAKE_BUILD_TYPE=Release"])
+    run(["cmake", "--build", pkg / "build", "-j", "2"])
+    demo = pkg / "build" / f"{model}_demo"
+    header = (pkg / f"{model}.h").read_text()
+    arena = int(re.search(r"_ARENA_BYTES (\d+)u", header).group(1))
+
+    ok = True
+    # 3. layer by layer on a real image's tensor
+    image = oracle.sample_image(IMAGES[0])
+    inp = work / "input.npy"
+    oracle.make_input(image, args.imgsz, inp)
+    ref_dir, our_dir = work / "ref", work / "ours"
+    oracle.reference_layers(pt, inp, ref_dir)
+    run([demo, "--input", inp, "--dump", our_dir, "--threads", "2"])
+    ok &= oracle.compare_layers(our_dir, ref_dir, tol=args.tol)
+
+    # 4. end to end on real images, letterbox included
+    latency = None
+    for name in IMAGES:
+        img = oracle.sample_image(name)
+        ref_json = work / f"ref-{Path(name).stem}.json"
+        our_json = work / f"ours-{Path(name).stem}.json"
+        oracle.reference_predict(pt, img, imgsz=args.imgsz, conf=0.25, out_json=ref_json)
+        p = run([demo, img, "--json", "--threads", "2"])
+        our_json.write_text(p.stdout)
+        latency = json.loads(p.stdout)["timing_ms"]["median"]
+        print(f"-- {name}: {len(json.loads(p.stdout)['detections'])} detections (ours), "
+              f"{len(json.loads(ref_json.read_text())['detections'])} (Ultralytics)")
+        ok &= oracle.compare_detections(our_json, ref_json, box_px=1.0, score_tol=1e-3)
+
+    print(f"oracle {model} {args.backend} imgsz {args.imgsz}: {'PASS' if ok else 'FAIL'}; "
+          f"arena {arena} bytes; latency {latency:.1f} ms (2 threads); {time.time() - t0:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
