@@ -1,0 +1,701 @@
+#!/usr/bin/env python3
+"""Oracle side of carve's tests: reference data from Ultralytics/PyTorch, and comparisons against it.
+
+Every vector the tests compare against comes from here; no test types in numbers.
+
+Library (import this file) and CLI (``python3 tools/oracle.py <subcommand> -h``):
+
+  make_checkpoint(cfg, out, seed=0, half=True)      a released-style .pt with realistic BN statistics
+  make_input(image, imgsz, out)                     the predictor's network input, (1,3,H,W) f32 in [0,1]
+  reference_layers(weights, input_npy, out_dir)     every layer's output of the fused fp32 model
+  reference_predict(weights, image, imgsz, conf, out_json)
+                                                    Ultralytics' own predictor, NMS-free (one2one) head
+  compare_layers(ours, ref, tol) -> bool            per-layer relative error; detection rows by matching
+  compare_detections(ours_json, ref_json, box_px, score_tol) -> bool
+  sample_image(name) -> Path                        an image bundled with ultralytics ('bus.jpg', 'zidane.jpg')
+
+torch and ultralytics are imported lazily, so the compare-* commands start fast and need only numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Nothing may be fetched: no update checks, no fonts, no telemetry, no auto-install of requirements.
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_VERBOSE", "False")
+os.environ.setdefault("YOLO_AUTOINSTALL", "False")
+
+# A fixed date keeps checkpoint bytes reproducible (strip_optimizer writes datetime.now()).
+CHECKPOINT_DATE = "2026-01-14T00:00:00+00:00"
+MAX_DET = 300
+
+_CFG_RE = re.compile(r"^yolo26([nslmx])(?:-(seg|pose|obb|cls))?\.yaml$")
+# task -> (model class name, dataset yaml for nc/names, train imgsz, calibration imgsz)
+_TASKS = {
+    "detect": ("DetectionModel", "coco.yaml", 640, 320),
+    "segment": ("SegmentationModel", "coco.yaml", 640, 320),
+    "pose": ("PoseModel", "coco-pose.yaml", 640, 320),
+    "obb": ("OBBModel", "DOTAv1.yaml", 1024, 320),
+    "classify": ("ClassificationModel", "ImageNet.yaml", 224, 224),
+}
+_SUFFIX_TASK = {None: "detect", "seg": "segment", "pose": "pose", "obb": "obb", "cls": "classify"}
+
+
+class OracleError(Exception):
+    """A user-facing failure: printed as 'oracle: <message>' by the CLI, without a traceback."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# torch / ultralytics setup
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _torch():
+    """Import torch once, with a thread count suited to the small CI machines (override: CARVE_ORACLE_THREADS)."""
+    import torch
+
+    if not getattr(_torch, "done", False):
+        threads = int(os.environ.get("CARVE_ORACLE_THREADS", "0")) or min(os.cpu_count() or 1, 2)
+        torch.set_num_threads(threads)
+        _torch.done = True
+    return torch
+
+
+def sample_image(name: str) -> Path:
+    """Path of an image bundled in the ultralytics package, e.g. 'bus.jpg' (810x1080) or 'zidane.jpg' (1280x720)."""
+    from ultralytics.utils import ASSETS
+
+    p = Path(ASSETS) / name
+    if not p.is_file():
+        raise OracleError(f"{name}: not among the ultralytics assets in {ASSETS}")
+    return p
+
+
+def _read_bgr(image) -> np.ndarray:
+    """Read an image exactly as the predictor's loader does (ultralytics.utils.patches.imread, BGR uint8 HWC)."""
+    from ultralytics.utils.patches import imread
+
+    im = imread(str(image))
+    if im is None:
+        raise OracleError(f"{image}: cannot read image")
+    return im
+
+
+def _imgsz_hw(imgsz) -> tuple[int, int]:
+    if isinstance(imgsz, str):
+        parts = [int(p) for p in re.split(r"[,x]", imgsz)]
+        imgsz = parts[0] if len(parts) == 1 else tuple(parts)
+    h, w = (imgsz, imgsz) if isinstance(imgsz, int) else tuple(imgsz)
+    if h % 32 or w % 32:
+        raise OracleError(f"imgsz {h}x{w}: must be a multiple of the model stride 32")
+    return h, w
+
+
+def _letterbox(im_bgr: np.ndarray, imgsz) -> np.ndarray:
+    """Ultralytics' LetterBox with auto=False: a full fixed (H, W) canvas, padding 114, centred."""
+    from ultralytics.data.augment import LetterBox
+
+    return LetterBox(_imgsz_hw(imgsz), auto=False, stride=32)(image=im_bgr)
+
+
+def _to_input(images_bgr: list[np.ndarray]):
+    """The predictor's tensor conversion: NHWC uint8 -> NCHW, BGR -> RGB, float32 / 255."""
+    torch = _torch()
+    im = torch.from_numpy(np.stack(images_bgr))
+    im = im.permute(0, 3, 1, 2).contiguous().flip(1)
+    return im.float().div_(255)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# make-checkpoint
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def cfg_task(cfg: str) -> str:
+    """Task of a YOLO26 config name: yolo26{n,s,m,l,x}{,-seg,-pose,-obb,-cls}.yaml."""
+    m = _CFG_RE.match(Path(cfg).name)
+    if not m:
+        raise OracleError(f"{cfg}: expected a config named yolo26{{n,s,m,l,x}}{{,-seg,-pose,-obb,-cls}}.yaml")
+    return _SUFFIX_TASK[m.group(2)]
+
+
+def _build_model(cfg: str, task: str):
+    from ultralytics.nn import tasks as T
+    from ultralytics.utils import ROOT, YAML
+
+    cls_name, data_yaml, _, _ = _TASKS[task]
+    data = YAML.load(ROOT / "cfg" / "datasets" / data_yaml)
+    names = {int(k): v for k, v in data["names"].items()}
+    kwargs = {"nc": len(names), "verbose": False}
+    if task == "pose":
+        kwargs["data_kpt_shape"] = tuple(data["kpt_shape"])
+    model = getattr(T, cls_name)(Path(cfg).name, **kwargs)
+    model.names = names  # as the trainer's set_model_attributes does
+    model.nc = len(names)
+    if task == "pose":
+        model.kpt_shape = data["kpt_shape"]
+        model.kpt_names = data.get("kpt_names")
+    return model
+
+
+def _calibration_batches(imgsz: int, seed: int, passes: int):
+    """Yield `passes` batches of 4 letterboxed images: bus and zidane, plus a random crop+flip of each."""
+    rng = np.random.default_rng(seed)
+    base = [_read_bgr(sample_image(n)) for n in ("bus.jpg", "zidane.jpg")]
+    for p in range(passes):
+        batch = []
+        for im in base:
+            if p == 0:
+                batch.append(_letterbox(im, imgsz))
+            h, w = im.shape[:2]
+            ch, cw = int(h * rng.uniform(0.5, 0.9)), int(w * rng.uniform(0.5, 0.9))
+            y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+            crop = im[y0 : y0 + ch, x0 : x0 + cw]
+            if rng.random() < 0.5:
+                crop = crop[:, ::-1]
+            batch.append(_letterbox(np.ascontiguousarray(crop), imgsz))
+        while len(batch) < 4:  # passes after the first: two more crops instead of the plain images
+            im = base[len(batch) % 2]
+            h, w = im.shape[:2]
+            s = rng.uniform(0.6, 1.0)
+            ch, cw = int(h * s), int(w * s)
+            y0, x0 = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+            batch.append(_letterbox(np.ascontiguousarray(im[y0 : y0 + ch, x0 : x0 + cw][:, ::-1]), imgsz))
+        yield _to_input(batch)
+
+
+def _head_final_convs(head):
+    """(name, conv) of the last 1x1 conv of each one2one branch (box, class, and task-specific ones)."""
+    torch = _torch()
+    out = []
+    for name, mod in head.named_children():
+        if not name.startswith("one2one_") or not isinstance(mod, torch.nn.ModuleList):
+            continue
+        for lvl, branch in enumerate(mod):
+            conv = branch[-1] if isinstance(branch, torch.nn.Sequential) else branch
+            if isinstance(conv, torch.nn.Conv2d) and conv.bias is not None:
+                out.append((f"{name}.{lvl}", name, conv))
+    return out
+
+
+def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, passes: int = 2):
+    """Realistic BN statistics and head biases, deterministic for a seed.
+
+    1. gamma ~ U(0.5, 1.5), beta ~ N(0, 0.2) from a seeded generator, in module order.
+    2. running_mean/var = cumulative average (momentum=None) of batch statistics over `passes` train-mode
+       forwards of real images, no grads.
+    3. One2one head: every final 1x1 conv bias gets N(0, 0.1) noise; the class biases get a per-class N(0, 0.5)
+       spread plus a common shift that puts at least 20 (anchor, class) scores of each of bus.jpg and zidane.jpg
+       at 640 above 0.25 (the threshold sits halfway between the 20th and 21st logit of one of them), so predict
+       at conf=0.25 keeps detections instead of none (the initial class bias is about -11). For yolo26n seed 0:
+       bus.jpg fills all 300 rows (top-k cut exercised), zidane.jpg keeps 20 (conf cut exercised).
+    """
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed + 1)  # float32 draws, whatever the model's dtype
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    momenta = [bn.momentum for bn in bns]  # 0.03 from initialize_weights (det-type), 0.1 for cls
+    with torch.no_grad():
+        for bn in bns:
+            bn.weight.copy_(torch.rand(bn.weight.shape, generator=g) + 0.5)
+            bn.bias.copy_(torch.randn(bn.bias.shape, generator=g) * 0.2)
+            bn.reset_running_stats()
+            bn.momentum = None  # cumulative moving average
+        model.double().train()  # float64: the fp16-rounded statistics do not depend on the thread count
+        for batch in _calibration_batches(calib_imgsz, seed, passes):
+            model(batch.double())
+        for bn, mom in zip(bns, momenta):
+            bn.momentum = mom  # restored so the pickle looks trained
+        model.eval()
+
+        head = model.model[-1]
+        if task == "classify":
+            model.float()
+            return
+        finals = _head_final_convs(head)
+        for _, _, conv in finals:
+            conv.bias.add_(torch.randn(conv.bias.shape, generator=g) * 0.1)
+        cls_convs = [conv for _, branch, conv in finals if branch == "one2one_cv3"]
+        spread = torch.randn(cls_convs[0].bias.shape, generator=g) * 0.5
+        logits = []
+        hooks = [c.register_forward_hook(lambda m, i, o: logits.append(o)) for c in cls_convs]
+        try:
+            model(_to_input([_letterbox(_read_bgr(sample_image(n)), 640) for n in ("bus.jpg", "zidane.jpg")]).double())
+        finally:
+            for h in hooks:
+                h.remove()
+        nc = spread.numel()
+        allv = torch.cat([lg.flatten(2) + spread[:, None] for lg in logits], 2).flatten(1)  # (2, nc*A)
+        top = allv.topk(21, dim=1).values
+        shift = max(math.log(0.25 / 0.75) - float(t[19] + t[20]) / 2 for t in top)
+        for conv in cls_convs:
+            conv.bias.add_(spread + shift)
+    model.float()
+
+
+def _train_args(cfg: str, task: str, seed: int) -> dict:
+    from ultralytics.utils import DEFAULT_CFG_DICT, DEFAULT_CFG_KEYS
+
+    _, data_yaml, imgsz, _ = _TASKS[task]
+    args = {
+        **DEFAULT_CFG_DICT,
+        "task": task,
+        "mode": "train",
+        "model": Path(cfg).name,
+        "data": data_yaml,
+        "imgsz": imgsz,
+        "seed": seed,
+        "name": "carve-oracle",
+    }
+    return {k: v for k, v in args.items() if k in DEFAULT_CFG_KEYS}
+
+
+def make_checkpoint(cfg: str, out, seed: int = 0, half: bool = True, passes: int = 2) -> Path:
+    """Build `cfg` with Ultralytics, give it realistic BN statistics and head biases, save like strip_optimizer.
+
+    The file has the keys and layout of a released checkpoint (`strip_optimizer` output): the model pickled as an
+    nn.Module in fp16 with requires_grad False, ema/optimizer/... None, train_args filtered to the default-cfg keys.
+    Deterministic for a given seed (and thread count), date fixed to CHECKPOINT_DATE.
+    """
+    torch = _torch()
+    from copy import deepcopy
+
+    from ultralytics import __version__
+
+    task = cfg_task(cfg)
+    _, _, _, calib_imgsz = _TASKS[task]
+    torch.manual_seed(seed)  # module initialisers draw from the global generator
+    model = _build_model(cfg, task)
+    _randomise_and_calibrate(model, task, seed, calib_imgsz, passes)
+    train_args = _train_args(cfg, task, seed)
+    model.args = dict(train_args)  # strip_optimizer: IterableSimpleNamespace -> dict
+    model.criterion = None
+    if task == "classify":
+        from ultralytics.data.augment import classify_transforms
+
+        model.transforms = classify_transforms(train_args["imgsz"])  # what the trainer attaches for inference
+
+    m = deepcopy(model).to(memory_format=torch.contiguous_format)
+    m = m.half() if half else m.float()
+    for p in m.parameters():
+        p.requires_grad = False
+    ckpt = {
+        "date": CHECKPOINT_DATE,
+        "version": __version__,
+        "license": "AGPL-3.0 License (https://ultralytics.com/license)",
+        "docs": "https://docs.ultralytics.com",
+        "epoch": -1,
+        "best_fitness": None,
+        "model": m,
+        "ema": None,
+        "updates": None,
+        "optimizer": None,
+        "scaler": None,
+        "train_args": train_args,
+        "train_metrics": {},
+        "train_results": {},
+        "git": {},
+    }
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# make-input, reference-layers, reference-predict
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def make_input(image, imgsz, out=None) -> np.ndarray:
+    """The network input the predictor feeds for `image`: (1,3,H,W) float32 NCHW RGB in [0,1].
+
+    Same steps as BasePredictor.preprocess with LetterBox(auto=False): full fixed canvas, pad 114, centred.
+    """
+    x = _to_input([_letterbox(_read_bgr(image), imgsz)]).numpy()
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        np.save(out, x)
+    return x
+
+
+def load_fused(weights):
+    """The model the predictor runs on CPU in fp32: load_checkpoint, one2one head selected, fused, eval."""
+    torch = _torch()
+    from ultralytics.nn.tasks import load_checkpoint
+
+    model, _ = load_checkpoint(str(weights), device=torch.device("cpu"))
+    if hasattr(model, "end2end") and getattr(model.model[-1], "one2one_cv2", None) is not None:
+        model.end2end = True  # what predict(nms=False) selects; otherwise fuse() drops the one2one head
+    model = model.float().fuse(verbose=False).eval()
+    for p in model.parameters():
+        p.requires_grad = False
+    return model
+
+
+def _head_outputs(head, out) -> list:
+    """Strip the (y, preds) wrapper of a head's eval output: [y] or [y, proto] (seg) or [probs] (cls)."""
+    torch = _torch()
+    from ultralytics.nn.modules.head import Classify
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(head, Classify):
+        return [out[0]]
+    y = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[1], dict) else out
+    return list(y) if isinstance(y, (tuple, list)) else [y]
+
+
+def reference_layers(weights, input_npy, out_dir) -> dict:
+    """Run the fused fp32 model on input_npy; write DIR/layer_XX.npy for every model.model[i], DIR/output*.npy.
+
+    Non-head layers: their NCHW output. The head layer: y, e.g. (1,300,6) [x1,y1,x2,y2,score,class] in input
+    pixels for detect; output0.npy is the same y; seg also writes output1.npy = proto (1,32,H/4,W/4).
+    Also writes layers.json (index, type, from, shape). Returns {file name: shape}.
+    """
+    torch = _torch()
+    model = load_fused(weights)
+    x = torch.from_numpy(np.load(input_npy)).float()
+    if x.ndim != 4:
+        raise OracleError(f"{input_npy}: expected a (1,3,H,W) input, found {tuple(x.shape)}")
+    layers = list(model.model)
+    head = layers[-1]
+    outs: dict[int, list] = {}
+    hooks = [
+        m.register_forward_hook(lambda mod, inp, o, i=i: outs.__setitem__(i, o)) for i, m in enumerate(layers)
+    ]
+    try:
+        with torch.inference_mode():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written, meta = {}, []
+    for i, m in enumerate(layers):
+        o = outs[i]
+        arrs = _head_outputs(head, o) if m is head else [o]
+        a = np.ascontiguousarray(arrs[0].detach().float().numpy())
+        np.save(out_dir / f"layer_{i:02d}.npy", a)
+        written[f"layer_{i:02d}.npy"] = a.shape
+        meta.append({"index": i, "type": m.type if hasattr(m, "type") else type(m).__name__, "from": m.f,
+                     "shape": list(a.shape)})
+        if m is head:
+            for k, t in enumerate(arrs):
+                t = np.ascontiguousarray(t.detach().float().numpy())
+                np.save(out_dir / f"output{k}.npy", t)
+                written[f"output{k}.npy"] = t.shape
+    (out_dir / "layers.json").write_text(json.dumps({"weights": str(weights), "layers": meta}, indent=1) + "\n")
+    return written
+
+
+def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_input=None) -> dict:
+    """Ultralytics' own predictor on `image`, NMS-free one2one head, full square letterbox (rect=False).
+
+    nms=False is passed explicitly: in this ultralytics the default (nms=None) fuses away the one2one head and
+    runs the one2many head + NMS instead. Returns (and writes to out_json)
+    {"image": {"width","height"}, "imgsz", "conf", "max_det", "detections": [{"class_id","score","box"}...]},
+    boxes xyxy in original-image pixels. save_input: also write the tensor the predictor fed the model (.npy).
+    """
+    _torch()
+    from ultralytics import YOLO
+
+    h, w = _imgsz_hw(imgsz)
+    yolo = YOLO(str(weights))
+    fed = []
+    kwargs = dict(imgsz=[h, w], conf=conf, rect=False, device="cpu", verbose=False, nms=False, save=False,
+                  max_det=MAX_DET)
+    if save_input is not None:
+        from ultralytics.engine.predictor import BasePredictor
+
+        orig = BasePredictor.preprocess
+
+        def preprocess(self, im):
+            t = orig(self, im)
+            fed.append(t.detach().cpu().float().numpy().copy())
+            return t
+
+        BasePredictor.preprocess = preprocess
+        try:
+            results = yolo.predict(str(image), **kwargs)
+        finally:
+            BasePredictor.preprocess = orig
+        Path(save_input).parent.mkdir(parents=True, exist_ok=True)
+        np.save(save_input, fed[0])
+    else:
+        results = yolo.predict(str(image), **kwargs)
+    r = results[0]
+    H0, W0 = r.orig_shape
+    dets = []
+    if r.boxes is not None:
+        xyxy = r.boxes.xyxy.cpu().numpy().astype(float)
+        scores = r.boxes.conf.cpu().numpy().astype(float)
+        classes = r.boxes.cls.cpu().numpy().astype(int)
+        kpts = r.keypoints.data.cpu().numpy().astype(float) if r.keypoints is not None else None
+        for j in range(len(scores)):
+            d = {"class_id": int(classes[j]), "score": float(scores[j]), "box": [float(v) for v in xyxy[j]]}
+            if kpts is not None:
+                d["keypoints"] = [[float(v) for v in kp] for kp in kpts[j]]
+            dets.append(d)
+    elif r.obb is not None:
+        xywhr = r.obb.xywhr.cpu().numpy().astype(float)
+        for j in range(len(xywhr)):
+            dets.append({"class_id": int(r.obb.cls[j]), "score": float(r.obb.conf[j]),
+                         "box": [float(v) for v in xywhr[j, :4]], "angle": float(xywhr[j, 4])})
+    res = {"image": {"width": int(W0), "height": int(H0)}, "imgsz": [h, w], "conf": float(conf), "max_det": MAX_DET,
+           "detections": dets}
+    if r.probs is not None:
+        res["probs"] = [float(v) for v in r.probs.data.cpu().numpy()]
+    if out_json is not None:
+        Path(out_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_json).write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare-layers
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _match_rows(ours: np.ndarray, ref: np.ndarray, tol: float, scale: np.ndarray):
+    """Match detection rows (K, C) [box(4), score, class, extra...] of one image.
+
+    Each reference row, best score first, takes the unused row of ours with the same class and the nearest row
+    (L-inf over all columns, each divided by its column scale). Matched rows must agree within tol on every
+    column relative to that column's scale (max |ref| of the column over the whole tensor), so that box pixels
+    (hundreds) do not swamp scores (<= 1). Rows whose reference score is within 10*tol*max_score of the lowest
+    reference score may stay unmatched (ties at the top-k cut); so may rows of ours with a score that low.
+    Returns (n_matched, max relative error over matched rows, max abs error over matched rows, problems).
+    """
+    ref_scores = ref[:, 4]
+    lowest, margin = float(ref_scores.min()), 10 * tol * scale[4]
+    used = np.zeros(len(ours), bool)
+    n, rel, err, problems = 0, 0.0, 0.0, []
+    for r in np.argsort(-ref_scores, kind="stable"):
+        cand = np.nonzero(~used & (ours[:, 5] == ref[r, 5]))[0]
+        ok = False
+        if len(cand):
+            d = (np.abs(ours[cand] - ref[r]) / scale).max(1)
+            k = int(np.argmin(d))
+            if d[k] <= tol:
+                j = cand[k]
+                used[j], ok, n = True, True, n + 1
+                rel, err = max(rel, float(d[k])), max(err, float(np.abs(ours[j] - ref[r]).max()))
+        if not ok and ref_scores[r] > lowest + margin:
+            what = f"nearest differs by {d.min():.3g} (relative)" if len(cand) else "no row of that class left"
+            problems.append(f"ref row {r} (class {ref[r, 5]:g}, score {ref_scores[r]:.6g}): {what}")
+    for j in np.nonzero(~used)[0]:
+        if ours[j, 4] > lowest + margin:
+            problems.append(f"our row {j} (class {ours[j, 5]:g}, score {ours[j, 4]:.6g}) matches no ref row")
+    return n, rel, err, problems
+
+
+def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True) -> bool:
+    """Compare every layer_XX.npy / output*.npy of `ref` with the same file in `ours`; True when all pass.
+
+    Error = max|ours-ref| / max|ref| (max|ref| == 0 -> absolute). Missing file, shape mismatch or a non-finite
+    value in ours fails. 3-D arrays (B, K, C>=6) are detection rows, compared by matching with per-column scales
+    (_match_rows); their "rel err" is the worst column's.
+    """
+    ours, ref = Path(ours), Path(ref)
+    names = sorted(p.name for p in ref.glob("layer_*.npy")) + sorted(p.name for p in ref.glob("output*.npy"))
+    if not names:
+        print(f"compare-layers: no layer_XX.npy or output*.npy in {ref}")
+        return False
+    rows, all_ok = [], True
+    for name in names:
+        r = np.load(ref / name).astype(np.float64)
+        shape = "x".join(map(str, r.shape))
+        p = ours / name
+        if not p.is_file():
+            rows.append((name, shape, "-", "-", "-", "FAIL missing"))
+            all_ok = False
+            continue
+        o = np.load(p).astype(np.float64)
+        if o.shape != r.shape:
+            rows.append((name, shape, "-", "-", "-", f"FAIL shape {'x'.join(map(str, o.shape))}"))
+            all_ok = False
+            continue
+        scale = float(np.abs(r).max()) if r.size else 0.0
+        denom = scale if scale > 0 else 1.0
+        note = ""
+        if not np.all(np.isfinite(o)):
+            ok, err, rel, note = False, float("nan"), float("nan"), f" {int((~np.isfinite(o)).sum())} non-finite"
+        elif r.ndim == 3 and r.shape[-1] >= 6:
+            col = np.abs(r).reshape(-1, r.shape[-1]).max(0)
+            col[col == 0] = 1.0
+            err, rel, problems, matched = 0.0, 0.0, [], 0
+            for b in range(r.shape[0]):
+                n, rl, e, pr = _match_rows(o[b], r[b], tol, col)
+                matched, rel, err, problems = matched + n, max(rel, rl), max(err, e), problems + pr
+            ok = not problems and rel <= tol
+            note = f" matched {matched}/{r.shape[0] * r.shape[1]} rows"
+            if problems:
+                note += "; " + "; ".join(problems[:3]) + (f"; +{len(problems) - 3} more" if len(problems) > 3 else "")
+        else:
+            err = float(np.abs(o - r).max()) if r.size else 0.0
+            rel = err / denom
+            ok = rel <= tol
+        all_ok &= ok
+        rows.append((name, shape, f"{err:.3e}", f"{scale:.3e}", f"{rel:.3e}", ("OK" if ok else "FAIL") + note))
+    if verbose:
+        hdr = ("layer", "shape", "max abs err", "max |ref|", "rel err", f"tol {tol:g}")
+        w = [max(len(str(x[k])) for x in rows + [hdr]) for k in range(5)]
+        for x in [hdr] + rows:
+            print("  ".join(str(v).ljust(w[k]) for k, v in enumerate(x[:5])) + "  " + x[5])
+        print(f"compare-layers: {'OK' if all_ok else 'FAIL'} ({sum(x[5].startswith('OK') for x in rows)}/{len(rows)} ok)")
+    return all_ok
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# compare-detections
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def compare_detections(ours_json, ref_json, box_px: float = 1.0, score_tol: float = 1e-3, verbose: bool = True) -> bool:
+    """Compare our detections JSON with reference_predict's; True when they agree.
+
+    Each reference detection (best first) takes the unused detection of ours with the same class and the nearest
+    box; it must agree within box_px on every coordinate and score_tol on the score. Detections of either side
+    may be unmatched only if their score is within score_tol of the conf threshold or, when the reference holds
+    max_det rows, of its lowest score. Extra keys (class names, timing_ms, ...) are ignored.
+    """
+    ours = json.loads(Path(ours_json).read_text())
+    ref = json.loads(Path(ref_json).read_text())
+    problems = []
+    for k in ("width", "height"):
+        if "image" in ours and ours["image"].get(k) != ref["image"][k]:
+            problems.append(f"image {k}: ours {ours['image'].get(k)}, ref {ref['image'][k]}")
+    conf = float(ref.get("conf", 0.25))
+    rd, od = ref["detections"], ours["detections"]
+    cut = min(d["score"] for d in rd) if len(rd) >= int(ref.get("max_det", MAX_DET)) else None
+
+    def borderline(s):
+        return abs(s - conf) <= score_tol or (cut is not None and s - cut <= score_tol)
+
+    rbox = np.array([d["box"] for d in rd], float).reshape(len(rd), -1)
+    obox = np.array([d["box"] for d in od], float).reshape(len(od), -1)
+    ocls = np.array([int(d["class_id"]) for d in od], int)
+    used = np.zeros(len(od), bool)
+    matched, skipped, box_err, score_err = 0, 0, 0.0, 0.0
+    for i in sorted(range(len(rd)), key=lambda i: -rd[i]["score"]):
+        d = rd[i]
+        cand = np.nonzero(~used & (ocls == int(d["class_id"])))[0]
+        why = "no detection of this class left"
+        if len(cand):
+            dist = np.abs(obox[cand] - rbox[i]).max(1)
+            j = cand[int(np.argmin(dist))]
+            be, se = float(dist.min()), abs(od[j]["score"] - d["score"])
+            if be <= box_px and se <= score_tol:
+                used[j], matched = True, matched + 1
+                box_err, score_err = max(box_err, be), max(score_err, se)
+                continue
+            why = f"nearest of this class: box off by {be:.3g} px, score off by {se:.3g}"
+        if borderline(d["score"]):
+            skipped += 1
+            continue
+        box = ", ".join(f"{v:.1f}" for v in d["box"])
+        problems.append(f"ref class {d['class_id']} score {d['score']:.4f} box [{box}]: {why}")
+    for j in np.nonzero(~used)[0]:
+        if borderline(od[j]["score"]):
+            skipped += 1
+            continue
+        box = ", ".join(f"{v:.1f}" for v in od[j]["box"])
+        problems.append(f"extra detection: class {od[j]['class_id']} score {od[j]['score']:.4f} box [{box}]")
+    ok = not problems
+    if verbose:
+        for p in problems[:10]:
+            print("  " + p)
+        if len(problems) > 10:
+            print(f"  ... {len(problems) - 10} more")
+        print(f"compare-detections: {'OK' if ok else 'FAIL'}: ref {len(rd)}, ours {len(od)}, matched {matched}, "
+              f"borderline unmatched {skipped}, max box err {box_err:.3g} px (<= {box_px:g}), "
+              f"max score err {score_err:.3g} (<= {score_tol:g})")
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="oracle.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("make-checkpoint", help="build a released-style checkpoint with realistic BN statistics")
+    p.add_argument("--cfg", required=True, help="yolo26{n,s,m,l,x}{,-seg,-pose,-obb,-cls}.yaml")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--half", action=argparse.BooleanOptionalAction, default=True, help="save fp16 (default)")
+
+    p = sub.add_parser("make-input", help="the predictor's (1,3,H,W) float32 input for an image")
+    p.add_argument("--image", required=True, help="image path, or the name of an ultralytics asset (bus.jpg)")
+    p.add_argument("--imgsz", default="640", help="640 or H,W")
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("reference-layers", help="every layer's output of the fused fp32 model")
+    p.add_argument("--weights", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("reference-predict", help="Ultralytics' predictor (NMS-free head) to JSON")
+    p.add_argument("--weights", required=True)
+    p.add_argument("--image", required=True)
+    p.add_argument("--imgsz", default="640")
+    p.add_argument("--conf", type=float, default=0.25)
+    p.add_argument("--out", required=True)
+    p.add_argument("--save-input", help="also write the tensor the predictor fed the model (.npy)")
+
+    p = sub.add_parser("compare-layers", help="compare our layer dumps with the reference")
+    p.add_argument("--ours", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--tol", type=float, default=1e-4)
+
+    p = sub.add_parser("compare-detections", help="compare our detections JSON with the reference")
+    p.add_argument("--ours", required=True)
+    p.add_argument("--ref", required=True)
+    p.add_argument("--box-px", type=float, default=1.0)
+    p.add_argument("--score-tol", type=float, default=1e-3)
+
+    a = ap.parse_args(argv)
+
+    def image(s):
+        return s if Path(s).exists() or "/" in s else sample_image(s)
+
+    try:
+        if a.cmd == "make-checkpoint":
+            print(make_checkpoint(a.cfg, a.out, a.seed, a.half))
+        elif a.cmd == "make-input":
+            x = make_input(image(a.image), a.imgsz, a.out)
+            print(f"{a.out}: {tuple(x.shape)} float32")
+        elif a.cmd == "reference-layers":
+            w = reference_layers(a.weights, a.input, a.out)
+            print(f"{a.out}: {len(w)} arrays, output0 {tuple(w['output0.npy'])}")
+        elif a.cmd == "reference-predict":
+            r = reference_predict(a.weights, image(a.image), a.imgsz, a.conf, a.out, a.save_input)
+            print(f"{a.out}: {len(r['detections'])} detections")
+        elif a.cmd == "compare-layers":
+            return 0 if compare_layers(a.ours, a.ref, a.tol) else 1
+        elif a.cmd == "compare-detections":
+            return 0 if compare_detections(a.ours, a.ref, a.box_px, a.score_tol) else 1
+    except OracleError as e:
+        if a.verbose:
+            raise
+        print(f"oracle: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
