@@ -187,12 +187,33 @@ def _head_final_convs(head):
     return out
 
 
+ATTN_QK_GAIN = 0.3
+
+
+def _temper_attention(model) -> None:
+    """Scale the q and k channels of every Attention's qkv BN by ATTN_QK_GAIN (gamma and beta).
+
+    With random weights and unit-variance BN outputs the attention logits q.k/sqrt(32) reach +-100: a softmax
+    so peaked that float32 round-off alone (PyTorch's own fp32 against fp64) exceeds 1e-4 at the P5 layer.
+    Trained YOLO26 attention keeps its logits small; a gain of 0.3 brings them to about +-10.
+    """
+    from ultralytics.nn.modules.block import Attention
+
+    for m in model.modules():
+        if isinstance(m, Attention):
+            per_head = 2 * m.key_dim + m.head_dim
+            for h in range(m.num_heads):
+                qk = slice(h * per_head, h * per_head + 2 * m.key_dim)
+                m.qkv.bn.weight[qk] *= ATTN_QK_GAIN
+                m.qkv.bn.bias[qk] *= ATTN_QK_GAIN
+
+
 def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, passes: int = 2):
     """Realistic BN statistics and head biases, deterministic for a seed.
 
     1. gamma ~ U(0.5, 1.5), beta ~ N(0, 0.2) from a seeded generator, in module order.
     2. running_mean/var = cumulative average (momentum=None) of batch statistics over `passes` train-mode
-       forwards of real images, no grads.
+       forwards of real images, no grads; then attention q/k tempered (_temper_attention).
     3. One2one head: every final 1x1 conv bias gets N(0, 0.1) noise; the class biases get a per-class N(0, 0.5)
        spread plus a common shift that puts at least 20 (anchor, class) scores of each of bus.jpg and zidane.jpg
        at 640 above 0.25 (the threshold sits halfway between the 20th and 21st logit of one of them), so predict
@@ -214,6 +235,7 @@ def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, pass
             model(batch.double())
         for bn, mom in zip(bns, momenta):
             bn.momentum = mom  # restored so the pickle looks trained
+        _temper_attention(model)
         model.eval()
 
         head = model.model[-1]

@@ -460,6 +460,8 @@ class _Loader:
             return _SafeODict
         if qualname == "builtins.set":
             return set
+        if qualname == "torch.Size":  # a stale head.shape: torch.Size((b, c, h, w)) -> plain tuple of ints
+            return _Func(_torch_size, qualname)
         if qualname == "builtins.frozenset":
             return frozenset
         if qualname == "builtins.getattr":
@@ -578,6 +580,13 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         return self._carve_loader.persistent_load(pid)
+
+
+def _torch_size(dims=()):
+    dims = tuple(dims)
+    if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise CarveError(f"torch.Size with non-integer dimensions {dims!r:.80}")
+    return dims
 
 
 # --------------------------------------------------------------------------------------

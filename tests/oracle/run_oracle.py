@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
+import cv2  # noqa: E402
 import oracle  # noqa: E402
 
 IMAGES = ("bus.jpg", "zidane.jpg")
@@ -89,7 +90,10 @@ def main() -> int:
     # 4. end to end on real images, letterbox included
     latency = None
     for name in IMAGES:
-        img = oracle.sample_image(name)
+        # The bundled JPEGs, decoded once by OpenCV (libjpeg-turbo, as Ultralytics reads them) and stored
+        # losslessly: the demo's stb_image JPEG decoder rounds differently, which is not what this compares.
+        img = work / (Path(name).stem + ".png")
+        cv2.imwrite(str(img), cv2.imread(str(oracle.sample_image(name))))
         ref_json = work / f"ref-{Path(name).stem}.json"
         our_json = work / f"ours-{Path(name).stem}.json"
         oracle.reference_predict(pt, img, imgsz=args.imgsz, conf=0.25, out_json=ref_json)
