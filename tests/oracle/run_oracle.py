@@ -51,10 +51,11 @@ def main() -> int:
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--backend", default="xnnpack")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--weights-format", default="blob", choices=("blob", "c-array"))
     args = ap.parse_args()
 
     model = f"yolo26{args.scale}"
-    work = (args.work / f"{model}-{args.backend}-{args.imgsz}").resolve()
+    work = (args.work / f"{model}-{args.backend}-{args.imgsz}-{args.weights_format}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
@@ -69,7 +70,7 @@ def main() -> int:
     # 2. generate + build
     pkg = work / "pkg"
     gen = run([ROOT / "carve", "generate", ROOT / "manifests" / f"{model}.yaml", "--backend", args.backend,
-               "--weights", pt, "--out", pkg, "--imgsz", args.imgsz, "--force"])
+               "--weights", pt, "--out", pkg, "--imgsz", args.imgsz, "--weights-format", args.weights_format, "--force"])
     print(gen.stdout.strip())
     run(["cmake", "-S", pkg, "-B", pkg / "build", "-DCMAKE_BUILD_TYPE=Release"])
     run(["cmake", "--build", pkg / "build", "-j", "2"])
@@ -104,7 +105,7 @@ def main() -> int:
               f"{len(json.loads(ref_json.read_text())['detections'])} (Ultralytics)")
         ok &= oracle.compare_detections(our_json, ref_json, box_px=1.0, score_tol=1e-3)
 
-    print(f"oracle {model} {args.backend} imgsz {args.imgsz}: {'PASS' if ok else 'FAIL'}; "
+    print(f"oracle {model} {args.backend} imgsz {args.imgsz} weights {args.weights_format}: {'PASS' if ok else 'FAIL'}; "
           f"arena {arena} bytes; latency {latency:.1f} ms (2 threads); {time.time() - t0:.0f} s")
     return 0 if ok else 1
 
