@@ -55,9 +55,12 @@ class XnnpackBackend(Backend):
                                     output=layer.output, steps=[]) for layer in graph.layers}
         copy_set = set(plan.copies)
         v = plan.views
+        storages = storage_macros(graph, plan)
 
         def off(t):
-            return plan.float_offset(t)
+            """The arena offset of a tensor as a C expression: its storage's constant + channel offset."""
+            macro = storages[v[t].storage]["macro"]
+            return f"{macro} + {v[t].offset}" if v[t].offset else macro
 
         def shape(t):
             h, w, c = graph.tensors[t].shape
@@ -147,7 +150,8 @@ class XnnpackBackend(Backend):
                        is_rows=(t == rows), flops=sum(s["flops"] for s in lay["steps"]))
         attn = [s for lay in layers.values() for s in lay["steps"] if s["kind"] == "attention"]
         e2e = [s for lay in layers.values() for s in lay["steps"] if s["kind"] == "e2e"][0]
-        return dict(layers=[layers[i] for i in sorted(layers)], convs=convs, pools=pools, copies=copies,
+        return dict(layers=[layers[i] for i in sorted(layers)], convs=convs, storages=sorted(
+                        storages.values(), key=lambda st: (st["offset"], st["macro"])), pools=pools, copies=copies,
                     blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
                     input_off=off(graph.input), rows_off=off(rows), rows_k=e2e["k"], row_len=e2e["row"],
                     arena_bytes=plan.arena_bytes,
@@ -159,6 +163,23 @@ class XnnpackBackend(Backend):
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         program = self.lower(graph, plan)
         return CPackage(self, graph, plan, program, options).files()
+
+
+def storage_macros(graph: Graph, plan: Plan) -> dict:
+    """One named constant per planned storage: S_<TENSOR> = its offset in floats from the arena base."""
+    out, used = {}, set()
+    for name, st in sorted(plan.storages.items(), key=lambda kv: (kv[1].offset, kv[0])):
+        macro = "S_" + c_ident(name).upper().strip("_")
+        while "__" in macro:
+            macro = macro.replace("__", "_")
+        base, k = macro, 2
+        while macro in used:
+            macro, k = f"{base}_{k}", k + 1
+        used.add(macro)
+        h, w, c = graph.tensors[name].shape
+        out[name] = dict(macro=macro, offset=st.offset // 4, shape=f"({h},{w},{c})", bytes=st.floats * 4,
+                         first=st.first, last=st.last, tensor=name)
+    return out
 
 
 class WeightBlob:
