@@ -7,8 +7,9 @@
    BN statistics), saved like a released .pt (cached in WORK).
 2. ./carve generate -> CMake build of the package.
 3. Layer by layer: the demo's --dump of every layer on the letterboxed sample
-   image vs. the fused fp32 PyTorch model on the same tensor
-   (max abs error / max abs value <= 1e-4), and the final (1, 300, 6).
+   image vs. the fused PyTorch model in fp64 on the same tensor (max abs error /
+   max abs value <= 1e-4, or <= 2x PyTorch's own fp32 error where that is
+   larger), and the final (1, 300, 6).
 4. End to end on real images (bundled with ultralytics), letterbox included:
    the demo's --json vs. Ultralytics' predictor (same classes, boxes within
    1 px, scores within 1e-3).
@@ -83,10 +84,13 @@ def main() -> int:
     image = oracle.sample_image(IMAGES[0])
     inp = work / "input.npy"
     oracle.make_input(image, args.imgsz, inp)
-    ref_dir, our_dir = work / "ref", work / "ours"
-    oracle.reference_layers(pt, inp, ref_dir)
+    # Against the exact (fp64) model; the bound is 1e-4, or twice PyTorch's own fp32 error where the
+    # model amplifies round-off so much that PyTorch itself misses 1e-4 (deep random l/x models do).
+    ref32, ref64, our_dir = work / "ref", work / "ref64", work / "ours"
+    oracle.reference_layers(pt, inp, ref32)
+    oracle.reference_layers(pt, inp, ref64, dtype="float64")
     run([demo, "--input", inp, "--dump", our_dir, "--threads", "2"])
-    ok &= oracle.compare_layers(our_dir, ref_dir, tol=args.tol)
+    ok &= oracle.compare_layers(our_dir, ref64, tol=args.tol, baseline=ref32)
 
     # 4. end to end on real images, letterbox included
     latency = None
