@@ -28,6 +28,7 @@ demo: install-test $(DEMO_PT)
 	./carve generate manifests/$(MODEL).yaml --backend xnnpack --weights $(DEMO_PT) --out $(PKG) --force
 	cmake -S $(PKG) -B $(PKG)/build -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(PKG)/build -j $(JOBS)
+	@mkdir -p $(BUILD)/demo
 	$(PKG)/build/$(MODEL)_demo $(IMAGE) --out $(BUILD)/demo/$(MODEL)-annotated.png --threads 2 --runs 5
 	@echo "annotated image: $(BUILD)/demo/$(MODEL)-annotated.png"
 

@@ -67,16 +67,19 @@ def write_package(files: dict, out: Path, force: bool) -> None:
     wanted = {str(Path(r)) for r in files}
     for p in sorted(out.rglob("*"), reverse=True):
         rel = str(p.relative_to(out))
-        if p.is_file() and rel not in wanted and not rel.startswith("build"):
+        if p.is_file() and rel not in wanted and rel.split(os.sep)[0] != "build":  # keep the user's build/
             p.unlink()
 
 
 def cmd_generate(args) -> int:
     from .compiler import compile_model
+    from .manifest import load_manifest
     say = _progress(args.verbose)
     options = {"weights_format": args.weights_format}
+    out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
+    if out.exists() and not args.force:  # refuse before the (long) compile
+        raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
     result = compile_model(args.manifest, args.backend, args.weights, args.imgsz, options, progress=say)
-    out = Path(args.out) if args.out else ROOT / "generated" / f"{result.manifest.name}-{args.backend}"
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
@@ -109,6 +112,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="carve", description="carve: compile YOLO26 checkpoints into standalone C packages.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"carve {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="show a traceback on errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     g = sub.add_parser("generate", help="generate a package for one model and backend",
                        description="Generate a standalone package from a manifest and an Ultralytics checkpoint.")
@@ -120,10 +124,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--weights-format", choices=("blob", "c-array"), default="blob",
                    help="link weights with an assembler .incbin (blob, default) or as a C array")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
-    g.add_argument("-v", "--verbose", action="store_true", help="show a traceback on errors")
+    g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="show a traceback on errors")
     g.set_defaults(func=cmd_generate)
     ls = sub.add_parser("list", help="show the models x backends support matrix")
-    ls.add_argument("-v", "--verbose", action="store_true")
     ls.set_defaults(func=cmd_list)
     return p
 
@@ -144,3 +148,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("carve: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `carve list | head`
+        sys.stderr.close()
+        return 0

@@ -46,6 +46,8 @@ def compile_model(manifest_path: str, backend: str, weights: str, imgsz: int | N
     t0 = time.perf_counter()
     manifest = load_manifest(manifest_path)
     be = check_backend(manifest, backend)
+    if imgsz is not None and (imgsz <= 0 or imgsz % 32):
+        raise CarveError(f"--imgsz {imgsz}: must be a positive multiple of 32 (the largest stride)")
     progress(f"reading weights {weights}")
     ckpt = read_checkpoint(weights)
     if ckpt.task and ckpt.task != manifest.task:

@@ -1,8 +1,9 @@
 """Backends: each lowers IR op kinds to one target and emits a package.
 
-A backend is a module exposing a ``Backend`` subclass instance in
-``BACKENDS``. ``check`` lists every op it cannot lower, so a refusal names
-all missing pieces at once, before any file is written.
+A backend is a module of this package exposing ``BACKEND``, an instance of a
+``Backend`` subclass, and listed in ``_MODULES``. ``check`` lists every op it
+cannot lower, so a refusal names all missing pieces at once, before any file
+is written.
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ class Backend:
         raise NotImplementedError
 
 
-def get_backend(name: str) -> Backend:
-    from . import xnnpack
-    backends = {b.name: b for b in (xnnpack.BACKEND,)}
-    if name not in backends:
-        raise CarveError(f"--backend {name}: not available in this carve (available: {', '.join(sorted(backends))})")
-    return backends[name]
+_MODULES = ("xnnpack",)
 
 
 def available_backends() -> list:
-    from . import xnnpack
-    return [xnnpack.BACKEND]
+    import importlib
+    return [importlib.import_module(f"{__name__}.{m}").BACKEND for m in _MODULES]
+
+
+def get_backend(name: str) -> Backend:
+    backends = {b.name: b for b in available_backends()}
+    if name not in backends:
+        raise CarveError(f"--backend {name}: not available in this carve (available: {', '.join(sorted(backends))})")
+    return backends[name]

@@ -26,6 +26,12 @@ def _upsample_rule(op, graph):
     return None if op.attrs["scale"] == 2 else f"nearest upsample x{op.attrs['scale']} (only x2 is lowered)"
 
 
+def _e2e_rule(op, graph):
+    if op.attrs["extra_channels"]:
+        return f"end-to-end rows with {op.attrs['extra_channels']} extra channels (seg/pose/obb) are not lowered yet"
+    return None
+
+
 def _add_rule(op, graph):
     return "a residual add that could not be fused into a conv epilogue"
 
@@ -40,7 +46,7 @@ class XnnpackBackend(Backend):
         "concat": lambda op, g: None,
         "slice": lambda op, g: None,
         "attention": lambda op, g: None,
-        "e2e_detect": lambda op, g: None,
+        "e2e_detect": _e2e_rule,
         "add": _add_rule,
     }
     runtime_files = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",

@@ -8,6 +8,7 @@ forced on m/l/x, heads extended with the input channels.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from ..errors import CarveError
 from ..ir import GraphBuilder, Layer, validate
@@ -116,7 +117,8 @@ def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
         raise CarveError(f"classes: {len(names)} names given but the checkpoint has nc={nc}",
                          location=manifest.where("classes"))
     meta = dict(task=manifest.task, nc=nc, names=names, imgsz=imgsz, scale=manifest.scale,
-                max_det=max_det, manifest=manifest.path, weights=ckpt.path, weights_sha256=ckpt.sha256)
+                max_det=max_det, manifest=manifest.path, weights=Path(ckpt.path).name,
+                provenance=dict(manifest.provenance), weights_sha256=ckpt.sha256)
     graph = gb.build(outputs, meta)
     validate(graph)
     return graph
