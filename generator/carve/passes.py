@@ -1,7 +1,7 @@
 """Graph passes: pure functions Graph -> Graph.
 
-* ``fold_bn``: BatchNorm folded into the conv weight and bias, computed in
-  float64 exactly as Ultralytics' ``fuse_conv_and_bn``.
+* ``fold_bn``: BatchNorm folded into the conv weight and bias, in float32
+  exactly as PyTorch's ``fuse_conv_bn_weights`` (bit-identical weights).
 * ``fuse_residual``: ``add(x, conv(...))`` becomes the conv's epilogue
   (``y = act(conv) + x``) when the conv output has no other reader.
 * ``prune_weights``: drops weights no op references.
@@ -15,7 +15,12 @@ from .ir import Graph, validate
 
 
 def fold_bn(graph: Graph) -> Graph:
-    """W' = W * g/sqrt(var+eps) per output channel; b' = beta - g*mean/sqrt(var+eps) (+ b * scale)."""
+    """W' = W * (gamma * rsqrt(var + eps)); b' = (b - mean) * rsqrt(var + eps) * gamma + beta.
+
+    Computed in float32 in the same order as PyTorch's ``fuse_conv_bn_weights`` (which Ultralytics' ``fuse()``
+    calls), so the folded weights are bit-identical to those of the fused Ultralytics model.
+    """
+    f32 = np.float32
     weights = dict(graph.weights)
     ops = []
     for op in graph.ops:
@@ -23,18 +28,15 @@ def fold_bn(graph: Graph) -> Graph:
             ops.append(op)
             continue
         p = op.params
-        gamma = graph.weights[p["bn_gamma"]].astype(np.float64)
-        beta = graph.weights[p["bn_beta"]].astype(np.float64)
-        mean = graph.weights[p["bn_mean"]].astype(np.float64)
-        var = graph.weights[p["bn_var"]].astype(np.float64)
-        scale = gamma / np.sqrt(var + op.attrs["bn_eps"])
-        w = graph.weights[p["weight"]].astype(np.float64) * scale[:, None, None, None]
-        b = beta - mean * scale
-        if "bias" in p:
-            b = b + graph.weights[p["bias"]].astype(np.float64) * scale
+        gamma, beta = graph.weights[p["bn_gamma"]].astype(f32), graph.weights[p["bn_beta"]].astype(f32)
+        mean, var = graph.weights[p["bn_mean"]].astype(f32), graph.weights[p["bn_var"]].astype(f32)
+        rsqrt = f32(1) / np.sqrt(var + f32(op.attrs["bn_eps"]))       # torch.rsqrt on CPU: 1 / sqrt
+        w = graph.weights[p["weight"]].astype(f32) * (gamma * rsqrt)[:, None, None, None]
+        b = graph.weights[p["bias"]].astype(f32) if "bias" in p else np.zeros_like(mean)
+        b = (b - mean) * rsqrt * gamma + beta
         wn, bn = f"{op.name}.weight:folded", f"{op.name}.bias:folded"
-        weights[wn] = w.astype(np.float32)
-        weights[bn] = b.astype(np.float32)
+        weights[wn] = w.astype(f32)
+        weights[bn] = b.astype(f32)
         attrs = {k: v for k, v in op.attrs.items() if k != "bn_eps"}
         ops.append(op.replace(params={"weight": wn, "bias": bn}, attrs=attrs))
     return prune_weights(graph.replace(ops=tuple(ops), weights=weights))
