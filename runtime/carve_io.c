@@ -1,0 +1,539 @@
+// carve runtime: demo-side helpers (see carve_io.h).
+//
+// stb_image and stb_image_write are used through their headers only; the
+// implementation comes from Debian's libstb (link -lstb). Elsewhere, compile
+// one translation unit with STB_IMAGE_IMPLEMENTATION and
+// STB_IMAGE_WRITE_IMPLEMENTATION defined before the same two includes.
+
+#include "carve_io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+
+// ---- NumPy files ------------------------------------------------------------
+
+#define NPY_MAGIC "\x93NUMPY"
+#define NPY_MAGIC_LEN 6
+#define NPY_ALIGN 64                 // numpy pads the header to a multiple of 64
+#define NPY_MAX_HEADER (1u << 20)    // refuse absurd headers
+
+static int host_is_little_endian(void) {
+  const uint16_t one = 1;
+  uint8_t first;
+  memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+static void swap4(uint8_t* b) {
+  uint8_t t = b[0];
+  b[0] = b[3];
+  b[3] = t;
+  t = b[1];
+  b[1] = b[2];
+  b[2] = t;
+}
+
+carve_status carve_npy_write_f32(const char* path, const float* data, const size_t* shape,
+                                 int ndim) {
+  if (path == NULL || ndim < 0 || ndim > CARVE_NPY_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  size_t count = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] != 0 && count > SIZE_MAX / sizeof(float) / shape[i]) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+    count *= shape[i];
+  }
+  if (count != 0 && data == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+
+  // "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" padded with
+  // spaces and a final '\n' so that magic + version + length + header is a
+  // multiple of 64 bytes.
+  char header[64 + CARVE_NPY_MAX_DIMS * 24 + NPY_ALIGN];
+  int len = snprintf(header, sizeof header, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+  for (int i = 0; i < ndim; i++) {
+    len += snprintf(header + len, sizeof header - (size_t)len, i == 0 ? "%zu" : ", %zu", shape[i]);
+  }
+  len += snprintf(header + len, sizeof header - (size_t)len, ndim == 1 ? ",), }" : "), }");
+  const size_t prefix = NPY_MAGIC_LEN + 2 + 2;
+  size_t total = prefix + (size_t)len + 1;
+  total = (total + NPY_ALIGN - 1) / NPY_ALIGN * NPY_ALIGN;
+  const size_t header_len = total - prefix;
+  while ((size_t)len < header_len - 1) {
+    header[len++] = ' ';
+  }
+  header[len++] = '\n';
+
+  FILE* f = fopen(path, "wb");
+  if (f == NULL) {
+    return CARVE_ERR_IO;
+  }
+  const uint8_t version_and_len[4] = {1, 0, (uint8_t)(header_len & 0xFF),
+                                      (uint8_t)(header_len >> 8)};
+  int ok = fwrite(NPY_MAGIC, 1, NPY_MAGIC_LEN, f) == NPY_MAGIC_LEN &&
+           fwrite(version_and_len, 1, 4, f) == 4 && fwrite(header, 1, header_len, f) == header_len;
+  if (ok && host_is_little_endian()) {
+    ok = fwrite(data, sizeof(float), count, f) == count;
+  } else {
+    for (size_t i = 0; ok && i < count; i++) {
+      uint8_t b[4];
+      memcpy(b, &data[i], 4);
+      swap4(b);
+      ok = fwrite(b, 1, 4, f) == 4;
+    }
+  }
+  if (fclose(f) != 0) {
+    ok = 0;
+  }
+  return ok ? CARVE_OK : CARVE_ERR_IO;
+}
+
+// Finds the value of 'key' in a .npy header dict: returns a pointer just past the ':'.
+static const char* npy_find_key(const char* header, const char* key) {
+  const char* p = strstr(header, key);
+  if (p == NULL) {
+    return NULL;
+  }
+  p += strlen(key);
+  while (*p == ' ') {
+    p++;
+  }
+  if (*p != ':') {
+    return NULL;
+  }
+  p++;
+  while (*p == ' ') {
+    p++;
+  }
+  return p;
+}
+
+// Parses "(d0, d1, ...)" into shape; returns the number of dims, -1 if malformed,
+// CARVE_NPY_MAX_DIMS + 1 if there are too many.
+static int npy_parse_shape(const char* p, size_t shape[CARVE_NPY_MAX_DIMS]) {
+  if (*p++ != '(') {
+    return -1;
+  }
+  int ndim = 0;
+  for (;;) {
+    while (*p == ' ') {
+      p++;
+    }
+    if (*p == ')') {
+      return ndim;
+    }
+    if (*p < '0' || *p > '9') {
+      return -1;
+    }
+    size_t v = 0;
+    while (*p >= '0' && *p <= '9') {
+      const size_t digit = (size_t)(*p++ - '0');
+      if (v > (SIZE_MAX - digit) / 10) {
+        return -1;
+      }
+      v = v * 10 + digit;
+    }
+    if (ndim == CARVE_NPY_MAX_DIMS) {
+      return CARVE_NPY_MAX_DIMS + 1;
+    }
+    shape[ndim++] = v;
+    while (*p == ' ') {
+      p++;
+    }
+    if (*p == ',') {
+      p++;
+    } else if (*p != ')') {
+      return -1;
+    }
+  }
+}
+
+carve_status carve_npy_read_f32(const char* path, float** data_out,
+                                size_t shape[CARVE_NPY_MAX_DIMS], int* ndim) {
+  if (path == NULL || data_out == NULL || shape == NULL || ndim == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *data_out = NULL;
+  *ndim = 0;
+  carve_status status = CARVE_ERR_IO;
+  char* header = NULL;
+  float* data = NULL;
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    return CARVE_ERR_IO;
+  }
+
+  uint8_t prefix[NPY_MAGIC_LEN + 2];
+  if (fread(prefix, 1, sizeof prefix, f) != sizeof prefix ||
+      memcmp(prefix, NPY_MAGIC, NPY_MAGIC_LEN) != 0) {
+    goto error;
+  }
+  const int major = prefix[NPY_MAGIC_LEN];
+  size_t header_len;
+  if (major == 1) {
+    uint8_t b[2];
+    if (fread(b, 1, 2, f) != 2) {
+      goto error;
+    }
+    header_len = (size_t)b[0] | (size_t)b[1] << 8;
+  } else if (major == 2 || major == 3) {
+    uint8_t b[4];
+    if (fread(b, 1, 4, f) != 4) {
+      goto error;
+    }
+    header_len = (size_t)b[0] | (size_t)b[1] << 8 | (size_t)b[2] << 16 | (size_t)b[3] << 24;
+  } else {
+    status = CARVE_ERR_UNSUPPORTED;
+    goto error;
+  }
+  if (header_len == 0 || header_len > NPY_MAX_HEADER) {
+    goto error;
+  }
+  header = malloc(header_len + 1);
+  if (header == NULL) {
+    status = CARVE_ERR_OUT_OF_MEMORY;
+    goto error;
+  }
+  if (fread(header, 1, header_len, f) != header_len) {
+    goto error;
+  }
+  header[header_len] = '\0';
+
+  const char* descr = npy_find_key(header, "'descr'");
+  const char* fortran = npy_find_key(header, "'fortran_order'");
+  const char* shape_str = npy_find_key(header, "'shape'");
+  if (descr == NULL || fortran == NULL || shape_str == NULL) {
+    goto error;
+  }
+  if (strncmp(descr, "'<f4'", 5) != 0 || strncmp(fortran, "False", 5) != 0) {
+    status = CARVE_ERR_UNSUPPORTED;
+    goto error;
+  }
+  const int dims = npy_parse_shape(shape_str, shape);
+  if (dims < 0) {
+    goto error;
+  }
+  if (dims > CARVE_NPY_MAX_DIMS) {
+    status = CARVE_ERR_UNSUPPORTED;
+    goto error;
+  }
+  size_t count = 1;
+  for (int i = 0; i < dims; i++) {
+    if (shape[i] != 0 && count > SIZE_MAX / sizeof(float) / shape[i]) {
+      goto error;
+    }
+    count *= shape[i];
+  }
+
+  data = malloc(count == 0 ? 1 : count * sizeof(float));
+  if (data == NULL) {
+    status = CARVE_ERR_OUT_OF_MEMORY;
+    goto error;
+  }
+  if (fread(data, sizeof(float), count, f) != count) {
+    goto error;  // truncated
+  }
+  if (!host_is_little_endian()) {
+    for (size_t i = 0; i < count; i++) {
+      swap4((uint8_t*)&data[i]);
+    }
+  }
+  free(header);
+  fclose(f);
+  *data_out = data;
+  *ndim = dims;
+  return CARVE_OK;
+
+error:
+  free(data);
+  free(header);
+  fclose(f);
+  return status;
+}
+
+// ---- Images -----------------------------------------------------------------
+
+carve_status carve_image_load_rgb(const char* path, uint8_t** rgb, int* w, int* h) {
+  if (path == NULL || rgb == NULL || w == NULL || h == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *rgb = NULL;
+  *w = *h = 0;
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) {
+    return CARVE_ERR_IO;
+  }
+  int channels_in_file = 0;
+  uint8_t* pixels = stbi_load_from_file(f, w, h, &channels_in_file, 3);
+  fclose(f);
+  if (pixels == NULL) {
+    *w = *h = 0;
+    return CARVE_ERR_BAD_IMAGE;
+  }
+  *rgb = pixels;
+  return CARVE_OK;
+}
+
+void carve_image_free(uint8_t* rgb) {
+  if (rgb != NULL) {
+    stbi_image_free(rgb);
+  }
+}
+
+carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, int h) {
+  if (path == NULL || rgb == NULL || w <= 0 || h <= 0 || w > INT32_MAX / 3) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return stbi_write_png(path, w, h, 3, rgb, w * 3) ? CARVE_OK : CARVE_ERR_IO;
+}
+
+// ---- Drawing ----------------------------------------------------------------
+
+// 5x7 glyphs for ASCII 32..126: 7 rows top to bottom, bit 4 = leftmost column.
+static const uint8_t font5x7[95][7] = {
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},  // ' '
+    {0x04, 0x04, 0x04, 0x04, 0x04, 0x00, 0x04},  // '!'
+    {0x0A, 0x0A, 0x0A, 0x00, 0x00, 0x00, 0x00},  // '"'
+    {0x0A, 0x0A, 0x1F, 0x0A, 0x1F, 0x0A, 0x0A},  // '#'
+    {0x04, 0x0F, 0x14, 0x0E, 0x05, 0x1E, 0x04},  // '$'
+    {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03},  // '%'
+    {0x0C, 0x12, 0x14, 0x08, 0x15, 0x12, 0x0D},  // '&'
+    {0x04, 0x04, 0x08, 0x00, 0x00, 0x00, 0x00},  // '\''
+    {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02},  // '('
+    {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08},  // ')'
+    {0x00, 0x04, 0x15, 0x0E, 0x15, 0x04, 0x00},  // '*'
+    {0x00, 0x04, 0x04, 0x1F, 0x04, 0x04, 0x00},  // '+'
+    {0x00, 0x00, 0x00, 0x00, 0x0C, 0x04, 0x08},  // ','
+    {0x00, 0x00, 0x00, 0x1F, 0x00, 0x00, 0x00},  // '-'
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x0C, 0x0C},  // '.'
+    {0x00, 0x01, 0x02, 0x04, 0x08, 0x10, 0x00},  // '/'
+    {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E},  // '0'
+    {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E},  // '1'
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F},  // '2'
+    {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E},  // '3'
+    {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02},  // '4'
+    {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E},  // '5'
+    {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E},  // '6'
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08},  // '7'
+    {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E},  // '8'
+    {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C},  // '9'
+    {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x0C, 0x00},  // ':'
+    {0x00, 0x0C, 0x0C, 0x00, 0x0C, 0x04, 0x08},  // ';'
+    {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02},  // '<'
+    {0x00, 0x00, 0x1F, 0x00, 0x1F, 0x00, 0x00},  // '='
+    {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08},  // '>'
+    {0x0E, 0x11, 0x01, 0x02, 0x04, 0x00, 0x04},  // '?'
+    {0x0E, 0x11, 0x01, 0x0D, 0x15, 0x15, 0x0E},  // '@'
+    {0x0E, 0x11, 0x11, 0x11, 0x1F, 0x11, 0x11},  // 'A'
+    {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E},  // 'B'
+    {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E},  // 'C'
+    {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C},  // 'D'
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F},  // 'E'
+    {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10},  // 'F'
+    {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F},  // 'G'
+    {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11},  // 'H'
+    {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E},  // 'I'
+    {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C},  // 'J'
+    {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11},  // 'K'
+    {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F},  // 'L'
+    {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11},  // 'M'
+    {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11},  // 'N'
+    {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E},  // 'O'
+    {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10},  // 'P'
+    {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D},  // 'Q'
+    {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11},  // 'R'
+    {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E},  // 'S'
+    {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04},  // 'T'
+    {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E},  // 'U'
+    {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04},  // 'V'
+    {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A},  // 'W'
+    {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11},  // 'X'
+    {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04},  // 'Y'
+    {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F},  // 'Z'
+    {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E},  // '['
+    {0x00, 0x10, 0x08, 0x04, 0x02, 0x01, 0x00},  // '\\'
+    {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E},  // ']'
+    {0x04, 0x0A, 0x11, 0x00, 0x00, 0x00, 0x00},  // '^'
+    {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x1F},  // '_'
+    {0x08, 0x04, 0x02, 0x00, 0x00, 0x00, 0x00},  // '`'
+    {0x00, 0x00, 0x0E, 0x01, 0x0F, 0x11, 0x0F},  // 'a'
+    {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x1E},  // 'b'
+    {0x00, 0x00, 0x0E, 0x10, 0x10, 0x11, 0x0E},  // 'c'
+    {0x01, 0x01, 0x0D, 0x13, 0x11, 0x11, 0x0F},  // 'd'
+    {0x00, 0x00, 0x0E, 0x11, 0x1F, 0x10, 0x0E},  // 'e'
+    {0x06, 0x09, 0x08, 0x1C, 0x08, 0x08, 0x08},  // 'f'
+    {0x00, 0x0F, 0x11, 0x11, 0x0F, 0x01, 0x0E},  // 'g'
+    {0x10, 0x10, 0x16, 0x19, 0x11, 0x11, 0x11},  // 'h'
+    {0x04, 0x00, 0x0C, 0x04, 0x04, 0x04, 0x0E},  // 'i'
+    {0x02, 0x00, 0x06, 0x02, 0x02, 0x12, 0x0C},  // 'j'
+    {0x10, 0x10, 0x12, 0x14, 0x18, 0x14, 0x12},  // 'k'
+    {0x0C, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E},  // 'l'
+    {0x00, 0x00, 0x1A, 0x15, 0x15, 0x11, 0x11},  // 'm'
+    {0x00, 0x00, 0x16, 0x19, 0x11, 0x11, 0x11},  // 'n'
+    {0x00, 0x00, 0x0E, 0x11, 0x11, 0x11, 0x0E},  // 'o'
+    {0x00, 0x00, 0x1E, 0x11, 0x1E, 0x10, 0x10},  // 'p'
+    {0x00, 0x00, 0x0D, 0x13, 0x0F, 0x01, 0x01},  // 'q'
+    {0x00, 0x00, 0x16, 0x19, 0x10, 0x10, 0x10},  // 'r'
+    {0x00, 0x00, 0x0E, 0x10, 0x0E, 0x01, 0x1E},  // 's'
+    {0x08, 0x08, 0x1C, 0x08, 0x08, 0x09, 0x06},  // 't'
+    {0x00, 0x00, 0x11, 0x11, 0x11, 0x13, 0x0D},  // 'u'
+    {0x00, 0x00, 0x11, 0x11, 0x11, 0x0A, 0x04},  // 'v'
+    {0x00, 0x00, 0x11, 0x11, 0x15, 0x15, 0x0A},  // 'w'
+    {0x00, 0x00, 0x11, 0x0A, 0x04, 0x0A, 0x11},  // 'x'
+    {0x00, 0x00, 0x11, 0x11, 0x0F, 0x01, 0x0E},  // 'y'
+    {0x00, 0x00, 0x1F, 0x02, 0x04, 0x08, 0x1F},  // 'z'
+    {0x02, 0x04, 0x04, 0x08, 0x04, 0x04, 0x02},  // '{'
+    {0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04},  // '|'
+    {0x08, 0x04, 0x04, 0x02, 0x04, 0x04, 0x08},  // '}'
+    {0x00, 0x00, 0x08, 0x15, 0x02, 0x00, 0x00},  // '~'
+};
+
+// Sets pixel (x, y) if it lies inside the image.
+static void put_pixel(uint8_t* rgb, int w, int h, int x, int y, const uint8_t color[3]) {
+  if (x < 0 || y < 0 || x >= w || y >= h) {
+    return;
+  }
+  uint8_t* p = rgb + ((size_t)y * (size_t)w + (size_t)x) * 3;
+  p[0] = color[0];
+  p[1] = color[1];
+  p[2] = color[2];
+}
+
+// Fills [x0, x1) x [y0, y1), clipped to the image.
+static void fill_rect(uint8_t* rgb, int w, int h, int x0, int y0, int x1, int y1,
+                      const uint8_t color[3]) {
+  x0 = x0 < 0 ? 0 : x0;
+  y0 = y0 < 0 ? 0 : y0;
+  x1 = x1 > w ? w : x1;
+  y1 = y1 > h ? h : y1;
+  for (int y = y0; y < y1; y++) {
+    for (int x = x0; x < x1; x++) {
+      put_pixel(rgb, w, h, x, y, color);
+    }
+  }
+}
+
+// round(v) to an int, with v first clamped to [lo, hi] so the conversion is defined.
+static int round_to_pixel(float v, int lo, int hi) {
+  const float r = floorf(v + 0.5f);
+  return r < (float)lo ? lo : (r > (float)hi ? hi : (int)r);
+}
+
+void carve_draw_box(uint8_t* rgb, int w, int h, float x1, float y1, float x2, float y2,
+                    const uint8_t color[3], int thickness) {
+  if (rgb == NULL || color == NULL || w <= 0 || h <= 0) {
+    return;
+  }
+  if (!isfinite(x1) || !isfinite(y1) || !isfinite(x2) || !isfinite(y2)) {
+    return;
+  }
+  if (thickness < 1) {
+    thickness = 1;
+  }
+  if (thickness > w + h) {
+    thickness = w + h;  // already covers the whole image
+  }
+  // Far outside the image is as good as just outside it.
+  const int margin = thickness + 1;
+  int l = round_to_pixel(x1, -margin, w + margin), r = round_to_pixel(x2, -margin, w + margin);
+  int t = round_to_pixel(y1, -margin, h + margin), b = round_to_pixel(y2, -margin, h + margin);
+  if (l > r) {
+    const int s = l;
+    l = r;
+    r = s;
+  }
+  if (t > b) {
+    const int s = t;
+    t = b;
+    b = s;
+  }
+  // Ring i (0 = outermost) is the rectangle [l + i, r - i] x [t + i, b - i].
+  for (int i = 0; i < thickness && l + i <= r - i && t + i <= b - i; i++) {
+    fill_rect(rgb, w, h, l + i, t + i, r - i + 1, t + i + 1, color);  // top
+    fill_rect(rgb, w, h, l + i, b - i, r - i + 1, b - i + 1, color);  // bottom
+    fill_rect(rgb, w, h, l + i, t + i, l + i + 1, b - i + 1, color);  // left
+    fill_rect(rgb, w, h, r - i, t + i, r - i + 1, b - i + 1, color);  // right
+  }
+}
+
+int carve_text_scale(int w, int h) {
+  const long s = ((long)w + (long)h) / 1000;
+  return s < 1 ? 1 : (s > 64 ? 64 : (int)s);
+}
+
+// Characters of text that a label draws: all of them, capped so sizes fit an int.
+static int label_chars(const char* text) {
+  const size_t cap = 1u << 16;
+  const size_t n = text != NULL ? strlen(text) : 0;
+  return (int)(n < cap ? n : cap);
+}
+
+void carve_text_size(int w, int h, const char* text, int* text_w, int* text_h) {
+  const int s = carve_text_scale(w, h);
+  if (text_w != NULL) {
+    *text_w = (label_chars(text) * CARVE_FONT_CELL_W + 1) * s;
+  }
+  if (text_h != NULL) {
+    *text_h = CARVE_FONT_CELL_H * s;
+  }
+}
+
+void carve_draw_text(uint8_t* rgb, int w, int h, int x, int y, const char* text,
+                     const uint8_t fg[3], const uint8_t bg[3]) {
+  if (rgb == NULL || text == NULL || fg == NULL || w <= 0 || h <= 0) {
+    return;
+  }
+  // Far away labels: nothing to draw, and no int overflow below.
+  if (x > w || y > h || x < -(1 << 24) || y < -(1 << 24)) {
+    return;
+  }
+  const int s = carve_text_scale(w, h);
+  const int chars = label_chars(text);
+  if (bg != NULL) {
+    int text_w, text_h;
+    carve_text_size(w, h, text, &text_w, &text_h);
+    fill_rect(rgb, w, h, x, y, x + text_w, y + text_h, bg);
+  }
+  // Glyph i covers columns x + (1 + 6i + col) * s and rows y + (1 + row) * s.
+  for (int i = 0; i < chars; i++) {
+    const int gx = x + (1 + i * CARVE_FONT_CELL_W) * s;
+    if (gx >= w) {
+      break;
+    }
+    const unsigned char ch = (unsigned char)text[i];
+    const uint8_t* glyph = font5x7[(ch >= 32 && ch <= 126 ? ch : '?') - 32];
+    for (int row = 0; row < 7; row++) {
+      for (int col = 0; col < 5; col++) {
+        if (glyph[row] & (0x10 >> col)) {
+          const int px = gx + col * s, py = y + (1 + row) * s;
+          fill_rect(rgb, w, h, px, py, px + s, py + s, fg);
+        }
+      }
+    }
+  }
+}
+
+// utils.plotting.Colors.palette, hex "042AFF" ... "A2FF0B", as RGB.
+static const uint8_t palette[20][3] = {
+    {0x04, 0x2A, 0xFF}, {0x0B, 0xDB, 0xEB}, {0xF3, 0xF3, 0xF3}, {0x00, 0xDF, 0xB7},
+    {0x11, 0x1F, 0x68}, {0xFF, 0x6F, 0xDD}, {0xFF, 0x44, 0x4F}, {0xCC, 0xED, 0x00},
+    {0x00, 0xF3, 0x44}, {0xBD, 0x00, 0xFF}, {0x00, 0xB4, 0xFF}, {0xDD, 0x00, 0xBA},
+    {0x00, 0xFF, 0xFF}, {0x26, 0xC0, 0x00}, {0x01, 0xFF, 0xB3}, {0x7D, 0x24, 0xFF},
+    {0x7B, 0x00, 0x68}, {0xFF, 0x1B, 0x6C}, {0xFC, 0x6D, 0x2F}, {0xA2, 0xFF, 0x0B},
+};
+
+void carve_palette_color(int class_id, uint8_t out[3]) {
+  if (out == NULL) {
+    return;
+  }
+  const int i = ((class_id % 20) + 20) % 20;
+  memcpy(out, palette[i], 3);
+}

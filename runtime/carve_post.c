@@ -1,0 +1,227 @@
+// carve runtime: YOLO26 end-to-end post-processing (see carve_post.h).
+//
+// Both top-k steps rank candidates through one 64-bit key per candidate:
+//   key = (order_bits(score) << 32) | (2^32 - 1 - index)
+// where order_bits maps a float to an unsigned integer with the same order
+// (NaN -> 0, below everything). Keys are distinct, a larger key ranks higher,
+// and ties in score fall to the lower index, so the ranking is a total order
+// and any correct selection gives the same answer. Selection is a k-element
+// min-heap over the n keys (O(n log k), in place), then a heap sort of the k
+// survivors: no full sort of A * nc scores.
+
+#include "carve_post.h"
+
+#include <math.h>
+#include <string.h>
+
+// ---- Keys -------------------------------------------------------------------
+
+// Maps a float to bits whose unsigned order is the float order; NaN -> 0 (lowest),
+// -0 -> the bits of +0.
+static uint32_t order_bits(float score) {
+  if (score != score) {
+    return 0;
+  }
+  if (score == 0.0f) {
+    score = 0.0f;
+  }
+  uint32_t u;
+  memcpy(&u, &score, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Ranking key of candidate `index` (< 2^32) with this score.
+static uint64_t make_key(float score, size_t index) {
+  return ((uint64_t)order_bits(score) << 32) | (uint64_t)(UINT32_MAX - (uint32_t)index);
+}
+
+// Candidate index stored in a key.
+static size_t key_index(uint64_t key) { return (size_t)(UINT32_MAX - (uint32_t)key); }
+
+// sigmoid(x) = 1 / (1 + exp(-x)) in float, as torch.sigmoid.
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// ---- Selection --------------------------------------------------------------
+
+// Restores the min-heap order of heap[0 .. n) below position i.
+static void sift_down(uint64_t* heap, size_t n, size_t i) {
+  const uint64_t v = heap[i];
+  for (;;) {
+    size_t child = 2 * i + 1;
+    if (child >= n) {
+      break;
+    }
+    if (child + 1 < n && heap[child + 1] < heap[child]) {
+      child++;
+    }
+    if (heap[child] >= v) {
+      break;
+    }
+    heap[i] = heap[child];
+    i = child;
+  }
+  heap[i] = v;
+}
+
+// keys[0 .. k) = the k largest of the distinct keys[0 .. n), in descending order.
+static void select_top_keys(uint64_t* keys, size_t n, size_t k) {
+  if (k == 0) {
+    return;
+  }
+  // Invariant: keys[0 .. k) is a min-heap of the k largest keys seen so far.
+  for (size_t i = k / 2; i-- > 0;) {
+    sift_down(keys, k, i);
+  }
+  for (size_t i = k; i < n; i++) {
+    if (keys[i] > keys[0]) {
+      keys[0] = keys[i];
+      sift_down(keys, k, 0);
+    }
+  }
+  // Heap sort: each step moves the smallest remaining key to the back.
+  for (size_t end = k - 1; end > 0; end--) {
+    const uint64_t smallest = keys[0];
+    keys[0] = keys[end];
+    keys[end] = smallest;
+    sift_down(keys, end, 0);
+  }
+}
+
+// ---- Anchors ----------------------------------------------------------------
+
+// The level and the pixel within it of anchor a.
+static const carve_level* locate_anchor(const carve_level* levels, size_t num_levels, size_t a,
+                                        size_t* pixel) {
+  for (size_t l = 0; l < num_levels; l++) {
+    const size_t count = levels[l].h * levels[l].w;
+    if (a < count) {
+      *pixel = a;
+      return &levels[l];
+    }
+    a -= count;
+  }
+  *pixel = 0;
+  return NULL;  // not reached for a < A
+}
+
+// max over c of x[c], ignoring NaN; NaN only when every x[c] is NaN.
+static float max_ignoring_nan(const float* x, size_t n) {
+  float m = NAN;
+  for (size_t c = 0; c < n; c++) {
+    if (x[c] > m || m != m) {
+      m = x[c];
+    }
+  }
+  return m;
+}
+
+// ---- End-to-end top-k -------------------------------------------------------
+
+// Keys first (8-byte aligned), then the k' anchor indices of step 1.
+static size_t e2e_key_count(size_t anchors, size_t nc, size_t kk) {
+  const size_t flat = kk * nc;
+  return flat > anchors ? flat : anchors;
+}
+
+size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
+  const size_t kk = k < anchors ? k : anchors;
+  if (nc != 0 && kk > SIZE_MAX / nc / sizeof(uint64_t)) {
+    return SIZE_MAX;  // cannot be allocated
+  }
+  return e2e_key_count(anchors, nc, kk) * sizeof(uint64_t) + kk * sizeof(uint32_t);
+}
+
+void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
+                           size_t extra_channels, size_t k, void* scratch, float* rows,
+                           size_t* num_rows) {
+  if (num_rows == NULL) {
+    return;
+  }
+  *num_rows = 0;
+  if (levels == NULL || scratch == NULL || rows == NULL || nc == 0 ||
+      (uintptr_t)scratch % _Alignof(uint64_t) != 0) {
+    return;
+  }
+  size_t anchors = 0;
+  for (size_t l = 0; l < num_levels; l++) {
+    const carve_level* L = &levels[l];
+    if (L->box == NULL || L->cls == NULL || (extra_channels != 0 && L->extra == NULL)) {
+      return;
+    }
+    anchors += L->h * L->w;
+  }
+  const size_t kk = k < anchors ? k : anchors;
+  if (kk == 0 || anchors > UINT32_MAX || kk > UINT32_MAX / nc) {
+    return;
+  }
+
+  uint64_t* keys = scratch;                                     // (max(A, k' * nc))
+  uint32_t* ori = (uint32_t*)(keys + e2e_key_count(anchors, nc, kk));  // (k') anchor indices
+
+  // Step 1: the k' anchors with the best class score.
+  size_t a = 0;
+  for (size_t l = 0; l < num_levels; l++) {
+    const carve_level* L = &levels[l];
+    for (size_t p = 0; p < L->h * L->w; p++, a++) {
+      // sigmoid is monotonic, so max_c sigmoid(x[c]) = sigmoid(max_c x[c]).
+      keys[a] = make_key(sigmoid(max_ignoring_nan(L->cls + p * L->cls_stride, nc)), a);
+    }
+  }
+  select_top_keys(keys, anchors, kk);
+  for (size_t r = 0; r < kk; r++) {
+    ori[r] = (uint32_t)key_index(keys[r]);
+  }
+
+  // Step 2: the k' best of the k' x nc (anchor rank, class) scores.
+  for (size_t r = 0; r < kk; r++) {
+    size_t pixel;
+    const carve_level* L = locate_anchor(levels, num_levels, ori[r], &pixel);
+    const float* cls = L->cls + pixel * L->cls_stride;
+    for (size_t c = 0; c < nc; c++) {
+      keys[r * nc + c] = make_key(sigmoid(cls[c]), r * nc + c);
+    }
+  }
+  select_top_keys(keys, kk * nc, kk);
+
+  // Rows: decoded box, score, class, extras of the chosen anchor.
+  const size_t row_width = 6 + extra_channels;
+  for (size_t i = 0; i < kk; i++) {
+    const size_t flat = key_index(keys[i]);
+    const size_t c = flat % nc;
+    size_t pixel;
+    const carve_level* L = locate_anchor(levels, num_levels, ori[flat / nc], &pixel);
+    const float ax = (float)(pixel % L->w) + 0.5f;
+    const float ay = (float)(pixel / L->w) + 0.5f;
+    const float* ltrb = L->box + pixel * L->box_stride;
+    float* row = rows + i * row_width;
+    row[0] = (ax - ltrb[0]) * L->stride;
+    row[1] = (ay - ltrb[1]) * L->stride;
+    row[2] = (ax + ltrb[2]) * L->stride;
+    row[3] = (ay + ltrb[3]) * L->stride;
+    row[4] = sigmoid(L->cls[pixel * L->cls_stride + c]);
+    row[5] = (float)c;
+    if (extra_channels != 0) {
+      memcpy(row + 6, L->extra + pixel * L->extra_stride, extra_channels * sizeof(float));
+    }
+  }
+  *num_rows = kk;
+}
+
+// ---- Confidence filter ------------------------------------------------------
+
+size_t carve_filter_conf(float* rows, size_t n, size_t row_stride, float conf) {
+  if (rows == NULL) {
+    return 0;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    const float* row = rows + i * row_stride;
+    if (row[4] > conf) {
+      if (kept != i) {
+        memmove(rows + kept * row_stride, row, row_stride * sizeof(float));
+      }
+      kept++;
+    }
+  }
+  return kept;
+}

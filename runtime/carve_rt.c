@@ -1,0 +1,53 @@
+// carve runtime: status strings and the thread-pool glue (see carve_rt.h).
+
+#include "carve_rt.h"
+
+// ---- Status -----------------------------------------------------------------
+
+const char* carve_status_str(carve_status status) {
+#ifdef CARVE_RT_NO_ERROR_STRINGS
+  (void)status;
+  return "";
+#else
+  switch (status) {
+    case CARVE_OK:
+      return "success";
+    case CARVE_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case CARVE_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case CARVE_ERR_BACKEND:
+      return "backend (XNNPACK) failure";
+    case CARVE_ERR_IO:
+      return "file input/output error";
+    case CARVE_ERR_UNSUPPORTED:
+      return "unsupported";
+    case CARVE_ERR_BAD_WEIGHTS:
+      return "weights blob is missing, truncated or for another model";
+    case CARVE_ERR_BAD_IMAGE:
+      return "image is empty, malformed or cannot be decoded";
+  }
+  return "unknown status";
+#endif
+}
+
+// ---- Parallel loops ---------------------------------------------------------
+
+void carve_parallelize_1d_tile(pthreadpool_t pool, carve_task_1d_tile_t task, void* context,
+                               size_t range, size_t tile) {
+  if (range == 0) {
+    return;
+  }
+  if (tile == 0) {
+    tile = 1;
+  }
+#ifdef CARVE_RT_NO_THREADS
+  (void)pool;
+  for (size_t start = 0; start < range; start += tile) {
+    const size_t left = range - start;
+    task(context, start, left < tile ? left : tile);
+  }
+#else
+  pthreadpool_parallelize_1d_tile_1d(pool, task, context, range, tile, 0);
+#endif
+}

@@ -1,0 +1,96 @@
+// carve runtime: the small C library that every generated package copies in.
+//
+// Status codes, the strided NHWC view and the thread-pool glue live here; the
+// kernels are in carve_ops.h (tensor ops), carve_pre.h (letterbox), carve_post.h
+// (end-to-end detection rows) and carve_io.h (demo-side file and drawing helpers).
+//
+// Conventions shared by every file of the runtime:
+//   * activations are NHWC float32 with batch 1; pixel p, channel c of a tensor
+//     with row stride `stride` (>= channels) is data[p * stride + c], so a tensor
+//     can be a channel slice of a wider buffer (concat / split without copies);
+//   * no global mutable state and no heap allocation in any run-time function:
+//     callers pass scratch whose size a *_scratch_* function reports;
+//   * index arithmetic is done in size_t;
+//   * a NULL pthreadpool_t means "run serially on the calling thread".
+
+#ifndef CARVE_RT_H
+#define CARVE_RT_H
+
+// ---- Compile-time options ---------------------------------------------------
+//
+// Define these before including any runtime header (or on the compiler command
+// line) for every translation unit of the package.
+//
+//   CARVE_RT_NO_ERROR_STRINGS  carve_status_str() returns "" for every status
+//                              instead of a sentence, saving the string table.
+//   CARVE_RT_NO_THREADS        the runtime kernels ignore their pool argument and
+//                              never call pthreadpool, so the runtime itself does
+//                              not need libpthreadpool (XNNPACK still does).
+//   CARVE_ATTN_ROWS_PER_TASK   query rows handled by one attention task (default
+//                              32); it sets carve_attention_scratch_floats().
+//
+// Do not compile the runtime with -ffast-math: the letterbox and exp rely on
+// IEEE rounding of each operation (see carve_pre.c and carve_ops.c).
+
+// ABI version of this runtime; generated code checks it with
+//   #if CARVE_RT_ABI != 1
+//   #error "Regenerate the package: it was built for another carve runtime"
+//   #endif
+#define CARVE_RT_ABI 1
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef CARVE_RT_NO_THREADS
+// Same declaration as <pthreadpool.h>; C11 allows the repeated typedef.
+typedef struct pthreadpool* pthreadpool_t;
+#else
+#include <pthreadpool.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Status -----------------------------------------------------------------
+
+typedef enum carve_status {
+  CARVE_OK = 0,
+  CARVE_ERR_INVALID_ARGUMENT = 1,
+  CARVE_ERR_OUT_OF_MEMORY = 2,
+  CARVE_ERR_BACKEND = 3,  // XNNPACK failed
+  CARVE_ERR_IO = 4,
+  CARVE_ERR_UNSUPPORTED = 5,
+  CARVE_ERR_BAD_WEIGHTS = 6,
+  CARVE_ERR_BAD_IMAGE = 7,
+} carve_status;
+
+// A short English sentence for a status ("" with CARVE_RT_NO_ERROR_STRINGS);
+// never NULL, also for values outside the enum.
+const char* carve_status_str(carve_status status);
+
+// ---- Tensor view ------------------------------------------------------------
+
+// A strided NHWC float32 view with batch 1: element (y, x, c) is
+// data[(y * w + x) * stride + c], with stride >= c.
+typedef struct carve_view {
+  float* data;
+  size_t h, w, c, stride;
+} carve_view;
+
+// ---- Parallel loops ---------------------------------------------------------
+
+// One tile of a 1-D range: items [start, start + count).
+typedef void (*carve_task_1d_tile_t)(void* context, size_t start, size_t count);
+
+// Calls task(context, i, min(tile, range - i)) for i = 0, tile, 2*tile, ... <
+// range, on the pool's threads (serially when pool is NULL or with
+// CARVE_RT_NO_THREADS). Returns when every tile is done.
+void carve_parallelize_1d_tile(pthreadpool_t pool, carve_task_1d_tile_t task, void* context,
+                               size_t range, size_t tile);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CARVE_RT_H

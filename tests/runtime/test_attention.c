@@ -1,0 +1,131 @@
+// Checks carve_attention (Ultralytics Attention core) against a double-precision
+// loop: n = 1 and odd n (several row blocks), heads 1..3, odd key/head dims and
+// head_dim above the 64-channel accumulation chunk, strides wider than the
+// channels for qkv, out and v_out, writes confined to each head's slice, scratch
+// used only up to carve_attention_scratch_floats, and identical results with
+// 0 or 2 threads.
+
+#include "carve_ops.h"
+#include "test_common.h"
+
+static double worst = 0.0;  // largest error / (1e-6 * magnitude) seen
+
+static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads, size_t kd,
+                     size_t hd, size_t qkv_pad, size_t out_pad, size_t v_pad, float amplitude) {
+  const size_t per_head = 2 * kd + hd;
+  const size_t qkv_stride = heads * per_head + qkv_pad;
+  const size_t out_stride = heads * hd + out_pad, v_stride = heads * hd + v_pad;
+  const float scale = 1.0f / sqrtf((float)kd);
+  const size_t scratch_floats = carve_attention_scratch_floats(n, heads);
+  CHECK(scratch_floats >= n * heads);
+
+  float* qkv = malloc(n * qkv_stride * sizeof(float));
+  float* out0 = malloc(n * out_stride * sizeof(float));
+  float* out2 = malloc(n * out_stride * sizeof(float));
+  float* v0 = malloc(n * v_stride * sizeof(float));
+  float* v2 = malloc(n * v_stride * sizeof(float));
+  float* scratch = malloc((scratch_floats + 16) * sizeof(float));
+  double* s = malloc(n * sizeof(double));
+  CHECK(qkv && out0 && out2 && v0 && v2 && scratch && s);
+  for (size_t i = 0; i < n * qkv_stride; i++) {
+    qkv[i] = rng_normal(rng) * amplitude;
+  }
+  fill_canary(out0, n * out_stride);
+  fill_canary(out2, n * out_stride);
+  fill_canary(v0, n * v_stride);
+  fill_canary(v2, n * v_stride);
+  fill_canary(scratch, scratch_floats + 16);
+
+  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out0, out_stride, v0, v_stride,
+                  scratch, NULL);
+  for (size_t i = scratch_floats; i < scratch_floats + 16; i++) {
+    CHECK(is_canary(scratch[i]));
+  }
+  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, v2, v_stride,
+                  scratch, pool2);
+  CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
+  CHECK(memcmp(v0, v2, n * v_stride * sizeof(float)) == 0);
+
+  for (size_t h = 0; h < heads; h++) {
+    const float* base = qkv + h * per_head;
+    for (size_t i = 0; i < n; i++) {
+      // softmax_j(scale * sum_d q_id k_jd) in double, except that the scores
+      // are rounded to float as in the kernel and in PyTorch (a score of 30
+      // carries ~1e-6 of rounding error into exp).
+      double m = -INFINITY;
+      for (size_t j = 0; j < n; j++) {
+        double dot = 0.0;
+        for (size_t d = 0; d < kd; d++) {
+          dot += (double)base[i * qkv_stride + d] * base[j * qkv_stride + kd + d];
+        }
+        s[j] = (double)(float)(dot * scale);
+        m = dot > m ? dot : m;
+      }
+      double sum = 0.0;
+      for (size_t j = 0; j < n; j++) {
+        s[j] = exp(s[j] - m);
+        sum += s[j];
+      }
+      for (size_t e = 0; e < hd; e++) {
+        double ref = 0.0, magnitude = 0.0;
+        for (size_t j = 0; j < n; j++) {
+          const double v = base[j * qkv_stride + 2 * kd + e];
+          ref += s[j] / sum * v;
+          magnitude += s[j] / sum * fabs(v);
+        }
+        const float got = out0[i * out_stride + h * hd + e];
+        const double err = fabs((double)got - ref);
+        const double tol = 1e-6 * magnitude + 1e-30;
+        CHECK_MSG(err <= tol, "n=%zu heads=%zu kd=%zu hd=%zu h=%zu i=%zu e=%zu got=%.9g ref=%.9g",
+                  n, heads, kd, hd, h, i, e, (double)got, ref);
+        if (err / tol > worst) {
+          worst = err / tol;
+        }
+        CHECK(v0[i * v_stride + h * hd + e] == base[i * qkv_stride + 2 * kd + e]);
+      }
+    }
+  }
+  // Padding columns untouched.
+  for (size_t i = 0; i < n; i++) {
+    for (size_t c = heads * hd; c < out_stride; c++) {
+      CHECK(is_canary(out0[i * out_stride + c]));
+    }
+    for (size_t c = heads * hd; c < v_stride; c++) {
+      CHECK(is_canary(v0[i * v_stride + c]));
+    }
+  }
+
+  // v_out may be NULL; out must not change.
+  fill_canary(out2, n * out_stride);
+  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, NULL, 0, scratch,
+                  pool2);
+  CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
+
+  free(qkv);
+  free(out0);
+  free(out2);
+  free(v0);
+  free(v2);
+  free(scratch);
+  free(s);
+}
+
+int main(void) {
+  test_rng rng = {2024};
+  pthreadpool_t pool2 = make_pool2();
+  size_t cases = 0;
+  //                   n  heads kd  hd  pads       amplitude
+  run_case(&rng, pool2, 1, 1, 1, 1, 0, 0, 0, 1.0f), cases++;
+  run_case(&rng, pool2, 1, 3, 2, 3, 1, 2, 3, 1.0f), cases++;
+  run_case(&rng, pool2, 35, 1, 4, 8, 0, 0, 0, 1.0f), cases++;
+  run_case(&rng, pool2, 35, 2, 3, 5, 7, 1, 2, 2.0f), cases++;
+  run_case(&rng, pool2, 33, 3, 5, 7, 3, 5, 0, 1.0f), cases++;
+  run_case(&rng, pool2, 20, 2, 32, 64, 0, 0, 0, 1.0f), cases++;
+  run_case(&rng, pool2, 17, 1, 2, 130, 4, 3, 2, 1.0f), cases++;   // 3 chunks of v
+  run_case(&rng, pool2, 100, 2, 32, 64, 64, 0, 0, 3.0f), cases++;  // peaky softmax
+  run_case(&rng, pool2, 400, 2, 32, 64, 0, 128, 0, 1.0f), cases++; // 20x20 P5 at 640
+  pthreadpool_destroy(pool2);
+  printf("runtime_attention: %zu cases ok, worst error = %.3f of the 1e-6 relative budget\n",
+         cases, worst);
+  return 0;
+}
