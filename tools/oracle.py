@@ -542,7 +542,10 @@ def _rel_error(o: np.ndarray, r: np.ndarray, tol: float):
     return err / denom, err, [], ""
 
 
-def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=None, factor: float = 2.0) -> bool:
+LAST_STATS: dict = {}  # file name -> (our relative error, PyTorch fp32's or None), from the last compare_layers
+
+
+def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=None, factor: float = 3.0) -> bool:
     """Compare every layer_XX.npy / output*.npy of `ref` with the same file in `ours`; True when all pass.
 
     Error = max|ours-ref| / max|ref| (max|ref| == 0 -> absolute). Missing file, shape mismatch or a non-finite
@@ -554,6 +557,7 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
     tol against the exact answer, ours may be at most `factor` times as far off as PyTorch is.
     """
     ours, ref = Path(ours), Path(ref)
+    LAST_STATS.clear()
     names = sorted(p.name for p in ref.glob("layer_*.npy")) + sorted(p.name for p in ref.glob("output*.npy"))
     if not names:
         print(f"compare-layers: no layer_XX.npy or output*.npy in {ref}")
@@ -573,7 +577,7 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
             all_ok = False
             continue
         scale = float(np.abs(r).max()) if r.size else 0.0
-        bound, base_note = tol, ""
+        bound, base_note, base_rel = tol, "", None
         if baseline is not None:
             b = np.load(Path(baseline) / name).astype(np.float64)
             base_rel = _rel_error(b, r, 1.0)[0]
@@ -587,6 +591,7 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
             if problems:
                 note += "; " + "; ".join(problems[:3]) + (f"; +{len(problems) - 3} more" if len(problems) > 3 else "")
         note = base_note + note
+        LAST_STATS[name] = (rel, base_rel)
         all_ok &= ok
         rows.append((name, shape, f"{err:.3e}", f"{scale:.3e}", f"{rel:.3e}", ("OK" if ok else "FAIL") + note))
     if verbose:

@@ -8,7 +8,7 @@
 2. ./carve generate -> CMake build of the package.
 3. Layer by layer: the demo's --dump of every layer on the letterboxed sample
    image vs. the fused PyTorch model in fp64 on the same tensor (max abs error /
-   max abs value <= 1e-4, or <= 2x PyTorch's own fp32 error where that is
+   max abs value <= 1e-4, or <= 3x PyTorch's own fp32 error where that is
    larger), and the final (1, 300, 6).
 4. End to end on real images (bundled with ultralytics), letterbox included:
    the demo's --json vs. Ultralytics' predictor (same classes, boxes within
@@ -84,13 +84,16 @@ def main() -> int:
     image = oracle.sample_image(IMAGES[0])
     inp = work / "input.npy"
     oracle.make_input(image, args.imgsz, inp)
-    # Against the exact (fp64) model; the bound is 1e-4, or twice PyTorch's own fp32 error where the
-    # model amplifies round-off so much that PyTorch itself misses 1e-4 (deep random l/x models do).
+    # Against the exact (fp64) model; the bound is 1e-4, or 3x PyTorch's own fp32 error where the
+    # model amplifies round-off so much that PyTorch itself misses 1e-4/3 (deep random l/x models do).
     ref32, ref64, our_dir = work / "ref", work / "ref64", work / "ours"
     oracle.reference_layers(pt, inp, ref32)
     oracle.reference_layers(pt, inp, ref64, dtype="float64")
     run([demo, "--input", inp, "--dump", our_dir, "--threads", "2"])
-    ok &= oracle.compare_layers(our_dir, ref64, tol=args.tol, baseline=ref32)
+    ok &= oracle.compare_layers(our_dir, ref64, tol=args.tol, baseline=ref32, factor=3.0)
+    stats = dict(oracle.LAST_STATS)
+    worst = max(stats, key=lambda k: stats[k][0])
+    ratio = max(r / b for r, b in stats.values() if b)
 
     # 4. end to end on real images, letterbox included
     latency = None
@@ -110,7 +113,9 @@ def main() -> int:
         ok &= oracle.compare_detections(our_json, ref_json, box_px=1.0, score_tol=1e-3)
 
     print(f"oracle {model} {args.backend} imgsz {args.imgsz} weights {args.weights_format}: {'PASS' if ok else 'FAIL'}; "
-          f"arena {arena} bytes; latency {latency:.1f} ms (2 threads); {time.time() - t0:.0f} s")
+          f"max rel error {stats[worst][0]:.2e} ({worst}; PyTorch fp32 {stats[worst][1]:.2e}), "
+          f"worst ratio to PyTorch {ratio:.2f}; arena {arena} bytes; latency {latency:.1f} ms (2 threads); "
+          f"{time.time() - t0:.0f} s")
     return 0 if ok else 1
 
 
