@@ -72,9 +72,16 @@ def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str) -> None:
             if key in lines:
                 raise CarveError(f"{key}: duplicate key", location=f"{path}:{knode.start_mark.line + 1}")
             lines[key] = knode.start_mark.line + 1
+            if isinstance(knode, yaml.ScalarNode) and knode.tag != "tag:yaml.org,2002:str":
+                try:  # a non-string key (1:, null:, true:) is also found under its value's str()
+                    value = yaml.safe_load(knode.value)
+                    lines.setdefault(f"{prefix}.{value}" if prefix else str(value), knode.start_mark.line + 1)
+                except yaml.YAMLError:
+                    pass
             _record_lines(vnode, lines, key, path)
     elif isinstance(node, yaml.SequenceNode):
         for i, vnode in enumerate(node.value):
+            lines[f"{prefix}[{i}]"] = vnode.start_mark.line + 1
             _record_lines(vnode, lines, f"{prefix}[{i}]", path)
 
 
@@ -84,6 +91,9 @@ def _check_fields(data: dict, spec: dict, prefix: str, path: str, lines: dict) -
         return f"{path}:{line}" if line else path
 
     for key in data:
+        if not isinstance(key, str):
+            raise CarveError(f"{prefix}{key!r}: unknown key (keys are names)", location=loc(str(key)),
+                             hint=f"known keys: {', '.join(spec)}")
         if key not in spec:
             close = difflib.get_close_matches(key, list(spec), n=1)
             hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(spec)}"
@@ -157,11 +167,11 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
     backends = data["backends"]
     if not backends:
         raise CarveError("backends: the list is empty", location=where("backends"))
-    for b in backends:
+    for i, b in enumerate(backends):
         if b not in KNOWN_BACKENDS:
             close = difflib.get_close_matches(str(b), KNOWN_BACKENDS, n=1)
             raise CarveError(f"backends: unknown backend {b!r} (known: {', '.join(KNOWN_BACKENDS)})",
-                             location=where("backends"), hint=f"did you mean '{close[0]}'?" if close else None)
+                             location=where(f"backends[{i}]"), hint=f"did you mean '{close[0]}'?" if close else None)
     arch = Path(path).parent / data["architecture"]["config"]
     if not arch.is_file():
         raise CarveError(f"architecture.config: file '{data['architecture']['config']}' not found next to the manifest",

@@ -107,7 +107,8 @@ def plan_memory(graph: Graph) -> Plan:
         for t in op.inputs:
             slots.append((t, off, graph.tensors[t].shape[2]))
             off += graph.tensors[t].shape[2]
-        for t, o, c in slots:
+        nested = {dst for dst, _ in placed.values()}   # storages that already hold placed members
+        for k, (t, o, c) in enumerate(slots):
             base, s = _base(t, slice_of)
             where = o - s
             if base in placed:
@@ -115,18 +116,21 @@ def plan_memory(graph: Graph) -> Plan:
                     copies.append((op.name, t))   # already lives in another concat
                 continue                          # else: a second view of an already placed base
             cb = graph.tensors[base].shape[2]
-            ok = base != graph.input and where >= 0 and where + cb <= cout
+            # A base that already holds placed members is never placed again: the overlap rule below
+            # reasons about one level of views only.
+            ok = base != graph.input and base not in nested and where >= 0 and where + cb <= cout
             # Every other slot overlapping the base's region must be a consistent view of the
             # base, or be written only after the base and all its views are dead.
-            for u, uo, uc in slots:
+            for j, (u, uo, uc) in enumerate(slots):
                 if not ok:
                     break
-                if u == t or uo + uc <= where or uo >= where + cb:
+                if j == k or uo + uc <= where or uo >= where + cb:
                     continue
                 ub, us = _base(u, slice_of)
                 if ub == base and uo - us == where:
                     continue
-                if ub == graph.input or producer_idx.get(u, -1) <= last_read(base, uo - where, uo + uc - where):
+                if (ub == graph.input or ub in nested or ub == base
+                        or producer_idx.get(u, -1) <= last_read(base, uo - where, uo + uc - where)):
                     ok = False
             if ok:
                 placed[base] = (out, where)

@@ -223,11 +223,11 @@ def test_planned_execution_keeps_layer_outputs_to_the_end_of_their_layer():
 # passes _check_plan_invariants (storages) can still alias channels inside one storage wrongly:
 # only executing it shows that.
 
-PLANNER_BUG_DUPLICATE = ("bug: planner.plan_memory, concat placement: the overlap check skips every slot "
+PLANNER_BUG_DUPLICATE = ("regression (fixed): planner.plan_memory, concat placement: the overlap check skips every slot "
                          "holding the same tensor (`if u == t`), not just the slot being placed, so a "
                          "concat listing one input twice lets the copy into the second slot overwrite "
                          "channels of the first slot's wider base that another slice still needs")
-PLANNER_BUG_NESTED = ("bug: planner.plan_memory, concat placement: the overlap check uses the producer of "
+PLANNER_BUG_NESTED = ("regression (fixed): planner.plan_memory, concat placement: the overlap check uses the producer of "
                       "the other slot's tensor and the reads of the base itself, ignoring tensors already "
                       "placed inside either (nested concats); a member is then written while the base's "
                       "channels, or a member of the base, are still to be read")
@@ -240,7 +240,6 @@ def _run_small(graph, seed=1):
     _run_planned_and_compare(graph, image, irsim.run_graph(graph, image))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLANNER_BUG_DUPLICATE)
 def test_planner_concat_of_one_slice_twice():
     """t (3 ch); a = t[0:2], b = t[1:3]; c = concat(a, a); d = conv(b) after c. Placing t at c[0:3]
     and copying the second a into c[2:4] overwrites t's channel 2 before d reads b."""
@@ -255,7 +254,6 @@ def test_planner_concat_of_one_slice_twice():
     _run_small(gb.build({"output0": d, "output1": c}, {}))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLANNER_BUG_NESTED)
 def test_planner_nested_concat_member_written_early():
     """B (2 ch); y = conv(x) (1 ch); z = conv(B); inner = concat(y); outer = concat(inner, B[1:2]).
     B is placed at outer[0:2] because inner is produced after B's last read, but y, already placed
@@ -272,7 +270,6 @@ def test_planner_nested_concat_member_written_early():
     _run_small(gb.build({"output0": outer, "output1": z}, {}))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLANNER_BUG_NESTED)
 def test_planner_nested_concat_base_member_read_late():
     """a (2 ch); B = concat(a); w = conv(x) (1 ch); outer = concat(B[0:1], w); z = conv(a) after.
     B is placed at outer[0:2] because w is produced after B's own last read, but w (outer[1:2])
@@ -321,7 +318,6 @@ def _random_graph(seed: int, n_ops: int = 14):
     return gb.build(outputs, {})
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=PLANNER_BUG_DUPLICATE + "; " + PLANNER_BUG_NESTED)
 def test_planner_on_random_graphs():
     """300 random graphs: plan invariants hold and planned execution is bit-identical."""
     failures = []
