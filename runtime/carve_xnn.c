@@ -22,7 +22,17 @@ static carve_status from_xnn(enum xnn_status s) {
 
 carve_status carve_xnn_init(void) { return from_xnn(xnn_initialize(NULL)); }
 
-// ---- Convolution ----------------------------------------------------------
+// The common tail of every create: on failure delete the half-made operator, else hand it out.
+static carve_status finish(xnn_operator_t op, enum xnn_status s, xnn_operator_t* op_out) {
+  if (s != xnn_status_success) {
+    xnn_delete_operator(op);
+    return from_xnn(s);
+  }
+  *op_out = op;
+  return CARVE_OK;
+}
+
+// ---- Convolution ------------------------------------------------------------
 
 carve_status carve_xnn_create_conv(const carve_xnn_conv_desc* d, const float* weights, float* arena,
                                    pthreadpool_t pool, xnn_operator_t* op_out) {
@@ -34,15 +44,10 @@ carve_status carve_xnn_create_conv(const carve_xnn_conv_desc* d, const float* we
   if (s == xnn_status_success) {
     s = xnn_setup_convolution2d_nhwc_f32(op, 1, d->h, d->w, arena + d->in_off, arena + d->out_off, pool);
   }
-  if (s != xnn_status_success) {
-    xnn_delete_operator(op);
-    return from_xnn(s);
-  }
-  *op_out = op;
-  return CARVE_OK;
+  return finish(op, s, op_out);
 }
 
-// ---- Max pooling ----------------------------------------------------------
+// ---- Max pooling ------------------------------------------------------------
 
 carve_status carve_xnn_create_maxpool(const carve_xnn_maxpool_desc* d, float* arena, pthreadpool_t pool,
                                       xnn_operator_t* op_out) {
@@ -53,15 +58,10 @@ carve_status carve_xnn_create_maxpool(const carve_xnn_maxpool_desc* d, float* ar
   if (s == xnn_status_success) {
     s = xnn_setup_max_pooling2d_nhwc_f32(op, 1, d->h, d->w, arena + d->in_off, arena + d->out_off, pool);
   }
-  if (s != xnn_status_success) {
-    xnn_delete_operator(op);
-    return from_xnn(s);
-  }
-  *op_out = op;
-  return CARVE_OK;
+  return finish(op, s, op_out);
 }
 
-// ---- Copy -----------------------------------------------------------------
+// ---- Copy -------------------------------------------------------------------
 
 carve_status carve_xnn_create_copy(const carve_xnn_copy_desc* d, float* arena, pthreadpool_t pool,
                                    xnn_operator_t* op_out) {
@@ -70,15 +70,10 @@ carve_status carve_xnn_create_copy(const carve_xnn_copy_desc* d, float* arena, p
   if (s == xnn_status_success) {
     s = xnn_setup_copy_nc_x32(op, d->pixels, arena + d->in_off, arena + d->out_off, pool);
   }
-  if (s != xnn_status_success) {
-    xnn_delete_operator(op);
-    return from_xnn(s);
-  }
-  *op_out = op;
-  return CARVE_OK;
+  return finish(op, s, op_out);
 }
 
-// ---- Run / delete ---------------------------------------------------------
+// ---- Run / delete -----------------------------------------------------------
 
 carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool) { return from_xnn(xnn_run_operator(op, pool)); }
 
