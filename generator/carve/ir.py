@@ -116,6 +116,30 @@ def _infer_deconv(op, ins):
     return [((h - 1) * s + k, (w - 1) * s + k, op.attrs["cout"])]
 
 
+def _flops_deconv(op, ins, outs):
+    kh, kw = op.attrs["kernel"]
+    h, w, c = ins[0]
+    return 2 * h * w * c * op.attrs["cout"] * kh * kw
+
+
+def _infer_global_pool(op, ins):
+    return [(1, 1, ins[0][2])]
+
+
+def _infer_linear(op, ins):
+    if ins[0] != (1, 1, op.attrs["cin"]):
+        raise CarveError(f"{op.name}: linear expects (1,1,{op.attrs['cin']}), got {ins[0]}")
+    return [(1, 1, op.attrs["cout"])]
+
+
+def _flops_linear(op, ins, outs):
+    return 2 * op.attrs["cin"] * op.attrs["cout"]
+
+
+def _infer_same(op, ins):
+    return [ins[0]]
+
+
 def _infer_pool(op, ins):
     h, w, c = ins[0]
     k, s, p = op.attrs["kernel"], op.attrs["stride"], op.attrs["pad"]
@@ -186,7 +210,10 @@ OPS = {
     k.name: k for k in (
         OpKind("conv2d", _infer_conv, _flops_conv,
                "2-D convolution (+ folded BN bias), optional SiLU, optional residual add: y = act(W*x + b) + r"),
-        OpKind("deconv2d", _infer_deconv, _flops_conv, "transposed 2-D convolution with bias"),
+        OpKind("deconv2d", _infer_deconv, _flops_deconv, "transposed 2-D convolution with bias"),
+        OpKind("global_avgpool", _infer_global_pool, _flops_elementwise, "mean over all pixels, per channel"),
+        OpKind("linear", _infer_linear, _flops_linear, "fully connected layer y = W x + b on a (1,1,C) tensor"),
+        OpKind("softmax", _infer_same, _flops_elementwise, "softmax over channels"),
         OpKind("maxpool2d", _infer_pool, _flops_elementwise, "max pooling, -inf padding"),
         OpKind("upsample_nearest", _infer_upsample, _flops_zero, "integer nearest-neighbour upsampling"),
         OpKind("concat", _infer_concat, _flops_zero, "channel concatenation"),

@@ -65,8 +65,11 @@ class Ctx:
         return self.default_eps
 
     # -- primitive builders ----------------------------------------------
-    def conv(self, prefix: str, x: str, c2: int, k: int = 1, s: int = 1, g: int = 1, act: bool = True) -> str:
-        """Ultralytics Conv: conv2d(k, s, pad k//2, groups g, no bias) -> BN -> SiLU/Identity."""
+    def conv(self, prefix: str, x: str, c2: int, k: int = 1, s: int = 1, g: int = 1, act: bool = True,
+             out: str | None = None) -> str:
+        """Ultralytics Conv: conv2d(k, s, pad k//2, groups g, no bias) -> BN -> SiLU/Identity.
+
+        ``out`` names the output tensor (default: the module path)."""
         cin = self.gb.shape(x)[2]
         if cin % g or c2 % g:
             raise CarveError(f"internal: {prefix}: groups {g} do not divide {cin}->{c2}")
@@ -80,7 +83,7 @@ class Ctx:
         a = self.activation(prefix, act)
         attrs = dict(kernel=(k, k), stride=s, pad=k // 2, groups=g, cin=cin, cout=c2, act=a, bn_eps=self.bn_eps(prefix))
         src = f"Conv {k}x{k}/{s}{' dw' if g == cin and g > 1 else ''} {cin}->{c2} {'SiLU' if a == 'silu' else 'linear'}"
-        return self.gb.add("conv2d", prefix, [x], self.layer, attrs, params, src)[0]
+        return self.gb.add("conv2d", prefix, [x], self.layer, attrs, params, src, outputs=[out] if out else None)[0]
 
     def conv2d(self, prefix: str, x: str, c2: int, k: int = 1) -> str:
         """Plain nn.Conv2d with bias, stride 1, pad k//2, no activation."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import CarveError
 from ..ir import GraphBuilder, Layer, validate
 from . import modules as M
-from .heads import HEADS, build_head
+from .heads import HEADS, HeadSpec, build_head
 
 _SCALED = {"Conv", "C3k2", "SPPF", "C2PSA"}
 _REPEATED = {"C3k2", "C2PSA"}
@@ -68,7 +68,11 @@ def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
     max_det = int(head_info.attrs.get("max_det", 300)) if head_info else 300
 
     gb = GraphBuilder(manifest.name, (imgsz, imgsz, 3))
-    ctx = M.Ctx(gb=gb, ckpt=ckpt, default_eps=1e-3)
+    # BN eps when the checkpoint does not say: initialize_weights sets 1e-3 on det-type models; cls keeps 1e-5
+    ctx = M.Ctx(gb=gb, ckpt=ckpt, default_eps=1e-5 if manifest.task == "classify" else 1e-3)
+    kpt = (ckpt.yaml or {}).get("kpt_shape") or arch.get("kpt_shape") or (17, 3)
+    spec = HeadSpec(nc=nc, imgsz=imgsz, max_det=max_det, width=width, max_channels=max_ch,
+                    kpt_shape=tuple(int(v) for v in kpt))
     outs: list = []
     outputs: dict = {}
     layers = arch["backbone"] + arch["head"]
@@ -104,7 +108,7 @@ def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
         elif m == "Concat":
             y = ctx.concat(p, ins)
         else:
-            y, outputs = build_head(ctx, m, p, ins, nc, imgsz, max_det)
+            y, outputs = build_head(ctx, m, p, ins, args, spec)
         outs.append(y)
         gb.layers.append(Layer(index=i, type=m, output=y, sources=tuple(srcs)))
 
