@@ -22,58 +22,71 @@ static carve_status from_xnn(enum xnn_status s) {
 
 carve_status carve_xnn_init(void) { return from_xnn(xnn_initialize(NULL)); }
 
-// The common tail of every create: on failure delete the half-made operator, else hand it out.
-static carve_status finish(xnn_operator_t op, enum xnn_status s, xnn_operator_t* op_out) {
+// ---- Create ---------------------------------------------------------------
+
+carve_status carve_xnn_create(const carve_xnn_desc* d, const float* weights, float* arena, pthreadpool_t pool,
+                              xnn_operator_t* op_out) {
+  if (d == NULL || arena == NULL || op_out == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const float* x = arena + d->in_off;
+  float* y = arena + d->out_off;
+  const float* w = weights != NULL ? weights + d->weight_off : NULL;
+  const float* b = weights != NULL ? weights + d->bias_off : NULL;
+  const size_t pixels = (size_t)d->h * d->w;
+  xnn_operator_t op = NULL;
+  enum xnn_status s = xnn_status_invalid_parameter;
+  switch (d->kind) {
+    case CARVE_XNN_CONV:
+      s = xnn_create_convolution2d_nhwc_f32(d->pad, d->pad, d->pad, d->pad, d->kh, d->kw, d->stride, d->stride, 1, 1,
+                                            d->groups, d->cin / d->groups, d->cout / d->groups, d->in_stride,
+                                            d->out_stride, w, b, -INFINITY, INFINITY, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_convolution2d_nhwc_f32(op, 1, d->h, d->w, x, y, pool);
+      break;
+    case CARVE_XNN_DECONV:
+      s = xnn_create_deconvolution2d_nhwc_f32(0, 0, 0, 0, d->kh, d->kw, d->stride, d->stride, 1, 1, 1, d->cin,
+                                              d->cout, d->in_stride, d->out_stride, w, b, -INFINITY, INFINITY, 0,
+                                              &op);
+      if (s == xnn_status_success) s = xnn_setup_deconvolution2d_nhwc_f32(op, 1, d->h, d->w, 0, 0, x, y, pool);
+      break;
+    case CARVE_XNN_MAXPOOL:
+      s = xnn_create_max_pooling2d_nhwc_f32(d->pad, d->pad, d->pad, d->pad, d->kh, d->kh, d->stride, d->stride, 1, 1,
+                                            d->cin, d->in_stride, d->out_stride, -INFINITY, INFINITY, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_max_pooling2d_nhwc_f32(op, 1, d->h, d->w, x, y, pool);
+      break;
+    case CARVE_XNN_COPY:
+      s = xnn_create_copy_nc_x32(d->cin, d->in_stride, d->out_stride, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_copy_nc_x32(op, pixels, x, y, pool);
+      break;
+    case CARVE_XNN_ADD: {
+      const size_t shape[2] = {pixels, d->cin};
+      s = xnn_create_add_nd_f32(-INFINITY, INFINITY, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_add_nd_f32(op, 2, shape, 2, shape, x, arena + d->in2_off, y, pool);
+      break;
+    }
+    case CARVE_XNN_GAP:
+      s = xnn_create_global_average_pooling_nwc_f32(d->cin, d->in_stride, d->out_stride, -INFINITY, INFINITY, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_global_average_pooling_nwc_f32(op, 1, pixels, x, y, pool);
+      break;
+    case CARVE_XNN_FC:
+      s = xnn_create_fully_connected_nc_f32(d->cin, d->cout, d->in_stride, d->out_stride, w, b, -INFINITY, INFINITY,
+                                            0, &op);
+      if (s == xnn_status_success) s = xnn_setup_fully_connected_nc_f32(op, 1, x, y, pool);
+      break;
+    case CARVE_XNN_SOFTMAX:
+      s = xnn_create_softmax_nc_f32(d->cin, d->in_stride, d->out_stride, 0, &op);
+      if (s == xnn_status_success) s = xnn_setup_softmax_nc_f32(op, 1, x, y, pool);
+      break;
+  }
   if (s != xnn_status_success) {
-    xnn_delete_operator(op);
+    if (op != NULL) xnn_delete_operator(op);
     return from_xnn(s);
   }
   *op_out = op;
   return CARVE_OK;
 }
 
-// ---- Convolution ------------------------------------------------------------
-
-carve_status carve_xnn_create_conv(const carve_xnn_conv_desc* d, const float* weights, float* arena,
-                                   pthreadpool_t pool, xnn_operator_t* op_out) {
-  xnn_operator_t op = NULL;
-  enum xnn_status s = xnn_create_convolution2d_nhwc_f32(
-      d->pad, d->pad, d->pad, d->pad, d->kh, d->kw, d->stride, d->stride, 1, 1, d->groups,
-      d->cin / d->groups, d->cout / d->groups, d->in_stride, d->out_stride, weights + d->weight_off,
-      weights + d->bias_off, -INFINITY, INFINITY, 0, &op);
-  if (s == xnn_status_success) {
-    s = xnn_setup_convolution2d_nhwc_f32(op, 1, d->h, d->w, arena + d->in_off, arena + d->out_off, pool);
-  }
-  return finish(op, s, op_out);
-}
-
-// ---- Max pooling ------------------------------------------------------------
-
-carve_status carve_xnn_create_maxpool(const carve_xnn_maxpool_desc* d, float* arena, pthreadpool_t pool,
-                                      xnn_operator_t* op_out) {
-  xnn_operator_t op = NULL;
-  enum xnn_status s = xnn_create_max_pooling2d_nhwc_f32(d->pad, d->pad, d->pad, d->pad, d->k, d->k, d->stride,
-                                                        d->stride, 1, 1, d->channels, d->in_stride, d->out_stride,
-                                                        -INFINITY, INFINITY, 0, &op);
-  if (s == xnn_status_success) {
-    s = xnn_setup_max_pooling2d_nhwc_f32(op, 1, d->h, d->w, arena + d->in_off, arena + d->out_off, pool);
-  }
-  return finish(op, s, op_out);
-}
-
-// ---- Copy -------------------------------------------------------------------
-
-carve_status carve_xnn_create_copy(const carve_xnn_copy_desc* d, float* arena, pthreadpool_t pool,
-                                   xnn_operator_t* op_out) {
-  xnn_operator_t op = NULL;
-  enum xnn_status s = xnn_create_copy_nc_x32(d->channels, d->in_stride, d->out_stride, 0, &op);
-  if (s == xnn_status_success) {
-    s = xnn_setup_copy_nc_x32(op, d->pixels, arena + d->in_off, arena + d->out_off, pool);
-  }
-  return finish(op, s, op_out);
-}
-
-// ---- Run / delete -----------------------------------------------------------
+// ---- Run / delete ---------------------------------------------------------
 
 carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool) { return from_xnn(xnn_run_operator(op, pool)); }
 

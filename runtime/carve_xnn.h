@@ -1,10 +1,10 @@
 // carve runtime: XNNPACK operator wrappers (the xnnpack backend's glue).
 //
 // Generated packages describe every XNNPACK operator by a constant descriptor
-// (shapes, strides, weight and arena offsets, all known at generation time).
-// At create the wrappers create the operator (XNNPACK packs the weights then)
-// and set it up once on its fixed arena addresses; a run only calls
-// xnn_run_operator. Nothing here allocates during a run.
+// (kind, shapes, strides, weight and arena offsets, all known at generation
+// time). At create, carve_xnn_create() creates the operator (XNNPACK packs the
+// weights then) and sets it up once on its fixed arena addresses; a run only
+// calls xnn_run_operator. Nothing here allocates during a run.
 
 #ifndef CARVE_XNN_H
 #define CARVE_XNN_H
@@ -22,43 +22,37 @@ extern "C" {
 
 // ---- Descriptors ----------------------------------------------------------
 
-// y = W * x + b, NHWC, padding `pad` on all four sides, then no clamping.
-// Weights are OHWI (o, kh, kw, i / groups) floats at weights + weight_off.
-typedef struct carve_xnn_conv_desc {
+typedef enum carve_xnn_kind {
+  CARVE_XNN_CONV = 1,     // y = W * x + b; pad on all four sides; weights OHWI (o, kh, kw, i / groups)
+  CARVE_XNN_DECONV = 2,   // transposed conv, stride = kernel, no padding; weights (o, kh, kw, i)
+  CARVE_XNN_MAXPOOL = 3,  // y = max over a k x k window (kh), stride, padding as -inf
+  CARVE_XNN_COPY = 4,     // y[p, 0:cin] = x[p, 0:cin] for `pixels` pixels (strided channel copy)
+  CARVE_XNN_ADD = 5,      // y = x + x2, contiguous (pixels, cin) tensors
+  CARVE_XNN_GAP = 6,      // y[c] = mean over the h*w pixels of x[., c]
+  CARVE_XNN_FC = 7,       // y = W x + b, W (cout, cin) row-major
+  CARVE_XNN_SOFTMAX = 8,  // y = softmax(x) over cin channels
+} carve_xnn_kind;
+
+// One operator. Offsets are in floats: weight_off / bias_off from the weight
+// blob, in_off / in2_off / out_off from the arena. Fields a kind does not use are 0.
+typedef struct carve_xnn_desc {
+  carve_xnn_kind kind;
   uint32_t kh, kw, stride, pad, groups;
   uint32_t cin, cout;            // total input / output channels
-  uint32_t h, w;                 // input size
+  uint32_t h, w;                 // input size (pixels = h * w)
   size_t in_stride, out_stride;  // pixel strides (channels) of input and output views
-  size_t weight_off, bias_off;   // in floats from the weight blob
-  size_t in_off, out_off;        // in floats from the arena
-} carve_xnn_conv_desc;
-
-// y = max over a k x k window, stride s, padding p (as -inf).
-typedef struct carve_xnn_maxpool_desc {
-  uint32_t k, stride, pad;
-  uint32_t h, w, channels;
-  size_t in_stride, out_stride;
-  size_t in_off, out_off;
-} carve_xnn_maxpool_desc;
-
-// y[p, 0:c] = x[p, 0:c] for every pixel p (a strided channel copy).
-typedef struct carve_xnn_copy_desc {
-  size_t pixels, channels;
-  size_t in_stride, out_stride;
-  size_t in_off, out_off;
-} carve_xnn_copy_desc;
+  size_t weight_off, bias_off;
+  size_t in_off, in2_off, out_off;
+} carve_xnn_desc;
 
 // ---- Lifecycle ------------------------------------------------------------
 
 // xnn_initialize, mapped to a carve status (idempotent).
 carve_status carve_xnn_init(void);
 
-carve_status carve_xnn_create_conv(const carve_xnn_conv_desc* d, const float* weights, float* arena,
-                                   pthreadpool_t pool, xnn_operator_t* op_out);
-carve_status carve_xnn_create_maxpool(const carve_xnn_maxpool_desc* d, float* arena, pthreadpool_t pool,
-                                      xnn_operator_t* op_out);
-carve_status carve_xnn_create_copy(const carve_xnn_copy_desc* d, float* arena, pthreadpool_t pool,
-                                   xnn_operator_t* op_out);
+// Creates the operator a descriptor describes and sets it up on `arena`.
+carve_status carve_xnn_create(const carve_xnn_desc* d, const float* weights, float* arena, pthreadpool_t pool,
+                              xnn_operator_t* op_out);
 
 // Runs an operator that was set up at create.
 carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CarveError
 from ..ir import Graph, op_flops
 from ..planner import Plan
 from . import Backend
@@ -27,13 +28,21 @@ def _upsample_rule(op, graph):
 
 
 def _e2e_rule(op, graph):
-    if op.attrs["extra_channels"]:
-        return f"end-to-end rows with {op.attrs['extra_channels']} extra channels (seg/pose/obb) are not lowered yet"
-    return None
+    task = op.attrs.get("task", "detect")
+    return None if task in E2E_TASKS else f"end-to-end post-processing for task '{task}'"
+
+
+def _deconv_rule(op, graph):
+    k, s = op.attrs["kernel"], op.attrs["stride"]
+    return None if k[0] == k[1] == s and op.attrs["pad"] == 0 else "transposed conv other than kernel = stride, pad 0"
+
+
+E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
+             "obb": "CARVE_E2E_OBB"}
 
 
 def _add_rule(op, graph):
-    return "a residual add that could not be fused into a conv epilogue"
+    return None  # lowered as XNNPACK add_nd on contiguous tensors; checked against the plan in lower()
 
 
 class XnnpackBackend(Backend):
@@ -48,14 +57,18 @@ class XnnpackBackend(Backend):
         "attention": lambda op, g: None,
         "e2e_detect": _e2e_rule,
         "add": _add_rule,
+        "deconv2d": _deconv_rule,
+        "global_avgpool": lambda op, g: None,
+        "linear": lambda op, g: None,
+        "softmax": lambda op, g: None,
     }
     runtime_files = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
                      "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
-        """The program the templates render: weight blob, operator tables and per-layer steps."""
+        """The program the templates render: weight blob, XNNPACK operator table and per-layer steps."""
         blob = WeightBlob()
-        convs, pools, copies = [], [], []
+        xnn: list = []      # XNNPACK operator descriptors, in creation (= run) order
         layers = {layer.index: dict(index=layer.index, type=layer.type,
                                     fn=f"layer_{layer.index:02d}_{c_ident(layer.type.replace('nn.', '')).lower()}",
                                     output=layer.output, steps=[]) for layer in graph.layers}
@@ -63,31 +76,39 @@ class XnnpackBackend(Backend):
         v = plan.views
         storages = storage_macros(graph, plan)
 
-        def off(t):
+        def off(t, extra: int = 0):
             """The arena offset of a tensor as a C expression: its storage's constant + channel offset."""
             macro = storages[v[t].storage]["macro"]
-            return f"{macro} + {v[t].offset}" if v[t].offset else macro
+            k = v[t].offset + extra
+            return f"{macro} + {k}" if k else macro
 
         def shape(t):
             h, w, c = graph.tensors[t].shape
             return f"({h},{w},{c})"
 
+        def contiguous(t):
+            return v[t].offset == 0 and v[t].stride == graph.tensors[t].shape[2]
+
+        def add_xnn(kind: str, op_name: str, **fields) -> int:
+            xnn.append(dict(kind=kind, name=op_name, fields=fields))
+            return len(xnn) - 1
+
         for op in graph.ops:
             steps = layers[op.layer]["steps"]
-            flops = op_flops(graph, op)
-            head = dict(name=op.name, source=op.source, flops=flops,
+            head = dict(name=op.name, source=op.source, flops=op_flops(graph, op),
                         shapes=" + ".join(shape(t) for t in op.inputs) + " -> " + " , ".join(shape(t) for t in op.outputs))
-            if op.kind == "conv2d":
-                x, y = op.inputs[0], op.outputs[0]
-                w = graph.weights[op.params["weight"]]
-                b = graph.weights[op.params["bias"]]
+            x, y = op.inputs[0], op.outputs[0]
+            h, w, c = graph.tensors[x].shape
+            if op.kind in ("conv2d", "deconv2d"):
+                wt = graph.weights[op.params["weight"]]
+                # XNNPACK wants (out, kh, kw, in / groups); PyTorch has conv (out, in/g, kh, kw), deconv (in, out, kh, kw)
+                wt = np.transpose(wt, (0, 2, 3, 1) if op.kind == "conv2d" else (1, 2, 3, 0))
                 k = op.attrs["kernel"][0]
-                h_in, w_in, _ = graph.tensors[x].shape
-                convs.append(dict(name=op.name, kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
-                                  groups=op.attrs["groups"], cin=op.attrs["cin"], cout=op.attrs["cout"],
-                                  h=h_in, w=w_in, in_stride=v[x].stride, out_stride=v[y].stride,
-                                  weight_off=blob.add(np.transpose(w, (0, 2, 3, 1))), bias_off=blob.add(b),
-                                  in_off=off(x), out_off=off(y)))
+                i = add_xnn("CARVE_XNN_CONV" if op.kind == "conv2d" else "CARVE_XNN_DECONV", op.name,
+                            kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"], groups=op.attrs["groups"],
+                            cin=op.attrs["cin"], cout=op.attrs["cout"], h=h, w=w, in_stride=v[x].stride,
+                            out_stride=v[y].stride, weight_off=blob.add(wt),
+                            bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
                 epi = None
                 residual = op.inputs[1] if len(op.inputs) > 1 else None
                 if op.attrs["act"] == "silu" or residual:
@@ -95,38 +116,55 @@ class XnnpackBackend(Backend):
                     epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual) if residual else None,
                                r_stride=v[residual].stride if residual else 0, pixels=oh * ow, channels=oc,
                                act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
-                steps.append(dict(head, kind="xnn_conv", index=len(convs) - 1, epilogue=epi))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=epi))
             elif op.kind == "maxpool2d":
-                x, y = op.inputs[0], op.outputs[0]
-                h, w, c = graph.tensors[x].shape
-                pools.append(dict(name=op.name, k=op.attrs["kernel"], stride=op.attrs["stride"], pad=op.attrs["pad"],
-                                  h=h, w=w, channels=c, in_stride=v[x].stride, out_stride=v[y].stride,
-                                  in_off=off(x), out_off=off(y)))
-                steps.append(dict(head, kind="xnn_maxpool", index=len(pools) - 1))
+                i = add_xnn("CARVE_XNN_MAXPOOL", op.name, kh=op.attrs["kernel"], kw=op.attrs["kernel"],
+                            stride=op.attrs["stride"], pad=op.attrs["pad"], cin=c, h=h, w=w,
+                            in_stride=v[x].stride, out_stride=v[y].stride, in_off=off(x), out_off=off(y))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
+            elif op.kind == "add":
+                if not all(contiguous(t) for t in (*op.inputs, y)):
+                    raise CarveError(f"{op.name}: backend 'xnnpack' lowers an unfused add only on contiguous tensors",
+                                     hint="no files were written")
+                i = add_xnn("CARVE_XNN_ADD", op.name, cin=c, h=h, w=w, in_stride=c, out_stride=c,
+                            in_off=off(x), in2_off=off(op.inputs[1]), out_off=off(y))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
+            elif op.kind == "global_avgpool":
+                i = add_xnn("CARVE_XNN_GAP", op.name, cin=c, h=h, w=w, in_stride=v[x].stride,
+                            out_stride=v[y].stride, in_off=off(x), out_off=off(y))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
+            elif op.kind == "linear":
+                i = add_xnn("CARVE_XNN_FC", op.name, cin=op.attrs["cin"], cout=op.attrs["cout"], h=1, w=1,
+                            in_stride=v[x].stride, out_stride=v[y].stride,
+                            weight_off=blob.add(graph.weights[op.params["weight"]]),
+                            bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
+            elif op.kind == "softmax":
+                i = add_xnn("CARVE_XNN_SOFTMAX", op.name, cin=c, h=1, w=1, in_stride=v[x].stride,
+                            out_stride=v[y].stride, in_off=off(x), out_off=off(y))
+                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
             elif op.kind == "concat":
                 slot = 0
+                copied = False
                 for t in op.inputs:
-                    c = graph.tensors[t].shape[2]
+                    ct = graph.tensors[t].shape[2]
                     if (op.name, t) in copy_set:
-                        h, w, _ = graph.tensors[t].shape
-                        copies.append(dict(name=f"{op.name} <- {t}", pixels=h * w, channels=c,
-                                           in_stride=v[t].stride, out_stride=v[op.outputs[0]].stride,
-                                           in_off=off(t), out_off=off(op.outputs[0]) + slot))
-                        steps.append(dict(head, kind="xnn_copy", index=len(copies) - 1, what=t))
-                    slot += c
-                if not any((op.name, t) in copy_set for t in op.inputs):
+                        th, tw, _ = graph.tensors[t].shape
+                        i = add_xnn("CARVE_XNN_COPY", f"{op.name} <- {t}", cin=ct, h=th, w=tw,
+                                    in_stride=v[t].stride, out_stride=v[y].stride, in_off=off(t),
+                                    out_off=off(y, slot))
+                        steps.append(dict(head, kind="xnn", index=i, epilogue=None, what=f"copy {t} into its slot"))
+                        copied = True
+                    slot += ct
+                if not copied:
                     steps.append(dict(head, kind="view", what="concat: inputs were written in place"))
             elif op.kind == "slice":
                 steps.append(dict(head, kind="view", what="split: a strided view, no copy"))
             elif op.kind == "upsample_nearest":
-                x, y = op.inputs[0], op.outputs[0]
-                h, w, c = graph.tensors[x].shape
                 steps.append(dict(head, kind="upsample", x_off=off(x), x_stride=v[x].stride, h=h, w=w, c=c,
                                   y_off=off(y), y_stride=v[y].stride))
             elif op.kind == "attention":
-                x = op.inputs[0]
                 o, vv = op.outputs
-                h, w, _ = graph.tensors[x].shape
                 a = op.attrs
                 steps.append(dict(head, kind="attention", qkv_off=off(x), qkv_stride=v[x].stride, n=h * w,
                                   heads=a["heads"], key_dim=a["key_dim"], head_dim=a["head_dim"],
@@ -138,33 +176,39 @@ class XnnpackBackend(Backend):
                 levels = []
                 for li in range(0, len(op.inputs), per):
                     box, cls = op.inputs[li], op.inputs[li + 1]
-                    h, w, _ = graph.tensors[box].shape
+                    ex = op.inputs[li + 2] if per > 2 else None
+                    lh, lw, _ = graph.tensors[box].shape
                     levels.append(dict(box_off=off(box), box_stride=v[box].stride, cls_off=off(cls),
-                                       cls_stride=v[cls].stride, h=h, w=w, stride=a["strides"][li // per]))
-                y = op.outputs[0]
+                                       cls_stride=v[cls].stride, extra_off=off(ex) if ex else None,
+                                       extra_stride=v[ex].stride if ex else 0, h=lh, w=lw,
+                                       stride=a["strides"][li // per]))
                 _, k, row = graph.tensors[y].shape
                 steps.append(dict(head, kind="e2e", levels=levels, nc=a["nc"], k=k, row=row,
-                                  extra=a["extra_channels"], rows_off=off(y)))
+                                  extra=a["extra_channels"], task=E2E_TASKS[a.get("task", "detect")],
+                                  rows_off=off(y)))
             else:  # pragma: no cover - check() refuses these first
                 raise AssertionError(op.kind)
 
-        rows = graph.outputs["output0"]
+        out0 = graph.outputs["output0"]
         for lay in layers.values():
             t = lay["output"]
-            h, w, c = graph.tensors[t].shape
-            lay.update(out_off=off(t), out_h=h, out_w=w, out_c=c, out_stride=v[t].stride,
-                       is_rows=(t == rows), flops=sum(s["flops"] for s in lay["steps"]))
-        attn = [s for lay in layers.values() for s in lay["steps"] if s["kind"] == "attention"]
-        e2e = [s for lay in layers.values() for s in lay["steps"] if s["kind"] == "e2e"][0]
-        return dict(layers=[layers[i] for i in sorted(layers)], convs=convs, storages=sorted(
-                        storages.values(), key=lambda st: (st["offset"], st["macro"])), pools=pools, copies=copies,
+            lh, lw, lc = graph.tensors[t].shape
+            lay.update(out_off=off(t), out_h=lh, out_w=lw, out_c=lc, out_stride=v[t].stride,
+                       is_rows=(t == out0 and graph.meta["task"] != "classify"),
+                       flops=sum(st["flops"] for st in lay["steps"]))
+        attn = [st for lay in layers.values() for st in lay["steps"] if st["kind"] == "attention"]
+        e2e = next((st for lay in layers.values() for st in lay["steps"] if st["kind"] == "e2e"), None)
+        outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
+                              c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
+        return dict(layers=[layers[i] for i in sorted(layers)], xnn=xnn, outputs=outputs,
+                    storages=sorted(storages.values(), key=lambda st: (st["offset"], st["macro"])),
                     blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
-                    input_off=off(graph.input), rows_off=off(rows), rows_k=e2e["k"], row_len=e2e["row"],
+                    input_off=off(graph.input), rows_k=e2e["k"] if e2e else 0, row_len=e2e["row"] if e2e else 0,
                     arena_bytes=plan.arena_bytes,
-                    attn_max_n=max((s["n"] for s in attn), default=0),
-                    attn_max_heads=max((s["heads"] for s in attn), default=0),
-                    anchors=sum(lv["h"] * lv["w"] for lv in e2e["levels"]),
-                    flops=sum(s["flops"] for lay in layers.values() for s in lay["steps"]))
+                    attn_max_n=max((st["n"] for st in attn), default=0),
+                    attn_max_heads=max((st["heads"] for st in attn), default=0),
+                    anchors=sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0,
+                    flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         program = self.lower(graph, plan)
