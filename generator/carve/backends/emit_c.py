@@ -20,6 +20,14 @@ TEMPLATES = ROOT / "templates"
 RUNTIME = ROOT / "runtime"
 
 
+ROW_DOCS = {
+    "detect": "x1, y1, x2, y2, score, class",
+    "segment": "x1, y1, x2, y2, score, class, 32 mask coefficients",
+    "pose": "x1, y1, x2, y2, score, class, 17 keypoints (x, y, visibility)",
+    "obb": "cx, cy, w, h, score, class, angle (radians)",
+}
+
+
 def c_ident(s: str) -> str:
     return re.sub(r"[^0-9A-Za-z_]", "_", s)
 
@@ -63,7 +71,7 @@ class CPackage:
             backend=self.backend.name, imgsz=meta["imgsz"], names=meta["names"], nc=meta["nc"],
             weights_format=weights_format, options=self.options,
             runtime_sources=[f for f in self.backend.runtime_files if f.endswith(".c") and f != "carve_io.c"],
-            gflops=p["flops"] / 1e9,
+            gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
         )
         env = _env(self.backend.name)
         out: dict = {}
