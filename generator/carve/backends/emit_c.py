@@ -70,7 +70,7 @@ class CPackage:
             name=name, NAME=name.upper(), banner=banner, version=__version__, meta=meta, p=p,
             backend=self.backend.name, imgsz=meta["imgsz"], names=meta["names"], nc=meta["nc"],
             weights_format=weights_format, options=self.options,
-            runtime_sources=[f for f in self.backend.runtime_files if f.endswith(".c") and f != "carve_io.c"],
+            runtime_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".c") and f != "carve_io.c"],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
         )
         env = _env(self.backend.name)
@@ -84,7 +84,7 @@ class CPackage:
             out[f"{name}_weights.bin"] = p["blob"]
         else:
             out[f"{name}_weights.c"] = self._weights_c(name, banner)
-        for f in self.backend.runtime_files:
+        for f in self.backend.runtime_files(g):
             out[f"runtime/{f}"] = (RUNTIME / f).read_bytes()
         return out
 

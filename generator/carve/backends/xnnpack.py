@@ -62,8 +62,13 @@ class XnnpackBackend(Backend):
         "linear": lambda op, g: None,
         "softmax": lambda op, g: None,
     }
-    runtime_files = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
-                     "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
+    _runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
+                "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
+
+    def runtime_files(self, graph: Graph) -> tuple:
+        """The runtime sources a package of this graph uses (copied into it)."""
+        masks = ("carve_mask.h", "carve_mask.c") if "output1" in graph.outputs else ()
+        return self._runtime + masks
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, XNNPACK operator table and per-layer steps."""
