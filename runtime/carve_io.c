@@ -537,3 +537,220 @@ void carve_palette_color(int class_id, uint8_t out[3]) {
   const int i = ((class_id % 20) + 20) % 20;
   memcpy(out, palette[i], 3);
 }
+
+// ---- Masks, keypoints, rotated boxes ----------------------------------------
+
+void carve_draw_mask(uint8_t* rgb, int w, int h, const uint8_t* mask, const uint8_t color[3],
+                     float alpha) {
+  if (rgb == NULL || mask == NULL || color == NULL || w <= 0 || h <= 0 || alpha != alpha) {
+    return;
+  }
+  alpha = alpha < 0.0f ? 0.0f : (alpha > 1.0f ? 1.0f : alpha);
+  // Annotator.masks, one mask: inv = 1 - alpha, mcs = color / 255 * alpha,
+  // out = byte((im / 255 * inv + mcs) * 255), each step rounded to float (volatile:
+  // no FMA contraction, PyTorch runs them as separate kernels).
+  const float inv = 1.0f - alpha;
+  float mcs[3];
+  for (int c = 0; c < 3; c++) {
+    mcs[c] = ((float)color[c] / 255.0f) * alpha;
+  }
+  for (size_t p = 0; p < (size_t)w * (size_t)h; p++) {
+    if (mask[p] == 0) {
+      continue;
+    }
+    uint8_t* px = rgb + p * 3;
+    for (int c = 0; c < 3; c++) {
+      volatile float scaled = ((float)px[c] / 255.0f) * inv;
+      const float v = (scaled + mcs[c]) * 255.0f;
+      px[c] = (uint8_t)(v >= 255.0f ? 255.0f : (v > 0.0f ? v : 0.0f));
+    }
+  }
+}
+
+// Fills the pixels whose centres (x, y) lie within `radius` of the segment
+// (x0, y0) - (x1, y1) (a capsule; a disc when the ends coincide), clipped to the
+// image. Row by row: the capsule is convex, so its row section is the union of
+// the sections of the two end discs and of the band around the segment.
+static void fill_capsule(uint8_t* rgb, int w, int h, double x0, double y0, double x1, double y1,
+                         double radius, const uint8_t color[3]) {
+  const double ylo = fmax(fmin(y0, y1) - radius, 0.0);
+  const double yhi = fmin(fmax(y0, y1) + radius, (double)h - 1.0);
+  if (!(ylo <= yhi)) {
+    return;
+  }
+  const double dx = x1 - x0, dy = y1 - y0, len = sqrt(dx * dx + dy * dy);
+  const double r2 = radius * radius;
+  for (int y = (int)ceil(ylo); y <= (int)floor(yhi); y++) {
+    double lo = INFINITY, hi = -INFINITY;
+    // End discs.
+    const double ends[2][2] = {{x0, y0}, {x1, y1}};
+    for (int e = 0; e < 2; e++) {
+      const double ddy = (double)y - ends[e][1];
+      if (ddy * ddy <= r2) {
+        const double half = sqrt(r2 - ddy * ddy);
+        lo = fmin(lo, ends[e][0] - half);
+        hi = fmax(hi, ends[e][0] + half);
+      }
+    }
+    // Band: 0 <= (p - p0) . u <= len and |(p - p0) x u| <= radius, u = unit direction.
+    if (len > 0.0) {
+      const double ux = dx / len, uy = dy / len, ry = (double)y - y0;
+      double blo = -INFINITY, bhi = INFINITY;
+      // Along: 0 <= (x - x0) ux + ry uy <= len.
+      if (ux != 0.0) {
+        double a = (0.0 - ry * uy) / ux + x0, b = (len - ry * uy) / ux + x0;
+        blo = fmax(blo, fmin(a, b));
+        bhi = fmin(bhi, fmax(a, b));
+      } else if (ry * uy < 0.0 || ry * uy > len) {
+        bhi = -INFINITY;
+      }
+      // Across: |(x - x0) uy - ry ux| <= radius.
+      if (uy != 0.0) {
+        double a = (ry * ux - radius) / uy + x0, b = (ry * ux + radius) / uy + x0;
+        blo = fmax(blo, fmin(a, b));
+        bhi = fmin(bhi, fmax(a, b));
+      } else if (fabs(ry * ux) > radius) {
+        bhi = -INFINITY;
+      }
+      if (blo <= bhi) {
+        lo = fmin(lo, blo);
+        hi = fmax(hi, bhi);
+      }
+    }
+    lo = fmax(ceil(lo - 1e-9), 0.0);
+    hi = fmin(floor(hi + 1e-9), (double)w - 1.0);
+    if (lo <= hi) {
+      fill_rect(rgb, w, h, (int)lo, y, (int)hi + 1, y + 1, color);
+    }
+  }
+}
+
+// Radius of the capsule that draws a line `thickness` pixels wide the way
+// cv2.line does: one pixel for 1, else 2 * ceil(t / 2) + 1 pixels across an
+// axis-aligned line (t + 1 for even t, t + 2 for odd t), i.e. (t + 1) / 2.
+static double line_radius(int thickness) {
+  return thickness <= 1 ? 0.5 : (thickness + 1) / 2.0;
+}
+
+// Python's round(x) for x >= 0 (half to even).
+static double round_half_even_pos(double x) {
+  const double f = floor(x), frac = x - f;
+  return frac > 0.5 ? f + 1.0 : frac < 0.5 ? f : (fmod(f, 2.0) == 0.0 ? f : f + 1.0);
+}
+
+// Annotator's default line width on a w x h x 3 image.
+static int annotator_line_width(int w, int h) {
+  const double lw = round_half_even_pos(((double)w + (double)h + 3.0) / 2.0 * 0.003);
+  return lw < 2.0 ? 2 : (int)fmin(lw, 4096.0);
+}
+
+// utils.plotting.Colors.pose_palette, as listed there (Ultralytics draws these
+// triples on a BGR image).
+static const uint8_t pose_palette[20][3] = {
+    {255, 128, 0},   {255, 153, 51},  {255, 178, 102}, {230, 230, 0},   {255, 153, 255},
+    {153, 204, 255}, {255, 102, 255}, {255, 51, 255},  {102, 178, 255}, {51, 153, 255},
+    {255, 153, 153}, {255, 102, 102}, {255, 51, 51},   {153, 255, 153}, {102, 255, 102},
+    {51, 255, 51},   {0, 255, 0},     {0, 0, 255},     {255, 0, 0},     {255, 255, 255},
+};
+
+// Annotator.skeleton (1-based keypoint numbers) and its limb / keypoint colours.
+static const uint8_t coco_skeleton[19][2] = {
+    {16, 14}, {14, 12}, {17, 15}, {15, 13}, {12, 13}, {6, 12}, {7, 13}, {6, 7}, {6, 8}, {7, 9},
+    {8, 10},  {9, 11},  {2, 3},   {1, 2},   {1, 3},   {2, 4},  {3, 5},  {4, 6}, {5, 7},
+};
+static const uint8_t coco_limb_color[19] = {9, 9, 9, 9, 7, 7, 7, 0, 0, 0,
+                                            0, 0, 16, 16, 16, 16, 16, 16, 16};
+static const uint8_t coco_kpt_color[17] = {16, 16, 16, 16, 16, 0, 0, 0, 0,
+                                           0, 0, 9, 9, 9, 9, 9, 9};
+
+// A palette triple drawn by cv2 on a BGR image, as RGB.
+static void bgr_to_rgb(const uint8_t bgr[3], uint8_t rgb[3]) {
+  rgb[0] = bgr[2];
+  rgb[1] = bgr[1];
+  rgb[2] = bgr[0];
+}
+
+// int(v) of Python for a finite float: truncation towards zero, kept in range.
+static double trunc_coord(float v) { return fmax(fmin(trunc((double)v), 1e9), -1e9); }
+
+void carve_draw_keypoints(uint8_t* rgb, int w, int h, const float* kpts, size_t nk,
+                          float min_visibility) {
+  if (rgb == NULL || kpts == NULL || w <= 0 || h <= 0) {
+    return;
+  }
+  const double radius = 5.0;  // Results.plot(kpt_radius=5)
+  const int is_pose = nk == 17;
+  // A point is drawn when visible and finite (Annotator: k[2] < conf_thres skips).
+  for (size_t i = 0; i < nk; i++) {
+    const float* k = kpts + 3 * i;
+    if (k[2] < min_visibility || !isfinite(k[0]) || !isfinite(k[1])) {
+      continue;
+    }
+    uint8_t color[3];
+    if (is_pose) {
+      bgr_to_rgb(pose_palette[coco_kpt_color[i]], color);
+    } else {
+      uint8_t shown[3];
+      carve_palette_color((int)(i % 20), shown);  // colors(i) is RGB, drawn as BGR
+      bgr_to_rgb(shown, color);
+    }
+    const double x = trunc_coord(k[0]), y = trunc_coord(k[1]);
+    fill_capsule(rgb, w, h, x, y, x, y, radius, color);
+  }
+  if (!is_pose) {
+    return;
+  }
+  const int thickness = (annotator_line_width(w, h) + 1) / 2;  // ceil(lw / 2)
+  for (size_t i = 0; i < 19; i++) {
+    const float* a = kpts + 3 * (size_t)(coco_skeleton[i][0] - 1);
+    const float* b = kpts + 3 * (size_t)(coco_skeleton[i][1] - 1);
+    if (a[2] < min_visibility || b[2] < min_visibility || !isfinite(a[0]) || !isfinite(a[1]) ||
+        !isfinite(b[0]) || !isfinite(b[1])) {
+      continue;
+    }
+    const double ax = trunc_coord(a[0]), ay = trunc_coord(a[1]);
+    const double bx = trunc_coord(b[0]), by = trunc_coord(b[1]);
+    if (ax < 0.0 || ay < 0.0 || bx < 0.0 || by < 0.0) {
+      continue;  // Annotator: min(pos1 + pos2) < 0
+    }
+    uint8_t color[3];
+    bgr_to_rgb(pose_palette[coco_limb_color[i]], color);
+    fill_capsule(rgb, w, h, ax, ay, bx, by, line_radius(thickness), color);
+  }
+}
+
+void carve_draw_rotated_box(uint8_t* rgb, int w, int h, float cx, float cy, float bw, float bh,
+                            float angle, const uint8_t color[3], int thickness) {
+  if (rgb == NULL || color == NULL || w <= 0 || h <= 0) {
+    return;
+  }
+  if (!isfinite(cx) || !isfinite(cy) || !isfinite(bw) || !isfinite(bh) || !isfinite(angle)) {
+    return;
+  }
+  if (thickness < 1) {
+    thickness = 1;
+  }
+  if (thickness > w + h) {
+    thickness = w + h;
+  }
+  // ops.xywhr2xyxyxyxy: vec1 = w/2 (cos, sin), vec2 = h/2 (-sin, cos).
+  const double c = cos((double)angle), s = sin((double)angle);
+  const double v1x = bw / 2.0 * c, v1y = bw / 2.0 * s;
+  const double v2x = -bh / 2.0 * s, v2y = bh / 2.0 * c;
+  const double corner[4][2] = {
+      {cx + v1x + v2x, cy + v1y + v2y},
+      {cx + v1x - v2x, cy + v1y - v2y},
+      {cx - v1x - v2x, cy - v1y - v2y},
+      {cx - v1x + v2x, cy - v1y + v2y},
+  };
+  double pt[4][2];
+  for (int i = 0; i < 4; i++) {
+    pt[i][0] = fmax(fmin(trunc(corner[i][0]), 1e9), -1e9);
+    pt[i][1] = fmax(fmin(trunc(corner[i][1]), 1e9), -1e9);
+  }
+  for (int i = 0; i < 4; i++) {
+    const int j = (i + 1) % 4;
+    fill_capsule(rgb, w, h, pt[i][0], pt[i][1], pt[j][0], pt[j][1], line_radius(thickness),
+                 color);
+  }
+}

@@ -1,8 +1,8 @@
 // carve runtime: demo-side helpers (not used by the model itself).
 //
 // .npy files, image files through stb_image / stb_image_write, and drawing of
-// boxes and labels onto an RGB image. Unlike the rest of the runtime these
-// functions may allocate.
+// boxes, labels, masks, keypoints and rotated boxes onto an RGB image. Unlike
+// the rest of the runtime these functions may allocate.
 
 #ifndef CARVE_IO_H
 #define CARVE_IO_H
@@ -71,6 +71,41 @@ void carve_draw_text(uint8_t* rgb, int w, int h, int x, int y, const char* text,
 // Ultralytics' 20-colour palette (utils.plotting.Colors), RGB: colour
 // class_id mod 20 (Python modulo, so negative ids work too).
 void carve_palette_color(int class_id, uint8_t out[3]);
+
+// Tints the pixels where mask (h, w, rows w bytes apart) is nonzero towards
+// color, as Annotator.masks (Results.plot, alpha 0.5 there) blends one mask:
+//   v = (uint8)((p / 255 * (1 - alpha) + color / 255 * alpha) * 255)
+// in float32, rounded as PyTorch rounds each step and truncated, so the result
+// is bit-identical to Ultralytics' (pixels outside the mask are left alone, as
+// its float round trip p / 255 * 255 leaves them).
+// alpha is clamped to [0, 1]; NaN alpha or NULL pointers draw nothing.
+void carve_draw_mask(uint8_t* rgb, int w, int h, const uint8_t* mask, const uint8_t color[3],
+                     float alpha);
+
+// Draws one person's keypoints as Results.plot does (Annotator.kpts with
+// radius 5): kpts holds nk (x, y, visibility) triples in image pixels; a point
+// with visibility < min_visibility (Ultralytics uses 0.25), or a non-finite
+// coordinate, is skipped. Each kept point is a filled disc of radius 5 around
+// (int(x), int(y)) (truncated towards zero); for nk == 17 (COCO) the skeleton's
+// 19 limbs are then drawn between kept points (none with a negative pixel
+// coordinate), as cv2 lines of thickness ceil(lw / 2) (see
+// carve_draw_rotated_box) with lw = max(round((w + h + 3) / 2 * 0.003), 2),
+// in Ultralytics' pose palette colours (kpt_color / limb_color,
+// which Ultralytics draws on its BGR image and so shows channel-reversed; here
+// in RGB as shown). Other nk draw discs only, in colours(i) as shown.
+// The discs and lines are not anti-aliased.
+void carve_draw_keypoints(uint8_t* rgb, int w, int h, const float* kpts, size_t nk,
+                          float min_visibility);
+
+// Outline of a rotated box (an OBB row's cx, cy, w, h in pixels and angle in
+// radians), as Annotator.box_label draws obb rows: corners
+//   (cx, cy) +- (bw / 2) (cos a, sin a) +- (bh / 2) (-sin a, cos a)
+// (ops.xywhr2xyxyxyxy order) truncated to integers, joined by lines as
+// cv2.polylines draws them `thickness` wide (1 pixel for 1, else
+// 2 * ceil(thickness / 2) + 1 pixels across an axis-aligned edge; round caps;
+// not anti-aliased). Non-finite values draw nothing.
+void carve_draw_rotated_box(uint8_t* rgb, int w, int h, float cx, float cy, float bw, float bh,
+                            float angle, const uint8_t color[3], int thickness);
 
 #ifdef __cplusplus
 }  // extern "C"

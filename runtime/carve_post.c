@@ -131,9 +131,40 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
   return e2e_key_count(anchors, nc, kk) * sizeof(uint64_t) + kk * sizeof(uint32_t);
 }
 
-void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
-                           size_t extra_channels, size_t k, void* scratch, float* rows,
-                           size_t* num_rows) {
+// Writes row i's extras for the task, decoded as the head decodes them at
+// inference (see carve_post.h). ax, ay, s: the anchor and stride of the row's box.
+static void decode_extras(carve_e2e_task task, const float* raw, size_t extra_channels, float ax,
+                          float ay, float s, float* out) {
+  if (task == CARVE_E2E_POSE) {
+    // Pose26.kpts_decode: (raw + anchor) * stride for x and y, sigmoid for visibility.
+    for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
+      out[j] = (raw[j] + ax) * s;
+      out[j + 1] = (raw[j + 1] + ay) * s;
+      out[j + 2] = sigmoid(raw[j + 2]);
+    }
+  } else if (extra_channels != 0) {
+    memcpy(out, raw, extra_channels * sizeof(float));
+  }
+}
+
+// dist2rbox on one anchor: ltrb distances and raw angle -> (cx, cy, w, h) * stride.
+// Each product is rounded on its own (volatile: no contraction into an FMA), as
+// PyTorch's elementwise kernels do.
+static void decode_rbox(const float* ltrb, float theta, float ax, float ay, float s, float* out) {
+  const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
+  const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
+  const float c = cosf(theta), sn = sinf(theta);
+  volatile float xc = xf * c, ys = yf * sn, xs = xf * sn, yc = yf * c;
+  const float x = xc - ys, y = xs + yc;
+  out[0] = (x + ax) * s;
+  out[1] = (y + ay) * s;
+  out[2] = (ltrb[0] + ltrb[2]) * s;
+  out[3] = (ltrb[1] + ltrb[3]) * s;
+}
+
+void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
+                                size_t extra_channels, size_t k, carve_e2e_task task,
+                                void* scratch, float* rows, size_t* num_rows) {
   if (num_rows == NULL) {
     return;
   }
@@ -141,6 +172,23 @@ void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t 
   if (levels == NULL || scratch == NULL || rows == NULL || nc == 0 ||
       (uintptr_t)scratch % _Alignof(uint64_t) != 0) {
     return;
+  }
+  switch (task) {
+    case CARVE_E2E_DETECT:
+    case CARVE_E2E_SEGMENT:
+      break;
+    case CARVE_E2E_POSE:
+      if (extra_channels % 3 != 0) {
+        return;
+      }
+      break;
+    case CARVE_E2E_OBB:
+      if (extra_channels != 1) {
+        return;
+      }
+      break;
+    default:
+      return;
   }
   size_t anchors = 0;
   for (size_t l = 0; l < num_levels; l++) {
@@ -183,7 +231,7 @@ void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t 
   }
   select_top_keys(keys, kk * nc, kk);
 
-  // Rows: decoded box, score, class, extras of the chosen anchor.
+  // Rows: decoded box, score, class, decoded extras of the chosen anchor.
   const size_t row_width = 6 + extra_channels;
   for (size_t i = 0; i < kk; i++) {
     const size_t flat = key_index(keys[i]);
@@ -193,18 +241,119 @@ void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t 
     const float ax = (float)(pixel % L->w) + 0.5f;
     const float ay = (float)(pixel / L->w) + 0.5f;
     const float* ltrb = L->box + pixel * L->box_stride;
+    const float* extra = extra_channels != 0 ? L->extra + pixel * L->extra_stride : NULL;
     float* row = rows + i * row_width;
-    row[0] = (ax - ltrb[0]) * L->stride;
-    row[1] = (ay - ltrb[1]) * L->stride;
-    row[2] = (ax + ltrb[2]) * L->stride;
-    row[3] = (ay + ltrb[3]) * L->stride;
+    if (task == CARVE_E2E_OBB) {
+      decode_rbox(ltrb, extra[0], ax, ay, L->stride, row);
+    } else {
+      row[0] = (ax - ltrb[0]) * L->stride;
+      row[1] = (ay - ltrb[1]) * L->stride;
+      row[2] = (ax + ltrb[2]) * L->stride;
+      row[3] = (ay + ltrb[3]) * L->stride;
+    }
     row[4] = sigmoid(L->cls[pixel * L->cls_stride + c]);
     row[5] = (float)c;
-    if (extra_channels != 0) {
-      memcpy(row + 6, L->extra + pixel * L->extra_stride, extra_channels * sizeof(float));
-    }
+    decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
   }
   *num_rows = kk;
+}
+
+void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
+                           size_t extra_channels, size_t k, void* scratch, float* rows,
+                           size_t* num_rows) {
+  carve_e2e_postprocess_task(levels, num_levels, nc, extra_channels, k, CARVE_E2E_DETECT,
+                             scratch, rows, num_rows);
+}
+
+// ---- Classification ---------------------------------------------------------
+
+void carve_softmax(const float* x, size_t n, float* y) {
+  if (x == NULL || y == NULL || n == 0) {
+    return;
+  }
+  // m = max(x); a NaN anywhere makes m NaN and so every output NaN, as in torch.
+  float m = x[0];
+  for (size_t i = 0; i < n; i++) {
+    if (x[i] != x[i]) {
+      m = x[i];
+      break;
+    }
+    if (x[i] > m) {
+      m = x[i];
+    }
+  }
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    const float e = expf(x[i] - m);
+    y[i] = e;
+    sum += (double)e;
+  }
+  const float inv = 1.0f / (float)sum;
+  for (size_t i = 0; i < n; i++) {
+    y[i] *= inv;
+  }
+}
+
+// Restores the min-heap order (by make_key of p[heap[.]]) of heap[0 .. n) below i.
+static void sift_down_index(const float* p, int* heap, size_t n, size_t i) {
+  const int v = heap[i];
+  const uint64_t vk = make_key(p[v], (size_t)v);
+  for (;;) {
+    size_t child = 2 * i + 1;
+    if (child >= n) {
+      break;
+    }
+    uint64_t ck = make_key(p[heap[child]], (size_t)heap[child]);
+    if (child + 1 < n) {
+      const uint64_t rk = make_key(p[heap[child + 1]], (size_t)heap[child + 1]);
+      if (rk < ck) {
+        child++;
+        ck = rk;
+      }
+    }
+    if (ck >= vk) {
+      break;
+    }
+    heap[i] = heap[child];
+    i = child;
+  }
+  heap[i] = v;
+}
+
+size_t carve_topk_probs(const float* p, size_t n, size_t k, int* idx, float* val) {
+  if (p == NULL || idx == NULL || n > (size_t)INT32_MAX) {
+    return 0;
+  }
+  const size_t kk = k < n ? k : n;
+  if (kk == 0) {
+    return 0;
+  }
+  // idx[0 .. kk) is a min-heap of the kk best indices seen so far, then heap
+  // sorted (as select_top_keys, on indices instead of keys).
+  for (size_t i = 0; i < kk; i++) {
+    idx[i] = (int)i;
+  }
+  for (size_t i = kk / 2; i-- > 0;) {
+    sift_down_index(p, idx, kk, i);
+  }
+  for (size_t i = kk; i < n; i++) {
+    if (make_key(p[i], i) > make_key(p[idx[0]], (size_t)idx[0])) {
+      idx[0] = (int)i;
+      sift_down_index(p, idx, kk, 0);
+    }
+  }
+  for (size_t end = kk - 1; end > 0; end--) {
+    const int smallest = idx[0];
+    idx[0] = idx[end];
+    idx[end] = smallest;
+    sift_down_index(p, idx, end, 0);
+  }
+  if (val != NULL) {
+    for (size_t i = 0; i < kk; i++) {
+      val[i] = p[idx[i]];
+    }
+  }
+  return kk;
 }
 
 // ---- Confidence filter ------------------------------------------------------

@@ -52,9 +52,60 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
 //   [x1, y1, x2, y2, score, class, extra[0 .. extra_channels) of that anchor].
 // *num_rows = k'. Invalid arguments (NULL pointers, nc == 0, or more than
 // 2^32 - 1 candidates in a step) give *num_rows = 0.
+// Same as carve_e2e_postprocess_task(..., CARVE_E2E_DETECT, ...).
 void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
                            size_t extra_channels, size_t k, void* scratch, float* rows,
                            size_t* num_rows);
+
+// ---- Task heads (Segment26, Pose26, OBB26) ----------------------------------
+
+// What the one2one extra channels hold, and so how a row is decoded.
+typedef enum carve_e2e_task {
+  CARVE_E2E_DETECT = 0,   // extras (if any) copied raw
+  CARVE_E2E_SEGMENT = 1,  // extras = nm mask coefficients, copied raw
+  CARVE_E2E_POSE = 2,     // extras = nk x (x, y, visibility) raw keypoint channels
+  CARVE_E2E_OBB = 3,      // extras = 1 raw angle channel (radians)
+} carve_e2e_task;
+
+// The end2end rows of the task heads, equal to the eval-mode output y of
+// Ultralytics' Segment26 / Pose26 / OBB26 heads: the same two top-k steps as
+// carve_e2e_postprocess (the extras play no part in them), then each of the k'
+// chosen rows is decoded (only those: the other anchors are never decoded):
+//   DETECT, SEGMENT: [x1, y1, x2, y2, score, class, extra...], extras raw;
+//   POSE (extra_channels = 3 * nk): [x1, y1, x2, y2, score, class,
+//         kx, ky, kv (x nk)] as Pose26.kpts_decode (the non-export path):
+//           kx = (raw_x + ax) * s, ky = (raw_y + ay) * s, kv = sigmoid(raw_v),
+//         with the anchor (ax, ay) and stride s of the box's anchor;
+//   OBB (extra_channels = 1): [cx, cy, w, h, score, class, angle] as dist2rbox:
+//           xf = (r - l) / 2, yf = (b - t) / 2, theta = raw angle (no activation),
+//           cx = (xf * cos(theta) - yf * sin(theta) + ax) * s,
+//           cy = (xf * sin(theta) + yf * cos(theta) + ay) * s,
+//           w = (l + r) * s, h = (t + b) * s, angle = theta.
+// Scratch: carve_e2e_scratch_bytes(A, nc, k) bytes, 8-byte aligned; rows hold
+// k' * (6 + extra_channels) floats. *num_rows = 0 for the invalid arguments of
+// carve_e2e_postprocess, an unknown task, POSE with extra_channels not a
+// multiple of 3 (2-value keypoints are not supported), or OBB with
+// extra_channels != 1.
+void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
+                                size_t extra_channels, size_t k, carve_e2e_task task,
+                                void* scratch, float* rows, size_t* num_rows);
+
+// ---- Classification ---------------------------------------------------------
+
+// y = softmax(x) over n floats as torch.softmax in float32: m = max(x),
+// e[i] = expf(x[i] - m), y[i] = e[i] * (1 / sum(e)) with the sum taken in double
+// (within 2e-7 of torch, tests/runtime/classify_vs_ultralytics.py). As in torch,
+// a NaN or +inf anywhere, or all entries -inf, gives NaN everywhere; -inf
+// entries next to finite ones give 0. x and y may be the same array. No-op for
+// NULL pointers or n == 0.
+void carve_softmax(const float* x, size_t n, float* y);
+
+// The min(k, n) largest of p[0 .. n), best first: their indices into idx and
+// (when val is not NULL) their values into val; returns min(k, n). Ties go to
+// the lower index; NaN ranks below every number (the order of
+// carve_e2e_postprocess). O(n log k), no scratch. Returns 0 (writing nothing)
+// for p or idx NULL, or n > INT32_MAX.
+size_t carve_topk_probs(const float* p, size_t n, size_t k, int* idx, float* val);
 
 // ---- Confidence filter ------------------------------------------------------
 

@@ -228,6 +228,202 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
   return CARVE_OK;
 }
 
+// ---- Classification (torchvision Resize on a PIL image + CenterCrop) -------
+//
+// Pillow's Image.resize(BILINEAR) (src/libImaging/Resample.c), for one axis of
+// `in` source pixels resampled to `out`:
+//   scale = in / out, filterscale = max(scale, 1), support = filterscale (the
+//   triangle's support is 1), ksize = ceil(support) * 2 + 1 slots per output;
+//   output xx is centred at center = (xx + 0.5) * scale and reads source pixels
+//   [xmin, xmin + n) with xmin = max((int)(center - support + 0.5), 0) and
+//   xmin + n = min((int)(center + support + 0.5), in) ((int) truncates);
+//   weight of pixel xmin + x: tri(((xmin + x) - center + 0.5) / filterscale),
+//   tri(t) = max(1 - |t|, 0), divided by the sum of the weights, then as
+//   fixed point (int)(w * 2^22 +- 0.5) (rounded away from zero);
+//   a pass sums pixel * weight in int from 2^21 and keeps clamp(sum >> 22, 0, 255).
+// The horizontal pass runs first (on the rows the vertical pass reads), its
+// uint8 result feeds the vertical one; an axis whose size does not change is not
+// resampled at all. All the doubles are computed in Pillow's order; none of its
+// expressions can be changed by FMA contraction (the only product-plus-sum,
+// w * 2^22 + 0.5, multiplies by a power of two).
+
+#define CARVE_PIL_PRECISION_BITS 22
+
+// Resized (w, h) for Resize(out): torchvision's _compute_resized_output_size.
+static void classify_resized_size(int w, int h, int out, int* new_w, int* new_h) {
+  const int64_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
+  const int new_long = (int)((double)((int64_t)out * longer) / (double)shorter);
+  *new_w = w <= h ? out : new_long;
+  *new_h = w <= h ? new_long : out;
+}
+
+static double pil_scale(int in, int out) { return (double)(float)in / (double)out; }
+
+static int pil_ksize(int in, int out) {
+  const double scale = pil_scale(in, out);
+  const double support = scale < 1.0 ? 1.0 : scale;
+  return (int)ceil(support) * 2 + 1;
+}
+
+static double pil_triangle(double x) {
+  if (x < 0.0) {
+    x = -x;
+  }
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// Bounds (xmin, n) and fixed-point weights (ksize per output) of outputs
+// [first, first + count) of an in -> out axis.
+static void pil_axis_coeffs(int in, int out, int first, int count, int ksize, int32_t* bounds,
+                            int32_t* kk) {
+  const double scale = pil_scale(in, out);
+  const double filterscale = scale < 1.0 ? 1.0 : scale;
+  const double support = 1.0 * filterscale;
+  const double ss = 1.0 / filterscale;
+  for (int i = 0; i < count; i++) {
+    const int xx = first + i;
+    const double center = 0.0 + (xx + 0.5) * scale;
+    int xmin = (int)(center - support + 0.5);
+    if (xmin < 0) {
+      xmin = 0;
+    }
+    int xmax = (int)(center + support + 0.5);
+    if (xmax > in) {
+      xmax = in;
+    }
+    xmax -= xmin;
+    double ww = 0.0;
+    for (int x = 0; x < xmax; x++) {
+      ww += pil_triangle((x + xmin - center + 0.5) * ss);
+    }
+    int32_t* k = kk + (size_t)i * (size_t)ksize;
+    for (int x = 0; x < xmax; x++) {
+      double wgt = pil_triangle((x + xmin - center + 0.5) * ss);
+      if (ww != 0.0) {
+        wgt /= ww;
+      }
+      k[x] = wgt < 0 ? (int32_t)(-0.5 + wgt * (1 << CARVE_PIL_PRECISION_BITS))
+                     : (int32_t)(0.5 + wgt * (1 << CARVE_PIL_PRECISION_BITS));
+    }
+    bounds[2 * i] = xmin;
+    bounds[2 * i + 1] = xmax;
+  }
+}
+
+// Pillow's clip8: the fixed-point sum to a byte.
+static uint8_t pil_clip8(int32_t ss) {
+  const int32_t v = ss >> CARVE_PIL_PRECISION_BITS;  // arithmetic shift, as Pillow's
+  return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
+}
+
+typedef struct classify_plan {
+  int new_w, new_h, top, left;
+  int resize_x, resize_y;  // the axis is resampled
+  int ksize_x, ksize_y;
+} classify_plan;
+
+static void classify_plan_of(int w, int h, int out, classify_plan* p) {
+  classify_resized_size(w, h, out, &p->new_w, &p->new_h);
+  p->top = (int)round_half_even((p->new_h - out) / 2.0);
+  p->left = (int)round_half_even((p->new_w - out) / 2.0);
+  p->resize_x = p->new_w != w;
+  p->resize_y = p->new_h != h;
+  p->ksize_x = p->resize_x ? pil_ksize(w, p->new_w) : 0;
+  p->ksize_y = p->resize_y ? pil_ksize(h, p->new_h) : 0;
+}
+
+size_t carve_classify_scratch_bytes(int w, int h, int out) {
+  if (w <= 0 || h <= 0 || out <= 0) {
+    return 0;
+  }
+  classify_plan p;
+  classify_plan_of(w, h, out, &p);
+  // Bounds and weights of both axes, then up to h horizontally resampled rows.
+  const size_t coeffs = (size_t)out * (size_t)(4 + p.ksize_x + p.ksize_y);
+  const size_t rows = p.resize_x ? (size_t)h * (size_t)out * 3 : 0;
+  return coeffs * sizeof(int32_t) + rows;
+}
+
+carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
+                                       float* out_nhwc, void* scratch) {
+  if (rgb == NULL || out_nhwc == NULL || scratch == NULL || out <= 0 ||
+      (uintptr_t)scratch % _Alignof(int32_t) != 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (w <= 0 || h <= 0 || stride < (size_t)w * 3) {
+    return CARVE_ERR_BAD_IMAGE;
+  }
+  classify_plan p;
+  classify_plan_of(w, h, out, &p);
+
+  int32_t* xb = scratch;                                   // (out, 2) column bounds
+  int32_t* xk = xb + 2 * (size_t)out;                      // (out, ksize_x)
+  int32_t* yb = xk + (size_t)out * (size_t)p.ksize_x;      // (out, 2) row bounds
+  int32_t* yk = yb + 2 * (size_t)out;                      // (out, ksize_y)
+  uint8_t* rows = (uint8_t*)(yk + (size_t)out * (size_t)p.ksize_y);  // (ny, out, 3)
+  if (p.resize_x) {
+    pil_axis_coeffs(w, p.new_w, p.left, out, p.ksize_x, xb, xk);
+  }
+  if (p.resize_y) {
+    pil_axis_coeffs(h, p.new_h, p.top, out, p.ksize_y, yb, yk);
+  }
+
+  // Source rows the vertical pass (or the crop) reads: [y_lo, y_hi).
+  const int y_lo = p.resize_y ? yb[0] : p.top;
+  const int y_hi = p.resize_y ? yb[2 * (size_t)(out - 1)] + yb[2 * (size_t)(out - 1) + 1]
+                              : p.top + out;
+
+  // After the horizontal pass: row y of the source (y_lo <= y < y_hi), output
+  // column x at src + (y - y_lo) * src_stride + (x + src_x) * 3.
+  const uint8_t* src = rgb + (size_t)y_lo * stride;
+  size_t src_stride = stride;
+  size_t src_x = (size_t)p.left;
+  if (p.resize_x) {
+    for (int y = y_lo; y < y_hi; y++) {
+      const uint8_t* in = rgb + (size_t)y * stride;
+      uint8_t* o = rows + (size_t)(y - y_lo) * (size_t)out * 3;
+      for (int x = 0; x < out; x++) {
+        const int32_t xmin = xb[2 * (size_t)x], n = xb[2 * (size_t)x + 1];
+        const int32_t* k = xk + (size_t)x * (size_t)p.ksize_x;
+        int32_t s0 = 1 << (CARVE_PIL_PRECISION_BITS - 1), s1 = s0, s2 = s0;
+        for (int32_t i = 0; i < n; i++) {
+          const uint8_t* px = in + (size_t)(xmin + i) * 3;
+          s0 += px[0] * k[i];
+          s1 += px[1] * k[i];
+          s2 += px[2] * k[i];
+        }
+        o[3 * (size_t)x] = pil_clip8(s0);
+        o[3 * (size_t)x + 1] = pil_clip8(s1);
+        o[3 * (size_t)x + 2] = pil_clip8(s2);
+      }
+    }
+    src = rows;
+    src_stride = (size_t)out * 3;
+    src_x = 0;
+  }
+
+  for (int yy = 0; yy < out; yy++) {
+    float* o = out_nhwc + (size_t)yy * (size_t)out * 3;
+    if (p.resize_y) {
+      const int32_t ymin = yb[2 * (size_t)yy], n = yb[2 * (size_t)yy + 1];
+      const int32_t* k = yk + (size_t)yy * (size_t)p.ksize_y;
+      for (size_t i = 0; i < (size_t)out * 3; i++) {
+        int32_t s = 1 << (CARVE_PIL_PRECISION_BITS - 1);
+        for (int32_t j = 0; j < n; j++) {
+          s += src[(size_t)(ymin + j - y_lo) * src_stride + src_x * 3 + i] * k[j];
+        }
+        o[i] = (float)pil_clip8(s) / 255.0f;
+      }
+    } else {
+      const uint8_t* row = src + (size_t)(p.top + yy - y_lo) * src_stride + src_x * 3;
+      for (size_t i = 0; i < (size_t)out * 3; i++) {
+        o[i] = (float)row[i] / 255.0f;
+      }
+    }
+  }
+  return CARVE_OK;
+}
+
 // ---- Box scaling ------------------------------------------------------------
 
 // clamp(v, lo, hi) that keeps NaN, as torch.clamp_ does.
@@ -247,5 +443,31 @@ void carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
     b[1] = clamp_keep_nan((b[1] - info->pad_y) / info->gain_y, 0.0f, h);
     b[2] = clamp_keep_nan((b[2] - info->pad_x) / info->gain_x, 0.0f, w);
     b[3] = clamp_keep_nan((b[3] - info->pad_y) / info->gain_y, 0.0f, h);
+  }
+}
+
+void carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info) {
+  if (coords == NULL || info == NULL) {
+    return;
+  }
+  const float w = (float)info->src_w, h = (float)info->src_h;
+  for (size_t i = 0; i < n; i++) {
+    float* p = coords + i * stride;
+    p[0] = clamp_keep_nan((p[0] - info->pad_x) / info->gain_x, 0.0f, w);
+    p[1] = clamp_keep_nan((p[1] - info->pad_y) / info->gain_y, 0.0f, h);
+  }
+}
+
+void carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
+                             const carve_letterbox_info* info) {
+  if (rows == NULL || info == NULL) {
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    float* b = rows + i * row_stride;
+    b[0] = (b[0] - info->pad_x) / info->gain_x;
+    b[1] = (b[1] - info->pad_y) / info->gain_y;
+    b[2] = b[2] / info->gain_x;
+    b[3] = b[3] / info->gain_y;
   }
 }

@@ -1,5 +1,6 @@
-// carve runtime: image preprocessing (Ultralytics letterbox) and the inverse
-// mapping of boxes back to the source image (ops.scale_boxes).
+// carve runtime: image preprocessing (Ultralytics letterbox for detect / segment /
+// pose / obb, resize + centre crop for classify) and the inverse mapping of
+// boxes and keypoints back to the source image (ops.scale_boxes, scale_coords).
 
 #ifndef CARVE_PRE_H
 #define CARVE_PRE_H
@@ -43,6 +44,33 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
                              int out_w, int out_h, float* out_nhwc, void* scratch,
                              carve_letterbox_info* info);
 
+// ---- Classification ---------------------------------------------------------
+
+// Bytes of scratch carve_classify_preprocess needs for a w x h source and an
+// out x out result (aligned to 4 bytes); 0 for non-positive sizes.
+size_t carve_classify_scratch_bytes(int w, int h, int out);
+
+// What Ultralytics' ClassificationPredictor feeds a classifier (8.4.190:
+// classify_transforms(out) = torchvision Resize(out, BILINEAR) on a PIL image,
+// CenterCrop(out), then /255 and Normalize(mean 0, std 1), a no-op):
+//   1. the short side becomes out and the long one int(out * long / short)
+//      (torchvision's _compute_resized_output_size), with Pillow's
+//      Image.resize(BILINEAR): a triangle filter widened by the scale when
+//      shrinking (antialiased), 22-bit fixed-point coefficients, a horizontal
+//      pass rounded to uint8, then a vertical one (Pillow's Resample.c,
+//      reproduced bit for bit); a side that keeps its size is not resampled;
+//   2. the centre out x out is cropped at top = round((new_h - out) / 2),
+//      left = round((new_w - out) / 2) (Python's round, half to even);
+//   3. out = value / 255.0f.
+// Only the pixels that survive the crop are computed. rgb is (h, w, 3) uint8
+// with rows stride bytes apart (any channel order: it is kept; Ultralytics
+// flips BGR to RGB after the resize, which is per channel). out_nhwc is (out,
+// out, 3) float32, dense. scratch: carve_classify_scratch_bytes(w, h, out) bytes.
+// CARVE_ERR_INVALID_ARGUMENT for NULL pointers, misaligned scratch or out <= 0;
+// CARVE_ERR_BAD_IMAGE for a non-positive size or a stride shorter than a row.
+carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
+                                       float* out_nhwc, void* scratch);
+
 // ---- Box scaling ------------------------------------------------------------
 
 // ops.scale_boxes(padding=True) then clip_boxes, on the first four floats
@@ -51,6 +79,22 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
 // NaN coordinates stay NaN.
 void carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
                             const carve_letterbox_info* info);
+
+// ops.scale_coords(padding=True) (clip_coords included) on n points, point i
+// being (x, y) = coords[i * stride], coords[i * stride + 1]; the other values
+// (a keypoint's visibility) are left as they are:
+//   x = clamp((x - pad_x) / gain_x, 0, src_w), y = clamp((y - pad_y) / gain_y, 0, src_h).
+// For the (nk, 3) keypoints of a pose row: coords = row + 6, n = nk, stride = 3.
+// NaN coordinates stay NaN. No-op for NULL pointers.
+void carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info);
+
+// ops.scale_boxes(padding=True, xywh=True) on the first four floats
+// (cx, cy, w, h) of each of n rows (OBB rows [cx, cy, w, h, score, class, angle]):
+//   cx = (cx - pad_x) / gain_x, cy = (cy - pad_y) / gain_y, w = w / gain_x, h = h / gain_y,
+// with no clipping; the angle and everything after the fourth float are left
+// as they are. No-op for NULL pointers.
+void carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
+                             const carve_letterbox_info* info);
 
 #ifdef __cplusplus
 }  // extern "C"

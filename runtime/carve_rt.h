@@ -1,8 +1,11 @@
 // carve runtime: the small C library that every generated package copies in.
 //
 // Status codes, the strided NHWC view and the thread-pool glue live here; the
-// kernels are in carve_ops.h (tensor ops), carve_pre.h (letterbox), carve_post.h
-// (end-to-end detection rows) and carve_io.h (demo-side file and drawing helpers).
+// kernels are in carve_ops.h (tensor ops), carve_pre.h (letterbox, classify
+// preprocessing, mapping back to the source image), carve_post.h (end-to-end
+// rows of the detect / segment / pose / obb heads, softmax and top-k),
+// carve_mask.h (instance masks, RLE) and carve_io.h (demo-side file and drawing
+// helpers).
 //
 // Conventions shared by every file of the runtime:
 //   * activations are NHWC float32 with batch 1; pixel p, channel c of a tensor
