@@ -2,40 +2,60 @@
 # tools/ and CMakeLists.txt; this file only strings the steps together.
 BUILD ?= build
 JOBS ?= 2
-MODEL ?= yolo26n
-IMAGE ?= $(shell python3 -c "import ultralytics, os; print(os.path.join(os.path.dirname(ultralytics.__file__), 'assets', 'bus.jpg'))" 2>/dev/null)
+# The demo model is the trained, shipped assets/yolo26n-shapes.pt (tools/train_demo.py, docs/demo-model.md): no
+# torch needed. Any other MODEL (e.g. `make demo MODEL=yolo26n`) gets a random-weight checkpoint built by the test
+# tooling with Ultralytics (realistic BN statistics, meaningless detections) and runs on Ultralytics' bus.jpg.
+MODEL ?= yolo26n-shapes
+ifeq ($(MODEL),yolo26n-shapes)
+DEMO_PT ?= assets/yolo26n-shapes.pt
+IMAGE ?= assets/shapes-3.png
+DEMO_DEPS = install
+else
 DEMO_PT ?= $(BUILD)/work/demo/$(MODEL).pt
+IMAGE ?= $(shell python3 -c "import ultralytics, os; print(os.path.join(os.path.dirname(ultralytics.__file__), 'assets', 'bus.jpg'))" 2>/dev/null)
+DEMO_DEPS = install-test $(DEMO_PT)
+endif
 PKG ?= generated/$(MODEL)-xnnpack
+DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 
 .PHONY: demo test install install-test clean help
 
 help:
 	@echo "make demo   install what is missing, generate $(MODEL) for xnnpack, build it, run it on a sample image"
 	@echo "make test   install what is missing and run the whole test suite through ctest"
+	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
 
 install:
 	@sh tools/install.sh
 install-test:
 	@sh tools/install.sh --test
 
-# Until a trained demo model ships, the demo checkpoint is built by the test
-# tooling with Ultralytics from its yaml (random weights, realistic BN statistics).
-$(DEMO_PT):
+# Random-weight checkpoints for MODEL other than yolo26n-shapes, built from the Ultralytics yaml.
+$(BUILD)/work/demo/%.pt:
 	@mkdir -p $(dir $@)
-	python3 tools/oracle.py make-checkpoint --cfg $(MODEL).yaml --out $@
+	python3 tools/oracle.py make-checkpoint --cfg $*.yaml --out $@
 
-demo: install-test $(DEMO_PT)
+demo: $(DEMO_DEPS)
 	./carve generate manifests/$(MODEL).yaml --backend xnnpack --weights $(DEMO_PT) --out $(PKG) --force
 	cmake -S $(PKG) -B $(PKG)/build -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(PKG)/build -j $(JOBS)
 	@mkdir -p $(BUILD)/demo
-	$(PKG)/build/$(MODEL)_demo $(IMAGE) --out $(BUILD)/demo/$(MODEL)-annotated.png --threads 2 --runs 5
+	$(DEMO_EXE) $(IMAGE) --out $(BUILD)/demo/$(MODEL)-annotated.png --threads 2 --runs 5
 	@echo "annotated image: $(BUILD)/demo/$(MODEL)-annotated.png"
 
 test: install-test
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Every task (detect, segment, pose, obb, classify) and scale at the manifests' full input sizes, in its own build
+# folder. Outside the CI budget; `make test` runs the tasks the generator supports, m/l/x of some at reduced sizes.
+.PHONY: test-full
+test-full: install-test
+	cmake -S . -B $(BUILD)/full -DCMAKE_BUILD_TYPE=Release -DCARVE_ORACLE_FULL=ON \
+	  "-DCARVE_ORACLE_TASKS=detect;segment;pose;obb;classify" "-DCARVE_ORACLE_SCALES=n;s;m;l;x" > /dev/null
+	cmake --build $(BUILD)/full -j $(JOBS)
+	ctest --test-dir $(BUILD)/full --output-on-failure -j $(JOBS)
 
 clean:
 	rm -rf $(BUILD) generated/*-xnnpack

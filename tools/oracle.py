@@ -5,14 +5,21 @@ Every vector the tests compare against comes from here; no test types in numbers
 
 Library (import this file) and CLI (``python3 tools/oracle.py <subcommand> -h``):
 
-  make_checkpoint(cfg, out, seed=0, half=True)      a released-style .pt with realistic BN statistics
-  make_input(image, imgsz, out)                     the predictor's network input, (1,3,H,W) f32 in [0,1]
+  make_checkpoint(cfg, out, seed=0, half=True)      a released-style .pt with realistic BN statistics, any task
+  make_input(image, imgsz, out, task)               the predictor's network input, (1,3,H,W) f32 in [0,1]
   reference_layers(weights, input_npy, out_dir)     every layer's output of the fused fp32 model
   reference_predict(weights, image, imgsz, conf, out_json)
                                                     Ultralytics' own predictor, NMS-free (one2one) head
-  compare_layers(ours, ref, tol) -> bool            per-layer relative error; detection rows by matching
+  compare_layers(ours, ref, tol) -> bool            per-layer relative error; head rows by matching
   compare_detections(ours_json, ref_json, box_px, score_tol) -> bool
+                                                    predictions of any task: boxes, masks, keypoints, angles, top-5
+  calibrated_tolerances(ref32, ref64, ref_json)     compare_detections tolerances widened to 4x PyTorch's fp32 error
+  rle_encode(mask) / rle_decode(rle)                COCO uncompressed RLE (column-major), as the demo writes masks
   sample_image(name) -> Path                        an image bundled with ultralytics ('bus.jpg', 'zidane.jpg')
+
+Tasks (cfg yolo26{n,s,m,l,x}{,-seg,-pose,-obb,-cls}.yaml): detect, segment, pose, obb, classify. The head
+layer's reference is y: (1,300,6) detect, (1,300,38) segment (+ output1.npy, the (1,32,H/4,W/4) prototypes),
+(1,300,57) pose, (1,300,7) obb ([cx,cy,w,h,score,class,angle]), or classify's (1,nc) probabilities.
 
 torch and ultralytics are imported lazily, so the compare-* commands start fast and need only numpy.
 """
@@ -219,6 +226,7 @@ def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, pass
        at 640 above 0.25 (the threshold sits halfway between the 20th and 21st logit of one of them), so predict
        at conf=0.25 keeps detections instead of none (the initial class bias is about -11). For yolo26n seed 0:
        bus.jpg fills all 300 rows (top-k cut exercised), zidane.jpg keeps 20 (conf cut exercised).
+       Classify instead: the Linear is scaled to a trained-like logit spread (_spread_class_logits).
     """
     torch = _torch()
     g = torch.Generator().manual_seed(seed + 1)  # float32 draws, whatever the model's dtype
@@ -240,6 +248,7 @@ def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, pass
 
         head = model.model[-1]
         if task == "classify":
+            _spread_class_logits(model, head, g)
             model.float()
             return
         finals = _head_final_convs(head)
@@ -261,6 +270,30 @@ def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, pass
         for conv in cls_convs:
             conv.bias.add_(spread + shift)
     model.float()
+
+
+CLS_LOGIT_STD = 3.0
+
+
+def _spread_class_logits(model, head, g) -> None:
+    """Classify: scale the Linear so the logits of bus.jpg and zidane.jpg spread with std CLS_LOGIT_STD.
+
+    Randomly initialised, the logits spread by about 0.1: a flat softmax (every probability about 1/nc), top-5
+    gaps of 1e-6 and nothing a probability tolerance could catch. A trained classifier is peaked; with a spread
+    of 3 over 1000 classes the top class gets about 0.1-0.3. The bias gets a seeded N(0, 0.5) class prior.
+    """
+    torch = _torch()
+    feats = []
+    hook = head.linear.register_forward_hook(lambda m, i, o: feats.append(i[0]))
+    try:
+        imgs = [_classify_crop(_read_bgr(sample_image(n)), _TASKS["classify"][2]) for n in ("bus.jpg", "zidane.jpg")]
+        model(_to_input(imgs).double())
+    finally:
+        hook.remove()
+    w = head.linear.weight
+    std = float((feats[0] @ w.T).std(dim=1).mean())
+    w.mul_(CLS_LOGIT_STD / std)
+    head.linear.bias.copy_(torch.randn(head.linear.bias.shape, generator=g) * 0.5)
 
 
 def _train_args(cfg: str, task: str, seed: int) -> dict:
@@ -337,12 +370,32 @@ def make_checkpoint(cfg: str, out, seed: int = 0, half: bool = True, passes: int
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def make_input(image, imgsz, out=None) -> np.ndarray:
+def _classify_crop(im_bgr: np.ndarray, imgsz) -> np.ndarray:
+    """ClassificationPredictor.pre_transform: torchvision Resize (shortest side to imgsz, PIL bilinear with
+    antialias, long side int(imgsz * long / short)) then CenterCrop(imgsz), on the BGR uint8 array."""
+    from PIL import Image
+
+    from ultralytics.data.augment import classify_transforms
+
+    h, w = _imgsz_hw(imgsz)
+    tfl = classify_transforms(h if h == w else (h, w)).transforms[:2]  # Resize, CenterCrop
+    out = Image.fromarray(im_bgr)
+    for t in tfl:
+        out = t(out)
+    return np.ascontiguousarray(np.asarray(out))
+
+
+def make_input(image, imgsz, out=None, task: str = "detect") -> np.ndarray:
     """The network input the predictor feeds for `image`: (1,3,H,W) float32 NCHW RGB in [0,1].
 
-    Same steps as BasePredictor.preprocess with LetterBox(auto=False): full fixed canvas, pad 114, centred.
+    detect/segment/pose/obb: the steps of BasePredictor.preprocess with LetterBox(auto=False): full fixed canvas,
+    pad 114, centred. classify: ClassificationPredictor's (_classify_crop, then BGR->RGB and /255; its Normalize
+    has mean 0 and std 1).
     """
-    x = _to_input([_letterbox(_read_bgr(image), imgsz)]).numpy()
+    if task not in _TASKS:
+        raise OracleError(f"task '{task}': expected one of {', '.join(_TASKS)}")
+    im = _read_bgr(image)
+    x = _to_input([_classify_crop(im, imgsz) if task == "classify" else _letterbox(im, imgsz)]).numpy()
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         np.save(out, x)
@@ -425,42 +478,93 @@ def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dic
     return written
 
 
-def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_input=None) -> dict:
-    """Ultralytics' own predictor on `image`, NMS-free one2one head, full square letterbox (rect=False).
+def rle_encode(mask: np.ndarray) -> dict:
+    """COCO uncompressed RLE of a binary (H, W) mask: {"size": [H, W], "counts": [...]}, column-major (Fortran
+    order), runs alternating 0s and 1s starting with 0s (a first count of 0 when the top-left pixel is set)."""
+    m = np.asarray(mask).astype(bool)
+    if m.ndim != 2:
+        raise OracleError(f"rle_encode: expected a 2-D mask, found shape {m.shape}")
+    flat = m.ravel(order="F").astype(np.int8)
+    change = np.flatnonzero(np.diff(flat)) + 1
+    edges = np.concatenate([[0], change, [flat.size]])
+    counts = np.diff(edges).tolist()
+    if flat.size and flat[0] == 1:
+        counts = [0] + counts
+    return {"size": [int(m.shape[0]), int(m.shape[1])], "counts": [int(c) for c in counts]}
 
-    nms=False is passed explicitly: in this ultralytics the default (nms=None) fuses away the one2one head and
-    runs the one2many head + NMS instead. Returns (and writes to out_json)
-    {"image": {"width","height"}, "imgsz", "conf", "max_det", "detections": [{"class_id","score","box"}...]},
-    boxes xyxy in original-image pixels. save_input: also write the tensor the predictor fed the model (.npy).
-    """
-    _torch()
-    from ultralytics import YOLO
 
-    h, w = _imgsz_hw(imgsz)
-    yolo = YOLO(str(weights))
-    fed = []
-    kwargs = dict(imgsz=[h, w], conf=conf, rect=False, device="cpu", verbose=False, nms=False, save=False,
-                  max_det=MAX_DET)
-    if save_input is not None:
-        from ultralytics.engine.predictor import BasePredictor
+def rle_decode(rle: dict) -> np.ndarray:
+    """The (H, W) bool mask of a COCO uncompressed RLE (see rle_encode); malformed counts raise OracleError."""
+    try:
+        h, w = (int(v) for v in rle["size"])
+        counts = np.asarray(rle["counts"], dtype=np.int64)
+    except (KeyError, TypeError, ValueError) as e:
+        raise OracleError(f"malformed RLE mask: {e}") from None
+    if counts.ndim != 1 or np.any(counts < 0) or int(counts.sum()) != h * w:
+        raise OracleError(f"malformed RLE mask: counts sum to {int(counts.sum()) if counts.ndim == 1 else '?'}, "
+                          f"size {h}x{w} needs {h * w}")
+    values = np.arange(len(counts)) % 2 == 1
+    return np.repeat(values, counts).reshape((h, w), order="F")
 
-        orig = BasePredictor.preprocess
+
+def _patched_preprocess(predictor_cls, fed: list):
+    """Context manager: record the tensor predictor_cls.preprocess returns (what the model is fed)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def cm():
+        had = "preprocess" in predictor_cls.__dict__
+        orig = predictor_cls.preprocess
 
         def preprocess(self, im):
             t = orig(self, im)
             fed.append(t.detach().cpu().float().numpy().copy())
             return t
 
-        BasePredictor.preprocess = preprocess
+        predictor_cls.preprocess = preprocess
         try:
-            results = yolo.predict(str(image), **kwargs)
+            yield
         finally:
-            BasePredictor.preprocess = orig
+            if had:
+                predictor_cls.preprocess = orig
+            else:
+                del predictor_cls.preprocess
+
+    return cm()
+
+
+def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_input=None) -> dict:
+    """Ultralytics' own predictor on `image`, NMS-free one2one head, full square letterbox (rect=False).
+
+    nms=False is passed explicitly: in this ultralytics the default (nms=None) fuses away the one2one head and
+    runs the one2many head + NMS instead. Segmentation runs with retina_masks=True (masks in original-image
+    pixels). Returns (and writes to out_json) {"task", "image": {"width","height"}, "imgsz", "conf", "max_det",
+    "detections": [...], "top5": [...] and "probs" (classify only)}. Each detection has "class_id", "class",
+    "score", "box" (xyxy in original-image pixels; obb: [cx,cy,w,h] as the predictor gives them, angle not
+    regularised), plus "angle" (obb, radians), "keypoints" [[x,y,v]*K] (pose), "mask" (segment, rle_encode of
+    r.masks.data). classify: "top5" [{"class_id","class","score"}] from r.probs, "probs" the whole vector.
+    save_input: also write the tensor the predictor fed the model (.npy).
+    """
+    _torch()
+    from ultralytics import YOLO
+
+    h, w = _imgsz_hw(imgsz)
+    yolo = YOLO(str(weights))
+    task = yolo.task
+    fed = []
+    kwargs = dict(imgsz=[h, w], conf=conf, rect=False, device="cpu", verbose=False, nms=False, save=False,
+                  max_det=MAX_DET)
+    if task == "segment":
+        kwargs["retina_masks"] = True
+    if save_input is not None:
+        with _patched_preprocess(yolo._smart_load("predictor"), fed):
+            results = yolo.predict(str(image), **kwargs)
         Path(save_input).parent.mkdir(parents=True, exist_ok=True)
         np.save(save_input, fed[0])
     else:
         results = yolo.predict(str(image), **kwargs)
     r = results[0]
+    names = r.names
     H0, W0 = r.orig_shape
     dets = []
     if r.boxes is not None:
@@ -468,20 +572,30 @@ def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_
         scores = r.boxes.conf.cpu().numpy().astype(float)
         classes = r.boxes.cls.cpu().numpy().astype(int)
         kpts = r.keypoints.data.cpu().numpy().astype(float) if r.keypoints is not None else None
+        masks = r.masks.data.cpu().numpy() if r.masks is not None else None
+        if masks is not None and masks.shape[1:] != (H0, W0):
+            raise OracleError(f"masks are {masks.shape[1:]}, not the image's {(H0, W0)} (retina_masks?)")
         for j in range(len(scores)):
-            d = {"class_id": int(classes[j]), "score": float(scores[j]), "box": [float(v) for v in xyxy[j]]}
+            d = {"class_id": int(classes[j]), "class": names[int(classes[j])], "score": float(scores[j]),
+                 "box": [float(v) for v in xyxy[j]]}
             if kpts is not None:
                 d["keypoints"] = [[float(v) for v in kp] for kp in kpts[j]]
+            if masks is not None:
+                d["mask"] = rle_encode(masks[j] > 0)
             dets.append(d)
     elif r.obb is not None:
         xywhr = r.obb.xywhr.cpu().numpy().astype(float)
         for j in range(len(xywhr)):
-            dets.append({"class_id": int(r.obb.cls[j]), "score": float(r.obb.conf[j]),
+            c = int(r.obb.cls[j])
+            dets.append({"class_id": c, "class": names[c], "score": float(r.obb.conf[j]),
                          "box": [float(v) for v in xywhr[j, :4]], "angle": float(xywhr[j, 4])})
-    res = {"image": {"width": int(W0), "height": int(H0)}, "imgsz": [h, w], "conf": float(conf), "max_det": MAX_DET,
-           "detections": dets}
+    res = {"task": task, "image": {"width": int(W0), "height": int(H0)}, "imgsz": [h, w], "conf": float(conf),
+           "max_det": MAX_DET, "detections": dets}
     if r.probs is not None:
-        res["probs"] = [float(v) for v in r.probs.data.cpu().numpy()]
+        probs = r.probs.data.cpu().numpy().astype(float)
+        res["top5"] = [{"class_id": int(c), "class": names[int(c)], "score": float(probs[int(c)])}
+                       for c in r.probs.top5]
+        res["probs"] = [float(v) for v in probs]
     if out_json is not None:
         Path(out_json).parent.mkdir(parents=True, exist_ok=True)
         Path(out_json).write_text(json.dumps(res, indent=1) + "\n")
@@ -542,6 +656,7 @@ def _rel_error(o: np.ndarray, r: np.ndarray, tol: float):
     return err / denom, err, [], ""
 
 
+BASELINE_MATCH_TOL = 0.05  # compare_layers: rows of PyTorch's fp32 output pair with fp64 rows this close
 LAST_STATS: dict = {}  # file name -> (our relative error, PyTorch fp32's or None), from the last compare_layers
 
 
@@ -580,7 +695,9 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
         bound, base_note, base_rel = tol, "", None
         if baseline is not None:
             b = np.load(Path(baseline) / name).astype(np.float64)
-            base_rel = _rel_error(b, r, 1.0)[0]
+            # Rows are paired within BASELINE_MATCH_TOL: a looser pairing lets a row that fp32 and fp64 order
+            # differently at the top-k cut pair with an unrelated row, and the bound would lose all meaning.
+            base_rel = _rel_error(b, r, BASELINE_MATCH_TOL)[0]
             bound = max(tol, factor * base_rel)
             base_note = f" (PyTorch fp32 {base_rel:.2e}, bound {bound:.2e})"
         if not np.all(np.isfinite(o)):
@@ -608,52 +725,274 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def compare_detections(ours_json, ref_json, box_px: float = 1.0, score_tol: float = 1e-3, verbose: bool = True) -> bool:
-    """Compare our detections JSON with reference_predict's; True when they agree.
+def head_noise(ref32, ref64, conf: float = 0.25) -> dict:
+    """PyTorch's own fp32 error in the head's output: per column of output0.npy, the largest |fp32 - fp64| over
+    the rows above conf (rows matched by class and nearest row, as in compare_layers), or over the (1,nc)
+    probabilities for classify. Returns {"columns": [...]} (rows) or {"probs": x}, in the head's units."""
+    r32 = np.load(Path(ref32) / "output0.npy").astype(np.float64)[0]
+    r64 = np.load(Path(ref64) / "output0.npy").astype(np.float64)[0]
+    if r64.ndim == 1:
+        return {"probs": float(np.abs(r32 - r64).max())}
+    scale = np.abs(r64).max(0)
+    scale[scale == 0] = 1.0
+    keep = np.nonzero(r64[:, 4] > conf)[0]
+    keep = keep if len(keep) else np.arange(len(r64))
+    used = np.zeros(len(r32), bool)
+    worst = np.zeros(r64.shape[1])
+    for i in keep[np.argsort(-r64[keep, 4], kind="stable")]:
+        cand = np.nonzero(~used & (r32[:, 5] == r64[i, 5]))[0]
+        if not len(cand):
+            continue
+        d = np.abs(r32[cand] - r64[i])
+        k = int(np.argmin((d / scale).max(1)))
+        used[cand[k]] = True
+        worst = np.maximum(worst, d[k])
+    return {"columns": [float(v) for v in worst]}
 
-    Each reference detection (best first) takes the unused detection of ours with the same class and the nearest
-    box; it must agree within box_px on every coordinate and score_tol on the score. Detections of either side
-    may be unmatched only if their score is within score_tol of the conf threshold or, when the reference holds
-    max_det rows, of its lowest score. Extra keys (class names, timing_ms, ...) are ignored.
+
+def calibrated_tolerances(ref32, ref64, ref_json, factor: float = 4.0, box_px: float = 1.0, score_tol: float = 1e-3,
+                          kpt_px: float = 1.0, kpt_vis_tol: float = 1e-3, angle_tol: float = 1e-3,
+                          prob_tol: float = 1e-4) -> dict:
+    """compare_detections tolerances for one image: each the given one, or `factor` times PyTorch's own fp32
+    error (head_noise on the same model, input pixels scaled to the image) where that is larger.
+
+    Deep random-weight models (l, x) amplify float32 round-off so much that PyTorch's fp32 head output misses
+    the fixed tolerances against fp64 (obb angles by over 1e-3 rad, scores by several 1e-4); compare_layers
+    bounds ours by 3x PyTorch's error there, and the predictor adds its own fp32 error: factor 4.
+    """
+    ref = json.loads(Path(ref_json).read_text())
+    task = json_task(ref)
+    noise = head_noise(ref32, ref64, float(ref.get("conf", 0.25)))
+    tol = {"box_px": box_px, "score_tol": score_tol}
+    if task == "classify":
+        return {"prob_tol": max(prob_tol, factor * noise["probs"])}
+    c = noise["columns"]
+    H, W = int(ref["image"]["height"]), int(ref["image"]["width"])
+    in_h, in_w = ref.get("imgsz") or (H, W)
+    to_image = 1.0 / min(in_h / H, in_w / W)  # input pixels -> image pixels
+    tol["box_px"] = max(box_px, factor * max(c[:4]) * to_image)
+    tol["score_tol"] = max(score_tol, factor * c[4])
+    if task == "obb":
+        tol["angle_tol"] = max(angle_tol, factor * c[6])
+    if task == "pose":
+        k = np.asarray(c[6:]).reshape(-1, 3)
+        tol["kpt_px"] = max(kpt_px, factor * float(k[:, :2].max()) * to_image)
+        tol["kpt_vis_tol"] = max(kpt_vis_tol, factor * float(k[:, 2].max()))
+    return tol
+
+
+def json_task(res: dict) -> str:
+    """Task of a predictions JSON: its "task" field, else guessed from its keys (older reference files)."""
+    if res.get("task") in _TASKS:
+        return res["task"]
+    if "top5" in res:
+        return "classify"
+    dets = res.get("detections") or []
+    for key, task in (("mask", "segment"), ("keypoints", "pose"), ("angle", "obb")):
+        if any(key in d for d in dets):
+            return task
+    return "detect"
+
+
+def _obb_error(ob, oa, rb, ra) -> tuple[float, float]:
+    """(box error px, angle error rad) between two rotated boxes [cx,cy,w,h] + angle, equal up to symmetry.
+
+    (cx,cy,w,h,t) is the same rectangle as (cx,cy,|w|,|h|,t+pi) and (cx,cy,h,w,t+pi/2); Ultralytics' predictor
+    passes the head's raw angle through (regularize_rboxes would map it to [0, pi/2)). Both representations of
+    ours are tried; angles are compared modulo pi. Returns the pair with the smaller max(box, 1000*angle).
+    """
+    ocx, ocy, ow, oh = (float(v) for v in ob)
+    rcx, rcy, rw, rh = (float(v) for v in rb)
+    ow, oh, rw, rh = abs(ow), abs(oh), abs(rw), abs(rh)
+    best = None
+    for k in (0, 1):
+        w, h = (ow, oh) if k == 0 else (oh, ow)
+        d = (float(oa) + k * math.pi / 2 - float(ra)) % math.pi
+        d = min(d, math.pi - d)
+        e = (max(abs(ocx - rcx), abs(ocy - rcy), abs(w - rw), abs(h - rh)), d)
+        if best is None or max(e[0], 1000 * e[1]) < max(best[0], 1000 * best[1]):
+            best = e
+    return best
+
+
+def _kpt_error(o, r) -> tuple[float, float]:
+    """(max |dx|,|dy| px, max |d visibility|) of two keypoint lists [[x,y,v]*K]; inf when the shapes differ."""
+    o, r = np.asarray(o, float), np.asarray(r, float)
+    if o.shape != r.shape or r.ndim != 2 or r.shape[1] < 2:
+        return math.inf, math.inf
+    xy = float(np.abs(o[:, :2] - r[:, :2]).max()) if r.size else 0.0
+    v = float(np.abs(o[:, 2:] - r[:, 2:]).max()) if r.shape[1] > 2 else 0.0
+    return xy, v
+
+
+def _compare_top5(ours: dict, ref: dict, prob_tol: float, tie_tol: float) -> tuple[list, str]:
+    """Classification: same top-5 classes in the same order, probabilities within prob_tol of the reference's.
+
+    Ranks may swap only between classes whose reference probabilities are within tie_tol (a tie), so a class
+    tied with the 5th may also stand in for it. Uses the reference's full "probs" where present.
+    """
+    problems = []
+    rt, ot = ref.get("top5") or [], ours.get("top5")
+    if not isinstance(ot, list) or not all(isinstance(o, dict) and "class_id" in o and "score" in o for o in ot):
+        return ["ours has no top5 list of {class_id, score}"], ""
+    probs = ref.get("probs")
+    P = {i: float(v) for i, v in enumerate(probs)} if probs else {int(d["class_id"]): float(d["score"]) for d in rt}
+    if len(ot) != len(rt):
+        problems.append(f"top5 has {len(ot)} entries, ref {len(rt)}")
+    seen, perr = set(), 0.0
+    for i, (o, r) in enumerate(zip(ot, rt)):
+        oc, rc = int(o["class_id"]), int(r["class_id"])
+        if oc in seen:
+            problems.append(f"rank {i + 1}: class {oc} listed twice")
+        seen.add(oc)
+        if oc not in P:
+            problems.append(f"rank {i + 1}: class {oc}, ref has class {rc} ({P.get(rc, float('nan')):.6g})")
+            continue
+        if oc != rc and abs(P[oc] - P[rc]) > tie_tol:
+            problems.append(f"rank {i + 1}: class {oc} (ref prob {P[oc]:.6g}), ref has class {rc} ({P[rc]:.6g})")
+        e = abs(float(o["score"]) - P[oc])
+        perr = max(perr, e)
+        if e > prob_tol:
+            problems.append(f"rank {i + 1}: class {oc} prob {float(o['score']):.6g}, ref {P[oc]:.6g}")
+        if "class" in o and "class" in r and oc == rc and o["class"] != r["class"]:
+            problems.append(f"rank {i + 1}: class name {o['class']!r}, ref {r['class']!r}")
+    return problems, f"top5 ref {[int(d['class_id']) for d in rt]}, ours {[int(d['class_id']) for d in ot]}, " \
+                     f"max prob err {perr:.3g} (<= {prob_tol:g})"
+
+
+def compare_detections(ours_json, ref_json, box_px: float = 1.0, score_tol: float = 1e-3, verbose: bool = True, *,
+                       mask_iou: float = 0.99, mask_cells: float = 4.0, kpt_px: float = 1.0, kpt_vis_tol: float = 1e-3,
+                       angle_tol: float = 1e-3, prob_tol: float = 1e-4, tie_tol: float = 1e-6) -> bool:
+    """Compare our predictions JSON with reference_predict's; True when they agree.
+
+    The task comes from the reference (json_task). Each reference detection (best first) takes the unused
+    detection of ours with the same class that is nearest (largest of its errors, each divided by its
+    tolerance); it must agree within box_px on every box coordinate and score_tol on the score, and:
+      pose     every keypoint's x and y within kpt_px, visibility within kpt_vis_tol;
+      obb      box [cx,cy,w,h] within box_px and angle within angle_tol, up to the rectangle's symmetry
+               (_obb_error);
+      segment  mask (COCO RLE, decoded) IoU >= mask_iou, or at most mask_cells prototype cells' worth of
+               differing pixels (a cell: the (4/gain)^2 image pixels one prototype pixel covers, gain = input
+               size / image size). fp32 round-off flips the sign of a few near-zero mask logits at prototype
+               resolution, PyTorch's own fp32 included, and bilinear upsampling turns each flip into about a
+               cell: at 320 on the deep random l/x models that is over 1% of a 25k-pixel mask.
+    Detections of either side may be unmatched only if their score is within score_tol of the conf threshold
+    or, when the reference holds max_det rows, of its lowest score; segment: also if the mask has at most
+    mask_cells cells (the predictor drops empty masks). classify: _compare_top5. Class names are compared where
+    both sides give them; other extra keys (timing_ms, ...) are ignored.
     """
     ours = json.loads(Path(ours_json).read_text())
     ref = json.loads(Path(ref_json).read_text())
+    task = json_task(ref)
     problems = []
     for k in ("width", "height"):
         if "image" in ours and ours["image"].get(k) != ref["image"][k]:
             problems.append(f"image {k}: ours {ours['image'].get(k)}, ref {ref['image'][k]}")
+    if task == "classify":
+        pr, summary = _compare_top5(ours, ref, prob_tol, tie_tol)
+        problems += pr
+        ok = not problems
+        if verbose:
+            for p in problems[:10]:
+                print("  " + p)
+            print(f"compare-detections: {'OK' if ok else 'FAIL'} (classify): {summary}")
+        return ok
+
     conf = float(ref.get("conf", 0.25))
-    rd, od = ref["detections"], ours["detections"]
-    cut = min(d["score"] for d in rd) if len(rd) >= int(ref.get("max_det", MAX_DET)) else None
+    rd, od = ref["detections"], ours.get("detections")
+    if not isinstance(od, list) or not all(isinstance(d, dict) and {"class_id", "score", "box"} <= set(d) for d in od):
+        problems.append("ours has no detections list of {class_id, score, box, ...}")
+        od = []
+    cut = min(d["score"] for d in rd) if rd and len(rd) >= int(ref.get("max_det", MAX_DET)) else None
+    H, W = int(ref["image"]["height"]), int(ref["image"]["width"])
+    in_h, in_w = ref.get("imgsz") or (H, W)
+    cell = 4.0 / min(in_h / H, in_w / W)  # image pixels per prototype pixel (prototypes: stride 4)
+    mask_px = mask_cells * cell * cell
 
     def borderline(s):
         return abs(s - conf) <= score_tol or (cut is not None and s - cut <= score_tol)
 
-    rbox = np.array([d["box"] for d in rd], float).reshape(len(rd), -1)
-    obox = np.array([d["box"] for d in od], float).reshape(len(od), -1)
+    masks: dict = {}
+
+    def mask(side, i):
+        key = (side, i)
+        if key not in masks:
+            d = (rd if side == "ref" else od)[i]
+            try:
+                m = rle_decode(d["mask"])
+                if m.shape != (H, W):
+                    raise OracleError(f"mask size {list(m.shape)}, image {H}x{W}")
+            except (KeyError, OracleError) as e:
+                m = str(e) if isinstance(e, OracleError) else "no mask"
+            masks[key] = m
+        return masks[key]
+
+    def tiny(side, i):
+        m = mask(side, i)
+        return not isinstance(m, str) and int(m.sum()) <= mask_px
+
+    def errors(i, j) -> dict:
+        r, o = rd[i], od[j]
+        e = {"score": abs(float(o["score"]) - float(r["score"])) / score_tol}
+        try:
+            if task == "obb":
+                b, a = _obb_error(o["box"], o.get("angle", math.nan), r["box"], r["angle"])
+                e["box"], e["angle"] = b / box_px, a / angle_tol
+            else:
+                e["box"] = float(np.abs(np.asarray(o["box"], float) - np.asarray(r["box"], float)).max()) / box_px
+            if task == "pose":
+                xy, v = _kpt_error(o.get("keypoints", []), r["keypoints"])
+                e["keypoints"], e["visibility"] = xy / kpt_px, v / kpt_vis_tol
+        except (TypeError, ValueError):
+            e["box"] = math.inf
+        return {k: (math.inf if v != v else v) for k, v in e.items()}  # NaN -> inf
+
+    scale = {"box": box_px, "score": score_tol, "angle": angle_tol, "keypoints": kpt_px, "visibility": kpt_vis_tol}
+    unit = {"box": " px", "keypoints": " px", "angle": " rad"}
+    worst = {k: 0.0 for k in scale}
+    min_iou = 1.0
     ocls = np.array([int(d["class_id"]) for d in od], int)
     used = np.zeros(len(od), bool)
-    matched, skipped, box_err, score_err = 0, 0, 0.0, 0.0
+    matched, skipped = 0, 0
     for i in sorted(range(len(rd)), key=lambda i: -rd[i]["score"]):
         d = rd[i]
         cand = np.nonzero(~used & (ocls == int(d["class_id"])))[0]
         why = "no detection of this class left"
-        if len(cand):
-            dist = np.abs(obox[cand] - rbox[i]).max(1)
-            j = cand[int(np.argmin(dist))]
-            be, se = float(dist.min()), abs(od[j]["score"] - d["score"])
-            if be <= box_px and se <= score_tol:
-                used[j], matched = True, matched + 1
-                box_err, score_err = max(box_err, be), max(score_err, se)
+        scored = sorted(((max(e.values()), int(j), e) for j in cand for e in [errors(i, j)]), key=lambda t: t[:2])
+        found = False
+        for cost, j, e in scored:
+            if cost > 1:
+                break
+            if task == "segment":
+                mr, mo = mask("ref", i), mask("ours", j)
+                if isinstance(mo, str) or isinstance(mr, str):
+                    why = f"mask: {mo if isinstance(mo, str) else mr}"
+                    continue
+                inter, union = int((mr & mo).sum()), int((mr | mo).sum())
+                iou = inter / union if union else 1.0
+                if iou < mask_iou and union - inter > mask_px:
+                    why = f"mask IoU {iou:.4f} (< {mask_iou:g}), {union - inter} pixels differ"
+                    continue
+                min_iou = min(min_iou, iou)
+            used[j], matched = True, matched + 1
+            for k, v in e.items():
+                worst[k] = max(worst[k], v * scale[k])
+            if "class" in d and "class" in od[j] and d["class"] != od[j]["class"]:
+                problems.append(f"class {d['class_id']}: name {od[j]['class']!r}, ref {d['class']!r}")
+            found = True
+            break
+        if not found:
+            if scored and scored[0][0] > 1:
+                e = scored[0][2]
+                why = "nearest of this class: " + ", ".join(
+                    f"{k} off by {v * scale[k]:.3g}{unit.get(k, '')}" for k, v in e.items())
+            if borderline(d["score"]) or (task == "segment" and tiny("ref", i)):
+                skipped += 1
                 continue
-            why = f"nearest of this class: box off by {be:.3g} px, score off by {se:.3g}"
-        if borderline(d["score"]):
-            skipped += 1
-            continue
-        box = ", ".join(f"{v:.1f}" for v in d["box"])
-        problems.append(f"ref class {d['class_id']} score {d['score']:.4f} box [{box}]: {why}")
+            box = ", ".join(f"{v:.1f}" for v in d["box"])
+            problems.append(f"ref class {d['class_id']} score {d['score']:.4f} box [{box}]: {why}")
     for j in np.nonzero(~used)[0]:
-        if borderline(od[j]["score"]):
+        if borderline(od[j]["score"]) or (task == "segment" and tiny("ours", j)):
             skipped += 1
             continue
         box = ", ".join(f"{v:.1f}" for v in od[j]["box"])
@@ -664,9 +1003,17 @@ def compare_detections(ours_json, ref_json, box_px: float = 1.0, score_tol: floa
             print("  " + p)
         if len(problems) > 10:
             print(f"  ... {len(problems) - 10} more")
-        print(f"compare-detections: {'OK' if ok else 'FAIL'}: ref {len(rd)}, ours {len(od)}, matched {matched}, "
-              f"borderline unmatched {skipped}, max box err {box_err:.3g} px (<= {box_px:g}), "
-              f"max score err {score_err:.3g} (<= {score_tol:g})")
+        extra = ""
+        if task == "obb":
+            extra += f", max angle err {worst['angle']:.3g} rad (<= {angle_tol:g})"
+        if task == "pose":
+            extra += (f", max keypoint err {worst['keypoints']:.3g} px (<= {kpt_px:g}), "
+                      f"visibility {worst['visibility']:.3g} (<= {kpt_vis_tol:g})")
+        if task == "segment":
+            extra += f", min mask IoU {min_iou:.4f} (>= {mask_iou:g} or <= {mask_px:.0f} pixels off)"
+        print(f"compare-detections: {'OK' if ok else 'FAIL'} ({task}): ref {len(rd)}, ours {len(od)}, "
+              f"matched {matched}, borderline unmatched {skipped}, max box err {worst['box']:.3g} px (<= {box_px:g}), "
+              f"max score err {worst['score']:.3g} (<= {score_tol:g}){extra}")
     return ok
 
 
@@ -689,6 +1036,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("make-input", help="the predictor's (1,3,H,W) float32 input for an image")
     p.add_argument("--image", required=True, help="image path, or the name of an ultralytics asset (bus.jpg)")
     p.add_argument("--imgsz", default="640", help="640 or H,W")
+    p.add_argument("--task", default="detect", choices=tuple(_TASKS),
+                   help="classify: resize + centre crop instead of the letterbox")
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("reference-layers", help="every layer's output of the fused fp32 model")
@@ -710,11 +1059,19 @@ def main(argv=None) -> int:
     p.add_argument("--tol", type=float, default=1e-4)
     p.add_argument("--baseline", help="PyTorch's fp32 outputs when --ref holds fp64 ones (see compare_layers)")
 
-    p = sub.add_parser("compare-detections", help="compare our detections JSON with the reference")
+    p = sub.add_parser("compare-detections", help="compare our predictions JSON with the reference (any task)")
     p.add_argument("--ours", required=True)
     p.add_argument("--ref", required=True)
     p.add_argument("--box-px", type=float, default=1.0)
     p.add_argument("--score-tol", type=float, default=1e-3)
+    p.add_argument("--mask-iou", type=float, default=0.99, help="segment: least mask IoU")
+    p.add_argument("--mask-cells", type=float, default=4.0,
+                   help="segment: masks may differ by (or be absent below) this many prototype cells' area")
+    p.add_argument("--kpt-px", type=float, default=1.0, help="pose: keypoint x, y tolerance")
+    p.add_argument("--kpt-vis-tol", type=float, default=1e-3, help="pose: keypoint visibility tolerance")
+    p.add_argument("--angle-tol", type=float, default=1e-3, help="obb: angle tolerance (radians)")
+    p.add_argument("--prob-tol", type=float, default=1e-4, help="classify: top-5 probability tolerance")
+    p.add_argument("--tie-tol", type=float, default=1e-6, help="classify: ranks may swap within this")
 
     a = ap.parse_args(argv)
 
@@ -725,18 +1082,23 @@ def main(argv=None) -> int:
         if a.cmd == "make-checkpoint":
             print(make_checkpoint(a.cfg, a.out, a.seed, a.half))
         elif a.cmd == "make-input":
-            x = make_input(image(a.image), a.imgsz, a.out)
+            x = make_input(image(a.image), a.imgsz, a.out, task=a.task)
             print(f"{a.out}: {tuple(x.shape)} float32")
         elif a.cmd == "reference-layers":
             w = reference_layers(a.weights, a.input, a.out)
             print(f"{a.out}: {len(w)} arrays, output0 {tuple(w['output0.npy'])}")
         elif a.cmd == "reference-predict":
             r = reference_predict(a.weights, image(a.image), a.imgsz, a.conf, a.out, a.save_input)
-            print(f"{a.out}: {len(r['detections'])} detections")
+            if "top5" in r:
+                print(f"{a.out}: top5 {[d['class_id'] for d in r['top5']]}")
+            else:
+                print(f"{a.out}: {len(r['detections'])} detections")
         elif a.cmd == "compare-layers":
             return 0 if compare_layers(a.ours, a.ref, a.tol, baseline=a.baseline) else 1
         elif a.cmd == "compare-detections":
-            return 0 if compare_detections(a.ours, a.ref, a.box_px, a.score_tol) else 1
+            return 0 if compare_detections(a.ours, a.ref, a.box_px, a.score_tol, mask_iou=a.mask_iou,
+                                           mask_cells=a.mask_cells, kpt_px=a.kpt_px, kpt_vis_tol=a.kpt_vis_tol,
+                                           angle_tol=a.angle_tol, prob_tol=a.prob_tol, tie_tol=a.tie_tol) else 1
     except OracleError as e:
         if a.verbose:
             raise
