@@ -108,21 +108,21 @@ def test_backend_not_in_manifest_subprocess(tmp_path, weights):
 # ---------------------------------------------------------------------------
 
 def _inject_unlowerable(graph: ir.Graph) -> ir.Graph:
-    """Add a transposed conv (declared in ir.OPS, no xnnpack lowering) and an add of a tensor to
-    itself (no conv can absorb it) reading layer 2's output, right after it is produced."""
+    """Add a transposed conv whose kernel differs from its stride and a nearest upsample x3 (both declared
+    in ir.OPS; xnnpack lowers neither form), reading layer 2's output right after it is produced."""
     t = graph.layers[2].output
     h, w, c = graph.tensors[t].shape
     dec = ir.Op(name="injected.deconv", kind="deconv2d", inputs=(t,), outputs=("injected.deconv",), layer=2,
-                attrs=dict(kernel=(2, 2), stride=2, cout=c), source="ConvTranspose 2x2/2")
-    add = ir.Op(name="injected.add", kind="add", inputs=(t, t), outputs=("injected.add",), layer=2,
-                source="residual add")
+                attrs=dict(kernel=(3, 3), stride=2, pad=0, cout=c), source="ConvTranspose 3x3/2")
+    ups = ir.Op(name="injected.upsample", kind="upsample_nearest", inputs=(t,), outputs=("injected.upsample",), layer=2,
+                attrs=dict(scale=3), source="Upsample x3 nearest")
     tensors = dict(graph.tensors)
-    for op in (dec, add):
+    for op in (dec, ups):
         shape = ir.OPS[op.kind].infer(op, [(h, w, c)] * len(op.inputs))[0]
         tensors[op.outputs[0]] = ir.Tensor(op.outputs[0], tuple(shape))
     ops = list(graph.ops)
     at = next(i for i, op in enumerate(ops) if t in op.outputs) + 1
-    ops[at:at] = [dec, add]
+    ops[at:at] = [dec, ups]
     g = graph.replace(ops=tuple(ops), tensors=tensors)
     ir.validate(g)
     return g
@@ -133,8 +133,8 @@ def test_unlowerable_ops_are_all_listed(weights):
         compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), int(IMGSZ), graph_hook=_inject_unlowerable)
     msg = info.value.message
     assert "cannot lower 2 op(s)" in msg
-    assert "injected.deconv: op 'deconv2d'" in msg and "no xnnpack lowering" in msg
-    assert "injected.add: " in msg and "could not be fused" in msg
+    assert "injected.deconv: transposed conv other than kernel = stride" in msg
+    assert "injected.upsample: nearest upsample x3" in msg
     assert info.value.hint == "no files were written"
 
 
@@ -151,7 +151,7 @@ def test_unlowerable_ops_via_cli_write_nothing(tmp_path, capsys, weights, monkey
     rc, err = _main(capsys, MANIFEST, "--backend", "xnnpack", "--weights", weights, "--out", out, "--imgsz", IMGSZ)
     assert rc == 1
     msg = _error_line(err)
-    assert "injected.deconv" in msg and "injected.add" in msg
+    assert "injected.deconv" in msg and "injected.upsample" in msg
     assert not out.exists()
     assert _listing(tmp_path) == []          # no half-written temporary folder either
 

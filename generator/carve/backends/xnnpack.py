@@ -34,7 +34,8 @@ def _e2e_rule(op, graph):
 
 def _deconv_rule(op, graph):
     k, s = op.attrs["kernel"], op.attrs["stride"]
-    return None if k[0] == k[1] == s and op.attrs["pad"] == 0 else "transposed conv other than kernel = stride, pad 0"
+    ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0
+    return None if ok else "transposed conv other than kernel = stride, pad 0"
 
 
 E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
