@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -174,6 +175,10 @@ def main() -> int:
           f"max rel error {stats[worst][0]:.2e} ({worst}; PyTorch fp32 {stats[worst][1]:.2e}), "
           f"worst ratio to PyTorch {ratio:.2f}; arena {arena} bytes; latency {latency:.1f} ms (2 threads); "
           f"{time.time() - t0:.0f} s")
+    if ok:  # the layer dumps are large (GBs for x): keep them only for a failure's post-mortem
+        for d in (ref32, ref64, our_dir):
+            shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(pkg / "build", ignore_errors=True)
     return 0 if ok else 1
 
 
