@@ -3,12 +3,15 @@
 
     run_oracle.py --scale n --work build/work [--task detect] [--imgsz 640] [--backend xnnpack]
 
-Through ctest: `make test` runs oracle_yolo26{n,s,m,l,x} (detect, full size) and oracle_yolo26{S}_{task}
-for the tasks in the CMake cache list CARVE_ORACLE_TASKS (default: the tasks the generator supports), m/l/x
-of segment/pose/obb at a reduced --imgsz to fit the CI budget; CARVE_ORACLE_SCALES trims the scales.
-`make test-full` (CARVE_ORACLE_FULL=ON, every task) runs all 25 variants at their manifests' full size.
-One variant by hand: `python3 tests/oracle/run_oracle.py --task segment --scale n --work /tmp/o`;
-the checkpoint, package and reference files stay in --work.
+Through ctest (CMakeLists.txt): `make test` runs oracle_yolo26{n,s,m,l,x} (detect) and
+oracle_yolo26<scale>_<task> for the other tasks the generator supports (CARVE_ORACLE_DEFAULT_TASKS; the
+cache option -DCARVE_ORACLE_TASKS="detect;pose" picks others), m/l/x of segment and pose at --imgsz 320 and
+of obb at 640 to fit the CI budget; -DCARVE_ORACLE_SCALES trims the scales. `make test-full`
+(-DCARVE_ORACLE_FULL=ON, every task) runs all 25 variants at their manifests' sizes (640, obb 1024,
+classify 224). One variant by hand:
+    python3 tests/oracle/run_oracle.py --task segment --scale n --work /tmp/o [--keep]
+WORK keeps the checkpoints, the package and the JSONs; the layer dumps and the package build are deleted
+after a pass unless --keep (a failure keeps everything).
 
 1. Builds a checkpoint with Ultralytics from its own yaml (yolo26{S}{,-seg,-pose,-obb,-cls}.yaml, fixed
    seed, realistic BN statistics), saved like a released .pt (cached in WORK).
@@ -85,6 +88,7 @@ def main() -> int:
     ap.add_argument("--backend", default="xnnpack")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--weights-format", default="blob", choices=("blob", "c-array"))
+    ap.add_argument("--keep", action="store_true", help="keep the layer dumps and the package's build after a pass")
     args = ap.parse_args()
 
     suffix, default_imgsz = TASKS[args.task]
@@ -175,10 +179,11 @@ def main() -> int:
           f"max rel error {stats[worst][0]:.2e} ({worst}; PyTorch fp32 {stats[worst][1]:.2e}), "
           f"worst ratio to PyTorch {ratio:.2f}; arena {arena} bytes; latency {latency:.1f} ms (2 threads); "
           f"{time.time() - t0:.0f} s")
-    if ok:  # the layer dumps are large (GBs for x): keep them only for a failure's post-mortem
-        for d in (ref32, ref64, our_dir):
+    if ok and not args.keep:
+        # A pass keeps the JSONs and the package sources; the layer dumps (the fp64 ones alone are 1.2 GB for
+        # yolo26x-obb at 1024) and the build go, so that the whole suite's work folder fits a CI disk.
+        for d in (ref32, ref64, our_dir, pkg / "build"):
             shutil.rmtree(d, ignore_errors=True)
-        shutil.rmtree(pkg / "build", ignore_errors=True)
     return 0 if ok else 1
 
 
