@@ -21,7 +21,7 @@ EPILOG = """examples:
 """
 
 
-def _progress(verbose: bool):
+def _progress():
     step = [0]
 
     def say(msg: str) -> None:
@@ -74,7 +74,7 @@ def write_package(files: dict, out: Path, force: bool) -> None:
 def cmd_generate(args) -> int:
     from .compiler import compile_model
     from .manifest import load_manifest
-    say = _progress(args.verbose)
+    say = _progress()
     options = {"weights_format": args.weights_format}
     out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile

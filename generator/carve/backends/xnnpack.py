@@ -17,6 +17,10 @@ from . import Backend
 from .emit_c import CPackage, c_ident
 
 
+E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
+             "obb": "CARVE_E2E_OBB"}
+
+
 def _conv_rule(op, graph):
     if op.attrs["kernel"][0] != op.attrs["kernel"][1]:
         return "non-square conv kernels are not lowered"
@@ -36,10 +40,6 @@ def _deconv_rule(op, graph):
     k, s = op.attrs["kernel"], op.attrs["stride"]
     ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0
     return None if ok else "transposed conv other than kernel = stride, pad 0"
-
-
-E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
-             "obb": "CARVE_E2E_OBB"}
 
 
 def _add_rule(op, graph):
