@@ -1,0 +1,203 @@
+// carve runtime, CUDA: the device kernels and cuBLAS glue of the cuda backend.
+//
+// CONTRACT between the cuda backend's generator (generator/carve/backends/cuda.py,
+// templates/cuda/) and this runtime (carve_cuda_*.cu). Every function:
+//   * takes device pointers (arena, weights, scratch) unless a parameter says "host";
+//   * enqueues its work on ctx->stream and returns without synchronising, so the
+//     whole forward can be captured into a CUDA Graph; nothing here allocates
+//     memory, copies to or from the host, or synchronises (except where said);
+//   * returns CARVE_OK, CARVE_ERR_INVALID_ARGUMENT (NULL pointers, impossible
+//     shapes) or CARVE_ERR_BACKEND (a launch or cuBLAS error).
+// Activations are NHWC float32, batch 1, with a pixel stride >= channels (the
+// carve_view convention of carve_rt.h), so concat and split are strided views.
+// Numerics follow the CPU runtime (carve_ops.h, carve_pre.h, carve_post.h):
+// the same formulas and order rules; float results agree to rounding (GEMM
+// summation order differs), integer and index results exactly.
+//
+// The same source builds three ways:
+//   nvcc (real GPU), and on the host with the emulation header
+//   tests/cuda/cuda_emu.h (g++ -x c++ -include cuda_emu.h ...), which runs
+//   grids, blocks and threads on the CPU and replaces cuBLAS by a host GEMM.
+// Kernels therefore launch only through CARVE_LAUNCH (below), use only static
+// __shared__ arrays (no `extern __shared__`), and only the device functions the
+// emulation header provides (__syncthreads, atomicAdd/atomicMax/atomicMin/
+// atomicCAS on 32-bit ints and atomicAdd on float, __shfl_xor_sync /
+// __shfl_down_sync on full warps, __ballot_sync, __popc, __float_as_uint /
+// __uint_as_float, expf/fmaf/... from the C library).
+
+#ifndef CARVE_CUDA_H
+#define CARVE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CARVE_CUDA_EMULATION
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#endif
+
+#define CARVE_RT_NO_THREADS 1  // the CPU runtime pieces a CUDA package uses run on the calling thread
+#include "carve_post.h"
+#include "carve_pre.h"
+#include "carve_rt.h"
+
+// ABI of the CUDA runtime, checked by generated code like CARVE_RT_ABI.
+#define CARVE_CUDA_ABI 1
+
+// Launch a kernel: nvcc expands to kernel<<<grid, block, 0, stream>>>(args...);
+// the emulation header defines CARVE_LAUNCH itself.
+#ifndef CARVE_LAUNCH
+#define CARVE_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- Context ------------------------------------------------------------------
+
+// What every call needs: the stream its work goes on and a cuBLAS handle bound to
+// that stream (math mode CUBLAS_DEFAULT_MATH with CUBLAS_PEDANTIC_MATH where
+// available: no TF32, so results stay float32 GEMMs). Owned by the generated code.
+typedef struct carve_cu_ctx {
+  cudaStream_t stream;
+  cublasHandle_t blas;
+} carve_cu_ctx;
+
+// cublasCreate + cublasSetStream + math mode; cublasDestroy. Host functions.
+carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream);
+void carve_cu_ctx_destroy(carve_cu_ctx* ctx);
+
+// ---- Convolution with fused epilogue --------------------------------------------
+
+typedef enum carve_cu_act { CARVE_CU_ACT_NONE = 0, CARVE_CU_ACT_SILU = 1 } carve_cu_act;
+
+// y = act(conv(x, W) + b) + residual  (residual optional, added after the activation,
+// as carve_epilogue does). kxk convolution with `stride`, zero padding `pad` on all
+// four sides, groups 1 or depthwise (groups == cin == cout).
+//   input (h, w, cin) with pixel stride in_stride; output (oh, ow, cout) with
+//   oh = (h + 2 pad - kh) / stride + 1 (likewise ow), pixel stride out_stride;
+//   residual, when not NULL, (oh, ow, cout) with pixel stride res_stride.
+// Weights OHWI: W[o][ky][kx][i] (cout, kh, kw, cin / groups), the xnnpack backend's
+// blob layout; bias (cout).
+// Lowering: 1x1 stride-1 pad-0 convs are one cuBLAS GEMM straight on the NHWC view;
+// other groups-1 convs are im2col (into scratch) + GEMM; depthwise convs a direct
+// kernel; then one epilogue kernel (bias + act + residual) over the output.
+typedef struct carve_cu_conv {
+  uint32_t kh, kw, stride, pad, groups;
+  uint32_t cin, cout, h, w;
+  size_t in_stride, out_stride, res_stride;
+  carve_cu_act act;
+} carve_cu_conv;
+
+// Floats of scratch carve_cu_conv2d needs (the im2col matrix; 0 when none).
+size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c);
+
+carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const float* x, const float* weight,
+                             const float* bias, const float* residual, float* y, float* scratch);
+
+// Transposed conv with kernel == stride (k), pad 0, groups 1: input (h, w, cin),
+// output (h k, w k, cout). Weights (cout, k, k, cin) (OHWI of the equivalent conv,
+// as the xnnpack backend packs them), bias (cout), then act. One GEMM into scratch
+// (h w, k k cout), then a gather kernel writes each output pixel (no scatter).
+size_t carve_cu_deconv2d_scratch_floats(uint32_t h, uint32_t w, uint32_t k, uint32_t cout);
+carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t cin, uint32_t cout,
+                               uint32_t k, const float* x, size_t in_stride, const float* weight, const float* bias,
+                               carve_cu_act act, float* y, size_t out_stride, float* scratch);
+
+// ---- Element-wise and data movement ----------------------------------------------
+
+// y = max over a k x k window with stride and -inf padding `pad`; (h, w, c) in,
+// ((h + 2 pad - k) / stride + 1, ...) out.
+carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
+                                uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
+                                size_t out_stride);
+
+// Nearest 2x upsample: y[2i + a][2j + b][c] = x[i][j][c].
+carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const float* x,
+                                 size_t in_stride, float* y, size_t out_stride);
+
+// y[p][0:c] = x[p][0:c] for `pixels` pixels (a concat input that could not be a view).
+carve_status carve_cu_copy(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const float* x, size_t in_stride,
+                           float* y, size_t out_stride);
+
+// y = a + b over (pixels, c), all strided.
+carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const float* a, size_t a_stride,
+                          const float* b, size_t b_stride, float* y, size_t y_stride);
+
+// y[c] = mean over the h*w pixels of x[., c] (sum in double, as XNNPACK's result to rounding).
+carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const float* x,
+                                     size_t in_stride, float* y);
+
+// y = W x + b, W (cout, cin) row-major (a GEMV through cuBLAS).
+carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const float* x,
+                             const float* weight, const float* bias, float* y);
+
+// y = softmax(x) over n floats, as carve_softmax (max subtracted, sum in double).
+carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* x, float* y);
+
+// ---- Attention ----------------------------------------------------------------------
+
+// carve_attention of carve_ops.h on the device (same layout and meaning): per head,
+// S = scale * Q K^T and O = softmax_rows(S) V through strided-batched cuBLAS GEMMs
+// (heads are the batch), a row-softmax kernel between them; v_out (may be NULL)
+// receives V for the pe conv.
+size_t carve_cu_attention_scratch_floats(uint32_t n, uint32_t heads);
+carve_status carve_cu_attention(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride, uint32_t n,
+                                uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, float* out,
+                                size_t out_stride, float* v_out, size_t v_stride, float* scratch);
+
+// ---- Top-k and gather ----------------------------------------------------------------
+
+// The min(k, n) largest of vals[0 .. n), best first, into idx (and val when not NULL):
+// the order of carve_post.h (larger first, ties to the lower index, NaN below every
+// number incl. -inf, ties among NaNs by index; -0 == +0). n and k up to 2^31 - 1.
+// Partial selection: a radix-select pass over order-preserving 32-bit keys finds the
+// k-th key, a compaction collects the candidates, a block sort orders them. Gather only.
+size_t carve_cu_topk_scratch_bytes(size_t n, size_t k);
+carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, int32_t* idx,
+                           float* val, void* scratch);
+
+// rows[i][0:c] = src[idx[i]][0:c] for i < n (src pixel stride src_stride, rows dense).
+carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, size_t src_stride, uint32_t c,
+                                  const int32_t* idx, size_t n, float* rows);
+
+// ---- End-to-end post-processing ------------------------------------------------------
+
+// carve_e2e_postprocess_task of carve_post.h on the device: the same two top-k steps
+// and the same task decoding (DETECT, SEGMENT, POSE, OBB), writing min(k, A) rows of
+// (6 + extra_channels) floats to `rows` (device). `levels` is a HOST array whose
+// pointers are device pointers (copied by value into the kernels' arguments).
+size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
+carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels, size_t num_levels,
+                                           size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                           void* scratch, float* rows);
+
+// Mask logits of carve_mask_logits on the device, one GEMM: logits (n, ph, pw) =
+// rows[:, coef_offset : coef_offset + nm] x protos^T, protos (ph, pw, nm) strided.
+carve_status carve_cu_mask_logits(const carve_cu_ctx* ctx, const float* rows, size_t n, size_t row_stride,
+                                  size_t coef_offset, const float* protos, uint32_t ph, uint32_t pw, uint32_t nm,
+                                  size_t proto_stride, float* logits);
+
+// ---- Pre-processing ------------------------------------------------------------------
+
+// carve_letterbox on the device, bit-identical to the CPU one (the same fixed-point
+// arithmetic): rgb (src_h, src_w, 3) uint8 on the device, rows src_stride_bytes apart;
+// out (out_h, out_w, 3) float32 dense. The geometry (info, host) is computed on the
+// host (carve_letterbox_geometry, added to carve_pre.c beside carve_letterbox) and passed in. scratch: carve_cu_letterbox_scratch_bytes.
+size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out_w, int out_h);
+carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h, carve_letterbox_info* info);
+carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
+                                size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
+                                float* out, void* scratch);
+
+// carve_classify_preprocess on the device, bit-identical to the CPU one.
+size_t carve_cu_classify_scratch_bytes(int w, int h, int out);
+carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h, size_t stride,
+                                          int out, float* out_nhwc, void* scratch);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CARVE_CUDA_H
