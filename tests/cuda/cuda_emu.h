@@ -1,0 +1,1142 @@
+// carve tests: a host emulation of the CUDA runtime, device intrinsics and a cuBLAS subset,
+// so that the cuda backend's .cu sources (runtime/carve_cuda_*.cu and generated packages)
+// build and run on a machine without a GPU:
+//
+//   g++ -std=c++17 -x c++ -include tests/cuda/cuda_emu.h -DCARVE_CUDA_EMULATION -c file.cu
+//
+// Header only (inline functions and variables); link nothing else.
+//
+// ---- What is emulated ------------------------------------------------------------------
+//   * Kernels: __global__/__device__/__host__/__forceinline__/__constant__/__launch_bounds__;
+//     dim3, threadIdx, blockIdx, blockDim, gridDim, warpSize. A launch is
+//     CARVE_LAUNCH(kernel, grid, block, stream, args...) (carve_cuda.h's macro; `<<< >>>` is
+//     not C++). Blocks of a launch run one after another on the calling OS thread, in
+//     blockIdx order (x fastest); the threads of a block run as cooperative fibers that
+//     switch only at barriers, so there are no data races and every run is deterministic.
+//     Fast path: thread 0 of each block runs first; when it finishes without reaching a
+//     barrier the other threads run as plain calls, in threadIdx order. A thread that then
+//     reaches a barrier (a barrier in divergent code, undefined in CUDA) aborts the program
+//     with a message.
+//   * __shared__ is `static thread_local`: one array per OS thread, shared by the fibers of
+//     the block running on it; its contents carry over from block to block (uninitialised
+//     in CUDA). Only static __shared__ arrays (no `extern __shared__`).
+//   * __syncthreads(): a barrier of the block's live threads (exited threads no longer count,
+//     as on current GPUs). __syncwarp, __shfl_sync, __shfl_xor_sync, __shfl_down_sync,
+//     __shfl_up_sync, __ballot_sync, __any_sync, __all_sync: barriers among the live lanes
+//     of a 32-lane warp (lane = linear thread index % 32); the mask argument is ignored
+//     (kernels use full warps), width must be 32 (default).
+//   * Atomics (plain read-modify-write: fibers never interleave inside one): atomicAdd on
+//     int / unsigned / unsigned long long / float, atomicMax / atomicMin on int / unsigned,
+//     atomicCAS on int / unsigned / unsigned long long, atomicExch on int / unsigned / float.
+//   * Intrinsics: __float_as_uint/__uint_as_float/__float_as_int/__int_as_float, __popc,
+//     __popcll, __clz, __ffs, __brev, __ldg; math functions are the C library's (expf, ...).
+//   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
+//     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
+//     elapsed time on the host clock), graphs (cudaStreamBeginCapture/EndCapture record the
+//     launches, copies, sets and cuBLAS calls of the stream; cudaGraphInstantiate and
+//     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
+//     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount.
+//     Every call is synchronous (the work is done when it returns) except under capture.
+//   * Launch errors as CUDA reports them (through cudaGetLastError, sticky until read):
+//     a zero grid or block dimension, more than 1024 threads per block, block.z > 64,
+//     grid.y or grid.z > 65535: cudaErrorInvalidConfiguration; a launch on a destroyed or
+//     invalid stream: cudaErrorInvalidResourceHandle. A synchronous call (cudaMemcpy,
+//     cudaMemset, cudaStreamSynchronize, cudaDeviceSynchronize, cudaMalloc, cudaFree) while a
+//     stream captures: cudaErrorStreamCaptureUnsupported, and the capture is invalidated
+//     (cudaStreamEndCapture returns cudaErrorStreamCaptureInvalidated).
+//   * cuBLAS (column-major, host pointer mode): cublasCreate/Destroy/SetStream/GetStream/
+//     SetMathMode/GetMathMode, cublasSgemm, cublasSgemmStridedBatched, cublasSgemv, with a
+//     blocked host GEMM (float accumulation; summation order differs from cuBLAS, as it does
+//     between GPUs). The math mode is recorded, not emulated (no TF32 here).
+//
+// ---- What is not -----------------------------------------------------------------------
+//   * Concurrency between blocks, streams or the host: all work is serial, so races and
+//     missing synchronisation between blocks of a kernel or between streams go unnoticed.
+//   * Memory spaces: device pointers are host pointers (a kernel that reads host memory
+//     works here and faults on a GPU); cudaMemcpyKind is checked for range only.
+//   * Resource limits other than the launch configuration: shared-memory and register
+//     sizes (ptxas reports those when nvcc compiles the same source), stack depth.
+//   * Dynamic shared memory, cooperative groups, textures, warp-level matrix ops, lane masks
+//     other than full warps, independent thread scheduling inside a warp, floating-point
+//     differences of the device (FMA contraction, fast-math intrinsics).
+
+#ifndef CARVE_CUDA_EMU_H
+#define CARVE_CUDA_EMU_H
+
+#ifndef __cplusplus
+#error "cuda_emu.h emulates CUDA C++: compile with g++ -x c++"
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+
+#if !(defined(__x86_64__) && defined(__linux__))
+#include <ucontext.h>
+#endif
+
+#ifndef CARVE_CUDA_EMULATION
+#define CARVE_CUDA_EMULATION 1
+#endif
+
+// ---- Qualifiers ------------------------------------------------------------------------
+
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __shared__ static thread_local
+// __restrict__ is a GNU C++ keyword already.
+
+// ---- Built-in types and variables ------------------------------------------------------
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+inline thread_local uint3 threadIdx;
+inline thread_local uint3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local dim3 gridDim;
+constexpr int warpSize = 32;
+
+// ---- Runtime API types -----------------------------------------------------------------
+
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidMemcpyDirection = 21,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
+  cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureWrongThread = 908,
+  cudaErrorUnknown = 999,
+};
+typedef enum cudaError cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventDisableTiming 0x02
+
+namespace carve_emu {
+struct Stream;
+struct Event;
+struct Graph;
+struct GraphExec;
+struct BlasHandle;
+}  // namespace carve_emu
+
+typedef carve_emu::Stream* cudaStream_t;
+typedef carve_emu::Event* cudaEvent_t;
+typedef carve_emu::Graph* cudaGraph_t;
+typedef carve_emu::GraphExec* cudaGraphExec_t;
+typedef struct CUgraphNode_st* cudaGraphNode_t;
+
+// ---- cuBLAS types ----------------------------------------------------------------------
+
+typedef enum {
+  CUBLAS_STATUS_SUCCESS = 0,
+  CUBLAS_STATUS_NOT_INITIALIZED = 1,
+  CUBLAS_STATUS_ALLOC_FAILED = 3,
+  CUBLAS_STATUS_INVALID_VALUE = 7,
+  CUBLAS_STATUS_ARCH_MISMATCH = 8,
+  CUBLAS_STATUS_MAPPING_ERROR = 11,
+  CUBLAS_STATUS_EXECUTION_FAILED = 13,
+  CUBLAS_STATUS_INTERNAL_ERROR = 14,
+  CUBLAS_STATUS_NOT_SUPPORTED = 15,
+} cublasStatus_t;
+
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+
+typedef enum {
+  CUBLAS_DEFAULT_MATH = 0,
+  CUBLAS_TENSOR_OP_MATH = 1,
+  CUBLAS_PEDANTIC_MATH = 2,
+  CUBLAS_TF32_TENSOR_OP_MATH = 3,
+  CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16,
+} cublasMath_t;
+
+typedef carve_emu::BlasHandle* cublasHandle_t;
+
+// ---- Emulator internals ----------------------------------------------------------------
+
+namespace carve_emu {
+
+[[noreturn]] inline void fatal(const char* what) {
+  std::fprintf(stderr, "cuda_emu: %s\n", what);
+  std::abort();
+}
+
+// A unit of stream work: a launch, copy, set or GEMM, run now or recorded by a capture.
+using Work = std::function<void()>;
+
+struct Graph {
+  std::vector<Work> nodes;
+};
+
+struct GraphExec {
+  std::vector<Work> nodes;
+};
+
+struct Stream {
+  unsigned magic;
+  bool capturing;
+  bool invalidated;
+  Graph* graph;  // being recorded while capturing
+};
+
+struct Event {
+  unsigned magic;
+  std::chrono::steady_clock::time_point t;
+};
+
+struct BlasHandle {
+  unsigned magic;
+  cudaStream_t stream;
+  cublasMath_t math;
+};
+
+constexpr unsigned kStreamMagic = 0x5354524du, kEventMagic = 0x45564e54u, kBlasMagic = 0x424c4153u;
+
+struct State {
+  cudaError_t last_error = cudaSuccess;
+  std::vector<Stream*> capturing;  // streams capturing now
+  Stream legacy = {kStreamMagic, false, false, nullptr};  // stream 0
+};
+
+inline State& state() {
+  static thread_local State s;
+  return s;
+}
+
+inline cudaError_t set_error(cudaError_t e) {
+  if (e != cudaSuccess && state().last_error == cudaSuccess) {
+    state().last_error = e;
+  }
+  return e;
+}
+
+inline Stream* stream_of(cudaStream_t s) {
+  Stream* st = s == nullptr ? &state().legacy : s;
+  return st->magic == kStreamMagic ? st : nullptr;
+}
+
+// A synchronous call while any stream captures (cudaStreamCaptureModeGlobal) is an error
+// that also invalidates the capture.
+inline bool sync_forbidden() {
+  if (state().capturing.empty()) {
+    return false;
+  }
+  for (Stream* s : state().capturing) {
+    s->invalidated = true;
+  }
+  set_error(cudaErrorStreamCaptureUnsupported);
+  return true;
+}
+
+inline void stop_capture(Stream* st) {
+  st->capturing = false;
+  std::vector<Stream*>& c = state().capturing;
+  c.erase(std::remove(c.begin(), c.end(), st), c.end());
+}
+
+// Enqueues work on a stream: recorded when it captures, otherwise run now.
+inline cudaError_t enqueue(cudaStream_t s, Work w) {
+  Stream* st = stream_of(s);
+  if (st == nullptr) {
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (st->capturing) {
+    st->graph->nodes.push_back(std::move(w));
+  } else {
+    w();
+  }
+  return cudaSuccess;
+}
+
+// ---- Fibers ------------------------------------------------------------------------------
+//
+// Each thread of a block that synchronises runs on its own stack; `switch_to` saves the
+// callee-saved state of the running context and resumes another. On x86-64 Linux this is
+// a few instructions (below); elsewhere ucontext (which also saves the signal mask: slower).
+
+constexpr size_t kFiberStack = 128 * 1024;  // bytes per thread's stack
+constexpr unsigned kMaxThreads = 1024;
+
+#if defined(__x86_64__) && defined(__linux__)
+extern "C" void carve_emu_switch(void** save_sp, void* load_sp);
+// carve_emu_switch(save, load): push rbp, rbx, r12-r15 and the MXCSR / x87 control words,
+// store rsp in *save, load rsp from `load`, pop the same, return into the other context.
+// Weak, so that every translation unit may define it.
+asm(R"(
+  .text
+  .weak carve_emu_switch
+  .type carve_emu_switch, @function
+carve_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size carve_emu_switch, .-carve_emu_switch
+)");
+#endif
+
+struct Fiber {
+#if defined(__x86_64__) && defined(__linux__)
+  void* sp;
+#else
+  ucontext_t ctx;
+#endif
+  uint3 tid;
+  unsigned linear;
+  bool started, done;
+};
+
+struct Barrier {
+  unsigned arrived = 0;
+  unsigned alive = 0;
+  unsigned long long generation = 0;
+};
+
+struct Block {
+  const Work* body = nullptr;       // runs one thread: the kernel with its arguments
+  unsigned n = 0;                   // threads
+  Fiber fibers[kMaxThreads];
+  unsigned current = 0;             // running fiber
+  bool fiber_mode = false;          // the running thread is on a fiber
+  Barrier block_bar;
+  Barrier warp_bar[kMaxThreads / 32];
+  alignas(8) unsigned char lane_slot[kMaxThreads][8];  // shuffle / ballot exchange
+#if defined(__x86_64__) && defined(__linux__)
+  void* sched_sp = nullptr;
+#else
+  ucontext_t sched_ctx;
+#endif
+  unsigned char* stacks = nullptr;  // kMaxThreads * kFiberStack, reserved once
+};
+
+inline Block& block() {
+  static thread_local std::unique_ptr<Block> b(new Block());
+  return *b;
+}
+
+inline unsigned char* stack_of(Block& b, unsigned i) {
+  if (b.stacks == nullptr) {
+    void* p = mmap(nullptr, (size_t)kMaxThreads * kFiberStack, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      fatal("cannot reserve fiber stacks");
+    }
+    b.stacks = static_cast<unsigned char*>(p);
+  }
+  return b.stacks + (size_t)i * kFiberStack;
+}
+
+inline void set_thread(const Fiber& f) { threadIdx = f.tid; }
+
+// Runs on a fiber's own stack: the thread's body, then back to the scheduler for good.
+inline void fiber_main() {
+  Block& b = block();
+  (*b.body)();
+  Fiber& f = b.fibers[b.current];
+  f.done = true;
+  // Exited threads stop counting for barriers; release a barrier they were the last for.
+  Barrier& wb = b.warp_bar[f.linear / 32];
+  wb.alive--;
+  if (wb.arrived != 0 && wb.arrived == wb.alive) {
+    wb.arrived = 0;
+    wb.generation++;
+  }
+  b.block_bar.alive--;
+  if (b.block_bar.arrived != 0 && b.block_bar.arrived == b.block_bar.alive) {
+    b.block_bar.arrived = 0;
+    b.block_bar.generation++;
+  }
+#if defined(__x86_64__) && defined(__linux__)
+  void* dead;
+  carve_emu_switch(&dead, b.sched_sp);
+#else
+  setcontext(&b.sched_ctx);
+#endif
+  fatal("a finished fiber was resumed");
+}
+
+#if defined(__x86_64__) && defined(__linux__)
+extern "C" inline void carve_emu_fiber_entry() { fiber_main(); }
+#else
+inline void fiber_entry_uc() { fiber_main(); }
+#endif
+
+inline void fiber_init(Block& b, unsigned i) {
+  Fiber& f = b.fibers[i];
+  f.started = true;
+  f.done = false;
+#if defined(__x86_64__) && defined(__linux__)
+  // Initial frame popped by carve_emu_switch: control words, six zero registers, the
+  // return address carve_emu_fiber_entry (entered with rsp % 16 == 8, as after a call).
+  uintptr_t top = (uintptr_t)(stack_of(b, i) + kFiberStack) & ~(uintptr_t)15;
+  uint64_t* sp = reinterpret_cast<uint64_t*>(top - 16);
+  sp[1] = 0;
+  sp[0] = (uint64_t)(uintptr_t)&carve_emu_fiber_entry;
+  for (int r = 0; r < 6; r++) {
+    *--sp = 0;
+  }
+  --sp;
+  const uint32_t mxcsr = 0x1F80;
+  const uint16_t fpucw = 0x037F;
+  std::memcpy(sp, &mxcsr, 4);
+  std::memcpy(reinterpret_cast<char*>(sp) + 4, &fpucw, 2);
+  f.sp = sp;
+#else
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = stack_of(b, i);
+  f.ctx.uc_stack.ss_size = kFiberStack;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, (void (*)())fiber_entry_uc, 0);
+#endif
+}
+
+inline void resume(Block& b, unsigned i) {
+  b.current = i;
+  set_thread(b.fibers[i]);
+#if defined(__x86_64__) && defined(__linux__)
+  carve_emu_switch(&b.sched_sp, b.fibers[i].sp);
+#else
+  swapcontext(&b.sched_ctx, &b.fibers[i].ctx);
+#endif
+}
+
+// From a fiber back to the scheduler (called at barriers).
+inline void yield() {
+  Block& b = block();
+  Fiber& f = b.fibers[b.current];
+#if defined(__x86_64__) && defined(__linux__)
+  carve_emu_switch(&f.sp, b.sched_sp);
+#else
+  swapcontext(&f.ctx, &b.sched_ctx);
+#endif
+  set_thread(f);  // the scheduler set it already; kept for clarity
+}
+
+// Waits until every live participant of `bar` has arrived.
+inline void barrier_wait(Barrier& bar, const char* what) {
+  Block& b = block();
+  if (!b.fiber_mode) {
+    std::fprintf(stderr, "cuda_emu: %s reached by thread (%u, %u, %u) of block (%u, %u, %u) after thread 0 "
+                 "finished without it (a barrier in divergent code)\n", what, threadIdx.x, threadIdx.y,
+                 threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z);
+    std::abort();
+  }
+  if (++bar.arrived == bar.alive) {
+    bar.arrived = 0;
+    bar.generation++;
+    return;
+  }
+  const unsigned long long gen = bar.generation;
+  while (bar.generation == gen) {
+    yield();
+  }
+}
+
+// Runs one block: thread 0 on a fiber; the rest as plain calls if it never waited,
+// otherwise every thread on its fiber, round robin, until all have finished.
+inline void run_block(Block& b) {
+  const unsigned n = b.n;
+  b.block_bar = Barrier();
+  b.block_bar.alive = n;
+  for (unsigned w = 0; w < (n + 31) / 32; w++) {
+    b.warp_bar[w] = Barrier();
+    b.warp_bar[w].alive = std::min(32u, n - 32 * w);
+  }
+  for (unsigned i = 0; i < n; i++) {
+    Fiber& f = b.fibers[i];
+    f.linear = i;
+    f.tid.x = i % blockDim.x;
+    f.tid.y = (i / blockDim.x) % blockDim.y;
+    f.tid.z = i / (blockDim.x * blockDim.y);
+    f.started = false;
+    f.done = false;
+  }
+  b.fiber_mode = true;
+  fiber_init(b, 0);
+  resume(b, 0);
+  if (b.fibers[0].done) {
+    b.fiber_mode = false;
+    for (unsigned i = 1; i < n; i++) {
+      b.current = i;
+      set_thread(b.fibers[i]);
+      (*b.body)();
+    }
+    return;
+  }
+  for (unsigned i = 1; i < n; i++) {
+    fiber_init(b, i);
+  }
+  unsigned remaining = n;
+  while (remaining != 0) {
+    remaining = 0;
+    for (unsigned i = 0; i < n; i++) {
+      if (!b.fibers[i].done) {
+        resume(b, i);
+        remaining += !b.fibers[i].done;
+      }
+    }
+  }
+  b.fiber_mode = false;
+}
+
+inline bool launch_config_ok(dim3 grid, dim3 blk) {
+  const unsigned long long threads = (unsigned long long)blk.x * blk.y * blk.z;
+  return grid.x != 0 && grid.y != 0 && grid.z != 0 && blk.x != 0 && blk.y != 0 && blk.z != 0 &&
+         threads <= kMaxThreads && blk.x <= 1024 && blk.y <= 1024 && blk.z <= 64 &&
+         grid.x <= 0x7FFFFFFFu && grid.y <= 65535 && grid.z <= 65535;
+}
+
+// Runs every block of a launch; `thread_body` runs one thread.
+inline void run_grid(dim3 grid, dim3 blk, const Work& thread_body) {
+  Block& b = block();
+  if (b.body != nullptr) {
+    fatal("kernel launched from a kernel (dynamic parallelism is not emulated)");
+  }
+  b.body = &thread_body;
+  b.n = blk.x * blk.y * blk.z;
+  gridDim = grid;
+  blockDim = blk;
+  for (unsigned z = 0; z < grid.z; z++) {
+    for (unsigned y = 0; y < grid.y; y++) {
+      for (unsigned x = 0; x < grid.x; x++) {
+        blockIdx = uint3{x, y, z};
+        run_block(b);
+      }
+    }
+  }
+  b.body = nullptr;
+}
+
+// CARVE_LAUNCH: checks the configuration, binds the arguments by value (converted to the
+// kernel's parameter types, as a launch does) and runs or records the grid.
+template <typename... P, typename... A>
+void launch(void (*kernel)(P...), dim3 grid, dim3 blk, cudaStream_t stream, A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "CARVE_LAUNCH: wrong number of kernel arguments");
+  if (!launch_config_ok(grid, blk)) {
+    set_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  std::tuple<std::decay_t<P>...> bound(static_cast<std::decay_t<P>>(std::forward<A>(args))...);
+  Work w = [kernel, grid, blk, bound]() {
+    const Work body = [&]() { std::apply(kernel, bound); };
+    run_grid(grid, blk, body);
+  };
+  set_error(enqueue(stream, std::move(w)));
+}
+
+template <typename T>
+inline unsigned long long to_bits(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
+  unsigned long long u = 0;
+  std::memcpy(&u, &v, sizeof v);
+  return u;
+}
+
+template <typename T>
+inline T from_bits(unsigned long long u) {
+  T v;
+  std::memcpy(&v, &u, sizeof v);
+  return v;
+}
+
+inline unsigned linear_tid() { return block().fibers[block().current].linear; }
+
+// Every live lane of the warp publishes `v`, then reads lane `src` (same warp) of it.
+template <typename T>
+inline T warp_exchange(T v, int src_lane, const char* what) {
+  Block& b = block();
+  const unsigned me = linear_tid(), base = me & ~31u;
+  const unsigned long long u = to_bits(v);
+  std::memcpy(b.lane_slot[me], &u, 8);
+  barrier_wait(b.warp_bar[me / 32], what);
+  unsigned long long r;
+  const unsigned src = base + (unsigned)src_lane;
+  std::memcpy(&r, b.lane_slot[src < b.n ? src : me], 8);
+  barrier_wait(b.warp_bar[me / 32], what);
+  return from_bits<T>(r);
+}
+
+}  // namespace carve_emu
+
+#define CARVE_LAUNCH(kernel, grid, block, stream, ...) \
+  carve_emu::launch((kernel), dim3(grid), dim3(block), (stream), __VA_ARGS__)
+
+// ---- Device functions --------------------------------------------------------------------
+
+inline void __syncthreads() { carve_emu::barrier_wait(carve_emu::block().block_bar, "__syncthreads"); }
+
+inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) {
+  (void)mask;
+  carve_emu::Block& b = carve_emu::block();
+  carve_emu::barrier_wait(b.warp_bar[carve_emu::linear_tid() / 32], "__syncwarp");
+}
+
+template <typename T>
+inline T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  (void)mask;
+  if (width != 32) carve_emu::fatal("__shfl_sync: only width 32 is emulated");
+  return carve_emu::warp_exchange(v, src_lane & 31, "__shfl_sync");
+}
+
+template <typename T>
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  (void)mask;
+  if (width != 32) carve_emu::fatal("__shfl_xor_sync: only width 32 is emulated");
+  const int lane = (int)(carve_emu::linear_tid() & 31u);
+  return carve_emu::warp_exchange(v, (lane ^ lane_mask) & 31, "__shfl_xor_sync");
+}
+
+template <typename T>
+inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  (void)mask;
+  if (width != 32) carve_emu::fatal("__shfl_down_sync: only width 32 is emulated");
+  const unsigned lane = carve_emu::linear_tid() & 31u;
+  return carve_emu::warp_exchange(v, (int)(lane + delta < 32 ? lane + delta : lane), "__shfl_down_sync");
+}
+
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  (void)mask;
+  if (width != 32) carve_emu::fatal("__shfl_up_sync: only width 32 is emulated");
+  const unsigned lane = carve_emu::linear_tid() & 31u;
+  return carve_emu::warp_exchange(v, (int)(lane >= delta ? lane - delta : lane), "__shfl_up_sync");
+}
+
+// Bit i of the result: the predicate of lane i (live lanes only).
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  (void)mask;
+  carve_emu::Block& b = carve_emu::block();
+  const unsigned me = carve_emu::linear_tid(), base = me & ~31u;
+  const unsigned long long u = pred != 0;
+  std::memcpy(b.lane_slot[me], &u, 8);
+  carve_emu::barrier_wait(b.warp_bar[me / 32], "__ballot_sync");
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32 && base + l < b.n; l++) {
+    unsigned long long v;
+    std::memcpy(&v, b.lane_slot[base + l], 8);
+    if (v != 0 && !b.fibers[base + l].done) r |= 1u << l;
+  }
+  carve_emu::barrier_wait(b.warp_bar[me / 32], "__ballot_sync");
+  return r;
+}
+
+inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+  carve_emu::Block& b = carve_emu::block();
+  const unsigned base = carve_emu::linear_tid() & ~31u;
+  unsigned live = 0;
+  for (unsigned l = 0; l < 32 && base + l < b.n; l++) {
+    if (!b.fibers[base + l].done) live |= 1u << l;
+  }
+  return __ballot_sync(mask, pred) == live;
+}
+
+// Atomics: a fiber never switches inside one, so a plain update is atomic here.
+inline int atomicAdd(int* p, int v) { const int o = *p; *p = o + v; return o; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { const unsigned o = *p; *p = o + v; return o; }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long o = *p; *p = o + v; return o;
+}
+inline float atomicAdd(float* p, float v) { const float o = *p; *p = o + v; return o; }
+inline int atomicMax(int* p, int v) { const int o = *p; *p = std::max(o, v); return o; }
+inline unsigned atomicMax(unsigned* p, unsigned v) { const unsigned o = *p; *p = std::max(o, v); return o; }
+inline int atomicMin(int* p, int v) { const int o = *p; *p = std::min(o, v); return o; }
+inline unsigned atomicMin(unsigned* p, unsigned v) { const unsigned o = *p; *p = std::min(o, v); return o; }
+inline int atomicCAS(int* p, int cmp, int v) { const int o = *p; if (o == cmp) *p = v; return o; }
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) { const unsigned o = *p; if (o == cmp) *p = v; return o; }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
+  const unsigned long long o = *p; if (o == cmp) *p = v; return o;
+}
+inline int atomicExch(int* p, int v) { const int o = *p; *p = v; return o; }
+inline unsigned atomicExch(unsigned* p, unsigned v) { const unsigned o = *p; *p = v; return o; }
+inline float atomicExch(float* p, float v) { const float o = *p; *p = v; return o; }
+
+// Bit casts and bit counts.
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline int __float_as_int(float f) { int u; std::memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; i++) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+
+// ---- Runtime API -------------------------------------------------------------------------
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = carve_emu::state().last_error;
+  carve_emu::state().last_error = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return carve_emu::state().last_error; }
+
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    default: return "unknown error";
+  }
+}
+
+inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return cudaErrorInvalidValue;
+  *device = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return cudaErrorInvalidValue;
+  *count = 1;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceSynchronize() {
+  return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (carve_emu::sync_forbidden()) return cudaErrorStreamCaptureUnsupported;
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void* q = std::aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+  if (q == nullptr) return carve_emu::set_error(cudaErrorMemoryAllocation);
+  *p = q;
+  return cudaSuccess;
+}
+template <typename T>
+inline cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes); }
+
+inline cudaError_t cudaFree(void* p) {
+  if (carve_emu::sync_forbidden()) return cudaErrorStreamCaptureUnsupported;
+  std::free(p);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  *p = bytes == 0 ? nullptr : std::aligned_alloc(256, (bytes + 255) & ~(size_t)255);
+  return bytes != 0 && *p == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
+}
+template <typename T>
+inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost(reinterpret_cast<void**>(p), bytes); }
+inline cudaError_t cudaFreeHost(void* p) { std::free(p); return cudaSuccess; }
+
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t stream = nullptr) {
+  if ((int)kind < 0 || (int)kind > 4) return cudaErrorInvalidMemcpyDirection;
+  if (bytes != 0 && (dst == nullptr || src == nullptr)) return cudaErrorInvalidValue;
+  if (bytes == 0) return cudaSuccess;
+  return carve_emu::enqueue(stream, [dst, src, bytes]() { std::memmove(dst, src, bytes); });
+}
+
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (carve_emu::sync_forbidden()) return cudaErrorStreamCaptureUnsupported;
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = nullptr) {
+  if (bytes != 0 && dst == nullptr) return cudaErrorInvalidValue;
+  if (bytes == 0) return cudaSuccess;
+  return carve_emu::enqueue(stream, [dst, value, bytes]() { std::memset(dst, value, bytes); });
+}
+
+inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  if (carve_emu::sync_forbidden()) return cudaErrorStreamCaptureUnsupported;
+  return cudaMemsetAsync(dst, value, bytes, nullptr);
+}
+
+// Streams.
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  (void)flags;
+  if (s == nullptr) return cudaErrorInvalidValue;
+  *s = new carve_emu::Stream{carve_emu::kStreamMagic, false, false, nullptr};
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  carve_emu::Stream* st = carve_emu::stream_of(s);
+  if (s == nullptr || st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (st->capturing) {
+    carve_emu::stop_capture(st);
+    delete st->graph;
+  }
+  st->magic = 0;
+  delete st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  if (carve_emu::stream_of(s) == nullptr) return cudaErrorInvalidResourceHandle;
+  return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  (void)mode;
+  carve_emu::Stream* st = carve_emu::stream_of(s);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s == nullptr) return cudaErrorStreamCaptureUnsupported;  // the legacy stream cannot capture
+  if (st->capturing) return cudaErrorIllegalState;
+  st->capturing = true;
+  st->invalidated = false;
+  st->graph = new carve_emu::Graph();
+  carve_emu::state().capturing.push_back(st);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  carve_emu::Stream* st = carve_emu::stream_of(s);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (!st->capturing) return cudaErrorIllegalState;
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  carve_emu::stop_capture(st);
+  if (st->invalidated) {
+    delete st->graph;
+    st->graph = nullptr;
+    *graph = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *graph = st->graph;
+  st->graph = nullptr;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  carve_emu::Stream* st = carve_emu::stream_of(s);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (status == nullptr) return cudaErrorInvalidValue;
+  *status = !st->capturing ? cudaStreamCaptureStatusNone
+                           : (st->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive);
+  return cudaSuccess;
+}
+
+// Graphs: a graph is the list of recorded work; an executable graph a copy of it.
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0) {
+  (void)flags;
+  if (exec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
+  *exec = new carve_emu::GraphExec{graph->nodes};
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr) return cudaErrorInvalidValue;
+  carve_emu::Stream* st = carve_emu::stream_of(stream);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (st->capturing) return cudaErrorStreamCaptureUnsupported;  // child graphs are not emulated
+  for (const carve_emu::Work& w : exec->nodes) {
+    w();
+  }
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
+inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
+  if (graph == nullptr || count == nullptr || nodes != nullptr) return cudaErrorInvalidValue;
+  *count = graph->nodes.size();  // only the count is emulated
+  return cudaSuccess;
+}
+
+// Events: host clock at record time (the work before it is done: every call is synchronous).
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  (void)flags;
+  if (e == nullptr) return cudaErrorInvalidValue;
+  *e = new carve_emu::Event{carve_emu::kEventMagic, std::chrono::steady_clock::now()};
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  e->magic = 0;
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  return carve_emu::enqueue(stream, [e]() { e->t = std::chrono::steady_clock::now(); });
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  if (start == nullptr || end == nullptr || start->magic != carve_emu::kEventMagic ||
+      end->magic != carve_emu::kEventMagic) {
+    return cudaErrorInvalidResourceHandle;
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->t - start->t).count();
+  return cudaSuccess;
+}
+
+// ---- cuBLAS ------------------------------------------------------------------------------
+
+namespace carve_emu {
+
+// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, column-major, on the host.
+// Blocked: op(A) is packed per (MC x KC) panel into a column-major buffer so that the inner
+// loop updates four columns of C with contiguous, vectorisable axpys.
+inline void host_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* A, int lda,
+                       const float* B, int ldb, float beta, float* C, int ldc) {
+  constexpr int MC = 128, KC = 256;
+  for (int j = 0; j < n; j++) {
+    float* c = C + (size_t)j * ldc;
+    if (beta == 0.0f) {
+      for (int i = 0; i < m; i++) c[i] = 0.0f;
+    } else if (beta != 1.0f) {
+      for (int i = 0; i < m; i++) c[i] *= beta;
+    }
+  }
+  if (k == 0 || alpha == 0.0f) return;
+  static thread_local std::vector<float> panel;
+  panel.resize((size_t)MC * KC);
+  auto a_at = [&](int i, int p) { return ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i]; };
+  auto b_at = [&](int p, int j) { return tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p]; };
+  for (int p0 = 0; p0 < k; p0 += KC) {
+    const int kc = std::min(KC, k - p0);
+    for (int i0 = 0; i0 < m; i0 += MC) {
+      const int mc = std::min(MC, m - i0);
+      float* a = panel.data();  // (mc, kc) column-major: a[p * mc + i]
+      for (int p = 0; p < kc; p++) {
+        for (int i = 0; i < mc; i++) a[(size_t)p * mc + i] = a_at(i0 + i, p0 + p);
+      }
+      int j = 0;
+      for (; j + 4 <= n; j += 4) {
+        float* c0 = C + (size_t)j * ldc + i0;
+        float* c1 = c0 + ldc;
+        float* c2 = c1 + ldc;
+        float* c3 = c2 + ldc;
+        float acc0[MC], acc1[MC], acc2[MC], acc3[MC];
+        for (int i = 0; i < mc; i++) acc0[i] = acc1[i] = acc2[i] = acc3[i] = 0.0f;
+        for (int p = 0; p < kc; p++) {
+          const float* ap = a + (size_t)p * mc;
+          const float b0 = b_at(p0 + p, j), b1 = b_at(p0 + p, j + 1);
+          const float b2 = b_at(p0 + p, j + 2), b3 = b_at(p0 + p, j + 3);
+          for (int i = 0; i < mc; i++) {
+            acc0[i] += ap[i] * b0;
+            acc1[i] += ap[i] * b1;
+            acc2[i] += ap[i] * b2;
+            acc3[i] += ap[i] * b3;
+          }
+        }
+        for (int i = 0; i < mc; i++) {
+          c0[i] += alpha * acc0[i];
+          c1[i] += alpha * acc1[i];
+          c2[i] += alpha * acc2[i];
+          c3[i] += alpha * acc3[i];
+        }
+      }
+      for (; j < n; j++) {
+        float* c0 = C + (size_t)j * ldc + i0;
+        float acc0[MC];
+        for (int i = 0; i < mc; i++) acc0[i] = 0.0f;
+        for (int p = 0; p < kc; p++) {
+          const float* ap = a + (size_t)p * mc;
+          const float b0 = b_at(p0 + p, j);
+          for (int i = 0; i < mc; i++) acc0[i] += ap[i] * b0;
+        }
+        for (int i = 0; i < mc; i++) c0[i] += alpha * acc0[i];
+      }
+    }
+  }
+}
+
+inline bool blas_ok(cublasHandle_t h) { return h != nullptr && h->magic == kBlasMagic; }
+
+inline cublasStatus_t blas_enqueue(cublasHandle_t h, Work w) {
+  return enqueue(h->stream, std::move(w)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+}
+
+}  // namespace carve_emu
+
+inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
+  if (h == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *h = new carve_emu::BlasHandle{carve_emu::kBlasMagic, nullptr, CUBLAS_DEFAULT_MATH};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->magic = 0;
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (s == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *s = h->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* mode) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = h->math;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// cuBLAS' argument checks: op in {N, T}, sizes >= 0, leading dimensions >= the rows stored.
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                int n, int k, const float* alpha, const float* A, int lda,
+                                                long long strideA, const float* B, int ldb, long long strideB,
+                                                const float* beta, float* C, int ldc, long long strideC,
+                                                int batch) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
+      k < 0 || batch < 0 || alpha == nullptr || beta == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
+  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const float al = *alpha, be = *beta;
+  return carve_emu::blas_enqueue(h, [=]() {
+    for (int b = 0; b < batch; b++) {
+      carve_emu::host_sgemm(a_t, b_t, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be, C + b * strideC,
+                            ldc);
+    }
+  });
+}
+
+inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* B, int ldb,
+                                  const float* beta, float* C, int ldc) {
+  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+// y = alpha op(A) x + beta y, A (m, n) column-major.
+inline cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int m, int n, const float* alpha,
+                                  const float* A, int lda, const float* x, int incx, const float* beta, float* y,
+                                  int incy) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if ((trans != CUBLAS_OP_N && trans != CUBLAS_OP_T) || m < 0 || n < 0 || lda < std::max(1, m) || incx == 0 ||
+      incy == 0 || alpha == nullptr || beta == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const float al = *alpha, be = *beta;
+  const bool t = trans == CUBLAS_OP_T;
+  return carve_emu::blas_enqueue(h, [=]() {
+    const int ny = t ? n : m, nx = t ? m : n;
+    for (int i = 0; i < ny; i++) {
+      float acc = 0.0f;
+      for (int j = 0; j < nx; j++) {
+        const float a = t ? A[(size_t)i * lda + j] : A[(size_t)j * lda + i];
+        acc += a * x[(long long)j * incx];
+      }
+      float& yi = y[(long long)i * incy];
+      yi = be == 0.0f ? al * acc : al * acc + be * yi;
+    }
+  });
+}
+
+#endif  // CARVE_CUDA_EMU_H

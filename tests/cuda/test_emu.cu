@@ -1,0 +1,298 @@
+// tests/cuda/test_emu.cu: the CUDA emulation header itself (tests/cuda/cuda_emu.h).
+// Checks block barriers with shared memory, warp shuffles and ballots, atomics, the
+// plain-call fast path, launch-configuration errors, graph capture and replay, the
+// error of a synchronous call under capture, and the host GEMM / GEMV against loops.
+// Built with g++ -x c++ -include tests/cuda/cuda_emu.h (tests/cuda/tests.cmake).
+
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#define CHECK(cond)                                                       \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+
+// ---- Kernels ---------------------------------------------------------------------------
+
+// out[block] = sum of in[block * 256 .. +256) by a shared-memory tree (a barrier per level),
+// and rev[i] = in[block's last - i] through shared memory (one barrier).
+__global__ void block_sum(const int* in, int* out, int* rev) {
+  __shared__ int s[256];
+  const unsigned t = threadIdx.x;
+  const size_t base = (size_t)blockIdx.x * 256;
+  s[t] = in[base + t];
+  __syncthreads();
+  rev[base + t] = s[255 - t];
+  __syncthreads();
+  for (unsigned half = 128; half > 0; half /= 2) {
+    if (t < half) s[t] += s[t + half];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+
+// Warp reductions: xor butterfly (every lane gets the sum), down (lane 0 gets it), ballot
+// of odd values, shfl broadcast of lane 3, shfl_up prefix sum.
+__global__ void warp_ops(const float* in, float* xor_sum, float* down_sum, unsigned* ballot, float* bcast,
+                         float* prefix) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  const float v = in[i];
+  float a = v, b = v, p = v;
+  for (int m = 16; m > 0; m /= 2) a += __shfl_xor_sync(0xFFFFFFFFu, a, m);
+  for (int d = 16; d > 0; d /= 2) b += __shfl_down_sync(0xFFFFFFFFu, b, (unsigned)d);
+  for (unsigned d = 1; d < 32; d *= 2) {
+    const float o = __shfl_up_sync(0xFFFFFFFFu, p, d);
+    if ((threadIdx.x & 31u) >= d) p += o;
+  }
+  const unsigned bal = __ballot_sync(0xFFFFFFFFu, ((int)v) & 1);
+  xor_sum[i] = a;
+  if ((threadIdx.x & 31u) == 0) down_sum[i / 32] = b;
+  ballot[i] = bal;
+  bcast[i] = __shfl_sync(0xFFFFFFFFu, v, 3);
+  prefix[i] = p;
+}
+
+// Histogram of in[0 .. n) into 16 bins (atomicAdd), and max / min / CAS counters.
+__global__ void atomics(const int* in, size_t n, int* hist, int* mx, unsigned* mn, float* fsum, int* cas_hits) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    atomicAdd(&hist[in[i] & 15], 1);
+    atomicMax(mx, in[i]);
+    atomicMin(mn, (unsigned)in[i]);
+    atomicAdd(fsum, 1.0f);
+    if (atomicCAS(cas_hits, 0, 1) == 0) atomicAdd(cas_hits, 100);
+  }
+}
+
+// y = x + 1 over a 3-D launch (threads as plain calls: no barrier); writes the thread's
+// coordinates so the mapping can be checked.
+__global__ void coords(unsigned* y, dim3 n) {
+  const unsigned x = blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned yy = blockIdx.y * blockDim.y + threadIdx.y;
+  const unsigned z = blockIdx.z * blockDim.z + threadIdx.z;
+  if (x < n.x && yy < n.y && z < n.z) y[((size_t)z * n.y + yy) * n.x + x] = (z << 20) | (yy << 10) | x;
+}
+
+__global__ void add_one(float* y, int n) {
+  const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] += 1.0f;
+}
+
+// Threads that exit early before a barrier still let the others pass it (exited threads
+// do not count, as on a GPU), for a block whose size is not a multiple of 32.
+__global__ void early_exit(int* out) {
+  __shared__ int s[100];
+  const unsigned t = threadIdx.x;
+  if (t >= 90) return;
+  s[t] = (int)t;
+  __syncthreads();
+  out[t] = s[89 - t];
+}
+
+int main() {
+  std::mt19937 rng(5);
+
+  // Barriers and shared memory.
+  {
+    const int blocks = 37;
+    std::vector<int> in(blocks * 256), out(blocks), rev(blocks * 256);
+    for (auto& v : in) v = (int)(rng() % 1000) - 500;
+    CARVE_LAUNCH(block_sum, blocks, 256, nullptr, in.data(), out.data(), rev.data());
+    CHECK(cudaGetLastError() == cudaSuccess);
+    for (int b = 0; b < blocks; b++) {
+      long s = 0;
+      for (int t = 0; t < 256; t++) {
+        s += in[b * 256 + t];
+        CHECK(rev[b * 256 + t] == in[b * 256 + 255 - t]);
+      }
+      CHECK(out[b] == s);
+    }
+    std::printf("barriers + shared memory: %d blocks of 256 ok\n", blocks);
+  }
+  {
+    std::vector<int> out(90, -1);
+    CARVE_LAUNCH(early_exit, 2, 100, nullptr, out.data());
+    CHECK(cudaGetLastError() == cudaSuccess);
+    for (int t = 0; t < 90; t++) CHECK(out[t] == 89 - t);
+    std::printf("barrier after early exits ok\n");
+  }
+
+  // Warp functions.
+  {
+    const int n = 4 * 128;
+    std::vector<float> in(n), xs(n), ds(n / 32), bc(n), pre(n);
+    std::vector<unsigned> bal(n);
+    for (auto& v : in) v = (float)(rng() % 64);
+    CARVE_LAUNCH(warp_ops, 4, 128, nullptr, in.data(), xs.data(), ds.data(), bal.data(), bc.data(), pre.data());
+    CHECK(cudaGetLastError() == cudaSuccess);
+    for (int w = 0; w < n / 32; w++) {
+      float s = 0, p = 0;
+      unsigned odd = 0;
+      for (int l = 0; l < 32; l++) {
+        s += in[w * 32 + l];
+        odd |= (unsigned)((int)in[w * 32 + l] & 1) << l;
+      }
+      CHECK(ds[w] == s);
+      for (int l = 0; l < 32; l++) {
+        p += in[w * 32 + l];
+        CHECK(xs[w * 32 + l] == s);
+        CHECK(bal[w * 32 + l] == odd);
+        CHECK(bc[w * 32 + l] == in[w * 32 + 3]);
+        CHECK(pre[w * 32 + l] == p);
+      }
+    }
+    std::printf("warp shuffles + ballot ok\n");
+  }
+
+  // Atomics.
+  {
+    const size_t n = 10007;
+    std::vector<int> in(n), hist(16, 0);
+    for (auto& v : in) v = (int)(rng() % 100000);
+    int mx = -1, cas = 0;
+    unsigned mn = 0xFFFFFFFFu;
+    float fs = 0;
+    CARVE_LAUNCH(atomics, 7, 96, nullptr, in.data(), n, hist.data(), &mx, &mn, &fs, &cas);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    std::vector<int> want(16, 0);
+    int wmx = -1;
+    unsigned wmn = 0xFFFFFFFFu;
+    for (int v : in) {
+      want[v & 15]++;
+      wmx = std::max(wmx, v);
+      wmn = std::min(wmn, (unsigned)v);
+    }
+    CHECK(hist == want && mx == wmx && mn == wmn && fs == (float)n && cas == 101);
+    std::printf("atomics ok\n");
+  }
+
+  // 3-D launch, plain-call path.
+  {
+    const dim3 n(37, 19, 5);
+    std::vector<unsigned> y((size_t)n.x * n.y * n.z, 0xFFFFFFFFu);
+    CARVE_LAUNCH(coords, dim3(3, 5, 2), dim3(16, 4, 3), nullptr, y.data(), n);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    for (unsigned z = 0; z < n.z; z++)
+      for (unsigned yy = 0; yy < n.y; yy++)
+        for (unsigned x = 0; x < n.x; x++) CHECK(y[((size_t)z * n.y + yy) * n.x + x] == ((z << 20) | (yy << 10) | x));
+    std::printf("3-D grid ok\n");
+  }
+
+  // Launch configuration errors (sticky until read, as CUDA's).
+  {
+    float v = 0;
+    CARVE_LAUNCH(add_one, 0, 32, nullptr, &v, 1);
+    CHECK(cudaPeekAtLastError() == cudaErrorInvalidConfiguration);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CARVE_LAUNCH(add_one, 1, 1025, nullptr, &v, 1);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CARVE_LAUNCH(add_one, dim3(1, 65536), 32, nullptr, &v, 1);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CARVE_LAUNCH(add_one, 1, dim3(1, 1, 65), nullptr, &v, 1);
+    CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+    CHECK(v == 0.0f);
+    CHECK(std::string(cudaGetErrorString(cudaErrorInvalidConfiguration)) == "invalid configuration argument");
+    std::printf("launch errors ok\n");
+  }
+
+  // Graph capture and replay; a synchronous copy under capture invalidates it.
+  {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess);
+    float* d;
+    CHECK(cudaMalloc(&d, 100 * sizeof(float)) == cudaSuccess);
+    CHECK(cudaMemsetAsync(d, 0, 100 * sizeof(float), s) == cudaSuccess);
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    CARVE_LAUNCH(add_one, 4, 32, s, d, 100);
+    CARVE_LAUNCH(add_one, 4, 32, s, d, 50);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    CHECK(d[0] == 0.0f);  // recorded, not run
+    cudaGraph_t g;
+    CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+    cudaGraphExec_t ge;
+    CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+    for (int r = 0; r < 3; r++) CHECK(cudaGraphLaunch(ge, s) == cudaSuccess);
+    CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    for (int i = 0; i < 100; i++) CHECK(d[i] == (i < 50 ? 6.0f : 3.0f));
+    CHECK(cudaGraphExecDestroy(ge) == cudaSuccess);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess);
+
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    float h[4];
+    CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureInvalidated);
+    CHECK(cudaGetLastError() == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported);
+    CHECK(cudaFree(d) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s) == cudaSuccess);
+    std::printf("graph capture + replay ok\n");
+  }
+
+  // Host GEMM (all transposes, beta, odd sizes) and GEMV against loops in double.
+  {
+    cublasHandle_t h;
+    CHECK(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+    CHECK(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH) == CUBLAS_STATUS_SUCCESS);
+    std::uniform_real_distribution<float> U(-1, 1);
+    const int sizes[][3] = {{1, 1, 1}, {7, 5, 3}, {130, 67, 259}, {257, 9, 300}, {33, 260, 17}};
+    for (auto& sz : sizes) {
+      const int m = sz[0], n = sz[1], k = sz[2];
+      for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+          const int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 1, ldc = m + 2;
+          std::vector<float> A((size_t)lda * (ta ? m : k)), B((size_t)ldb * (tb ? k : n)), C((size_t)ldc * n);
+          for (auto& v : A) v = U(rng);
+          for (auto& v : B) v = U(rng);
+          for (auto& v : C) v = U(rng);
+          std::vector<float> C0 = C;
+          const float alpha = 0.75f, beta = ta ? 0.5f : 0.0f;
+          CHECK(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+                            A.data(), lda, B.data(), ldb, &beta, C.data(), ldc) == CUBLAS_STATUS_SUCCESS);
+          for (int j = 0; j < n; j++) {
+            for (int i = 0; i < m; i++) {
+              double s = 0, mag = 0;
+              for (int p = 0; p < k; p++) {
+                const double a = ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i];
+                const double b = tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p];
+                s += a * b;
+                mag += std::fabs(a * b);
+              }
+              const double want = alpha * s + (beta != 0 ? beta * C0[(size_t)j * ldc + i] : 0.0);
+              CHECK(std::fabs(C[(size_t)j * ldc + i] - want) <= 1e-6 * (mag + 1) * (k + 2));
+            }
+            for (int i = m; i < ldc; i++) CHECK(C[(size_t)j * ldc + i] == C0[(size_t)j * ldc + i]);
+          }
+        }
+      }
+      // GEMV: y = A^T x with A (k, m) column-major.
+      std::vector<float> A((size_t)k * m), x(k), y(m, 7.0f);
+      for (auto& v : A) v = U(rng);
+      for (auto& v : x) v = U(rng);
+      const float one = 1.0f, zero = 0.0f;
+      CHECK(cublasSgemv(h, CUBLAS_OP_T, k, m, &one, A.data(), k, x.data(), 1, &zero, y.data(), 1) ==
+            CUBLAS_STATUS_SUCCESS);
+      for (int i = 0; i < m; i++) {
+        double s = 0, mag = 0;
+        for (int p = 0; p < k; p++) {
+          s += (double)A[(size_t)i * k + p] * x[p];
+          mag += std::fabs((double)A[(size_t)i * k + p] * x[p]);
+        }
+        CHECK(std::fabs(y[i] - s) <= 1e-6 * (mag + 1) * (k + 2));
+      }
+    }
+    const float one = 1.0f;
+    float dummy = 0;
+    CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 1, 1, &one, &dummy, 3, &dummy, 1, &one, &dummy, 4) ==
+          CUBLAS_STATUS_INVALID_VALUE);  // lda < m
+    CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
+    std::printf("host GEMM / GEMV ok\n");
+  }
+  std::printf("test_emu: all ok\n");
+  return 0;
+}
