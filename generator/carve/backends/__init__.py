@@ -17,6 +17,8 @@ class Backend:
     description = ""
     # op kind -> predicate(op, graph) returning None when lowerable, else the reason
     lowerable: dict = {}
+    # extra names the backend's templates use (C package backends)
+    template_vars: dict = {}
 
     def unsupported(self, graph: Graph) -> list:
         """Human-readable reasons, one per op this backend cannot lower."""

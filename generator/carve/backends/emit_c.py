@@ -72,6 +72,7 @@ class CPackage:
             weights_format=weights_format, options=self.options,
             runtime_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".c") and f != "carve_io.c"],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
+            **self.backend.template_vars,
         )
         env = _env(self.backend.name)
         out: dict = {}

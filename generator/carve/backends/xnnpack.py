@@ -10,59 +10,31 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CarveError
-from ..ir import Graph, op_flops
+from ..ir import Graph
 from ..planner import Plan
 from . import Backend
-from .emit_c import CPackage, c_ident
-
-
-E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
-             "obb": "CARVE_E2E_OBB"}
-
-
-def _conv_rule(op, graph):
-    if op.attrs["kernel"][0] != op.attrs["kernel"][1]:
-        return "non-square conv kernels are not lowered"
-    return None
-
-
-def _upsample_rule(op, graph):
-    return None if op.attrs["scale"] == 2 else f"nearest upsample x{op.attrs['scale']} (only x2 is lowered)"
-
-
-def _e2e_rule(op, graph):
-    task = op.attrs.get("task", "detect")
-    return None if task in E2E_TASKS else f"end-to-end post-processing for task '{task}'"
-
-
-def _deconv_rule(op, graph):
-    k, s = op.attrs["kernel"], op.attrs["stride"]
-    ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0
-    return None if ok else "transposed conv other than kernel = stride, pad 0"
-
-
-def _add_rule(op, graph):
-    return None  # lowered as XNNPACK add_nd on contiguous tensors; checked against the plan in lower()
+from .emit_c import CPackage
+from .lowering import Layouts, always, deconv_rule, e2e_rule, lower, square_conv_rule, upsample_x2_rule
 
 
 class XnnpackBackend(Backend):
     name = "xnnpack"
     description = "CPU: C11 + XNNPACK operators + pthreadpool"
     lowerable = {
-        "conv2d": _conv_rule,
-        "maxpool2d": lambda op, g: None,
-        "upsample_nearest": _upsample_rule,
-        "concat": lambda op, g: None,
-        "slice": lambda op, g: None,
-        "attention": lambda op, g: None,
-        "e2e_detect": _e2e_rule,
-        "add": _add_rule,
-        "deconv2d": _deconv_rule,
-        "global_avgpool": lambda op, g: None,
-        "linear": lambda op, g: None,
-        "softmax": lambda op, g: None,
+        "conv2d": square_conv_rule,
+        "maxpool2d": always,
+        "upsample_nearest": upsample_x2_rule,
+        "concat": always,
+        "slice": always,
+        "attention": always,
+        "e2e_detect": e2e_rule,
+        "add": always,  # XNNPACK add_nd on contiguous tensors; lower() checks the plan
+        "deconv2d": deconv_rule,
+        "global_avgpool": always,
+        "linear": always,
+        "softmax": always,
     }
+    template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators", op_prefix="CARVE_XNN_")
     _runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
                 "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
 
@@ -73,193 +45,18 @@ class XnnpackBackend(Backend):
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, XNNPACK operator table and per-layer steps."""
-        blob = WeightBlob()
-        xnn: list = []      # XNNPACK operator descriptors, in creation (= run) order
-        layers = {layer.index: dict(index=layer.index, type=layer.type,
-                                    fn=f"layer_{layer.index:02d}_{c_ident(layer.type.replace('nn.', '')).lower()}",
-                                    output=layer.output, steps=[]) for layer in graph.layers}
-        copy_set = set(plan.copies)
-        v = plan.views
-        storages = storage_macros(graph, plan)
-
-        def off(t, extra: int = 0):
-            """The arena offset of a tensor as a C expression: its storage's constant + channel offset."""
-            macro = storages[v[t].storage]["macro"]
-            k = v[t].offset + extra
-            return f"{macro} + {k}" if k else macro
-
-        def shape(t):
-            h, w, c = graph.tensors[t].shape
-            return f"({h},{w},{c})"
-
-        def contiguous(t):
-            return v[t].offset == 0 and v[t].stride == graph.tensors[t].shape[2]
-
-        def add_xnn(kind: str, op_name: str, **fields) -> int:
-            xnn.append(dict(kind=kind, name=op_name, fields=fields))
-            return len(xnn) - 1
-
-        for op in graph.ops:
-            steps = layers[op.layer]["steps"]
-            head = dict(name=op.name, source=op.source, flops=op_flops(graph, op),
-                        shapes=" + ".join(shape(t) for t in op.inputs) + " -> " + " , ".join(shape(t) for t in op.outputs))
-            x, y = op.inputs[0], op.outputs[0]
-            h, w, c = graph.tensors[x].shape
-            if op.kind in ("conv2d", "deconv2d"):
-                wt = graph.weights[op.params["weight"]]
-                # XNNPACK wants (out, kh, kw, in / groups); PyTorch has conv (out, in/g, kh, kw), deconv (in, out, kh, kw)
-                wt = np.transpose(wt, (0, 2, 3, 1) if op.kind == "conv2d" else (1, 2, 3, 0))
-                k = op.attrs["kernel"][0]
-                i = add_xnn("CARVE_XNN_CONV" if op.kind == "conv2d" else "CARVE_XNN_DECONV", op.name,
-                            kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"], groups=op.attrs["groups"],
-                            cin=op.attrs["cin"], cout=op.attrs["cout"], h=h, w=w, in_stride=v[x].stride,
-                            out_stride=v[y].stride, weight_off=blob.add(wt),
-                            bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
-                epi = None
-                residual = op.inputs[1] if len(op.inputs) > 1 else None
-                if op.attrs["act"] == "silu" or residual:
-                    oh, ow, oc = graph.tensors[y].shape
-                    epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual) if residual else None,
-                               r_stride=v[residual].stride if residual else 0, pixels=oh * ow, channels=oc,
-                               act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
-                steps.append(dict(head, kind="xnn", index=i, epilogue=epi))
-            elif op.kind == "maxpool2d":
-                i = add_xnn("CARVE_XNN_MAXPOOL", op.name, kh=op.attrs["kernel"], kw=op.attrs["kernel"],
-                            stride=op.attrs["stride"], pad=op.attrs["pad"], cin=c, h=h, w=w,
-                            in_stride=v[x].stride, out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
-            elif op.kind == "add":
-                if not all(contiguous(t) for t in (*op.inputs, y)):
-                    raise CarveError(f"{op.name}: backend 'xnnpack' lowers an unfused add only on contiguous tensors",
-                                     hint="no files were written")
-                i = add_xnn("CARVE_XNN_ADD", op.name, cin=c, h=h, w=w, in_stride=c, out_stride=c,
-                            in_off=off(x), in2_off=off(op.inputs[1]), out_off=off(y))
-                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
-            elif op.kind == "global_avgpool":
-                i = add_xnn("CARVE_XNN_GAP", op.name, cin=c, h=h, w=w, in_stride=v[x].stride,
-                            out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
-            elif op.kind == "linear":
-                i = add_xnn("CARVE_XNN_FC", op.name, cin=op.attrs["cin"], cout=op.attrs["cout"], h=1, w=1,
-                            in_stride=v[x].stride, out_stride=v[y].stride,
-                            weight_off=blob.add(graph.weights[op.params["weight"]]),
-                            bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
-                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
-            elif op.kind == "softmax":
-                i = add_xnn("CARVE_XNN_SOFTMAX", op.name, cin=c, h=1, w=1, in_stride=v[x].stride,
-                            out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-                steps.append(dict(head, kind="xnn", index=i, epilogue=None))
-            elif op.kind == "concat":
-                slot = 0
-                copied = False
-                for t in op.inputs:
-                    ct = graph.tensors[t].shape[2]
-                    if (op.name, t) in copy_set:
-                        th, tw, _ = graph.tensors[t].shape
-                        i = add_xnn("CARVE_XNN_COPY", f"{op.name} <- {t}", cin=ct, h=th, w=tw,
-                                    in_stride=v[t].stride, out_stride=v[y].stride, in_off=off(t),
-                                    out_off=off(y, slot))
-                        steps.append(dict(head, kind="xnn", index=i, epilogue=None, what=f"copy {t} into its slot"))
-                        copied = True
-                    slot += ct
-                if not copied:
-                    steps.append(dict(head, kind="view", what="concat: inputs were written in place"))
-            elif op.kind == "slice":
-                steps.append(dict(head, kind="view", what="split: a strided view, no copy"))
-            elif op.kind == "upsample_nearest":
-                steps.append(dict(head, kind="upsample", x_off=off(x), x_stride=v[x].stride, h=h, w=w, c=c,
-                                  y_off=off(y), y_stride=v[y].stride))
-            elif op.kind == "attention":
-                o, vv = op.outputs
-                a = op.attrs
-                steps.append(dict(head, kind="attention", qkv_off=off(x), qkv_stride=v[x].stride, n=h * w,
-                                  heads=a["heads"], key_dim=a["key_dim"], head_dim=a["head_dim"],
-                                  scale=float(np.float32(a["scale"])), o_off=off(o), o_stride=v[o].stride,
-                                  v_off=off(vv), v_stride=v[vv].stride))
-            elif op.kind == "e2e_detect":
-                a = op.attrs
-                per = a["inputs_per_level"]
-                levels = []
-                for li in range(0, len(op.inputs), per):
-                    box, cls = op.inputs[li], op.inputs[li + 1]
-                    ex = op.inputs[li + 2] if per > 2 else None
-                    lh, lw, _ = graph.tensors[box].shape
-                    levels.append(dict(box_off=off(box), box_stride=v[box].stride, cls_off=off(cls),
-                                       cls_stride=v[cls].stride, extra_off=off(ex) if ex else None,
-                                       extra_stride=v[ex].stride if ex else 0, h=lh, w=lw,
-                                       stride=a["strides"][li // per]))
-                _, k, row = graph.tensors[y].shape
-                steps.append(dict(head, kind="e2e", levels=levels, nc=a["nc"], k=k, row=row,
-                                  extra=a["extra_channels"], task=E2E_TASKS[a.get("task", "detect")],
-                                  rows_off=off(y)))
-            else:  # pragma: no cover - check() refuses these first
-                raise AssertionError(op.kind)
-
-        out0 = graph.outputs["output0"]
-        for lay in layers.values():
-            t = lay["output"]
-            lh, lw, lc = graph.tensors[t].shape
-            lay.update(out_off=off(t), out_h=lh, out_w=lw, out_c=lc, out_stride=v[t].stride,
-                       is_rows=(t == out0 and graph.meta["task"] != "classify"),
-                       flops=sum(st["flops"] for st in lay["steps"]))
-        attn = [st for lay in layers.values() for st in lay["steps"] if st["kind"] == "attention"]
-        e2e = next((st for lay in layers.values() for st in lay["steps"] if st["kind"] == "e2e"), None)
-        outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
-                              c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
-        return dict(layers=[layers[i] for i in sorted(layers)], xnn=xnn, outputs=outputs,
-                    storages=sorted(storages.values(), key=lambda st: (st["offset"], st["macro"])),
-                    blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
-                    input_off=off(graph.input), rows_k=e2e["k"] if e2e else 0, row_len=e2e["row"] if e2e else 0,
-                    arena_bytes=plan.arena_bytes,
-                    attn_max_n=max((st["n"] for st in attn), default=0),
-                    attn_max_heads=max((st["heads"] for st in attn), default=0),
-                    anchors=sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0,
-                    flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
+        return lower(graph, plan, self.name, "CARVE_XNN_", LAYOUTS)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         program = self.lower(graph, plan)
         return CPackage(self, graph, plan, program, options).files()
 
 
-def storage_macros(graph: Graph, plan: Plan) -> dict:
-    """One named constant per planned storage: S_<TENSOR> = its offset in floats from the arena base."""
-    out, used = {}, set()
-    for name, st in sorted(plan.storages.items(), key=lambda kv: (kv[1].offset, kv[0])):
-        macro = "S_" + c_ident(name).upper().strip("_")
-        while "__" in macro:
-            macro = macro.replace("__", "_")
-        base, k = macro, 2
-        while macro in used:
-            macro, k = f"{base}_{k}", k + 1
-        used.add(macro)
-        h, w, c = graph.tensors[name].shape
-        out[name] = dict(macro=macro, offset=st.offset // 4, shape=f"({h},{w},{c})", bytes=st.floats * 4,
-                         first=st.first, last=st.last, tensor=name)
-    return out
-
-
-class WeightBlob:
-    """All weights in one little-endian float32 blob, each tensor 64-byte aligned."""
-
-    ALIGN_FLOATS = 16
-
-    def __init__(self):
-        self.parts: list = []
-        self.floats = 0
-
-    def add(self, a: np.ndarray) -> int:
-        a = np.ascontiguousarray(a, dtype="<f4").reshape(-1)
-        pad = (-self.floats) % self.ALIGN_FLOATS
-        if pad:
-            self.parts.append(np.zeros(pad, dtype="<f4"))
-            self.floats += pad
-        offset = self.floats
-        self.parts.append(a)
-        self.floats += a.size
-        return offset
-
-    def bytes(self) -> bytes:
-        return np.concatenate(self.parts).tobytes() if self.parts else b""
+# XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
+# deconv (in, out, kh, kw); fully connected as PyTorch's (out, in).
+LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
+                  deconv=lambda w, a: np.transpose(w, (1, 2, 3, 0)),
+                  linear=lambda w, a: w)
 
 
 BACKEND = XnnpackBackend()
