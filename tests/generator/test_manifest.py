@@ -97,7 +97,7 @@ def test_relative_config_is_resolved_from_the_manifest_folder(tmp_path):
 # ---------------------------------------------------------------------------
 
 def test_unknown_key_near_miss_hints_the_known_key(tmp_path):
-    text = _edit(_base(), "backends: [xnnpack]", "backend: [xnnpack]")
+    text = _edit(_base(), "backends: [xnnpack, cuda]", "backend: [xnnpack, cuda]")
     err, path = _refused(tmp_path, text)
     assert err.location == f"{path}:{_line(text, 'backend:')}"
     assert err.message.startswith("backend: unknown key")
@@ -138,7 +138,7 @@ def test_missing_required_nested_field_points_at_its_mapping(tmp_path):
     ("  imgsz: 640", "  imgsz: '640'", "input.imgsz", "imgsz:"),
     ("  imgsz: 640", "  imgsz: 640.0", "input.imgsz", "imgsz:"),
     ("schema: 1", "schema: true", "schema", "schema:"),
-    ("backends: [xnnpack]", "backends: xnnpack", "backends", "backends:"),
+    ("backends: [xnnpack, cuda]", "backends: xnnpack", "backends", "backends:"),
     ("name: yolo26n", "name: [yolo26n]", "name", "name:"),
 ], ids=["imgsz-string", "imgsz-float", "schema-bool", "backends-scalar", "name-list"])
 def test_wrong_type(tmp_path, old, new, field, needle):
@@ -149,7 +149,7 @@ def test_wrong_type(tmp_path, old, new, field, needle):
 
 
 def test_unknown_backend_is_named_with_a_hint(tmp_path):
-    text = _edit(_base(), "backends: [xnnpack]", "backends: [xnnpack, xnnpak]")
+    text = _edit(_base(), "backends: [xnnpack, cuda]", "backends: [xnnpack, xnnpak]")
     err, path = _refused(tmp_path, text)
     assert err.location == f"{path}:{_line(text, 'backends:')}"
     assert "backends: unknown backend 'xnnpak'" in err.message
@@ -228,7 +228,7 @@ def test_missing_architecture_file(tmp_path):
 
 def test_error_string_is_compiler_style(tmp_path):
     """str(err) reads ``<file>:<line>: <field>: <message> (hint: ...)`` on one line."""
-    text = _edit(_base(), "backends: [xnnpack]", "backends: [xnnpak]")
+    text = _edit(_base(), "backends: [xnnpack, cuda]", "backends: [xnnpak]")
     err, path = _refused(tmp_path, text)
     s = str(err)
     assert "\n" not in s

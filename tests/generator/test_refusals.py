@@ -5,7 +5,8 @@ Checked in-process through ``carve.cli.main`` (stderr captured) and as a subproc
 the ``./carve`` launcher (exit status):
   (a) a backend the manifest does not list -> manifest file:line and the backend named;
   (b) ops the backend cannot lower (injected with ``graph_hook`` / a patched optimize)
-      -> every such op named, in one error;
+      -> every such op named, in one error (xnnpack, and cuda: grouped non-depthwise conv,
+      deconv kernel != stride, upsample x3);
   (c) an existing --out folder without --force -> refused, folder left untouched;
   (d) an unknown --backend name, and a listed backend this carve does not build;
   (e) a missing weights file -> its path named.
@@ -47,8 +48,8 @@ def _manifest_copy(folder: Path, backends: str) -> tuple[Path, int]:
     returns (path, line of the backends field)."""
     text = MANIFEST.read_text().replace("config: arch/yolo26.yaml",
                                         f"config: {REPO / 'manifests' / 'arch' / 'yolo26.yaml'}")
-    assert text.count("backends: [xnnpack]") == 1
-    text = text.replace("backends: [xnnpack]", f"backends: {backends}")
+    assert text.count("backends: [xnnpack, cuda]") == 1
+    text = text.replace("backends: [xnnpack, cuda]", f"backends: {backends}")
     path = folder / "copy.yaml"
     path.write_text(text)
     line = next(i + 1 for i, ln in enumerate(text.splitlines()) if ln.startswith("backends:"))
@@ -156,6 +157,61 @@ def test_unlowerable_ops_via_cli_write_nothing(tmp_path, capsys, weights, monkey
     assert _listing(tmp_path) == []          # no half-written temporary folder either
 
 
+def _inject_cuda_unlowerable(graph: ir.Graph) -> ir.Graph:
+    """Three forms runtime/carve_cuda.h has no kernel for, reading layer 2's output: a grouped conv that is
+    not depthwise (groups 2), a transposed conv whose kernel differs from its stride, a nearest upsample x3."""
+    t = graph.layers[2].output
+    h, w, c = graph.tensors[t].shape
+    grp = ir.Op(name="injected.grouped", kind="conv2d", inputs=(t,), outputs=("injected.grouped",), layer=2,
+                attrs=dict(kernel=(3, 3), stride=1, pad=1, groups=2, cin=c, cout=c, act="silu"),
+                source="Conv 3x3/1 g2")
+    dec = ir.Op(name="injected.deconv", kind="deconv2d", inputs=(t,), outputs=("injected.deconv",), layer=2,
+                attrs=dict(kernel=(3, 3), stride=2, pad=0, groups=1, cin=c, cout=c, act="none"),
+                source="ConvTranspose 3x3/2")
+    ups = ir.Op(name="injected.upsample", kind="upsample_nearest", inputs=(t,), outputs=("injected.upsample",),
+                layer=2, attrs=dict(scale=3), source="Upsample x3 nearest")
+    tensors = dict(graph.tensors)
+    for op in (grp, dec, ups):
+        shape = ir.OPS[op.kind].infer(op, [(h, w, c)] * len(op.inputs))[0]
+        tensors[op.outputs[0]] = ir.Tensor(op.outputs[0], tuple(shape))
+    ops = list(graph.ops)
+    at = next(i for i, op in enumerate(ops) if t in op.outputs) + 1
+    ops[at:at] = [grp, dec, ups]
+    g = graph.replace(ops=tuple(ops), tensors=tensors)
+    ir.validate(g)
+    return g
+
+
+def test_cuda_unlowerable_ops_are_all_listed(weights):
+    """The cuda backend refuses, at generation time and in one error, every op its runtime cannot run."""
+    with pytest.raises(CarveError) as info:
+        compiler.compile_model(str(MANIFEST), "cuda", str(weights), int(IMGSZ), graph_hook=_inject_cuda_unlowerable)
+    msg = info.value.message
+    assert msg.startswith("backend 'cuda' cannot lower 3 op(s) of yolo26n:"), msg
+    assert "injected.grouped: grouped conv with groups 2 of " in msg and "only groups 1 and depthwise" in msg
+    assert "injected.deconv: transposed conv 3x3/2 pad 0 (only kernel = stride, pad 0)" in msg
+    assert "injected.upsample: nearest upsample x3 (only x2 is lowered)" in msg
+    assert info.value.hint == "no files were written"
+
+
+def test_cuda_lowers_the_model_without_the_injection(weights):
+    """Positive control: the same cuda compile without the injection gives the package's files."""
+    r = compiler.compile_model(str(MANIFEST), "cuda", str(weights), int(IMGSZ), graph_hook=lambda g: g)
+    assert {"yolo26n.cu", "yolo26n.h", "yolo26n_demo.cu", "CMakeLists.txt", "runtime/carve_cuda.h"} <= set(r.files)
+
+
+def test_cuda_unlowerable_ops_via_cli_write_nothing(tmp_path, capsys, weights, monkeypatch):
+    real = compiler.optimize
+    monkeypatch.setattr(compiler, "optimize", lambda g: _inject_cuda_unlowerable(real(g)))
+    out = tmp_path / "pkg"
+    rc, err = _main(capsys, MANIFEST, "--backend", "cuda", "--weights", weights, "--out", out, "--imgsz", IMGSZ)
+    assert rc == 1
+    msg = _error_line(err)
+    assert "injected.grouped" in msg and "injected.deconv" in msg and "injected.upsample" in msg
+    assert not out.exists()
+    assert _listing(tmp_path) == []
+
+
 # ---------------------------------------------------------------------------
 # (c) an existing output folder
 # ---------------------------------------------------------------------------
@@ -217,14 +273,17 @@ def test_unknown_backend_name_subprocess(tmp_path, weights):
 
 
 def test_listed_backend_this_carve_lacks(tmp_path, capsys, weights):
-    """A manifest may declare a backend (cuda) that this carve does not build: refused by name,
+    """A manifest may declare a backend (portable) that this carve does not build: refused by name,
     with the backends it does build."""
-    man, _ = _manifest_copy(tmp_path, "[xnnpack, cuda]")
+    from carve.backends import available_backends
+    if "portable" in {b.name for b in available_backends()}:
+        pytest.skip("this carve builds every backend a manifest may declare")
+    man, _ = _manifest_copy(tmp_path, "[xnnpack, portable]")
     out = tmp_path / "out"
-    rc, err = _main(capsys, man, "--backend", "cuda", "--weights", weights, "--out", out)
+    rc, err = _main(capsys, man, "--backend", "portable", "--weights", weights, "--out", out)
     assert rc == 1
     msg = _error_line(err)
-    assert "--backend cuda: not available in this carve" in msg and "xnnpack" in msg
+    assert "--backend portable: not available in this carve" in msg and "xnnpack" in msg and "cuda" in msg
     assert not out.exists()
 
 

@@ -43,7 +43,7 @@ class Backend:
         raise NotImplementedError
 
 
-_MODULES = ("xnnpack",)
+_MODULES = ("xnnpack", "cuda")
 
 
 def available_backends() -> list:

@@ -20,6 +20,11 @@ TEMPLATES = ROOT / "templates"
 RUNTIME = ROOT / "runtime"
 
 
+# template -> generated file ({name}: the model's C identifier); a backend may list its own as `templates`
+TEMPLATES_C = (("model.h.j2", "{name}.h"), ("model.c.j2", "{name}.c"), ("demo.c.j2", "{name}_demo.c"),
+               ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
+
+
 ROW_DOCS = {
     "detect": "x1, y1, x2, y2, score, class",
     "segment": "x1, y1, x2, y2, score, class, 32 mask coefficients",
@@ -71,15 +76,14 @@ class CPackage:
             backend=self.backend.name, imgsz=meta["imgsz"], names=meta["names"], nc=meta["nc"],
             weights_format=weights_format, options=self.options,
             runtime_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".c") and f != "carve_io.c"],
+            runtime_cuda_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".cu")],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
         )
         env = _env(self.backend.name)
         out: dict = {}
-        for template, path in (("model.h.j2", f"{name}.h"), ("model.c.j2", f"{name}.c"),
-                               ("demo.c.j2", f"{name}_demo.c"), ("CMakeLists.txt.j2", "CMakeLists.txt"),
-                               ("README.md.j2", "README.md")):
-            out[path] = env.get_template(template).render(**ctx).encode()
+        for template, path in getattr(self.backend, "templates", TEMPLATES_C):
+            out[path.format(name=name)] = env.get_template(template).render(**ctx).encode()
         if weights_format == "blob":
             out[f"{name}_weights.S"] = env.get_template("weights.S.j2").render(**ctx).encode()
             out[f"{name}_weights.bin"] = p["blob"]
