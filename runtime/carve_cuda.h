@@ -186,7 +186,8 @@ carve_status carve_cu_mask_logits(const carve_cu_ctx* ctx, const float* rows, si
 // out (out_h, out_w, 3) float32 dense. The geometry (info, host) is computed on the
 // host (carve_letterbox_geometry, added to carve_pre.c beside carve_letterbox) and passed in. scratch: carve_cu_letterbox_scratch_bytes.
 size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out_w, int out_h);
-carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h, carve_letterbox_info* info);
+// carve_letterbox_geometry(src_w, src_h, out_w, out_h, &info) is declared in carve_pre.h
+// (included above) and defined in carve_pre.c, which carve_letterbox also uses.
 carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
                                 size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
                                 float* out, void* scratch);

@@ -57,8 +57,14 @@ static float resize_src_coord(int d, double scale) {
 
 // LetterBox.get_params with auto=False, scaleup=True, center=True; the same
 // numbers ops.scale_boxes recomputes from the two shapes.
-static void letterbox_geometry(int src_w, int src_h, int out_w, int out_h,
-                               carve_letterbox_info* info) {
+carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h,
+                                      carve_letterbox_info* info) {
+  if (info == NULL || out_w <= 0 || out_h <= 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (src_w <= 0 || src_h <= 0) {
+    return CARVE_ERR_BAD_IMAGE;
+  }
   const double r_h = (double)out_h / (double)src_h;
   const double r_w = (double)out_w / (double)src_w;
   const double r = r_w < r_h ? r_w : r_h;
@@ -73,6 +79,7 @@ static void letterbox_geometry(int src_w, int src_h, int out_w, int out_h,
   info->src_h = src_h;
   info->gain_x = (float)(new_w / (double)src_w);
   info->gain_y = (float)(new_h / (double)src_h);
+  return CARVE_OK;
 }
 
 // ---- Resize (cv::resize INTER_LINEAR, uint8) --------------------------------
@@ -150,7 +157,10 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
   }
 
   carve_letterbox_info geo;
-  letterbox_geometry(src_w, src_h, out_w, out_h, &geo);
+  const carve_status status = carve_letterbox_geometry(src_w, src_h, out_w, out_h, &geo);
+  if (status != CARVE_OK) {
+    return status;
+  }
   const int new_w = geo.new_w, new_h = geo.new_h;
   const int left = (int)geo.pad_x, top = (int)geo.pad_y;
 

@@ -22,6 +22,13 @@ typedef struct carve_letterbox_info {
   float gain_x, gain_y;  // new_w / src_w, new_h / src_h: the gains scale_boxes divides by
 } carve_letterbox_info;
 
+// The geometry alone (what carve_letterbox writes to info), for callers that
+// letterbox elsewhere (carve_cu_letterbox of carve_cuda.h takes it as input).
+// CARVE_ERR_INVALID_ARGUMENT for a NULL info or a non-positive output size,
+// CARVE_ERR_BAD_IMAGE for a non-positive source size.
+carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h,
+                                      carve_letterbox_info* info);
+
 // Bytes of scratch carve_letterbox needs for an (out_h, out_w) output; the
 // scratch must be aligned to 8 bytes.
 size_t carve_letterbox_scratch_bytes(int out_w, int out_h);

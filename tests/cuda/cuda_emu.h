@@ -29,7 +29,9 @@
 //     int / unsigned / unsigned long long / float, atomicMax / atomicMin on int / unsigned,
 //     atomicCAS on int / unsigned / unsigned long long, atomicExch on int / unsigned / float.
 //   * Intrinsics: __float_as_uint/__uint_as_float/__float_as_int/__int_as_float, __popc,
-//     __popcll, __clz, __ffs, __brev, __ldg; math functions are the C library's (expf, ...).
+//     __popcll, __clz, __ffs, __brev, __ldg, __fadd_rn/__fsub_rn/__fmul_rn/__dadd_rn/
+//     __dsub_rn/__dmul_rn; math functions are the C library's (expf, ...), so float results
+//     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
 //     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
 //     elapsed time on the host clock), graphs (cudaStreamBeginCapture/EndCapture record the
@@ -736,6 +738,15 @@ inline unsigned __brev(unsigned x) {
 }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+
+// Correctly rounded arithmetic that nvcc never contracts into an FMA: the host build is
+// ISO C++ (-std=c++17: -ffp-contract=off), so plain operations are the same.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 
 // ---- Runtime API -------------------------------------------------------------------------
 

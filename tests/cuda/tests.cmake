@@ -32,3 +32,24 @@ add_executable(test_cuda_emu ${CARVE_CUDA_DIR}/test_emu.cu)
 carve_cuda_emu_target(test_cuda_emu)
 add_test(NAME cuda_emu COMMAND $<TARGET_FILE:test_cuda_emu>)
 set_tests_properties(cuda_emu PROPERTIES TIMEOUT 120)
+
+# The device runtime (runtime/carve_cuda_*.cu) built for the host, and its tests: each
+# kernel against the CPU runtime (carve_ops / carve_pre / carve_post / carve_mask) or a loop.
+file(GLOB CARVE_CUDA_RUNTIME_SOURCES CONFIGURE_DEPENDS ${CARVE_ROOT}/runtime/carve_cuda_*.cu)
+set_source_files_properties(${CARVE_CUDA_RUNTIME_SOURCES} PROPERTIES LANGUAGE CXX)
+add_library(carve_cuda_emu STATIC ${CARVE_CUDA_RUNTIME_SOURCES})
+carve_cuda_emu_target(carve_cuda_emu)
+target_include_directories(carve_cuda_emu PUBLIC ${CARVE_ROOT}/runtime)
+target_link_libraries(carve_cuda_emu PUBLIC carve_runtime)
+
+# carve_cuda_kernel_test(<name>): tests/cuda/test_<name>.cu as ctest cuda_<name>.
+function(carve_cuda_kernel_test name)
+  set_source_files_properties(${CARVE_CUDA_DIR}/test_${name}.cu PROPERTIES LANGUAGE CXX)
+  add_executable(test_cuda_${name} ${CARVE_CUDA_DIR}/test_${name}.cu)
+  carve_cuda_emu_target(test_cuda_${name})
+  target_link_libraries(test_cuda_${name} PRIVATE carve_cuda_emu)
+  add_test(NAME cuda_${name} COMMAND $<TARGET_FILE:test_cuda_${name}>)
+  set_tests_properties(cuda_${name} PROPERTIES TIMEOUT 300)
+endfunction()
+
+carve_cuda_kernel_test(topk)  # top-k vs a sort, gather, e2e of the four tasks vs the CPU

@@ -1,0 +1,67 @@
+// carve runtime, CUDA: helpers shared by the carve_cuda_*.cu files (not part of the API;
+// a cuda package copies it with them).
+
+#ifndef CARVE_CUDA_IMPL_H
+#define CARVE_CUDA_IMPL_H
+
+#include <math.h>
+#include <string.h>
+
+#include "carve_cuda.h"
+
+// Threads per block of the element-wise kernels, and the most blocks of a grid-stride
+// launch (about two waves of 2048 threads on the SMs of the largest GPUs here).
+#define CARVE_CU_THREADS 256
+#define CARVE_CU_MAX_BLOCKS 1024
+
+// Blocks of a grid-stride launch over `n` items (at least 1).
+static inline unsigned carve_cu_blocks(size_t n) {
+  const size_t b = (n + CARVE_CU_THREADS - 1) / CARVE_CU_THREADS;
+  return b == 0 ? 1u : (b > CARVE_CU_MAX_BLOCKS ? (unsigned)CARVE_CU_MAX_BLOCKS : (unsigned)b);
+}
+
+// Every launch is followed by this: a launch error (bad configuration, an earlier
+// asynchronous fault) becomes CARVE_ERR_BACKEND.
+#define CARVE_CU_CHECK_LAUNCH()              \
+  do {                                       \
+    if (cudaGetLastError() != cudaSuccess) { \
+      return CARVE_ERR_BACKEND;              \
+    }                                        \
+  } while (0)
+
+#define CARVE_CU_CHECK_BLAS(call)              \
+  do {                                         \
+    if ((call) != CUBLAS_STATUS_SUCCESS) {     \
+      return CARVE_ERR_BACKEND;                \
+    }                                          \
+  } while (0)
+
+// Grid-stride loop over [0, n) with 64-bit indices.
+#define CARVE_CU_FOR(i, n)                                                              \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \
+       i += (size_t)gridDim.x * blockDim.x)
+
+// cuBLAS takes int sizes and leading dimensions.
+static inline int carve_cu_fits_int(size_t v) { return v <= (size_t)0x7FFFFFFF; }
+
+// sigmoid(x) = 1 / (1 + exp(-x)) in float, as carve_post.c (and torch.sigmoid).
+static __device__ __forceinline__ float carve_cu_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// SiLU(x) = x / (1 + exp(-x)) in float, as carve_epilogue (whose exp is SLEEF's; this
+// one the device's expf: the two agree to a few ulp).
+static __device__ __forceinline__ float carve_cu_silu(float x) { return x / (1.0f + expf(-x)); }
+
+// Python's round(x) for a double: nearest integer, ties to even (carve_pre.c's).
+static __device__ __host__ __forceinline__ double carve_cu_round_half_even(double x) {
+  const double f = floor(x);
+  const double frac = x - f;  // exact
+  if (frac > 0.5) {
+    return f + 1.0;
+  }
+  if (frac < 0.5) {
+    return f;
+  }
+  return fmod(f, 2.0) == 0.0 ? f : f + 1.0;
+}
+
+#endif  // CARVE_CUDA_IMPL_H

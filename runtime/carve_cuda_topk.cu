@@ -1,0 +1,608 @@
+// carve runtime, CUDA: top-k, gather and the end-to-end post-processing (see carve_cuda.h).
+//
+// Top-k follows PyTorch's SortingRadixSelect / TensorTopK:
+//   1. keys: each float maps to an order-preserving uint32 (carve_post.h's order):
+//        NaN -> 0 (below everything, -inf included), -0 -> +0, otherwise
+//        key = (bits & sign) ? ~bits : bits | sign
+//      so that a > b as floats <=> key(a) > key(b); the rank of candidate i is the
+//      64-bit composite (key << 32) | (2^32 - 1 - i): larger first, ties to the lower index.
+//   2. radix select: four passes over 8-bit digits, most significant first. Invariant
+//      after a pass: the wanted k-th key T has the digits fixed so far (prefix under mask),
+//      and k_rem = k' - #{keys whose masked bits exceed prefix}. A pass histograms the next
+//      digit of the keys that match the prefix (block histograms in shared memory, then
+//      atomicAdd into a global one), then one thread walks the digits from 255 down until
+//      the running count reaches k_rem. After the last pass T = prefix and
+//      #{key > T} = k' - k_rem, 1 <= k_rem <= #{key == T}.
+//   3. compaction: the input is cut into fixed chunks; each block counts its keys > T and
+//      == T, an exclusive scan gives every chunk its offsets, and each block writes its
+//      keys > T (in index order) at [0, k' - k_rem) and its keys == T whose rank among
+//      equal keys (in index order) is below k_rem at [k' - k_rem, k'): the ties kept are
+//      those of the lowest indices, deterministically.
+//   4. sort: the k' composites descending, a bitonic sort (one block in shared memory up
+//      to CARVE_CU_SORT_BLOCK items, otherwise a global bitonic network).
+// Every launch is checked; nothing is allocated; nothing synchronises with the host.
+
+#include "carve_cuda_impl.h"
+
+#define CARVE_CU_TOPK_THREADS 256
+#define CARVE_CU_TOPK_ITEMS 16  // consecutive items per thread in a compaction chunk
+#define CARVE_CU_TOPK_CHUNK (CARVE_CU_TOPK_THREADS * CARVE_CU_TOPK_ITEMS)
+#define CARVE_CU_SORT_BLOCK 2048  // composites a one-block sort holds (16 KB of shared memory)
+#define CARVE_CU_SCAN_THREADS 1024
+#define CARVE_CU_MAX_LEVELS 8
+
+// ---- Keys ------------------------------------------------------------------------------
+
+// order-preserving uint32 of a float: NaN -> 0, -0 -> +0.
+static __device__ __forceinline__ uint32_t carve_cu_order_key(float f) {
+  if (f != f) {
+    return 0u;
+  }
+  if (f == 0.0f) {
+    f = 0.0f;
+  }
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Radix-select state in scratch.
+typedef struct topk_state {
+  uint32_t prefix;  // the digits of T fixed so far
+  uint32_t mask;    // which bits of prefix are fixed
+  uint32_t k_rem;   // how many keys matching prefix are still wanted
+  uint32_t pad;
+} topk_state;
+
+// Scratch layout: composites (pow2 >= k'), state, histogram (256), chunk counts (2 x chunks).
+static size_t pow2_at_least(size_t v) {
+  size_t p = 1;
+  while (p < v) {
+    p <<= 1;
+  }
+  return p;
+}
+
+static size_t topk_chunks(size_t n) { return (n + CARVE_CU_TOPK_CHUNK - 1) / CARVE_CU_TOPK_CHUNK; }
+
+extern "C" size_t carve_cu_topk_scratch_bytes(size_t n, size_t k) {
+  const size_t kk = k < n ? k : n;
+  if (n > (size_t)INT32_MAX) {
+    return SIZE_MAX;
+  }
+  return pow2_at_least(kk == 0 ? 1 : kk) * sizeof(uint64_t) + sizeof(topk_state) + 256 * sizeof(uint32_t) +
+         2 * topk_chunks(n) * sizeof(uint32_t);
+}
+
+// ---- Radix select ----------------------------------------------------------------------
+
+__global__ void carve_cu_topk_init_kernel(topk_state* st, uint32_t* hist, uint32_t kk) {
+  const unsigned t = threadIdx.x;
+  hist[t] = 0;
+  if (t == 0) {
+    st->prefix = 0;
+    st->mask = 0;
+    st->k_rem = kk;
+    st->pad = 0;
+  }
+}
+
+// hist[d] += #{i : (key_i & mask) == prefix, digit(key_i, shift) == d}.
+__global__ void carve_cu_topk_hist_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
+                                          uint32_t* hist, uint32_t shift) {
+  __shared__ uint32_t local[256];
+  const unsigned t = threadIdx.x;
+  local[t] = 0;
+  __syncthreads();
+  const uint32_t prefix = st->prefix, mask = st->mask;
+  CARVE_CU_FOR(i, n) {
+    const uint32_t key = carve_cu_order_key(vals[i]);
+    if ((key & mask) == prefix) {
+      atomicAdd(&local[(key >> shift) & 255u], 1u);
+    }
+  }
+  __syncthreads();
+  if (local[t] != 0) {
+    atomicAdd(&hist[t], local[t]);
+  }
+}
+
+// Fixes the digit at `shift`: the largest d with #{matching keys with digit >= d} >= k_rem.
+// One thread; clears the histogram for the next pass.
+__global__ void carve_cu_topk_digit_kernel(topk_state* st, uint32_t* hist, uint32_t shift) {
+  uint32_t above = 0;  // matching keys with a larger digit
+  int digit = 0;
+  for (int d = 255; d >= 0; d--) {
+    if (above + hist[d] >= st->k_rem) {
+      digit = d;
+      break;
+    }
+    above += hist[d];
+  }
+  st->prefix |= (uint32_t)digit << shift;
+  st->mask |= 255u << shift;
+  st->k_rem -= above;
+  for (int d = 0; d < 256; d++) {
+    hist[d] = 0;
+  }
+}
+
+// ---- Compaction ------------------------------------------------------------------------
+
+// Block-wide exclusive scan of one uint32 per thread (CARVE_CU_TOPK_THREADS threads):
+// returns the thread's exclusive prefix and *total the block's sum. Two levels with four
+// barriers: lane 0 of each warp scans its warp's 32 values, thread 0 the warp totals.
+static __device__ uint32_t carve_cu_block_scan(uint32_t v, uint32_t* sh, uint32_t* warp_sh, uint32_t* total) {
+  const unsigned t = threadIdx.x;
+  const unsigned warps = CARVE_CU_TOPK_THREADS / 32;
+  sh[t] = v;
+  __syncthreads();
+  if ((t & 31u) == 0) {
+    uint32_t s = 0;
+    for (unsigned j = 0; j < 32; j++) {
+      const uint32_t x = sh[t + j];
+      sh[t + j] = s;
+      s += x;
+    }
+    warp_sh[t / 32] = s;
+  }
+  __syncthreads();
+  if (t == 0) {
+    uint32_t s = 0;
+    for (unsigned w = 0; w < warps; w++) {
+      const uint32_t x = warp_sh[w];
+      warp_sh[w] = s;
+      s += x;
+    }
+    warp_sh[warps] = s;
+  }
+  __syncthreads();
+  const uint32_t r = sh[t] + warp_sh[t / 32];
+  *total = warp_sh[warps];
+  __syncthreads();  // sh and warp_sh may be reused
+  return r;
+}
+
+// Chunk b = items [b CHUNK, (b + 1) CHUNK); thread t owns the ITEMS consecutive items
+// from b CHUNK + t ITEMS, so a chunk is in index order thread after thread. Counts of one
+// thread (<= ITEMS) and of a chunk (<= CHUNK < 2^16) are packed as (gt << 16) | eq.
+
+// gt[b], eq[b] = #{key > T}, #{key == T} over chunk b (after the last pass T = prefix).
+__global__ void carve_cu_topk_count_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
+                                           uint32_t* gt, uint32_t* eq) {
+  __shared__ uint32_t sh[CARVE_CU_TOPK_THREADS];
+  __shared__ uint32_t warp_sh[CARVE_CU_TOPK_THREADS / 32 + 1];
+  const uint32_t thr = st->prefix;
+  const size_t first = (size_t)blockIdx.x * CARVE_CU_TOPK_CHUNK + (size_t)threadIdx.x * CARVE_CU_TOPK_ITEMS;
+  uint32_t g = 0, e = 0;
+  for (unsigned j = 0; j < CARVE_CU_TOPK_ITEMS; j++) {
+    const size_t i = first + j;
+    if (i < n) {
+      const uint32_t key = carve_cu_order_key(vals[i]);
+      g += key > thr;
+      e += key == thr;
+    }
+  }
+  uint32_t total;
+  carve_cu_block_scan((g << 16) | e, sh, warp_sh, &total);
+  if (threadIdx.x == 0) {
+    gt[blockIdx.x] = total >> 16;
+    eq[blockIdx.x] = total & 0xFFFFu;
+  }
+}
+
+// In place: gt[b] = sum_{b' < b} gt[b'] and likewise eq (one block, tiles of 1024).
+__global__ void carve_cu_topk_scan_kernel(uint32_t* gt, uint32_t* eq, size_t chunks) {
+  __shared__ uint32_t sg[CARVE_CU_SCAN_THREADS], se[CARVE_CU_SCAN_THREADS];
+  const unsigned t = threadIdx.x;
+  uint32_t carry_g = 0, carry_e = 0;
+  for (size_t base = 0; base < chunks; base += CARVE_CU_SCAN_THREADS) {
+    const size_t i = base + t;
+    const uint32_t vg = i < chunks ? gt[i] : 0u, ve = i < chunks ? eq[i] : 0u;
+    sg[t] = vg;
+    se[t] = ve;
+    __syncthreads();
+    for (unsigned off = 1; off < CARVE_CU_SCAN_THREADS; off *= 2) {
+      const uint32_t ag = t >= off ? sg[t - off] : 0u, ae = t >= off ? se[t - off] : 0u;
+      __syncthreads();
+      sg[t] += ag;
+      se[t] += ae;
+      __syncthreads();
+    }
+    if (i < chunks) {
+      gt[i] = carry_g + sg[t] - vg;
+      eq[i] = carry_e + se[t] - ve;
+    }
+    carry_g += sg[CARVE_CU_SCAN_THREADS - 1];
+    carry_e += se[CARVE_CU_SCAN_THREADS - 1];
+    __syncthreads();
+  }
+}
+
+// Writes the composites of chunk b's keys > T at gt[b] + (rank among them), and of its
+// keys == T with global equal-rank r = eq[b] + (rank) < k_rem at (k' - k_rem) + r, ranks
+// in index order.
+__global__ void carve_cu_topk_compact_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
+                                             const uint32_t* gt, const uint32_t* eq, uint32_t kk,
+                                             uint64_t* __restrict__ cand) {
+  __shared__ uint32_t sh[CARVE_CU_TOPK_THREADS];
+  __shared__ uint32_t warp_sh[CARVE_CU_TOPK_THREADS / 32 + 1];
+  const uint32_t thr = st->prefix, k_rem = st->k_rem;
+  const size_t first = (size_t)blockIdx.x * CARVE_CU_TOPK_CHUNK + (size_t)threadIdx.x * CARVE_CU_TOPK_ITEMS;
+  uint32_t g = 0, e = 0;
+  for (unsigned j = 0; j < CARVE_CU_TOPK_ITEMS; j++) {
+    const size_t i = first + j;
+    if (i < n) {
+      const uint32_t key = carve_cu_order_key(vals[i]);
+      g += key > thr;
+      e += key == thr;
+    }
+  }
+  uint32_t total;
+  const uint32_t before = carve_cu_block_scan((g << 16) | e, sh, warp_sh, &total);
+  uint32_t pos_g = gt[blockIdx.x] + (before >> 16);
+  uint32_t rank_e = eq[blockIdx.x] + (before & 0xFFFFu);
+  if (g == 0 && (e == 0 || rank_e >= k_rem)) {
+    return;
+  }
+  for (unsigned j = 0; j < CARVE_CU_TOPK_ITEMS; j++) {
+    const size_t i = first + j;
+    if (i >= n) {
+      break;
+    }
+    const uint32_t key = carve_cu_order_key(vals[i]);
+    const uint64_t comp = ((uint64_t)key << 32) | (uint64_t)(0xFFFFFFFFu - (uint32_t)i);
+    if (key > thr) {
+      cand[pos_g++] = comp;
+    } else if (key == thr) {
+      if (rank_e < k_rem) {
+        cand[(kk - k_rem) + rank_e] = comp;
+      }
+      rank_e++;
+    }
+  }
+}
+
+// ---- Sort ---------------------------------------------------------------------------------
+
+// cand[kk .. p) = 0 (below every real composite: key 0 with index 2^32 - 1).
+__global__ void carve_cu_topk_pad_kernel(uint64_t* cand, size_t kk, size_t p) {
+  CARVE_CU_FOR(i, p - kk) { cand[kk + i] = 0; }
+}
+
+// One step of a descending bitonic network over p = 2^m items: pairs (i, i + stride)
+// inside blocks of `size`; blocks with (i & size) == 0 sort descending, the others
+// ascending (at size == p every block is descending).
+__global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size, size_t stride) {
+  CARVE_CU_FOR(t, p / 2) {
+    const size_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
+    const uint64_t x = a[i], y = a[j];
+    const int desc = (i & size) == 0;
+    if (desc ? x < y : x > y) {
+      a[i] = y;
+      a[j] = x;
+    }
+  }
+}
+
+// The same network on p <= CARVE_CU_SORT_BLOCK items in shared memory, one block of
+// CARVE_CU_SORT_BLOCK / 2 threads (each owns one pair per step); pads with 0 itself.
+__global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
+  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  const unsigned t = threadIdx.x;
+  for (unsigned i = t; i < p; i += blockDim.x) {
+    s[i] = i < kk ? a[i] : 0;
+  }
+  __syncthreads();
+  for (uint32_t size = 2; size <= p; size *= 2) {
+    for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
+      if (t < p / 2) {
+        const uint32_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
+        const uint64_t x = s[i], y = s[j];
+        const int desc = (i & size) == 0;
+        if (desc ? x < y : x > y) {
+          s[i] = y;
+          s[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (unsigned i = t; i < kk; i += blockDim.x) {
+    a[i] = s[i];
+  }
+}
+
+// idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
+__global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, const float* vals, int32_t* idx,
+                                            float* val) {
+  CARVE_CU_FOR(i, kk) {
+    const uint32_t index = 0xFFFFFFFFu - (uint32_t)cand[i];
+    idx[i] = (int32_t)index;
+    if (val != NULL) {
+      val[i] = vals[index];
+    }
+  }
+}
+
+// The k' = min(k, n) best of vals[0 .. n) into idx / val; scratch: carve_cu_topk_scratch_bytes.
+static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, size_t kk, int32_t* idx, float* val,
+                             void* scratch) {
+  const size_t p = pow2_at_least(kk);
+  uint64_t* cand = (uint64_t*)scratch;                 // (p) composites
+  topk_state* st = (topk_state*)(cand + p);            // radix-select state
+  uint32_t* hist = (uint32_t*)(st + 1);                // (256) digit histogram
+  const size_t chunks = topk_chunks(n);
+  uint32_t* gt = hist + 256;                           // (chunks) keys > T per chunk, then offsets
+  uint32_t* eq = gt + chunks;                          // (chunks) keys == T per chunk, then offsets
+
+  CARVE_LAUNCH(carve_cu_topk_init_kernel, 1, 256, stream, st, hist, (uint32_t)kk);
+  CARVE_CU_CHECK_LAUNCH();
+  for (int pass = 0; pass < 4; pass++) {
+    const uint32_t shift = 24u - 8u * (uint32_t)pass;
+    CARVE_LAUNCH(carve_cu_topk_hist_kernel, carve_cu_blocks(n), 256, stream, vals, n, (const topk_state*)st, hist,
+                 shift);
+    CARVE_CU_CHECK_LAUNCH();
+    CARVE_LAUNCH(carve_cu_topk_digit_kernel, 1, 1, stream, st, hist, shift);
+    CARVE_CU_CHECK_LAUNCH();
+  }
+  CARVE_LAUNCH(carve_cu_topk_count_kernel, (unsigned)chunks, CARVE_CU_TOPK_THREADS, stream, vals, n,
+               (const topk_state*)st, gt, eq);
+  CARVE_CU_CHECK_LAUNCH();
+  CARVE_LAUNCH(carve_cu_topk_scan_kernel, 1, CARVE_CU_SCAN_THREADS, stream, gt, eq, chunks);
+  CARVE_CU_CHECK_LAUNCH();
+  CARVE_LAUNCH(carve_cu_topk_compact_kernel, (unsigned)chunks, CARVE_CU_TOPK_THREADS, stream, vals, n,
+               (const topk_state*)st, (const uint32_t*)gt, (const uint32_t*)eq, (uint32_t)kk, cand);
+  CARVE_CU_CHECK_LAUNCH();
+  if (p <= CARVE_CU_SORT_BLOCK) {
+    CARVE_LAUNCH(carve_cu_bitonic_block_kernel, 1, CARVE_CU_SORT_BLOCK / 2, stream, cand, (uint32_t)kk, (uint32_t)p);
+    CARVE_CU_CHECK_LAUNCH();
+  } else {
+    CARVE_LAUNCH(carve_cu_topk_pad_kernel, carve_cu_blocks(p - kk), CARVE_CU_THREADS, stream, cand, kk, p);
+    CARVE_CU_CHECK_LAUNCH();
+    for (size_t size = 2; size <= p; size *= 2) {
+      for (size_t stride = size / 2; stride > 0; stride /= 2) {
+        CARVE_LAUNCH(carve_cu_bitonic_step_kernel, carve_cu_blocks(p / 2), CARVE_CU_THREADS, stream, cand, p, size,
+                     stride);
+        CARVE_CU_CHECK_LAUNCH();
+      }
+    }
+  }
+  CARVE_LAUNCH(carve_cu_topk_output_kernel, carve_cu_blocks(kk), CARVE_CU_THREADS, stream, (const uint64_t*)cand, kk,
+               vals, idx, val);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, int32_t* idx,
+                                      float* val, void* scratch) {
+  if (ctx == NULL || n > (size_t)INT32_MAX) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t kk = k < n ? k : n;
+  if (kk == 0) {
+    return CARVE_OK;
+  }
+  if (vals == NULL || idx == NULL || scratch == NULL || (uintptr_t)scratch % sizeof(uint64_t) != 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return topk_run(ctx->stream, vals, n, kk, idx, val, scratch);
+}
+
+// ---- Gather ------------------------------------------------------------------------------
+
+// rows[i][ch] = src[idx[i]][ch].
+__global__ void carve_cu_gather_rows_kernel(const float* __restrict__ src, size_t src_stride, uint32_t c,
+                                            const int32_t* __restrict__ idx, size_t n, float* __restrict__ rows) {
+  CARVE_CU_FOR(e, n * c) {
+    const size_t i = e / c, ch = e % c;
+    rows[e] = src[(size_t)idx[i] * src_stride + ch];
+  }
+}
+
+extern "C" carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, size_t src_stride, uint32_t c,
+                                             const int32_t* idx, size_t n, float* rows) {
+  if (ctx == NULL || src == NULL || idx == NULL || rows == NULL || c == 0 || src_stride < c) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (n == 0) {
+    return CARVE_OK;
+  }
+  CARVE_LAUNCH(carve_cu_gather_rows_kernel, carve_cu_blocks(n * c), CARVE_CU_THREADS, ctx->stream, src, src_stride, c,
+               idx, n, rows);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// ---- End-to-end post-processing ------------------------------------------------------------
+
+// The levels by value (kernel arguments): anchors of level l are [start[l], start[l + 1]).
+typedef struct e2e_levels {
+  carve_level lv[CARVE_CU_MAX_LEVELS];
+  size_t start[CARVE_CU_MAX_LEVELS + 1];
+  uint32_t num;
+} e2e_levels;
+
+// The level of anchor a and its pixel in that level.
+static __device__ __forceinline__ const carve_level* carve_cu_locate(const e2e_levels* L, size_t a, size_t* pixel) {
+  uint32_t l = 0;
+  while (l + 1 < L->num && a >= L->start[l + 1]) {
+    l++;
+  }
+  *pixel = a - L->start[l];
+  return &L->lv[l];
+}
+
+// max over c of x[c], ignoring NaN; NaN only when every x[c] is NaN (carve_post.c's rule).
+static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const float* x, size_t n) {
+  float m = NAN;
+  for (size_t c = 0; c < n; c++) {
+    if (x[c] > m || m != m) {
+      m = x[c];
+    }
+  }
+  return m;
+}
+
+// Step 1 scores: s[a] = sigmoid(max_c logit[a][c]) (= max_c sigmoid, sigmoid being monotonic).
+__global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, size_t nc, float* __restrict__ s) {
+  CARVE_CU_FOR(a, anchors) {
+    size_t pixel;
+    const carve_level* lv = carve_cu_locate(&L, a, &pixel);
+    s[a] = carve_cu_sigmoid(carve_cu_max_ignoring_nan(lv->cls + pixel * lv->cls_stride, nc));
+  }
+}
+
+// Step 2 scores: s[r nc + c] = sigmoid(logit[ori[r]][c]) for the k' chosen anchors.
+__global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __restrict__ ori, size_t kk, size_t nc,
+                                                 float* __restrict__ s) {
+  CARVE_CU_FOR(e, kk * nc) {
+    const size_t r = e / nc, c = e % nc;
+    size_t pixel;
+    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[r], &pixel);
+    s[e] = carve_cu_sigmoid(lv->cls[pixel * lv->cls_stride + c]);
+  }
+}
+
+// Row i from the i-th best (anchor rank, class) pair: the decoded box (xyxy, or OBB's
+// xywh by dist2rbox with each product rounded on its own as PyTorch does), the score, the
+// class and the extras (POSE: kx = (raw_x + ax) s, ky = (raw_y + ay) s, kv = sigmoid(raw_v);
+// others raw), as carve_e2e_postprocess_task.
+__global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict__ ori,
+                                         const int32_t* __restrict__ best, size_t kk, size_t nc, size_t extra_channels,
+                                         int task, float* __restrict__ rows) {
+  const size_t width = 6 + extra_channels;
+  CARVE_CU_FOR(i, kk) {
+    const size_t flat = (size_t)best[i];
+    const size_t c = flat % nc;
+    size_t pixel;
+    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[flat / nc], &pixel);
+    const float ax = (float)(pixel % lv->w) + 0.5f;
+    const float ay = (float)(pixel / lv->w) + 0.5f;
+    const float s = lv->stride;
+    const float* ltrb = lv->box + pixel * lv->box_stride;
+    const float* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
+    float* row = rows + i * width;
+    if (task == CARVE_E2E_OBB) {
+      const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
+      const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
+      const float theta = extra[0];
+      const float co = cosf(theta), sn = sinf(theta);
+      const float x = __fsub_rn(__fmul_rn(xf, co), __fmul_rn(yf, sn));
+      const float y = __fadd_rn(__fmul_rn(xf, sn), __fmul_rn(yf, co));
+      row[0] = (x + ax) * s;
+      row[1] = (y + ay) * s;
+      row[2] = (ltrb[0] + ltrb[2]) * s;
+      row[3] = (ltrb[1] + ltrb[3]) * s;
+    } else {
+      row[0] = (ax - ltrb[0]) * s;
+      row[1] = (ay - ltrb[1]) * s;
+      row[2] = (ax + ltrb[2]) * s;
+      row[3] = (ay + ltrb[3]) * s;
+    }
+    row[4] = carve_cu_sigmoid(lv->cls[pixel * lv->cls_stride + c]);
+    row[5] = (float)c;
+    if (task == CARVE_E2E_POSE) {
+      for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
+        row[6 + j] = (extra[j] + ax) * s;
+        row[6 + j + 1] = (extra[j + 1] + ay) * s;
+        row[6 + j + 2] = carve_cu_sigmoid(extra[j + 2]);
+      }
+    } else {
+      for (size_t j = 0; j < extra_channels; j++) {
+        row[6 + j] = extra[j];
+      }
+    }
+  }
+}
+
+// Scratch: top-k scratch (the larger of the two steps), anchor scores (A), class scores
+// (k' nc), the two index lists (k' each).
+static size_t align8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+static size_t e2e_topk_bytes(size_t anchors, size_t nc, size_t kk) {
+  const size_t a = carve_cu_topk_scratch_bytes(anchors, kk), b = carve_cu_topk_scratch_bytes(kk * nc, kk);
+  return align8(a > b ? a : b);
+}
+
+extern "C" size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
+  const size_t kk = k < anchors ? k : anchors;
+  if (nc == 0 || anchors > (size_t)INT32_MAX || kk > (size_t)INT32_MAX / nc) {
+    return SIZE_MAX;
+  }
+  return e2e_topk_bytes(anchors, nc, kk) + align8(anchors * sizeof(float)) + align8(kk * nc * sizeof(float)) +
+         2 * align8(kk * sizeof(int32_t));
+}
+
+extern "C" carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                      size_t num_levels, size_t nc, size_t extra_channels, size_t k,
+                                                      carve_e2e_task task, void* scratch, float* rows) {
+  if (ctx == NULL || levels == NULL || scratch == NULL || rows == NULL || nc == 0 || num_levels == 0 ||
+      num_levels > CARVE_CU_MAX_LEVELS || (uintptr_t)scratch % sizeof(uint64_t) != 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  switch (task) {
+    case CARVE_E2E_DETECT:
+    case CARVE_E2E_SEGMENT:
+      break;
+    case CARVE_E2E_POSE:
+      if (extra_channels % 3 != 0) {
+        return CARVE_ERR_INVALID_ARGUMENT;
+      }
+      break;
+    case CARVE_E2E_OBB:
+      if (extra_channels != 1) {
+        return CARVE_ERR_INVALID_ARGUMENT;
+      }
+      break;
+    default:
+      return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  e2e_levels L;
+  memset(&L, 0, sizeof L);
+  L.num = (uint32_t)num_levels;
+  size_t anchors = 0;
+  for (size_t l = 0; l < num_levels; l++) {
+    const carve_level* lv = &levels[l];
+    if (lv->box == NULL || lv->cls == NULL || (extra_channels != 0 && lv->extra == NULL) || lv->box_stride < 4 ||
+        lv->cls_stride < nc || (extra_channels != 0 && lv->extra_stride < extra_channels)) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+    L.lv[l] = *lv;
+    L.start[l] = anchors;
+    anchors += lv->h * lv->w;
+  }
+  L.start[num_levels] = anchors;
+  const size_t kk = k < anchors ? k : anchors;
+  if (kk == 0 || anchors > (size_t)INT32_MAX || kk > (size_t)INT32_MAX / nc) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+
+  unsigned char* base = (unsigned char*)scratch;
+  void* tk = base;                                                    // top-k scratch
+  float* s1 = (float*)(base + e2e_topk_bytes(anchors, nc, kk));       // (A) anchor scores
+  float* s2 = (float*)((unsigned char*)s1 + align8(anchors * sizeof(float)));  // (k', nc) class scores
+  int32_t* ori = (int32_t*)((unsigned char*)s2 + align8(kk * nc * sizeof(float)));  // (k') anchors of step 1
+  int32_t* best = (int32_t*)((unsigned char*)ori + align8(kk * sizeof(int32_t)));   // (k') flat indices of step 2
+
+  // Step 1: the k' anchors with the best class score.
+  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors,
+               nc, s1);
+  CARVE_CU_CHECK_LAUNCH();
+  carve_status st = topk_run(ctx->stream, s1, anchors, kk, ori, NULL, tk);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  // Step 2: the k' best of the k' x nc (anchor rank, class) scores.
+  CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel, carve_cu_blocks(kk * nc), CARVE_CU_THREADS, ctx->stream, L,
+               (const int32_t*)ori, kk, nc, s2);
+  CARVE_CU_CHECK_LAUNCH();
+  st = topk_run(ctx->stream, s2, kk * nc, kk, best, NULL, tk);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  // Rows.
+  CARVE_LAUNCH(carve_cu_e2e_rows_kernel, carve_cu_blocks(kk), CARVE_CU_THREADS, ctx->stream, L, (const int32_t*)ori,
+               (const int32_t*)best, kk, nc, extra_channels, (int)task, rows);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}

@@ -1,0 +1,118 @@
+// Helpers of the cuda runtime tests (tests/cuda/test_*.cu): checks, a seeded generator,
+// device buffers. The tests use only the CUDA runtime API, so they build with the host
+// emulation header (ctest) and with nvcc for a real GPU alike.
+
+#ifndef CARVE_CUDA_TEST_H
+#define CARVE_CUDA_TEST_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "carve_cuda.h"
+
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                  \
+    }                                                                                \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                          \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                              \
+      std::fputc('\n', stderr);                                                       \
+      std::abort();                                                                   \
+    }                                                                                 \
+  } while (0)
+
+#define CHECK_CUDA(call) CHECK((call) == cudaSuccess)
+#define CHECK_OK(call) CHECK((call) == CARVE_OK)
+
+// splitmix64 with a fixed seed.
+struct TestRng {
+  uint64_t state;
+  explicit TestRng(uint64_t seed) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double)(next() >> 11) * 0x1.0p-53; }
+  float range(float lo, float hi) { return (float)(lo + (hi - lo) * uniform()); }
+  float normal() {
+    const double u1 = 1.0 - uniform(), u2 = uniform();
+    return (float)(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+  }
+  size_t below(size_t n) { return (size_t)(next() % n); }
+};
+
+// A device buffer of n T, freed at scope exit.
+template <typename T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t count) : n(count) {
+    if (count != 0) CHECK_CUDA(cudaMalloc((void**)&p, count * sizeof(T)));
+  }
+  DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { upload(h); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void upload(const std::vector<T>& h) {
+    CHECK(h.size() <= n);
+    if (!h.empty()) CHECK_CUDA(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download(size_t count) const {
+    std::vector<T> h(count);
+    if (count != 0) CHECK_CUDA(cudaMemcpy(h.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  std::vector<T> download() const { return download(n); }
+};
+
+// Bytes as an 8-byte aligned device buffer.
+struct DevScratch {
+  DevBuf<uint64_t> buf;
+  explicit DevScratch(size_t bytes) : buf((bytes + 7) / 8 + 1) {}
+  void* get() { return buf.p; }
+};
+
+// a and b equal as bits, or both NaN.
+inline bool same_float(float a, float b) {
+  if (a != a || b != b) return a != a && b != b;
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, 4);
+  std::memcpy(&ub, &b, 4);
+  return ua == ub || (a == 0.0f && b == 0.0f);
+}
+
+// |a - b| <= tol (NaN equal to NaN, infinities equal to themselves).
+inline bool near_float(double a, double b, double tol) {
+  if (a != a || b != b) return a != a && b != b;
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= tol;
+}
+
+struct TestCtx {
+  cudaStream_t stream = nullptr;
+  carve_cu_ctx ctx;
+  TestCtx() {
+    CHECK_CUDA(cudaStreamCreate(&stream));
+    CHECK_OK(carve_cu_ctx_init(&ctx, stream));
+  }
+  ~TestCtx() {
+    carve_cu_ctx_destroy(&ctx);
+    cudaStreamDestroy(stream);
+  }
+  void sync() { CHECK_CUDA(cudaStreamSynchronize(stream)); }
+};
+
+#endif  // CARVE_CUDA_TEST_H

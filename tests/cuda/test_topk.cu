@@ -1,0 +1,315 @@
+// tests/cuda/test_topk.cu: carve_cu_topk, carve_cu_gather_rows and
+// carve_cu_e2e_postprocess_task (runtime/carve_cuda_topk.cu).
+//   * top-k against a plain sort written from carve_post.h's order (larger first, ties to
+//     the lower index, NaN below -inf, -0 == +0) and against the CPU carve_topk_probs:
+//     random values, heavy ties, all equal, NaN and +-inf, k = 1, k = n, k > n, odd sizes,
+//     both sort paths (one block, global network), n up to 1,000,003; indices and values exact;
+//   * gather against a loop;
+//   * e2e rows of all four tasks equal (bit for bit) to the CPU carve_e2e_postprocess_task on
+//     random head outputs with ties, strided level views, k below / equal to / above the
+//     anchor count; the same captured into a CUDA graph and replayed on new inputs;
+//   * argument errors.
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda_test.h"
+
+// ---- Top-k ----------------------------------------------------------------------------
+
+static uint32_t order_key(float f) {
+  if (f != f) return 0;
+  if (f == 0.0f) f = 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The reference: indices sorted by (key descending, index ascending), first k'.
+static std::vector<int32_t> sort_topk(const std::vector<float>& v, size_t k) {
+  std::vector<int32_t> idx(v.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t kk = std::min(k, v.size());
+  std::partial_sort(idx.begin(), idx.begin() + (long)kk, idx.end(), [&](int32_t a, int32_t b) {
+    const uint32_t ka = order_key(v[a]), kb = order_key(v[b]);
+    return ka != kb ? ka > kb : a < b;
+  });
+  idx.resize(kk);
+  return idx;
+}
+
+enum Mode { RANDOM, TIES, SPECIAL, EQUAL, ALL_NAN, NEGATIVE };
+static const char* mode_name[] = {"random", "ties", "nan/inf/-0", "all-equal", "all-nan", "negative"};
+
+static std::vector<float> make_values(size_t n, Mode mode, TestRng& rng) {
+  std::vector<float> v(n);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f, -1.0f, 3.5f, 1e-30f, -1e30f};
+  const float few[] = {-1.0f, 0.0f, -0.0f, 0.5f, 1.0f, 2.0f};
+  for (size_t i = 0; i < n; i++) {
+    switch (mode) {
+      case RANDOM: v[i] = rng.normal(); break;
+      case TIES: v[i] = few[rng.below(6)]; break;
+      case SPECIAL: v[i] = rng.below(3) == 0 ? specials[rng.below(10)] : rng.normal(); break;
+      case EQUAL: v[i] = 0.25f; break;
+      case ALL_NAN: v[i] = NAN; break;
+      case NEGATIVE: v[i] = -std::fabs(rng.normal()) - 1.0f; break;
+    }
+  }
+  return v;
+}
+
+static void check_topk(TestCtx& t, size_t n, size_t k, Mode mode, TestRng& rng, bool with_cpu) {
+  const std::vector<float> v = make_values(n, mode, rng);
+  const size_t kk = std::min(k, n);
+  DevBuf<float> dv(v), dval(kk + 1);
+  DevBuf<int32_t> didx(kk + 1);
+  DevScratch scratch(carve_cu_topk_scratch_bytes(n, k));
+  CHECK_OK(carve_cu_topk(&t.ctx, dv.p, n, k, didx.p, dval.p, scratch.get()));
+  t.sync();
+  const std::vector<int32_t> idx = didx.download(kk);
+  const std::vector<float> val = dval.download(kk);
+  const std::vector<int32_t> want = sort_topk(v, k);
+  for (size_t i = 0; i < kk; i++) {
+    CHECK_MSG(idx[i] == want[i], "n %zu k %zu %s: rank %zu index %d, sort says %d", n, k, mode_name[mode], i,
+              idx[i], want[i]);
+    CHECK(same_float(val[i], v[idx[i]]));
+  }
+  if (with_cpu) {
+    std::vector<int> cidx(kk);
+    std::vector<float> cval(kk);
+    CHECK(carve_topk_probs(v.data(), n, k, cidx.data(), cval.data()) == kk);
+    for (size_t i = 0; i < kk; i++) CHECK(cidx[i] == idx[i]);
+  }
+}
+
+static void test_topk(TestCtx& t) {
+  TestRng rng(11);
+  const size_t cases[][2] = {{1, 1},       {1, 5},       {2, 1},        {7, 7},          {7, 3},
+                             {33, 1},      {33, 33},     {33, 100},     {257, 256},      {1000, 300},
+                             {2048, 2048}, {2049, 2049}, {4097, 4097},  {4097, 2048},    {12293, 300},
+                             {12293, 12293}, {65537, 1}, {65537, 3000}, {100003, 300}};
+  int count = 0;
+  for (const auto& c : cases) {
+    for (int m = 0; m < 6; m++) {
+      check_topk(t, c[0], c[1], (Mode)m, rng, true);
+      count++;
+    }
+  }
+  // Large: n about 1e6 with k = 1, 300 and 3000 (the global sort network), ties and NaN;
+  // k = n on 100003 values (a 2^17 network).
+  check_topk(t, 1000003, 300, TIES, rng, false);
+  check_topk(t, 1000003, 300, SPECIAL, rng, false);
+  check_topk(t, 1000003, 3000, TIES, rng, false);
+  check_topk(t, 1000003, 1, RANDOM, rng, false);
+  check_topk(t, 100003, 100003, SPECIAL, rng, false);
+  check_topk(t, 100003, 100003, TIES, rng, false);
+  count += 6;
+  std::printf("top-k: %d cases equal to the sort (and carve_topk_probs)\n", count);
+
+  // k == 0 and n == 0 do nothing; NULL and misaligned scratch are refused.
+  DevBuf<float> dv(4);
+  DevBuf<int32_t> di(4);
+  DevScratch s(carve_cu_topk_scratch_bytes(4, 4));
+  CHECK_OK(carve_cu_topk(&t.ctx, dv.p, 4, 0, di.p, nullptr, s.get()));
+  CHECK_OK(carve_cu_topk(&t.ctx, dv.p, 0, 3, di.p, nullptr, s.get()));
+  CHECK(carve_cu_topk(&t.ctx, nullptr, 4, 2, di.p, nullptr, s.get()) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_topk(&t.ctx, dv.p, 4, 2, di.p, nullptr, (char*)s.get() + 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_topk(&t.ctx, dv.p, (size_t)INT32_MAX + 1, 2, di.p, nullptr, s.get()) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// ---- Gather -----------------------------------------------------------------------------
+
+static void test_gather(TestCtx& t) {
+  TestRng rng(12);
+  const size_t rows = 301, c = 7, stride = 11, n = 57;
+  std::vector<float> src(rows * stride);
+  for (auto& x : src) x = rng.normal();
+  std::vector<int32_t> idx(n);
+  for (auto& i : idx) i = (int32_t)rng.below(rows);
+  DevBuf<float> ds(src), dr(n * c);
+  DevBuf<int32_t> di(idx);
+  CHECK_OK(carve_cu_gather_rows(&t.ctx, ds.p, stride, (uint32_t)c, di.p, n, dr.p));
+  t.sync();
+  const std::vector<float> r = dr.download();
+  for (size_t i = 0; i < n; i++)
+    for (size_t ch = 0; ch < c; ch++) CHECK(r[i * c + ch] == src[(size_t)idx[i] * stride + ch]);
+  CHECK(carve_cu_gather_rows(&t.ctx, ds.p, 3, 7, di.p, n, dr.p) == CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("gather: ok\n");
+}
+
+// ---- End-to-end ---------------------------------------------------------------------------
+
+// Head outputs of one variant: per level, box (4), cls (nc) and extra channels packed in one
+// (h, w, 4 + nc + extra + 3) tensor, so that every view is strided.
+struct Head {
+  std::vector<size_t> hs, ws;
+  std::vector<float> strides;
+  size_t nc, extra, pix_stride;
+  std::vector<float> data;  // all levels, level l at offset off[l]
+  std::vector<size_t> off;
+  size_t anchors = 0;
+
+  Head(std::vector<size_t> h, std::vector<size_t> w, std::vector<float> s, size_t nc_, size_t extra_)
+      : hs(h), ws(w), strides(s), nc(nc_), extra(extra_), pix_stride(4 + nc_ + extra_ + 3) {
+    size_t total = 0;
+    for (size_t l = 0; l < hs.size(); l++) {
+      off.push_back(total);
+      total += hs[l] * ws[l] * pix_stride;
+      anchors += hs[l] * ws[l];
+    }
+    data.resize(total);
+  }
+
+  // Random outputs: ltrb distances, logits on a coarse grid (many exact ties), raw extras
+  // (angles in [-1, 1], keypoints around the anchor); a few NaN logits when asked.
+  void fill(TestRng& rng, bool nan_logits) {
+    for (size_t l = 0; l < hs.size(); l++) {
+      for (size_t p = 0; p < hs[l] * ws[l]; p++) {
+        float* px = &data[off[l] + p * pix_stride];
+        for (int j = 0; j < 4; j++) px[j] = rng.range(0.0f, 6.0f);
+        for (size_t c = 0; c < nc; c++) {
+          px[4 + c] = std::round(rng.normal() * 2.0f) / 2.0f - 2.0f;
+          if (nan_logits && rng.below(50) == 0) px[4 + c] = NAN;
+        }
+        for (size_t e = 0; e < extra; e++) px[4 + nc + e] = rng.range(-1.0f, 1.0f);
+      }
+    }
+  }
+
+  std::vector<carve_level> levels(const float* base) const {
+    std::vector<carve_level> L(hs.size());
+    for (size_t l = 0; l < hs.size(); l++) {
+      const float* p = base + off[l];
+      L[l].box = p;
+      L[l].box_stride = pix_stride;
+      L[l].cls = p + 4;
+      L[l].cls_stride = pix_stride;
+      L[l].extra = extra != 0 ? p + 4 + nc : nullptr;
+      L[l].extra_stride = pix_stride;
+      L[l].h = hs[l];
+      L[l].w = ws[l];
+      L[l].stride = strides[l];
+    }
+    return L;
+  }
+};
+
+static void compare_rows(const std::vector<float>& got, const std::vector<float>& want, size_t rows, size_t width,
+                         const char* what) {
+  for (size_t i = 0; i < rows; i++)
+    for (size_t j = 0; j < width; j++)
+      CHECK_MSG(same_float(got[i * width + j], want[i * width + j]), "%s: row %zu col %zu: %.9g vs CPU %.9g", what,
+                i, j, got[i * width + j], want[i * width + j]);
+}
+
+static void check_e2e(TestCtx& t, Head& head, size_t k, carve_e2e_task task, TestRng& rng, bool nan_logits,
+                      const char* what) {
+  head.fill(rng, nan_logits);
+  const size_t kk = std::min(k, head.anchors), width = 6 + head.extra;
+  // CPU reference.
+  std::vector<unsigned char> cpu_scratch(carve_e2e_scratch_bytes(head.anchors, head.nc, k) + 8);
+  void* cs = (void*)(((uintptr_t)cpu_scratch.data() + 7) & ~(uintptr_t)7);
+  std::vector<float> want(kk * width);
+  size_t num = 0;
+  const std::vector<carve_level> hl = head.levels(head.data.data());
+  carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, task, cs, want.data(), &num);
+  CHECK(num == kk);
+  // Device.
+  DevBuf<float> dd(head.data), drows(kk * width);
+  DevScratch scratch(carve_cu_e2e_scratch_bytes(head.anchors, head.nc, k));
+  const std::vector<carve_level> dl = head.levels(dd.p);
+  CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), dl.size(), head.nc, head.extra, k, task, scratch.get(),
+                                         drows.p));
+  t.sync();
+  compare_rows(drows.download(), want, kk, width, what);
+}
+
+static void test_e2e(TestCtx& t) {
+  TestRng rng(13);
+  int count = 0;
+  // Small odd levels (A = 13*7 + 7*4 + 4*2 = 127) and the 320 detect head (A = 2100).
+  for (int big = 0; big < 2; big++) {
+    const std::vector<size_t> hs = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{13, 7, 4};
+    const std::vector<size_t> ws = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{7, 4, 2};
+    const std::vector<float> ss = {8.0f, 16.0f, 32.0f};
+    struct {
+      carve_e2e_task task;
+      size_t nc, extra;
+      const char* name;
+    } tasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
+                 {CARVE_E2E_DETECT, 1, 3, "detect nc=1 + extras"},
+                 {CARVE_E2E_SEGMENT, 80, 32, "segment"},
+                 {CARVE_E2E_POSE, 1, 51, "pose"},
+                 {CARVE_E2E_OBB, 15, 1, "obb"}};
+    for (const auto& tk : tasks) {
+      Head head(hs, ws, ss, tk.nc, tk.extra);
+      for (size_t k : {(size_t)1, (size_t)10, (size_t)300, head.anchors}) {
+        char what[128];
+        std::snprintf(what, sizeof what, "%s A=%zu k=%zu", tk.name, head.anchors, k);
+        check_e2e(t, head, k, tk.task, rng, k == 10, what);
+        count++;
+      }
+    }
+  }
+  std::printf("e2e: %d cases (4 tasks) equal to carve_e2e_postprocess_task bit for bit\n", count);
+
+  // Captured into a graph once, replayed on new inputs (no sync, no allocation inside).
+  {
+    Head head({13, 7, 4}, {7, 4, 2}, {8.0f, 16.0f, 32.0f}, 15, 1);
+    const size_t k = 50, width = 7;
+    DevBuf<float> dd(head.data.size()), drows(k * width);
+    DevScratch scratch(carve_cu_e2e_scratch_bytes(head.anchors, head.nc, k));
+    const std::vector<carve_level> dl = head.levels(dd.p);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeGlobal));
+    CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), dl.size(), head.nc, head.extra, k, CARVE_E2E_OBB,
+                                           scratch.get(), drows.p));
+    CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int r = 0; r < 3; r++) {
+      head.fill(rng, false);
+      dd.upload(head.data);
+      CHECK_CUDA(cudaGraphLaunch(exec, t.stream));
+      t.sync();
+      std::vector<unsigned char> cpu_scratch(carve_e2e_scratch_bytes(head.anchors, head.nc, k) + 8);
+      void* cs = (void*)(((uintptr_t)cpu_scratch.data() + 7) & ~(uintptr_t)7);
+      std::vector<float> want(k * width);
+      size_t num = 0;
+      const std::vector<carve_level> hl = head.levels(head.data.data());
+      carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, CARVE_E2E_OBB, cs, want.data(), &num);
+      CHECK(num == k);
+      compare_rows(drows.download(), want, k, width, "obb graph replay");
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    std::printf("e2e: graph capture + 3 replays ok\n");
+  }
+
+  // Refusals, as the CPU function's (which gives 0 rows for these).
+  {
+    Head head({4}, {4}, {8.0f}, 3, 2);
+    DevBuf<float> dd(head.data.size()), drows(16 * 8);
+    DevScratch scratch(carve_cu_e2e_scratch_bytes(head.anchors, head.nc, 16));
+    const std::vector<carve_level> dl = head.levels(dd.p);
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), 1, 3, 2, 16, CARVE_E2E_POSE, scratch.get(), drows.p) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), 1, 3, 2, 16, CARVE_E2E_OBB, scratch.get(), drows.p) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), 1, 0, 2, 16, CARVE_E2E_DETECT, scratch.get(), drows.p) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), 1, 3, 2, 16, (carve_e2e_task)7, scratch.get(), drows.p) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), 1, 3, 2, 0, CARVE_E2E_DETECT, scratch.get(), drows.p) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+  }
+}
+
+int main() {
+  TestCtx t;
+  test_topk(t);
+  test_gather(t);
+  test_e2e(t);
+  std::printf("test_topk: all ok\n");
+  return 0;
+}
