@@ -81,6 +81,23 @@ typedef struct carve_view {
   size_t h, w, c, stride;
 } carve_view;
 
+// ---- Op descriptor ------------------------------------------------------------
+
+// One compute op of a generated package (a convolution, pool, copy, ...), all of
+// it known at generation time: the packages keep a constant table of these.
+// `kind` is a value of the backend's enum (carve_xnn_kind, carve_pt_kind).
+// Offsets are in floats: weight_off / bias_off from the weight blob, in_off /
+// in2_off / out_off from the arena. Fields a kind does not use are 0.
+typedef struct carve_op_desc {
+  int kind;
+  uint32_t kh, kw, stride, pad, groups;
+  uint32_t cin, cout;            // total input / output channels
+  uint32_t h, w;                 // input size (pixels = h * w)
+  size_t in_stride, out_stride;  // pixel strides (channels) of input and output views
+  size_t weight_off, bias_off;
+  size_t in_off, in2_off, out_off;
+} carve_op_desc;
+
 // ---- Parallel loops ---------------------------------------------------------
 
 // One tile of a 1-D range: items [start, start + count).

@@ -33,17 +33,8 @@ typedef enum carve_xnn_kind {
   CARVE_XNN_SOFTMAX = 8,  // y = softmax(x) over cin channels
 } carve_xnn_kind;
 
-// One operator. Offsets are in floats: weight_off / bias_off from the weight
-// blob, in_off / in2_off / out_off from the arena. Fields a kind does not use are 0.
-typedef struct carve_xnn_desc {
-  carve_xnn_kind kind;
-  uint32_t kh, kw, stride, pad, groups;
-  uint32_t cin, cout;            // total input / output channels
-  uint32_t h, w;                 // input size (pixels = h * w)
-  size_t in_stride, out_stride;  // pixel strides (channels) of input and output views
-  size_t weight_off, bias_off;
-  size_t in_off, in2_off, out_off;
-} carve_xnn_desc;
+// One operator: a carve_op_desc (carve_rt.h) whose kind is a carve_xnn_kind.
+typedef carve_op_desc carve_xnn_desc;
 
 // ---- Lifecycle ------------------------------------------------------------
 

@@ -10,6 +10,8 @@ want_test=0
 
 # ---- Debian packages --------------------------------------------------------
 debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev libstb-dev"
+# --test: clang too (the portable backend's packages are also compiled with it, tests/portable)
+if [ $want_test = 1 ]; then debs="$debs clang"; fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"
 for p in $debs; do

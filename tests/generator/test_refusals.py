@@ -15,6 +15,7 @@ the ``./carve`` launcher (exit status):
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,8 +49,8 @@ def _manifest_copy(folder: Path, backends: str) -> tuple[Path, int]:
     returns (path, line of the backends field)."""
     text = MANIFEST.read_text().replace("config: arch/yolo26.yaml",
                                         f"config: {REPO / 'manifests' / 'arch' / 'yolo26.yaml'}")
-    assert text.count("backends: [xnnpack, cuda]") == 1
-    text = text.replace("backends: [xnnpack, cuda]", f"backends: {backends}")
+    assert len(re.findall(r"^backends: \[.*\]$", text, flags=re.M)) == 1
+    text = re.sub(r"^backends: \[.*\]$", f"backends: {backends}", text, flags=re.M)
     path = folder / "copy.yaml"
     path.write_text(text)
     line = next(i + 1 for i, ln in enumerate(text.splitlines()) if ln.startswith("backends:"))
@@ -272,12 +273,11 @@ def test_unknown_backend_name_subprocess(tmp_path, weights):
     assert not out.exists()
 
 
-def test_listed_backend_this_carve_lacks(tmp_path, capsys, weights):
-    """A manifest may declare a backend (portable) that this carve does not build: refused by name,
-    with the backends it does build."""
-    from carve.backends import available_backends
-    if "portable" in {b.name for b in available_backends()}:
-        pytest.skip("this carve builds every backend a manifest may declare")
+def test_listed_backend_this_carve_lacks(tmp_path, capsys, weights, monkeypatch):
+    """A manifest may declare a backend that this carve does not build: refused by name, with the backends it
+    does build. Every declared backend is built today, so this carve is made to lack one (portable)."""
+    from carve import backends
+    monkeypatch.setattr(backends, "_MODULES", tuple(m for m in backends._MODULES if m != "portable"))
     man, _ = _manifest_copy(tmp_path, "[xnnpack, portable]")
     out = tmp_path / "out"
     rc, err = _main(capsys, man, "--backend", "portable", "--weights", weights, "--out", out)

@@ -43,7 +43,7 @@ class Backend:
         raise NotImplementedError
 
 
-_MODULES = ("xnnpack", "cuda")
+_MODULES = ("xnnpack", "cuda", "portable")
 
 
 def available_backends() -> list:

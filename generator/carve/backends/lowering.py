@@ -30,7 +30,8 @@ import numpy as np
 from ..errors import CarveError
 from ..ir import Graph, op_flops
 from ..planner import Plan
-from .emit_c import c_ident
+from . import Backend
+from .emit_c import CPackage, c_ident
 
 E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
              "obb": "CARVE_E2E_OBB"}
@@ -73,6 +74,31 @@ class Layouts:
     conv: Callable[[np.ndarray, dict], np.ndarray]
     deconv: Callable[[np.ndarray, dict], np.ndarray]
     linear: Callable[[np.ndarray, dict], np.ndarray]
+
+
+# ---- C backends ----------------------------------------------------------------
+
+class CBackend(Backend):
+    """A backend whose package is C rendered by ``emit_c.CPackage`` from ``lower()``'s program.
+
+    Subclasses set ``name``, ``description``, ``lowerable``, ``template_vars``, ``prefix`` (of the
+    descriptor kinds), ``layouts`` and ``runtime`` (the runtime files every package copies)."""
+
+    prefix = ""
+    layouts: Layouts
+    runtime: tuple = ()
+
+    def runtime_files(self, graph: Graph) -> tuple:
+        """The runtime sources a package of this graph uses (copied into it): masks only for segmentation."""
+        masks = ("carve_mask.h", "carve_mask.c") if "output1" in graph.outputs else ()
+        return self.runtime + masks
+
+    def lower(self, graph: Graph, plan: Plan) -> dict:
+        """The program the templates render: weight blob, op descriptor table and per-layer steps."""
+        return lower(graph, plan, self.name, self.prefix, self.layouts)
+
+    def emit(self, graph: Graph, plan: Plan, options) -> dict:
+        return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
 
 
 # ---- Program -----------------------------------------------------------------
@@ -219,7 +245,8 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
                 attn_max_n=max((st["n"] for st in attn), default=0),
                 attn_max_heads=max((st["heads"] for st in attn), default=0),
                 anchors=sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0,
-                max_cin=max((o["fields"]["cin"] for o in ops if o["kind"] == prefix + "CONV"), default=0),
+                max_cin=max((o["fields"]["cin"] for o in ops if o["kind"] in (prefix + "CONV", prefix + "DECONV")),
+                            default=0),
                 flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
 
 

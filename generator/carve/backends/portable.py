@@ -1,0 +1,87 @@
+"""The portable backend: plain C11 and libm, single-threaded, no XNNPACK.
+
+The same IR, memory plan, lowering (``lowering.lower``) and generated API as the
+xnnpack backend; every compute op runs through ``carve_pt_run`` of
+``runtime/carve_portable.c`` (direct convolutions in register blocks, no
+im2col), and the SiLU / residual epilogues, upsampling, attention and the
+end-to-end post-processing are the shared runtime kernels built with
+``CARVE_RT_NO_THREADS``. Weight layouts: see ``runtime/carve_portable.h``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lowering import CBackend, Layouts, always, deconv_rule, e2e_rule, square_conv_rule, upsample_x2_rule
+
+# Output channels of one register block: CARVE_PT_OC of runtime/carve_portable.h (the generated code
+# checks the two agree with a _Static_assert).
+OC = 8
+
+
+def is_depthwise(attrs: dict) -> bool:
+    """The kernel carve_portable.c runs as depthwise: one input and one output channel per group."""
+    return attrs["groups"] == attrs["cin"] == attrs["cout"]
+
+
+def _blocks(w: np.ndarray) -> np.ndarray:
+    """(..., cout) -> (cout_pad / OC, ..., OC): output channels zero-padded to a multiple of OC, each block
+    of OC channels made one contiguous panel."""
+    cout = w.shape[-1]
+    pad = (-cout) % OC
+    if pad:
+        w = np.concatenate([w, np.zeros(w.shape[:-1] + (pad,), dtype=w.dtype)], axis=-1)
+    w = w.reshape(w.shape[:-1] + (w.shape[-1] // OC, OC))
+    return np.moveaxis(w, -2, 0)
+
+
+def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
+    """PyTorch (cout, cin/g, kh, kw) -> depthwise (kh, kw, c), else (g, cout_pad/OC, kh, kw, cin/g, OC)."""
+    if is_depthwise(attrs):
+        return np.transpose(w[:, 0], (1, 2, 0))
+    g = attrs["groups"]
+    cout, cin_g, kh, kw = w.shape
+    w = np.transpose(w.reshape(g, cout // g, cin_g, kh, kw), (0, 3, 4, 2, 1))  # (g, kh, kw, cin/g, cout/g)
+    return np.moveaxis(_blocks(w), 0, 1)  # (g, blocks, kh, kw, cin/g, OC)
+
+
+def deconv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
+    """PyTorch (cin, cout, kh, kw) -> (cout_pad/OC, kh, kw, cin, OC)."""
+    return _blocks(np.transpose(w, (2, 3, 0, 1)))
+
+
+LAYOUTS = Layouts(conv=conv_layout, deconv=deconv_layout, linear=lambda w, a: np.transpose(w))
+
+
+def _deconv_rule(op, graph):
+    if op.attrs.get("groups", 1) != 1:
+        return "grouped transposed conv is not lowered"
+    return deconv_rule(op, graph)
+
+
+class PortableBackend(CBackend):
+    name = "portable"
+    description = "CPU, any C11 compiler: plain C + libm, single-threaded, no XNNPACK"
+    lowerable = {
+        "conv2d": square_conv_rule,
+        "maxpool2d": always,
+        "upsample_nearest": upsample_x2_rule,
+        "concat": always,
+        "slice": always,
+        "attention": always,
+        "e2e_detect": e2e_rule,
+        "add": always,  # on contiguous tensors; lower() checks the plan
+        "deconv2d": _deconv_rule,
+        "global_avgpool": always,
+        "linear": always,
+        "softmax": always,
+    }
+    prefix = "CARVE_PT_"
+    layouts = LAYOUTS
+    template_vars = dict(pool="NULL", desc_type="carve_pt_desc", ops_what="compute ops (carve_pt_run)",
+                         op_prefix=prefix, oc=OC, multithreaded=False)
+    runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
+               "carve_post.h", "carve_post.c", "carve_portable.h", "carve_portable.c", "carve_io.h", "carve_io.c")
+
+
+BACKEND = PortableBackend()

@@ -1,0 +1,21 @@
+# Portable backend (issue 7): included by the top-level CMakeLists.txt.
+#
+# portable_kernels: carve_pt_run against plain loops (test_kernels.c), odd sizes, groups, padding.
+# portable_vs_xnnpack_<task>: for the 5 scales of the task, the portable package against the xnnpack package
+#   of the same checkpoint, layer by layer and final output, at reduced sizes (tests/portable/compare_backends.py;
+#   checkpoints are shared with the oracle tests in ${CARVE_WORK}/checkpoints).
+add_executable(portable_kernels ${CARVE_ROOT}/tests/portable/test_kernels.c ${CARVE_ROOT}/runtime/carve_portable.c)
+target_include_directories(portable_kernels PRIVATE ${CARVE_ROOT}/runtime)
+target_compile_definitions(portable_kernels PRIVATE CARVE_RT_NO_THREADS)
+target_link_libraries(portable_kernels PRIVATE m)
+set_target_properties(portable_kernels PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
+target_compile_options(portable_kernels PRIVATE -Wall -Wextra -Werror)
+add_test(NAME portable_kernels COMMAND $<TARGET_FILE:portable_kernels>)
+set_tests_properties(portable_kernels PROPERTIES TIMEOUT 120)
+
+foreach(task detect segment pose obb classify)
+  add_test(NAME portable_vs_xnnpack_${task}
+           COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/portable/compare_backends.py --task ${task} --work ${CARVE_WORK}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(portable_vs_xnnpack_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+endforeach()
