@@ -53,3 +53,13 @@ function(carve_cuda_kernel_test name)
 endfunction()
 
 carve_cuda_kernel_test(topk)  # top-k vs a sort, gather, e2e of the four tasks vs the CPU
+carve_cuda_kernel_test(ops)   # op kernels vs the CPU runtime / loops on odd, strided shapes
+carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs carve_pre.c
+
+# nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
+# with a message, where nvcc is not installed).
+string(REPLACE ";" " " carve_cuda_archs "${CARVE_CUDA_ARCHITECTURES}")
+add_test(NAME cuda_nvcc_runtime
+         COMMAND sh ${CARVE_CUDA_DIR}/nvcc_check.sh "${CARVE_NVCC}" ${CARVE_ROOT}/runtime
+                 ${CMAKE_BINARY_DIR}/cuda_nvcc "${carve_cuda_archs}" ${CARVE_CUDA_RUNTIME_SOURCES})
+set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK cpu_heavy)

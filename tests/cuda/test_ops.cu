@@ -1,0 +1,388 @@
+// tests/cuda/test_ops.cu: the op kernels of runtime/carve_cuda_ops.cu on odd shapes and
+// strided (channel-slice) views, each against the CPU runtime or a plain loop:
+//   conv2d (1x1 GEMM path, im2col + GEMM incl. a chunked im2col, depthwise; bias, SiLU,
+//   residual) and deconv2d against double-precision loops; maxpool, copy, add against
+//   loops (exact); upsample2x against carve_upsample_nearest2x (exact); global average
+//   pool and linear against double loops; softmax against carve_softmax; attention
+//   against carve_attention; mask logits against carve_mask_logits; what lies between
+//   the channels of a strided output is never written; argument and launch errors.
+
+#include "carve_mask.h"
+#include "carve_ops.h"
+#include "cuda_test.h"
+
+static const float kCanary = -12345.5f;
+
+static double silu_d(double v) { return v / (1.0 + std::exp(-v)); }
+
+// Checks got (pixels, c) with stride against want (pixels, c) dense within tol[p * c + ch],
+// and that the padding channels [c, stride) still hold the canary.
+static void check_view(const std::vector<float>& got, size_t stride, const std::vector<double>& want,
+                       const std::vector<double>& tol, size_t pixels, size_t c, const char* what) {
+  for (size_t p = 0; p < pixels; p++) {
+    for (size_t ch = 0; ch < stride; ch++) {
+      const float g = got[p * stride + ch];
+      if (ch >= c) {
+        CHECK_MSG(g == kCanary, "%s: pixel %zu channel %zu (padding) overwritten", what, p, ch);
+        continue;
+      }
+      const double w = want[p * c + ch];
+      CHECK_MSG(near_float(g, w, tol[p * c + ch]), "%s: pixel %zu channel %zu: %.9g vs %.9g (tol %.3g)", what, p, ch,
+                g, w, tol[p * c + ch]);
+    }
+  }
+}
+
+static std::vector<float> random_view(TestRng& rng, size_t pixels, size_t stride, float scale = 1.0f) {
+  std::vector<float> v(pixels * stride);
+  for (auto& x : v) x = rng.normal() * scale;
+  return v;
+}
+
+// ---- Convolution --------------------------------------------------------------------------
+
+struct ConvCase {
+  uint32_t kh, stride, pad, groups, cin, cout, h, w;
+  size_t in_pad, out_pad, res_pad;  // extra channels of each view's stride
+  bool residual;
+  carve_cu_act act;
+};
+
+static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
+  carve_cu_conv c;
+  c.kh = c.kw = cc.kh;
+  c.stride = cc.stride;
+  c.pad = cc.pad;
+  c.groups = cc.groups;
+  c.cin = cc.cin;
+  c.cout = cc.cout;
+  c.h = cc.h;
+  c.w = cc.w;
+  c.in_stride = cc.cin + cc.in_pad;
+  c.out_stride = cc.cout + cc.out_pad;
+  c.res_stride = cc.cout + cc.res_pad;
+  c.act = cc.act;
+  const size_t oh = (cc.h + 2 * cc.pad - cc.kh) / cc.stride + 1, ow = (cc.w + 2 * cc.pad - cc.kh) / cc.stride + 1;
+  const size_t cpg = cc.groups == 1 ? cc.cin : 1;  // input channels per output channel
+  const std::vector<float> x = random_view(rng, (size_t)cc.h * cc.w, c.in_stride);
+  std::vector<float> wt((size_t)cc.cout * cc.kh * cc.kh * cpg), b(cc.cout);
+  for (auto& v : wt) v = rng.normal() * 0.2f;
+  for (auto& v : b) v = rng.normal();
+  const std::vector<float> r = random_view(rng, oh * ow, c.res_stride);
+
+  DevBuf<float> dx(x), dw(wt), db(b), dr(r), dy(oh * ow * c.out_stride);
+  dy.upload(std::vector<float>(oh * ow * c.out_stride, kCanary));
+  DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
+  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p, scratch.p));
+  t.sync();
+
+  std::vector<double> want(oh * ow * cc.cout), tol(want.size());
+  for (size_t oy = 0; oy < oh; oy++) {
+    for (size_t ox = 0; ox < ow; ox++) {
+      for (size_t o = 0; o < cc.cout; o++) {
+        double s = b[o], mag = std::fabs(b[o]);
+        for (size_t ky = 0; ky < cc.kh; ky++) {
+          for (size_t kx = 0; kx < cc.kh; kx++) {
+            const long long iy = (long long)(oy * cc.stride + ky) - cc.pad, ix = (long long)(ox * cc.stride + kx) - cc.pad;
+            if (iy < 0 || iy >= cc.h || ix < 0 || ix >= cc.w) continue;
+            for (size_t i = 0; i < cpg; i++) {
+              const size_t ch = cc.groups == 1 ? i : o;
+              const double v = (double)x[((size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch] *
+                               wt[((o * cc.kh + ky) * cc.kh + kx) * cpg + i];
+              s += v;
+              mag += std::fabs(v);
+            }
+          }
+        }
+        if (cc.act == CARVE_CU_ACT_SILU) s = silu_d(s);
+        const size_t p = oy * ow + ox;
+        if (cc.residual) s += r[p * c.res_stride + o];
+        want[p * cc.cout + o] = s;
+        tol[p * cc.cout + o] = 2e-6 * (mag + 1.0) * std::sqrt((double)cpg * cc.kh * cc.kh + 1);
+      }
+    }
+  }
+  char what[160];
+  std::snprintf(what, sizeof what, "conv %ux%u s%u p%u g%u %u->%u on %ux%u%s%s", cc.kh, cc.kh, cc.stride, cc.pad,
+                cc.groups, cc.cin, cc.cout, cc.h, cc.w, cc.act == CARVE_CU_ACT_SILU ? " silu" : "",
+                cc.residual ? " +res" : "");
+  check_view(dy.download(), c.out_stride, want, tol, oh * ow, cc.cout, what);
+}
+
+static void test_conv(TestCtx& t) {
+  TestRng rng(21);
+  const ConvCase cases[] = {
+      {1, 1, 0, 1, 37, 19, 9, 11, 3, 4, 2, true, CARVE_CU_ACT_SILU},    // 1x1: one GEMM on the view
+      {1, 1, 0, 1, 8, 5, 1, 1, 0, 0, 0, false, CARVE_CU_ACT_NONE},      // 1x1 on one pixel
+      {3, 1, 1, 1, 5, 8, 13, 7, 1, 0, 0, false, CARVE_CU_ACT_SILU},     // im2col
+      {3, 2, 1, 1, 16, 32, 15, 17, 0, 8, 3, true, CARVE_CU_ACT_NONE},   // strided, residual
+      {3, 2, 1, 1, 3, 16, 33, 31, 0, 0, 0, false, CARVE_CU_ACT_SILU},   // stem-like: 3 channels
+      {1, 2, 0, 1, 12, 6, 9, 9, 2, 1, 0, false, CARVE_CU_ACT_SILU},     // 1x1 stride 2: im2col path
+      {2, 2, 0, 1, 7, 5, 10, 11, 0, 0, 0, false, CARVE_CU_ACT_NONE},    // even kernel
+      {3, 1, 1, 1, 128, 8, 65, 65, 0, 0, 0, false, CARVE_CU_ACT_SILU},  // im2col in two chunks
+      {3, 1, 1, 24, 24, 24, 9, 10, 8, 8, 1, true, CARVE_CU_ACT_SILU},   // depthwise
+      {7, 1, 3, 33, 33, 33, 12, 12, 0, 0, 0, false, CARVE_CU_ACT_NONE}, // depthwise 7x7
+      {3, 2, 1, 16, 16, 16, 11, 9, 0, 3, 0, false, CARVE_CU_ACT_SILU},  // depthwise, stride 2
+      {5, 1, 2, 1, 4, 6, 6, 5, 0, 0, 0, false, CARVE_CU_ACT_SILU},      // kernel near the image size
+  };
+  for (const auto& cc : cases) check_conv(t, cc, rng);
+  // The chunked case really is chunked: more im2col floats than the scratch holds.
+  carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU};
+  CHECK(carve_cu_conv2d_scratch_floats(&big) < (size_t)65 * 65 * 9 * 128);
+  carve_cu_conv one = {1, 1, 1, 0, 1, 37, 19, 9, 11, 40, 23, 21, CARVE_CU_ACT_NONE};
+  CHECK(carve_cu_conv2d_scratch_floats(&one) == 0);
+  std::printf("conv2d: %zu cases ok\n", sizeof cases / sizeof cases[0]);
+
+  // Refusals: grouped but not depthwise, zero sizes, strides shorter than the channels.
+  DevBuf<float> d(64);
+  carve_cu_conv bad = {3, 3, 1, 1, 2, 4, 4, 5, 5, 4, 4, 4, CARVE_CU_ACT_NONE};
+  CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  bad.groups = 1;
+  bad.in_stride = 3;
+  CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  bad.in_stride = 4;
+  CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_conv2d(&t.ctx, nullptr, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+static void test_deconv(TestCtx& t) {
+  TestRng rng(22);
+  const uint32_t h = 5, w = 7, cin = 17, cout = 9, k = 2;
+  const size_t in_stride = 20, out_stride = 11;
+  const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
+  std::vector<float> wt((size_t)cout * k * k * cin), b(cout);
+  for (auto& v : wt) v = rng.normal() * 0.3f;
+  for (auto& v : b) v = rng.normal();
+  const size_t oh = (size_t)h * k, ow = (size_t)w * k;
+  for (int silu = 0; silu < 2; silu++) {
+    DevBuf<float> dx(x), dw(wt), db(b), dy(oh * ow * out_stride), scratch(carve_cu_deconv2d_scratch_floats(h, w, k, cout));
+    dy.upload(std::vector<float>(oh * ow * out_stride, kCanary));
+    CHECK_OK(carve_cu_deconv2d(&t.ctx, h, w, cin, cout, k, dx.p, in_stride, dw.p, db.p,
+                               silu ? CARVE_CU_ACT_SILU : CARVE_CU_ACT_NONE, dy.p, out_stride, scratch.p));
+    t.sync();
+    std::vector<double> want(oh * ow * cout), tol(want.size());
+    for (size_t oy = 0; oy < oh; oy++)
+      for (size_t ox = 0; ox < ow; ox++)
+        for (size_t o = 0; o < cout; o++) {
+          // ConvTranspose2d, stride = kernel, pad 0: each output reads input (oy / k, ox / k).
+          double s = b[o], mag = std::fabs(b[o]);
+          for (size_t i = 0; i < cin; i++) {
+            const double v = (double)x[((oy / k) * w + ox / k) * in_stride + i] * wt[((o * k + oy % k) * k + ox % k) * cin + i];
+            s += v;
+            mag += std::fabs(v);
+          }
+          want[(oy * ow + ox) * cout + o] = silu ? silu_d(s) : s;
+          tol[(oy * ow + ox) * cout + o] = 1e-5 * (mag + 1.0);
+        }
+    check_view(dy.download(), out_stride, want, tol, oh * ow, cout, silu ? "deconv silu" : "deconv");
+  }
+  std::printf("deconv2d: ok\n");
+}
+
+// ---- Pooling, upsample, copy, add, gap ------------------------------------------------------
+
+static void test_elementwise(TestCtx& t) {
+  TestRng rng(23);
+  // Max pool: SPPF's 5x5 s1 p2, a 3x3 s2 p1 and a 2x2 s2 p0, on odd sizes.
+  const uint32_t pools[][3] = {{5, 1, 2}, {3, 2, 1}, {2, 2, 0}};
+  for (const auto& pl : pools) {
+    const uint32_t h = 11, w = 9, c = 13, k = pl[0], s = pl[1], pad = pl[2];
+    const size_t in_stride = 16, out_stride = 15;
+    const size_t oh = (h + 2 * pad - k) / s + 1, ow = (w + 2 * pad - k) / s + 1;
+    const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
+    DevBuf<float> dx(x), dy(oh * ow * out_stride);
+    dy.upload(std::vector<float>(oh * ow * out_stride, kCanary));
+    CHECK_OK(carve_cu_maxpool2d(&t.ctx, h, w, c, k, s, pad, dx.p, in_stride, dy.p, out_stride));
+    t.sync();
+    std::vector<double> want(oh * ow * c), tol(want.size(), 0.0);
+    for (size_t oy = 0; oy < oh; oy++)
+      for (size_t ox = 0; ox < ow; ox++)
+        for (size_t ch = 0; ch < c; ch++) {
+          float m = -INFINITY;
+          for (size_t ky = 0; ky < k; ky++)
+            for (size_t kx = 0; kx < k; kx++) {
+              const long long iy = (long long)(oy * s + ky) - pad, ix = (long long)(ox * s + kx) - pad;
+              if (iy >= 0 && iy < h && ix >= 0 && ix < w) m = std::max(m, x[((size_t)iy * w + (size_t)ix) * in_stride + ch]);
+            }
+          want[(oy * ow + ox) * c + ch] = m;
+        }
+    check_view(dy.download(), out_stride, want, tol, oh * ow, c, "maxpool");
+  }
+  // Upsample against the CPU runtime.
+  {
+    const uint32_t h = 7, w = 5, c = 9;
+    const size_t in_stride = 12, out_stride = 10;
+    const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
+    std::vector<float> cpu(4 * (size_t)h * w * out_stride, kCanary);
+    carve_upsample_nearest2x(x.data(), in_stride, h, w, c, cpu.data(), out_stride, nullptr);
+    DevBuf<float> dx(x), dy(cpu.size());
+    dy.upload(std::vector<float>(cpu.size(), kCanary));
+    CHECK_OK(carve_cu_upsample2x(&t.ctx, h, w, c, dx.p, in_stride, dy.p, out_stride));
+    t.sync();
+    const std::vector<float> got = dy.download();
+    for (size_t i = 0; i < cpu.size(); i++) CHECK(same_float(got[i], cpu[i]));
+  }
+  // Copy and add.
+  {
+    const size_t pixels = 37, c = 6, sa = 9, sb = 7, sy = 8;
+    const std::vector<float> a = random_view(rng, pixels, sa), b = random_view(rng, pixels, sb);
+    DevBuf<float> da(a), db(b), dy(pixels * sy), dc(pixels * sy);
+    dy.upload(std::vector<float>(pixels * sy, kCanary));
+    dc.upload(std::vector<float>(pixels * sy, kCanary));
+    CHECK_OK(carve_cu_add(&t.ctx, pixels, (uint32_t)c, da.p, sa, db.p, sb, dy.p, sy));
+    CHECK_OK(carve_cu_copy(&t.ctx, pixels, (uint32_t)c, da.p, sa, dc.p, sy));
+    t.sync();
+    std::vector<double> want_add(pixels * c), want_copy(pixels * c), zero(pixels * c, 0.0);
+    for (size_t p = 0; p < pixels; p++)
+      for (size_t ch = 0; ch < c; ch++) {
+        want_add[p * c + ch] = (float)(a[p * sa + ch] + b[p * sb + ch]);
+        want_copy[p * c + ch] = a[p * sa + ch];
+      }
+    check_view(dy.download(), sy, want_add, zero, pixels, c, "add");
+    check_view(dc.download(), sy, want_copy, zero, pixels, c, "copy");
+  }
+  // Global average pool (sum in double).
+  {
+    const uint32_t h = 7, w = 3, c = 300;
+    const size_t in_stride = 301;
+    const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
+    DevBuf<float> dx(x), dy(c);
+    CHECK_OK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, in_stride, dy.p));
+    t.sync();
+    const std::vector<float> got = dy.download();
+    for (size_t ch = 0; ch < c; ch++) {
+      double s = 0;
+      for (size_t p = 0; p < (size_t)h * w; p++) s += x[p * in_stride + ch];
+      CHECK(got[ch] == (float)(s / (h * w)));
+    }
+  }
+  std::printf("maxpool, upsample2x, copy, add, global avgpool: ok\n");
+}
+
+// ---- Linear, softmax ---------------------------------------------------------------------
+
+static void test_linear_softmax(TestCtx& t) {
+  TestRng rng(24);
+  {
+    const uint32_t cin = 1280, cout = 1000;
+    std::vector<float> x(cin), wt((size_t)cout * cin), b(cout);
+    for (auto& v : x) v = rng.normal();
+    for (auto& v : wt) v = rng.normal() * 0.03f;
+    for (auto& v : b) v = rng.normal();
+    DevBuf<float> dx(x), dw(wt), db(b), dy(cout);
+    CHECK_OK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, db.p, dy.p));
+    t.sync();
+    const std::vector<float> got = dy.download();
+    for (size_t o = 0; o < cout; o++) {
+      double s = b[o], mag = std::fabs(b[o]);
+      for (size_t i = 0; i < cin; i++) {
+        s += (double)wt[o * cin + i] * x[i];
+        mag += std::fabs((double)wt[o * cin + i] * x[i]);
+      }
+      CHECK_MSG(near_float(got[o], s, 1e-6 * (mag + 1) * 40), "linear %zu: %g vs %g", o, got[o], s);
+    }
+  }
+  // Softmax against carve_softmax: random, one element, NaN, +inf, -inf entries.
+  const size_t sizes[] = {1000, 1, 7, 2049};
+  for (int kind = 0; kind < 5; kind++) {
+    for (size_t n : sizes) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = rng.normal() * 4.0f;
+      if (kind == 1 && n > 3) x[n / 2] = NAN;
+      if (kind == 2 && n > 3) x[n / 3] = INFINITY;
+      if (kind == 3) for (size_t i = 0; i < n; i += 2) x[i] = -INFINITY;
+      if (kind == 4) for (auto& v : x) v = -INFINITY;
+      std::vector<float> cpu(n);
+      carve_softmax(x.data(), n, cpu.data());
+      DevBuf<float> dx(x), dy(n);
+      CHECK_OK(carve_cu_softmax(&t.ctx, (uint32_t)n, dx.p, dy.p));
+      t.sync();
+      const std::vector<float> got = dy.download();
+      for (size_t i = 0; i < n; i++)
+        CHECK_MSG(near_float(got[i], cpu[i], 2e-7 * std::fabs(cpu[i]) + 1e-30), "softmax kind %d n %zu [%zu]: %g vs %g",
+                  kind, n, i, got[i], cpu[i]);
+    }
+  }
+  std::printf("linear, softmax: ok\n");
+}
+
+// ---- Attention, mask logits ---------------------------------------------------------------
+
+static void test_attention(TestCtx& t) {
+  TestRng rng(25);
+  const size_t n = 63, heads = 2, kd = 8, hd = 16, per = 2 * kd + hd;
+  const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
+  const float scale = 1.0f / std::sqrt((float)kd);
+  const std::vector<float> qkv = random_view(rng, n, qkv_stride);
+  std::vector<float> cpu_out(n * out_stride, kCanary), cpu_v(n * v_stride, kCanary);
+  std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads));
+  carve_attention(qkv.data(), qkv_stride, n, heads, kd, hd, scale, cpu_out.data(), out_stride, cpu_v.data(), v_stride,
+                  cpu_scratch.data(), nullptr);
+  DevBuf<float> dq(qkv), dout(n * out_stride), dv(n * v_stride), scratch(carve_cu_attention_scratch_floats(n, heads));
+  dout.upload(std::vector<float>(n * out_stride, kCanary));
+  dv.upload(std::vector<float>(n * v_stride, kCanary));
+  CHECK_OK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd, (uint32_t)hd, scale,
+                              dout.p, out_stride, dv.p, v_stride, scratch.p));
+  t.sync();
+  const std::vector<float> out = dout.download(), v = dv.download();
+  for (size_t i = 0; i < n * out_stride; i++)
+    CHECK_MSG(near_float(out[i], cpu_out[i], 2e-6 * (std::fabs(cpu_out[i]) + 1)), "attention [%zu]: %g vs %g", i,
+              out[i], cpu_out[i]);
+  for (size_t i = 0; i < n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
+  std::printf("attention: ok\n");
+}
+
+static void test_mask_logits(TestCtx& t) {
+  TestRng rng(26);
+  const size_t n = 7, nm = 32, row_stride = 38, coef = 6, ph = 9, pw = 11, proto_stride = 35;
+  const std::vector<float> rows = random_view(rng, n, row_stride), protos = random_view(rng, ph * pw, proto_stride);
+  std::vector<float> cpu(n * ph * pw);
+  carve_view pv = {const_cast<float*>(protos.data()), ph, pw, nm, proto_stride};
+  CHECK_OK(carve_mask_logits(rows.data(), n, row_stride, coef, &pv, cpu.data(), nullptr));
+  DevBuf<float> dr(rows), dp(protos), dl(n * ph * pw);
+  CHECK_OK(carve_cu_mask_logits(&t.ctx, dr.p, n, row_stride, coef, dp.p, (uint32_t)ph, (uint32_t)pw, (uint32_t)nm,
+                                proto_stride, dl.p));
+  t.sync();
+  const std::vector<float> got = dl.download();
+  for (size_t i = 0; i < cpu.size(); i++)
+    CHECK_MSG(near_float(got[i], cpu[i], 1e-5 * (std::fabs(cpu[i]) + 1)), "mask logits [%zu]: %g vs %g", i, got[i],
+              cpu[i]);
+  CHECK(carve_cu_mask_logits(&t.ctx, dr.p, n, coef + nm - 1, coef, dp.p, 9, 11, 32, proto_stride, dl.p) ==
+        CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("mask logits: ok\n");
+}
+
+// ---- Errors ------------------------------------------------------------------------------
+
+__global__ void noop_kernel(int v) { (void)v; }
+
+static void test_errors(TestCtx& t) {
+  DevBuf<float> d(64);
+  // A failed launch before a call is reported by the call's launch check.
+  CARVE_LAUNCH(noop_kernel, 0, 32, t.stream, 1);
+  CHECK(carve_cu_copy(&t.ctx, 4, 4, d.p, 4, d.p + 16, 4) == CARVE_ERR_BACKEND);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK_OK(carve_cu_copy(&t.ctx, 4, 4, d.p, 4, d.p + 16, 4));
+  CHECK(carve_cu_add(&t.ctx, 4, 4, d.p, 3, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_maxpool2d(&t.ctx, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  carve_cu_ctx empty = {t.stream, nullptr};
+  CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
+  carve_cu_ctx_destroy(nullptr);
+  std::printf("errors: ok\n");
+}
+
+int main() {
+  TestCtx t;
+  test_conv(t);
+  test_deconv(t);
+  test_elementwise(t);
+  test_linear_softmax(t);
+  test_attention(t);
+  test_mask_logits(t);
+  test_errors(t);
+  std::printf("test_ops: all ok\n");
+  return 0;
+}

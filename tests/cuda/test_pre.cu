@@ -1,0 +1,88 @@
+// tests/cuda/test_pre.cu: carve_cu_letterbox and carve_cu_classify_preprocess
+// (runtime/carve_cuda_pre.cu) bit for bit against the CPU carve_letterbox and
+// carve_classify_preprocess on random images of odd sizes (down- and up-scaling, no
+// resize, one pixel, very wide and very tall, padded rows), and carve_letterbox_geometry
+// against the info carve_letterbox returns.
+
+#include "cuda_test.h"
+
+static std::vector<uint8_t> random_image(TestRng& rng, int w, int h, size_t stride) {
+  std::vector<uint8_t> img((size_t)h * stride);
+  for (auto& b : img) b = (uint8_t)(rng.next() & 255u);
+  (void)w;
+  return img;
+}
+
+static void check_letterbox(TestCtx& t, TestRng& rng, int sw, int sh, int ow, int oh) {
+  const size_t stride = (size_t)sw * 3 + 5;
+  const std::vector<uint8_t> img = random_image(rng, sw, sh, stride);
+  // CPU.
+  std::vector<float> cpu((size_t)ow * oh * 3);
+  std::vector<uint64_t> cpu_scratch(carve_letterbox_scratch_bytes(ow, oh) / 8 + 1);
+  carve_letterbox_info cpu_info;
+  CHECK_OK(carve_letterbox(img.data(), sw, sh, stride, ow, oh, cpu.data(), cpu_scratch.data(), &cpu_info));
+  carve_letterbox_info info;
+  CHECK_OK(carve_letterbox_geometry(sw, sh, ow, oh, &info));
+  CHECK(std::memcmp(&info, &cpu_info, sizeof info) == 0);
+  // Device.
+  DevBuf<uint8_t> dimg(img);
+  DevBuf<float> dout(cpu.size());
+  DevScratch scratch(carve_cu_letterbox_scratch_bytes(sw, sh, ow, oh));
+  CHECK_OK(carve_cu_letterbox(&t.ctx, dimg.p, sw, sh, stride, &info, ow, oh, dout.p, scratch.get()));
+  t.sync();
+  const std::vector<float> got = dout.download();
+  for (size_t i = 0; i < cpu.size(); i++)
+    CHECK_MSG(same_float(got[i], cpu[i]), "letterbox %dx%d -> %dx%d: [%zu] %.9g vs CPU %.9g", sw, sh, ow, oh, i, got[i],
+              cpu[i]);
+}
+
+static void check_classify(TestCtx& t, TestRng& rng, int w, int h, int out) {
+  const size_t stride = (size_t)w * 3 + 3;
+  const std::vector<uint8_t> img = random_image(rng, w, h, stride);
+  std::vector<float> cpu((size_t)out * out * 3);
+  std::vector<uint64_t> cpu_scratch(carve_classify_scratch_bytes(w, h, out) / 8 + 1);
+  CHECK_OK(carve_classify_preprocess(img.data(), w, h, stride, out, cpu.data(), cpu_scratch.data()));
+  DevBuf<uint8_t> dimg(img);
+  DevBuf<float> dout(cpu.size());
+  DevScratch scratch(carve_cu_classify_scratch_bytes(w, h, out));
+  CHECK_OK(carve_cu_classify_preprocess(&t.ctx, dimg.p, w, h, stride, out, dout.p, scratch.get()));
+  t.sync();
+  const std::vector<float> got = dout.download();
+  for (size_t i = 0; i < cpu.size(); i++)
+    CHECK_MSG(same_float(got[i], cpu[i]), "classify %dx%d -> %d: [%zu] %.9g vs CPU %.9g", w, h, out, i, got[i], cpu[i]);
+}
+
+int main() {
+  TestCtx t;
+  TestRng rng(31);
+  const int lb[][4] = {{640, 480, 640, 640}, {1, 1, 320, 320},   {13, 7, 64, 64},     {333, 517, 320, 320},
+                       {1000, 30, 320, 320}, {30, 1000, 320, 320}, {320, 320, 320, 320}, {160, 120, 640, 640},
+                       {641, 479, 640, 640}, {3, 1000, 96, 128},  {810, 1080, 640, 640}, {17, 23, 33, 65}};
+  for (const auto& c : lb) check_letterbox(t, rng, c[0], c[1], c[2], c[3]);
+  std::printf("letterbox: %zu sizes bit-identical to carve_letterbox\n", sizeof lb / sizeof lb[0]);
+
+  const int cl[][3] = {{640, 480, 224}, {224, 224, 224}, {300, 224, 224}, {224, 300, 224}, {500, 375, 224},
+                       {17, 31, 224},   {1, 1, 32},      {1000, 50, 224}, {225, 224, 224}, {33, 1000, 64},
+                       {810, 1080, 224}, {7, 5, 3}};
+  for (const auto& c : cl) check_classify(t, rng, c[0], c[1], c[2]);
+  std::printf("classify: %zu sizes bit-identical to carve_classify_preprocess\n", sizeof cl / sizeof cl[0]);
+
+  // Refusals: the geometry of another image, bad sizes, short rows.
+  {
+    DevBuf<uint8_t> dimg(64 * 64 * 3);
+    DevBuf<float> dout(32 * 32 * 3);
+    DevScratch scratch(carve_cu_letterbox_scratch_bytes(64, 64, 32, 32) + carve_cu_classify_scratch_bytes(64, 64, 32));
+    carve_letterbox_info info;
+    CHECK_OK(carve_letterbox_geometry(64, 48, 32, 32, &info));
+    CHECK(carve_cu_letterbox(&t.ctx, dimg.p, 64, 64, 192, &info, 32, 32, dout.p, scratch.get()) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_letterbox(&t.ctx, dimg.p, 64, 48, 100, &info, 32, 32, dout.p, scratch.get()) == CARVE_ERR_BAD_IMAGE);
+    CHECK(carve_letterbox_geometry(0, 48, 32, 32, &info) == CARVE_ERR_BAD_IMAGE);
+    CHECK(carve_letterbox_geometry(64, 48, 0, 32, &info) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_classify_preprocess(&t.ctx, dimg.p, 64, 64, 100, 32, dout.p, scratch.get()) == CARVE_ERR_BAD_IMAGE);
+    CHECK(carve_cu_classify_preprocess(&t.ctx, dimg.p, 64, 64, 192, 0, dout.p, scratch.get()) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+  }
+  std::printf("test_pre: all ok\n");
+  return 0;
+}
