@@ -14,16 +14,27 @@
 // the same formulas and order rules; float results agree to rounding (GEMM
 // summation order differs), integer and index results exactly.
 //
-// The same source builds three ways:
+// The same source builds two ways:
 //   nvcc (real GPU), and on the host with the emulation header
-//   tests/cuda/cuda_emu.h (g++ -x c++ -include cuda_emu.h ...), which runs
-//   grids, blocks and threads on the CPU and replaces cuBLAS by a host GEMM.
+//   tests/cuda/cuda_emu.h (g++ -std=c++17 -x c++ -include cuda_emu.h
+//   -DCARVE_CUDA_EMULATION ...), which runs grids, blocks and threads on the CPU
+//   and replaces cuBLAS by a host GEMM (its first comment lists what it emulates).
 // Kernels therefore launch only through CARVE_LAUNCH (below), use only static
 // __shared__ arrays (no `extern __shared__`), and only the device functions the
 // emulation header provides (__syncthreads, atomicAdd/atomicMax/atomicMin/
 // atomicCAS on 32-bit ints and atomicAdd on float, __shfl_xor_sync /
 // __shfl_down_sync on full warps, __ballot_sync, __popc, __float_as_uint /
-// __uint_as_float, expf/fmaf/... from the C library).
+// __uint_as_float, __fmul_rn/__fadd_rn/__dmul_rn/... , expf/fmaf/... from the
+// C library).
+//
+// Files: carve_cuda.h (this contract), carve_cuda_impl.h (helpers shared by the
+// .cu files), carve_cuda_ops.cu (context, convolutions, element-wise ops, pools,
+// linear, softmax, attention, mask logits), carve_cuda_topk.cu (top-k, gather,
+// e2e post-processing), carve_cuda_pre.cu (letterbox, classify); host pieces
+// from carve_rt.c, carve_pre.c (carve_letterbox_geometry) and carve_post.c.
+// Scratch passed to a function is private to that call (it may be shared between
+// calls that run one after another on the stream); byte scratch must be 8-byte
+// aligned (cudaMalloc gives 256).
 
 #ifndef CARVE_CUDA_H
 #define CARVE_CUDA_H
@@ -149,7 +160,8 @@ carve_status carve_cu_attention(const carve_cu_ctx* ctx, const float* qkv, size_
 
 // ---- Top-k and gather ----------------------------------------------------------------
 
-// The min(k, n) largest of vals[0 .. n), best first, into idx (and val when not NULL):
+// The min(k, n) largest of vals[0 .. n), best first, into idx (and val when not NULL)
+// (k == 0 or n == 0: nothing to do, CARVE_OK):
 // the order of carve_post.h (larger first, ties to the lower index, NaN below every
 // number incl. -inf, ties among NaNs by index; -0 == +0). n and k up to 2^31 - 1.
 // Partial selection: a radix-select pass over order-preserving 32-bit keys finds the
@@ -167,7 +179,13 @@ carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, siz
 // carve_e2e_postprocess_task of carve_post.h on the device: the same two top-k steps
 // and the same task decoding (DETECT, SEGMENT, POSE, OBB), writing min(k, A) rows of
 // (6 + extra_channels) floats to `rows` (device). `levels` is a HOST array whose
-// pointers are device pointers (copied by value into the kernels' arguments).
+// pointers are device pointers (copied by value into the kernels' arguments), at
+// most 8 levels. The arguments the CPU function answers with 0 rows (nc == 0,
+// k == 0, an unknown task, POSE extras not a multiple of 3, OBB extras != 1, more
+// than 2^31 - 1 anchors or k' nc candidates) give CARVE_ERR_INVALID_ARGUMENT.
+// Scores are sigmoid(expf): under emulation (glibc's expf) the rows are those of the
+// CPU bit for bit; on a GPU expf differs by up to 2 ulp, so two scores equal on
+// one side and not on the other can swap ranks.
 size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
 carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels, size_t num_levels,
                                            size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
