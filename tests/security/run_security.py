@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Driver of the security tests around a generated package (tests/security/tests.cmake runs it;
+docs/security.md explains each step).
+
+The package is the shipped demo model (manifests/yolo26n-shapes.yaml, assets/yolo26n-shapes.pt:
+real trained weights, no torch needed) generated at --imgsz 64 so that one run takes milliseconds.
+
+  run_security.py setup   --work W     generate W/pkg, build W/san (clang or gcc, ASan + UBSan, plus
+                                       the libFuzzer target with clang) and W/plain (no sanitizers)
+  run_security.py demo    --work W     the ASan+UBSan demo on a sample image (text, --json, --threads 2)
+  run_security.py valgrind --work W    valgrind memcheck of the plain demo: no error, no definite leak
+  run_security.py fuzz    --work W [--seconds S] [--corpus DIR]
+                                       libFuzzer on the entry points, seeded with hand-made inputs
+                                       (sizes 0, 1x1, 1x10000, odd strides, NULLs, NaN tensors, bad
+                                       thread counts); also replays tests/security/regression/*/input*
+  run_security.py replay  --work W     only the regression inputs, once each
+
+Every step exits non-zero on a failure and prints why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
+WEIGHTS = REPO / "assets" / "yolo26n-shapes.pt"
+IMAGE = REPO / "assets" / "shapes-3.png"
+IMGSZ = 64
+NAME = "yolo26n_shapes"
+REGRESSION = HERE / "regression"
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    print("+", " ".join(map(str, cmd)), flush=True)
+    return subprocess.run([str(c) for c in cmd], **kw)
+
+
+def must(cmd, **kw) -> subprocess.CompletedProcess:
+    r = run(cmd, **kw)
+    if r.returncode != 0:
+        sys.exit(f"run_security: failed with status {r.returncode}: {' '.join(map(str, cmd))}")
+    return r
+
+
+def have_libfuzzer(cc: str) -> bool:
+    """clang with the libFuzzer runtime (Debian: the clang package ships it)."""
+    if not shutil.which(cc):
+        return False
+    probe = subprocess.run([cc, "-fsanitize=fuzzer", "-x", "c", "-", "-o", os.devnull],
+                           input=b"#include <stdint.h>\n#include <stddef.h>\n"
+                                 b"int LLVMFuzzerTestOneInput(const uint8_t* d, size_t n) { (void)d; (void)n; return 0; }\n",
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def configure(work: Path, build: str, sanitize: bool, fuzz: bool, cc: str) -> None:
+    env = dict(os.environ, CC=cc)
+    must(["cmake", "-S", HERE / "harness", "-B", work / build, f"-DCARVE_PKG={work / 'pkg'}",
+          "-DCMAKE_BUILD_TYPE=RelWithDebInfo", f"-DCARVE_SANITIZE={'ON' if sanitize else 'OFF'}",
+          f"-DCARVE_FUZZ={'ON' if fuzz else 'OFF'}"], env=env, stdout=subprocess.DEVNULL)
+    must(["cmake", "--build", work / build, "-j", os.environ.get("CARVE_JOBS", "2")])
+
+
+def cmd_setup(a) -> None:
+    work = a.work
+    work.mkdir(parents=True, exist_ok=True)
+    must([REPO / "carve", "generate", MANIFEST, "--backend", "xnnpack", "--weights", WEIGHTS,
+          "--imgsz", IMGSZ, "--out", work / "pkg", "--force"])
+    fuzz = have_libfuzzer("clang")
+    (work / "fuzz-enabled").write_text("1\n" if fuzz else "0\n")
+    configure(work, "san", sanitize=True, fuzz=fuzz, cc="clang" if fuzz else "cc")
+    configure(work, "plain", sanitize=False, fuzz=False, cc="cc")
+    if not fuzz:
+        print("run_security: clang with libFuzzer not found: fuzz_entry not built (apt-get install clang)")
+
+
+def cmd_demo(a) -> None:
+    exe = a.work / "san" / "pkg" / f"{NAME}_demo"
+    out = a.work / "demo-annotated.png"
+    must([exe, IMAGE, "--out", out, "--threads", "2", "--runs", "2"])
+    r = must([exe, IMAGE, "--json"], capture_output=True, text=True)
+    result = json.loads(r.stdout)
+    print(f"run_security: ASan+UBSan demo: {len(result['detections'])} detection(s) on {IMAGE.name}")
+    if not out.is_file() or out.stat().st_size == 0:
+        sys.exit("run_security: the demo wrote no annotated image")
+    # Bad command lines are refused with a status, not a crash.
+    for argv in ([], ["--threads", "0", IMAGE], ["--input", a.work / "missing.npy"], [a.work / "missing.png"],
+                 ["--conf", "nan", IMAGE], [HERE / "run_security.py"]):
+        r = run([exe, *argv], capture_output=True, text=True)
+        if r.returncode == 0 or r.returncode >= 128 or "Sanitizer" in r.stderr or "runtime error" in r.stderr:
+            sys.exit(f"run_security: demo {argv}: status {r.returncode}\n{r.stderr}")
+
+
+def cmd_valgrind(a) -> None:
+    exe = a.work / "plain" / "pkg" / f"{NAME}_demo"
+    for argv in ([IMAGE, "--json"], [IMAGE, "--threads", "2"]):
+        must(["valgrind", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
+              "--show-leak-kinds=definite,indirect", "-q", exe, *argv], stdout=subprocess.DEVNULL)
+    print("run_security: valgrind memcheck: no errors, no definite or indirect leaks")
+
+
+def _seed(flags: int, *fields: bytes, tail: bytes = b"") -> bytes:
+    return bytes([flags]) + b"".join(fields) + tail
+
+
+def seeds() -> dict:
+    """Hand-made inputs for fuzz_entry (layout in harness/fuzz_entry.c)."""
+    u16 = lambda v: struct.pack(">H", v + 2)  # noqa: E731  (the harness subtracts 2)
+    f32 = lambda v: struct.unpack(">I", struct.pack("<f", v))[0].to_bytes(4, "big")  # noqa: E731
+    px = bytes(range(256)) * 4
+    image = lambda w, h, pad=0, conf=0.25, maxd=10, nulls=0, flags=0: _seed(  # noqa: E731
+        flags, u16(w), u16(h), bytes([pad]), f32(conf), bytes([maxd, nulls]), tail=px)
+    out = {
+        "image-64x64": image(64, 64),
+        "image-0x8": image(0, 8),
+        "image-8x0": image(8, 0),
+        "image-1x1": image(1, 1),
+        "image-1x10000": _seed(0x40, u16(1), u16(1), struct.pack(">H", 5000), bytes([0]), f32(0.1), b"\x0a\x00", tail=px),
+        "image-10000x1": _seed(0x40, u16(9), u16(1), struct.pack(">H", 5000), bytes([0]), f32(0.1), b"\x0a\x00", tail=px),
+        "image-odd-stride": image(33, 17, pad=7),
+        "image-short-stride": image(33, 17, pad=1, flags=0x20),
+        "image-null-model": image(8, 8, nulls=1),
+        "image-null-rgb": image(8, 8, nulls=2),
+        "image-null-dets": image(8, 8, nulls=4),
+        "image-null-count": image(8, 8, nulls=8),
+        "image-nan-conf": image(64, 48, conf=float("nan")),
+        "image-2-threads": image(100, 50, flags=0x80),
+        "tensor-nan": _seed(2, f32(0.0), tail=struct.pack("<4f", float("nan"), 1.0, float("inf"), -float("inf"))),
+        "tensor-huge": _seed(0x82, f32(-1.0), tail=struct.pack("<2f", 3.4e38, -3.4e38)),
+        "create-minus-1": _seed(3, struct.pack(">i", -1)),
+        "create-1025": _seed(3, struct.pack(">i", 1025)),
+        "create-int-min": _seed(3, struct.pack(">i", -2**31)),
+        "create-0": _seed(3, struct.pack(">i", 0)),
+        "create-2": _seed(3, struct.pack(">i", 2)),
+    }
+    return out
+
+
+def fuzz_exe(work: Path) -> Path | None:
+    if (work / "fuzz-enabled").read_text().strip() != "1":
+        return None
+    return work / "san" / "fuzz_entry"
+
+
+def regression_inputs() -> list:
+    return sorted(p for p in REGRESSION.glob("*/input*") if p.is_file())
+
+
+def cmd_replay(a) -> None:
+    exe = fuzz_exe(a.work)
+    inputs = regression_inputs()
+    if exe is None:
+        sys.exit("run_security: fuzz_entry was not built (clang with libFuzzer missing)")
+    if not inputs:
+        sys.exit(f"run_security: no regression inputs under {REGRESSION}")
+    must([exe, *inputs])
+    print(f"run_security: {len(inputs)} regression input(s) replayed without a finding")
+
+
+def cmd_fuzz(a) -> None:
+    exe = fuzz_exe(a.work)
+    if exe is None:
+        sys.exit("run_security: fuzz_entry was not built (clang with libFuzzer missing)")
+    corpus = a.corpus or a.work / "corpus-entry"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for name, data in seeds().items():
+        (corpus / f"seed-{name}").write_bytes(data)
+    findings = a.work / "findings"
+    findings.mkdir(exist_ok=True)
+    r = run([exe, f"-max_total_time={a.seconds}", "-max_len=8192", "-timeout=30", "-rss_limit_mb=4096",
+             f"-seed={a.seed}", "-print_final_stats=1", f"-artifact_prefix={findings}/", corpus, *regression_inputs()])
+    if r.returncode != 0:
+        sys.exit(f"run_security: libFuzzer found a failure (status {r.returncode}); the input is in {findings}: "
+                 f"add it as {REGRESSION}/<name>/input with a README saying what it guards")
+    print(f"run_security: fuzz_entry ran {a.seconds} s without a finding")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("setup", "demo", "valgrind", "fuzz", "replay"):
+        s = sub.add_parser(name)
+        s.add_argument("--work", type=Path, required=True, help="work folder (shared by the steps)")
+        if name == "fuzz":
+            s.add_argument("--seconds", type=int, default=20)
+            s.add_argument("--seed", type=int, default=1)
+            s.add_argument("--corpus", type=Path, help="corpus folder (default WORK/corpus-entry; kept and grown)")
+    a = p.parse_args()
+    a.work = a.work.resolve()
+    globals()[f"cmd_{a.cmd}"](a)
+
+
+if __name__ == "__main__":
+    main()
