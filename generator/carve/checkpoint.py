@@ -450,6 +450,13 @@ class _Loader:
             return _Func(make_path, qualname)
         if module == "torch" and name in _STORAGE_DTYPES:
             return _StorageType(name)
+        if module == "torch" and name.endswith("Storage") and _CLASS_NAME_RE.match(name):
+            raise CarveError(
+                f"unsupported tensor dtype: storage class 'torch.{name}' "
+                f"(supported: {', '.join(sorted(_STORAGE_DTYPES))})",
+                location=self.path,
+                hint="complex, quantized and 8-bit float tensors are not supported; nothing was executed",
+            )
         if qualname == "torch._utils._rebuild_tensor_v2":
             return _Func(_rebuild_tensor_v2, qualname)
         if qualname == "torch._utils._rebuild_parameter":
@@ -492,6 +499,8 @@ class _Loader:
         if not (isinstance(key, str) and _STORAGE_KEY_RE.match(key)):
             raise CarveError(f"bad storage key {key!r:.80} in data.pkl", location=self.path)
         numel = _as_int(numel, "storage size")
+        if numel < 0:
+            raise CarveError(f"storage '{key}' has a negative size {numel}", location=self.path)
         ref = self._storages.get(key)
         if ref is None:
             ref = _StorageRef(key, stype, str(location), numel)
@@ -505,18 +514,11 @@ class _Loader:
         if arr is not None:
             return arr
         entry = f"{self.prefix}data/{ref.key}"
-        try:
-            data = self.zf.read(entry)
-        except KeyError:
-            raise CarveError(
-                f"storage entry '{entry}' of tensor '{what}' is missing from the archive", location=self.path
-            ) from None
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-            raise CarveError(f"cannot read storage entry '{entry}' of tensor '{what}': {exc}", location=self.path) from None
         dtype = np.dtype(ref.stype.np_dtype)
         if self.big_endian and dtype.itemsize > 1:
             dtype = dtype.newbyteorder(">")
         need = ref.numel * dtype.itemsize
+        data = _zip_read(self.zf, entry, self.path, f"storage entry '{entry}' of tensor '{what}'", limit=need + 4096)
         if len(data) < need:
             raise CarveError(
                 f"storage entry '{entry}' of tensor '{what}' holds {len(data)} bytes but its record says "
@@ -570,7 +572,12 @@ class _Loader:
         return _c_contiguous(out), t.storage.stype.st_dtype
 
 
-class _Unpickler(pickle.Unpickler):
+class _Unpickler(pickle._Unpickler):
+    """The pure-Python unpickler, not the C one (``pickle.Unpickler``): the C unpickler sizes its
+    memo array from the largest index a PUT opcode names, so a 20-byte ``LONG_BINPUT 671088670``
+    makes it allocate gigabytes before anything can be refused (found by fuzzing:
+    tests/security/regression/ckpt-memo-put-oom). The Python one keeps the memo in a dict."""
+
     def __init__(self, file, loader: _Loader):
         super().__init__(file)
         self._carve_loader = loader
@@ -693,17 +700,55 @@ def _read_file(path: str) -> bytes:
         raise CarveError(f"cannot read file: {exc.strerror or exc}", location=path) from None
 
 
+# Everything zipfile raises on a corrupt archive: bad headers and CRCs (BadZipFile), offsets that
+# point before the start (ValueError: negative seek), truncated deflate streams (zlib.error,
+# EOFError), unknown compression methods (NotImplementedError), encrypted entries (RuntimeError),
+# short header structs (struct.error).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError, zlib.error,
+               NotImplementedError, RuntimeError, struct.error, OverflowError)
+
+
+#: Largest data.pkl read (yolo26x's is about 1 MB): a bigger declared size is refused before
+#: anything is decompressed, so a zip bomb cannot exhaust memory.
+_MAX_PICKLE_BYTES = 256 << 20
+
+
+def _zip_read(zf: zipfile.ZipFile, entry: str, path: str, what: str | None = None, limit: int = _MAX_PICKLE_BYTES) -> bytes:
+    """The bytes of one zip entry; a missing, unreadable or oversized entry is a CarveError naming it.
+    ``limit`` bounds the declared uncompressed size (zipfile never returns more than it declares)."""
+    what = what or f"'{entry}'"
+    try:
+        info = zf.getinfo(entry)
+        if info.file_size > limit:
+            raise CarveError(f"{what} declares {info.file_size} bytes, more than the {limit} expected "
+                             "(size mismatch or zip bomb)", location=path)
+        return zf.read(info)
+    except KeyError:
+        raise CarveError(f"{what} is missing from the archive", location=path) from None
+    except _ZIP_ERRORS as exc:
+        raise CarveError(f"cannot read {what} (corrupt zip entry): {type(exc).__name__}: {exc}",
+                         location=path) from None
+
+
 def _supported_list() -> str:
     return ", ".join(sorted(c.rsplit(".", 1)[-1] for c in set(TOP_CLASSES) | _ULTRALYTICS_LAYER_CLASSES))
 
 
-def _unsupported(qualname: str, where: str, path: str) -> CarveError:
+def _unsupported(qualname: str, where: str, path: str, found: str | None = None) -> CarveError:
+    family = f" (the checkpoint's model yaml is '{found}')" if found else ""
     return CarveError(
-        f"unsupported module class '{qualname}' {where}: carve supports only YOLO26 checkpoints "
+        f"unsupported module class '{qualname}' {where}{family}: carve supports only YOLO26 checkpoints "
         f"(supported Ultralytics classes: {_supported_list()})",
         location=path,
         hint="YOLOv8/v10/11, RT-DETR, YOLO-World and other families are not supported",
     )
+
+
+def _yaml_file(top) -> str | None:
+    """The model yaml's file name Ultralytics records (``yolov8n.yaml``, ``rtdetr-l.yaml``), if any."""
+    y = _stub_state(top).get("yaml") if isinstance(top, _Stub) else None
+    f = y.get("yaml_file") if isinstance(y, dict) else None
+    return os.path.basename(f) if isinstance(f, str) and len(f) < 256 else None
 
 
 def read_pt(path: str | os.PathLike) -> Checkpoint:
@@ -718,8 +763,8 @@ def read_pt(path: str | os.PathLike) -> Checkpoint:
         raise CarveError("not a zip archive (truncated or not a torch checkpoint)", location=path, hint=hint)
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as exc:
-        raise CarveError(f"corrupt or truncated zip archive: {exc}", location=path) from None
+    except _ZIP_ERRORS as exc:
+        raise CarveError(f"corrupt or truncated zip archive: {type(exc).__name__}: {exc}", location=path) from None
     with zf:
         pkls = [n for n in zf.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
         if not pkls:
@@ -729,17 +774,11 @@ def read_pt(path: str | os.PathLike) -> Checkpoint:
         prefix = pkls[0][: -len("data.pkl")]
         big_endian = False
         if f"{prefix}byteorder" in zf.namelist():
-            try:
-                order = zf.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
-            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-                raise CarveError(f"cannot read '{prefix}byteorder': {exc}", location=path) from None
+            order = _zip_read(zf, f"{prefix}byteorder", path).decode("ascii", "replace").strip()
             if order not in ("little", "big"):
                 raise CarveError(f"unknown byte order {order!r} in '{prefix}byteorder'", location=path)
             big_endian = order == "big"
-        try:
-            pkl = zf.read(pkls[0])
-        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
-            raise CarveError(f"cannot read '{pkls[0]}': {exc}", location=path) from None
+        pkl = _zip_read(zf, pkls[0], path)
 
         loader = _Loader(path, zf, prefix, big_endian)
         try:
@@ -750,6 +789,8 @@ def read_pt(path: str | os.PathLike) -> Checkpoint:
             raise
         except RecursionError:
             raise CarveError(f"'{pkls[0]}' is nested too deeply", location=path) from None
+        except MemoryError:
+            raise  # not a verdict on the file: tests/generator/test_security_regressions.py relies on it escaping
         except Exception as exc:  # pickle.UnpicklingError, EOFError, TypeError from bad opcodes, ...
             raise CarveError(f"corrupt '{pkls[0]}': {type(exc).__name__}: {exc}", location=path) from None
         return _build_checkpoint(obj, loader, path, sha)
@@ -793,7 +834,7 @@ def _build_checkpoint(obj, loader: _Loader, path: str, sha: str) -> Checkpoint:
         qn = m._carve_qualname
         where = f"at '{mpath}'" if mpath else "at the top of the model"
         if m._carve_kind == "unknown":
-            raise _unsupported(qn, where, path)
+            raise _unsupported(qn, where, path, _yaml_file(top))
         if m._carve_kind != "module":
             raise CarveError(f"expected a module {where}, found '{qn}'", location=path)
         if id(m) in active:

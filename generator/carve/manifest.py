@@ -64,8 +64,16 @@ def _type_name(t) -> str:
     return {int: "an integer", str: "a string", list: "a list", dict: "a mapping"}[t]
 
 
-def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str) -> None:
-    """Record the line of every mapping key as ``lines['a.b'] = n``; refuse duplicate keys."""
+def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str, seen: set | None = None) -> None:
+    """Record the line of every mapping key as ``lines['a.b'] = n``; refuse duplicate keys and
+    aliases (a node reached twice: ``*anchor``), which a manifest never needs and which would let a
+    few lines expand into billions of nodes."""
+    seen = set() if seen is None else seen
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in seen:
+            raise CarveError(f"{prefix or 'the document'}: YAML anchors and aliases are not supported in manifests",
+                             location=f"{path}:{node.start_mark.line + 1}")
+        seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for knode, vnode in node.value:
             key = f"{prefix}.{knode.value}" if prefix else str(knode.value)
@@ -78,11 +86,11 @@ def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str) -> None:
                     lines.setdefault(f"{prefix}.{value}" if prefix else str(value), knode.start_mark.line + 1)
                 except yaml.YAMLError:
                     pass
-            _record_lines(vnode, lines, key, path)
+            _record_lines(vnode, lines, key, path, seen)
     elif isinstance(node, yaml.SequenceNode):
         for i, vnode in enumerate(node.value):
             lines[f"{prefix}[{i}]"] = vnode.start_mark.line + 1
-            _record_lines(vnode, lines, f"{prefix}[{i}]", path)
+            _record_lines(vnode, lines, f"{prefix}[{i}]", path, seen)
 
 
 def _check_fields(data: dict, spec: dict, prefix: str, path: str, lines: dict) -> None:
@@ -121,15 +129,17 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
         raise CarveError(f"cannot read manifest: {exc}", location=path) from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if not isinstance(node, yaml.MappingNode):
+            raise CarveError("a manifest must be a YAML mapping of fields", location=path)
+        lines: dict = {}
+        _record_lines(node, lines, "", path)
+        data = yaml.safe_load(text)  # constructing can fail too: unknown tags (!foo), unhashable keys
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         loc = f"{path}:{mark.line + 1}" if mark else path
-        raise CarveError(f"not valid YAML: {getattr(exc, 'problem', exc)}", location=loc) from None
-    if not isinstance(node, yaml.MappingNode):
-        raise CarveError("a manifest must be a YAML mapping of fields", location=path)
-    lines: dict = {}
-    _record_lines(node, lines, "", path)
-    data = yaml.safe_load(text)
+        raise CarveError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", location=loc) from None
+    except RecursionError:
+        raise CarveError("the YAML is nested too deeply for a manifest", location=path) from None
 
     _check_fields(data, _TOP_FIELDS, "", path, lines)
     _check_fields(data["architecture"], _ARCH_FIELDS, "architecture.", path, lines)

@@ -39,6 +39,11 @@ class Ctx:
         if tuple(arr.shape) != tuple(shape):
             raise CarveError(f"{key}: expected {_fmt(shape)}, found {_fmt(arr.shape)}", location=self.ckpt.path,
                              hint="the checkpoint does not match the manifest's architecture/scale/classes")
+        if arr.dtype.kind != "f":
+            found = self.ckpt.dtypes.get(key, str(arr.dtype))
+            raise CarveError(f"{key}: dtype {found} where a floating-point weight is expected "
+                             "(supported: F16, BF16, F32, F64)", location=self.ckpt.path,
+                             hint="quantized or integer checkpoints are not supported; export float weights")
         self.gb.weights[key] = np.ascontiguousarray(arr, dtype=np.float32)
         return key
 
