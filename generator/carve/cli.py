@@ -10,7 +10,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from . import __version__
+from . import __version__, faults
 from .errors import CarveError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,44 +31,68 @@ def _progress():
 
 
 def write_package(files: dict, out: Path, force: bool) -> None:
-    """Write atomically: a new folder appears whole (temp folder + rename); an existing one
-    (only with --force) has each changed file replaced atomically and stale files removed."""
+    """Write the package atomically, whether ``out`` is new or (with ``force``) an existing package.
+
+    Every file is written into a temporary folder beside ``out``; files whose bytes did not change
+    are copied from the old package with their time stamps (builds stay incremental). Then the
+    user's ``build/`` folder is moved into the new tree, the old package is parked under a temporary
+    name, and the new tree is renamed to ``out``. A failure at any step (disk full, interrupt, or an
+    injected fault: carve.faults) puts the old package and its ``build/`` back and removes the
+    temporary folders, so ``out`` is either the old package, untouched, or the new one, whole.
+    Files of the old package that the new one lacks go away with it."""
     out = out.resolve()
     if out.exists() and not force:
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
-            for rel, data in sorted(files.items()):
-                p = tmp / rel
-                p.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise CarveError("output path exists and is not a folder", location=str(out))
+    for rel in files:
+        parts = Path(rel).parts
+        if Path(rel).is_absolute() or not parts or ".." in parts:
+            raise CarveError(f"refusing to write '{rel}' outside the package", location=str(out))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new.", dir=out.parent))
+    except OSError as exc:
+        raise CarveError(f"cannot create the package folder: {exc.strerror or exc}", location=str(out)) from None
+    parked = None      # the old package's temporary name, once it has been moved there
+    moved_build = False
+    try:
+        for rel, data in sorted(files.items()):
+            faults.point(f"write:{rel}")
+            p = tmp / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            prev = out / rel
+            if prev.is_file() and prev.stat().st_size == len(data) and prev.read_bytes() == data:
+                shutil.copy2(prev, p)  # unchanged: keep its time stamp so builds stay incremental
+            else:
                 p.write_bytes(data)
-            os.chmod(tmp, 0o755)
-            os.rename(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return
-    for rel, data in sorted(files.items()):
-        p = out / rel
-        if p.is_file() and p.read_bytes() == data:
-            continue  # unchanged: keep its time stamp so builds stay incremental
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-    wanted = {str(Path(r)) for r in files}
-    for p in sorted(out.rglob("*"), reverse=True):
-        rel = str(p.relative_to(out))
-        if p.is_file() and rel not in wanted and rel.split(os.sep)[0] != "build":  # keep the user's build/
-            p.unlink()
+        faults.point("chmod")
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            faults.point("keep-build")
+            if (out / "build").is_dir():
+                os.rename(out / "build", tmp / "build")  # the user's build folder stays with the package
+                moved_build = True
+            faults.point("park-old")
+            parked = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.rename(out, parked)  # replaces the empty folder mkdtemp made
+        faults.point("rename")
+        os.rename(tmp, out)
+    except BaseException as exc:
+        if parked is not None and not out.exists():
+            os.rename(parked, out)
+            parked = None
+        if moved_build and (tmp / "build").is_dir() and not (out / "build").exists():
+            os.rename(tmp / "build", out / "build")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if parked is not None:
+            shutil.rmtree(parked, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise CarveError(f"cannot write the package: {exc.strerror or exc}", location=str(out),
+                             hint="nothing was changed") from None
+        raise
+    if parked is not None:
+        shutil.rmtree(parked, ignore_errors=True)
 
 
 def cmd_generate(args) -> int:
@@ -151,3 +175,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # e.g. `carve list | head`
         sys.stderr.close()
         return 0
+    except OSError as e:  # a file-system failure no reader turned into a CarveError (disk full, ...)
+        if args.verbose:
+            traceback.print_exc()
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"carve: error: {where}{e.strerror or e} (hint: nothing was written)", file=sys.stderr)
+        return 1

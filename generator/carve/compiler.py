@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from . import faults
 from .backends import get_backend
 from .checkpoint import read_checkpoint
 from .errors import CarveError
@@ -49,19 +50,25 @@ def compile_model(manifest_path: str, backend: str, weights: str, imgsz: int | N
     if imgsz is not None and (imgsz <= 0 or imgsz % 32):
         raise CarveError(f"--imgsz {imgsz}: must be a positive multiple of 32 (the largest stride)")
     progress(f"reading weights {weights}")
+    faults.point("read")
     ckpt = read_checkpoint(weights)
     if ckpt.task and ckpt.task != manifest.task:
         raise CarveError(f"checkpoint is a '{ckpt.task}' model but {manifest.path} is '{manifest.task}'",
                          location=ckpt.path)
     progress(f"building the IR of {manifest.name}")
+    faults.point("build")
     graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz)
+    faults.point("optimize")
     graph = optimize(graph)
     if graph_hook is not None:
         graph = graph_hook(graph)
+    faults.point("check")
     be.check(graph)
     progress("planning memory")
+    faults.point("plan")
     plan = plan_memory(graph)
     progress(f"emitting the {be.name} package")
+    faults.point("emit")
     files = be.emit(graph, plan, options or {})
     summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
                    weight_floats=sum(w.size for w in graph.weights.values()),
