@@ -197,7 +197,9 @@ _PY2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}
 _DEFERRED_MODULE_RE = re.compile(
     r"^(ultralytics\.nn\.tasks|ultralytics\.nn\.modules\.[a-z_][a-z0-9_]*|torch\.nn\.modules\.[a-z_][a-z0-9_]*)$"
 )
-_CLASS_NAME_RE = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
+# A class-like name: an identifier with a capital letter (C2f, RTDETRDecoder, v10Detect), never a
+# plain function or module name (system, os, eval).
+_CLASS_NAME_RE = re.compile(r"^(?=[A-Za-z0-9_]*[A-Z])[A-Za-z][A-Za-z0-9_]*$")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STORAGE_KEY_RE = re.compile(r"^[A-Za-z0-9_]+$")
 

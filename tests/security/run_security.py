@@ -12,8 +12,8 @@ real trained weights, no torch needed) generated at --imgsz 64 so that one run t
   run_security.py fuzz    --work W [--seconds S] [--corpus DIR]
                                        libFuzzer on the entry points, seeded with hand-made inputs
                                        (sizes 0, 1x1, 1x10000, odd strides, NULLs, NaN tensors, bad
-                                       thread counts); also replays tests/security/regression/*/input*
-  run_security.py replay  --work W     only the regression inputs, once each
+                                       thread counts)
+  run_security.py replay  --work W     the entry-point regression inputs (regression/entry-*/input*), once each
 
 Every step exits non-zero on a failure and prints why.
 """
@@ -102,7 +102,7 @@ def cmd_demo(a) -> None:
 
 def cmd_valgrind(a) -> None:
     exe = a.work / "plain" / "pkg" / f"{NAME}_demo"
-    for argv in ([IMAGE, "--json"], [IMAGE, "--threads", "2"]):
+    for argv in ([IMAGE, "--json", "--threads", "2"],):
         must(["valgrind", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
               "--show-leak-kinds=definite,indirect", "-q", exe, *argv], stdout=subprocess.DEVNULL)
     print("run_security: valgrind memcheck: no errors, no definite or indirect leaks")
@@ -152,7 +152,9 @@ def fuzz_exe(work: Path) -> Path | None:
 
 
 def regression_inputs() -> list:
-    return sorted(p for p in REGRESSION.glob("*/input*") if p.is_file())
+    """Inputs of the C entry-point target (regression/entry-*/input*; ckpt-* and manifest-* are the
+    generator's, replayed by tests/generator/test_security_regressions.py)."""
+    return sorted(p for p in REGRESSION.glob("entry-*/input*") if p.is_file())
 
 
 def cmd_replay(a) -> None:
@@ -177,10 +179,10 @@ def cmd_fuzz(a) -> None:
     findings = a.work / "findings"
     findings.mkdir(exist_ok=True)
     r = run([exe, f"-max_total_time={a.seconds}", "-max_len=8192", "-timeout=30", "-rss_limit_mb=4096",
-             f"-seed={a.seed}", "-print_final_stats=1", f"-artifact_prefix={findings}/", corpus, *regression_inputs()])
+             f"-seed={a.seed}", "-print_final_stats=1", f"-artifact_prefix={findings}/", corpus])
     if r.returncode != 0:
         sys.exit(f"run_security: libFuzzer found a failure (status {r.returncode}); the input is in {findings}: "
-                 f"add it as {REGRESSION}/<name>/input with a README saying what it guards")
+                 f"add it as {REGRESSION}/entry-<name>/input with a README saying what it guards")
     print(f"run_security: fuzz_entry ran {a.seconds} s without a finding")
 
 

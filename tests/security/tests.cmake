@@ -21,7 +21,7 @@ set(carve_sec_tests
   "security_valgrind_demo|${CARVE_PYTHON};${carve_sec}/run_security.py;valgrind;--work;${carve_sec_work}"
   "security_fuzz_entry|${CARVE_PYTHON};${carve_sec}/run_security.py;fuzz;--work;${carve_sec_work};--seconds;20"
 )
-file(GLOB carve_sec_regressions ${carve_sec}/regression/*/input*)
+file(GLOB carve_sec_regressions ${carve_sec}/regression/entry-*/input*)
 if(carve_sec_regressions)
   list(APPEND carve_sec_tests
        "security_fuzz_regressions|${CARVE_PYTHON};${carve_sec}/run_security.py;replay;--work;${carve_sec_work}")
@@ -36,10 +36,14 @@ foreach(entry ${carve_sec_tests})
 endforeach()
 
 # atheris (PyPI) fuzzers of the generator's readers: only CarveError may escape.
+# The corpus (seeds written by the script, grown by each run) lives in the build folder; findings land in
+# CARVE_WORK/security/findings-<target>.
 foreach(target checkpoint manifest)
+  file(MAKE_DIRECTORY ${carve_sec_work}/corpus-${target} ${carve_sec_work}/findings-${target})
   add_test(NAME security_fuzz_${target}
            COMMAND ${CARVE_PYTHON} ${carve_sec}/fuzz_${target}.py -max_total_time=20 -seed=1 -timeout=20
-                   -rss_limit_mb=4096 ${carve_sec}/corpus/${target}
+                   -rss_limit_mb=4096 -artifact_prefix=${carve_sec_work}/findings-${target}/
+                   ${carve_sec_work}/corpus-${target}
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(security_fuzz_${target} PROPERTIES TIMEOUT 300 RESOURCE_LOCK cpu_heavy)
 endforeach()
