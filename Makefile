@@ -24,6 +24,7 @@ help:
 	@echo "make demo   install what is missing, generate $(MODEL) for xnnpack, build it, run it on a sample image"
 	@echo "make test   install what is missing and run the whole test suite through ctest"
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
+	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points"
 
 install:
 	@sh tools/install.sh
@@ -59,3 +60,17 @@ test-full: install-test
 
 clean:
 	rm -rf $(BUILD) generated/*-xnnpack
+
+# Long fuzzing runs (docs/security.md); `make test` runs each fuzzer for 20 s only. Corpora grow in
+# $(BUILD)/security-fuzz/ and are reused by the next run; findings land there as crash-*/oom-*/timeout-*.
+FUZZ_SECONDS ?= 600
+FUZZ_WORK = $(BUILD)/security-fuzz
+.PHONY: fuzz fuzz-checkpoint fuzz-manifest fuzz-entry
+fuzz: fuzz-checkpoint fuzz-manifest fuzz-entry
+fuzz-checkpoint fuzz-manifest: fuzz-%: install-test
+	@mkdir -p $(FUZZ_WORK)/$* $(FUZZ_WORK)/findings-$*
+	python3 tests/security/fuzz_$*.py -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=4096 \
+	  -artifact_prefix=$(FUZZ_WORK)/findings-$*/ $(FUZZ_WORK)/$*
+fuzz-entry: install-test
+	python3 tests/security/run_security.py setup --work $(FUZZ_WORK)/entry
+	python3 tests/security/run_security.py fuzz --work $(FUZZ_WORK)/entry --seconds $(FUZZ_SECONDS)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs what carve needs on a fresh Debian machine (run as root); fast when all is there.
 #   tools/install.sh          generator + C toolchain + XNNPACK (what `make demo` needs)
-#   tools/install.sh --test   also the test oracle (torch, ultralytics, pytest)
+#   tools/install.sh --test   also the test oracle (torch, ultralytics, pytest) and the security tests'
+#                             tools (clang, valgrind, atheris)
 # pip downloads are cached in build/.cache/pip (not in git).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,8 +11,9 @@ want_test=0
 
 # ---- Debian packages --------------------------------------------------------
 debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev libstb-dev"
-# --test: clang too (the portable backend's packages are also compiled with it, tests/portable)
-if [ $want_test = 1 ]; then debs="$debs clang"; fi
+# --test: clang too (the portable backend's packages are also compiled with it, tests/portable; libFuzzer
+# and the sanitizers of tests/security) and valgrind (tests/security: memcheck of the demo)
+if [ $want_test = 1 ]; then debs="$debs clang valgrind"; fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"
 for p in $debs; do
@@ -30,7 +32,7 @@ py=${PYTHON:-python3}
 check='import jinja2, yaml, numpy'
 req="$here/requirements.txt"
 if [ $want_test = 1 ]; then
-  check="$check, pytest, torch, torchvision, ultralytics, cv2"
+  check="$check, pytest, torch, torchvision, ultralytics, cv2, atheris"
   req="$here/requirements-test.txt"
 fi
 if ! $py -c "$check" >/dev/null 2>&1; then
