@@ -4,6 +4,7 @@
 # portable_vs_xnnpack_<task>: for the 5 scales of the task, the portable package against the xnnpack package
 #   of the same checkpoint, layer by layer and final output, at reduced sizes (tests/portable/compare_backends.py;
 #   checkpoints are shared with the oracle tests in ${CARVE_WORK}/checkpoints).
+# oracle_yolo26n_portable: yolo26n at 640 through the portable package against Ultralytics.
 add_executable(portable_kernels ${CARVE_ROOT}/tests/portable/test_kernels.c ${CARVE_ROOT}/runtime/carve_portable.c)
 target_include_directories(portable_kernels PRIVATE ${CARVE_ROOT}/runtime)
 target_compile_definitions(portable_kernels PRIVATE CARVE_RT_NO_THREADS)
@@ -19,3 +20,10 @@ foreach(task detect segment pose obb classify)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(portable_vs_xnnpack_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 endforeach()
+
+# yolo26n at its full 640 through the portable package against Ultralytics (layer by layer vs the fp64 model, end to
+# end on bus.jpg and zidane.jpg): tests/oracle/run_oracle.py --backend portable. About 20 s of CPU.
+add_test(NAME oracle_yolo26n_portable
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/oracle/run_oracle.py --scale n --backend portable --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(oracle_yolo26n_portable PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
