@@ -7,6 +7,9 @@ real trained weights, no torch needed) generated at --imgsz 64 so that one run t
 
   run_security.py setup   --work W     generate W/pkg, build W/san (clang or gcc, ASan + UBSan, plus
                                        the libFuzzer target with clang) and W/plain (no sanitizers)
+  run_security.py setup-tasks --work W yolo26n-seg and yolo26n-cls at 64 (random weights made with
+                                       Ultralytics), built with ASan + UBSan and task_api_test in
+                                       W/san-seg, W/san-cls
   run_security.py demo    --work W     the ASan+UBSan demo on a sample image (text, --json, --threads 2)
   run_security.py valgrind --work W    valgrind memcheck of the plain demo: no error, no definite leak
   run_security.py fuzz    --work W [--seconds S] [--corpus DIR]
@@ -62,12 +65,13 @@ def have_libfuzzer(cc: str) -> bool:
     return probe.returncode == 0
 
 
-def configure(work: Path, build: str, sanitize: bool, fuzz: bool, cc: str) -> None:
+def configure(work: Path, build: str, sanitize: bool, fuzz: bool, cc: str, pkg: str = "pkg", target=None) -> None:
     env = dict(os.environ, CC=cc)
-    must(["cmake", "-S", HERE / "harness", "-B", work / build, f"-DCARVE_PKG={work / 'pkg'}",
+    must(["cmake", "-S", HERE / "harness", "-B", work / build, f"-DCARVE_PKG={work / pkg}",
           "-DCMAKE_BUILD_TYPE=RelWithDebInfo", f"-DCARVE_SANITIZE={'ON' if sanitize else 'OFF'}",
           f"-DCARVE_FUZZ={'ON' if fuzz else 'OFF'}"], env=env, stdout=subprocess.DEVNULL)
-    must(["cmake", "--build", work / build, "-j", os.environ.get("CARVE_JOBS", "2")])
+    must(["cmake", "--build", work / build, "-j", os.environ.get("CARVE_JOBS", "2"),
+          *(["--target", target] if target else [])])
 
 
 def cmd_setup(a) -> None:
@@ -81,6 +85,26 @@ def cmd_setup(a) -> None:
     configure(work, "plain", sanitize=False, fuzz=False, cc="cc")
     if not fuzz:
         print("run_security: clang with libFuzzer not found: fuzz_entry not built (apt-get install clang)")
+
+
+TASKS = {"seg": "yolo26n-seg", "cls": "yolo26n-cls"}
+
+
+def cmd_setup_tasks(a) -> None:
+    """Segment and classify packages at imgsz 64 (random-weight checkpoints built with Ultralytics by
+    tools/oracle.py, kept in the work folder), each built with ASan + UBSan and task_api_test."""
+    work = a.work
+    work.mkdir(parents=True, exist_ok=True)
+    cc = "clang" if shutil.which("clang") else "cc"
+    for short, model in TASKS.items():
+        pt = work / f"{model}.pt"
+        if not pt.is_file():
+            must([sys.executable, REPO / "tools" / "oracle.py", "make-checkpoint", "--cfg", f"{model}.yaml",
+                  "--out", pt])
+        must([REPO / "carve", "generate", REPO / "manifests" / f"{model}.yaml", "--backend", "xnnpack",
+              "--weights", pt, "--imgsz", IMGSZ, "--out", work / f"pkg-{short}", "--force"])
+        configure(work, f"san-{short}", sanitize=True, fuzz=False, cc=cc, pkg=f"pkg-{short}",
+                  target="task_api_test")
 
 
 def cmd_demo(a) -> None:
@@ -189,7 +213,7 @@ def cmd_fuzz(a) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "demo", "valgrind", "fuzz", "replay"):
+    for name in ("setup", "setup-tasks", "demo", "valgrind", "fuzz", "replay"):
         s = sub.add_parser(name)
         s.add_argument("--work", type=Path, required=True, help="work folder (shared by the steps)")
         if name == "fuzz":
@@ -198,7 +222,7 @@ def main() -> None:
             s.add_argument("--corpus", type=Path, help="corpus folder (default WORK/corpus-entry; kept and grown)")
     a = p.parse_args()
     a.work = a.work.resolve()
-    globals()[f"cmd_{a.cmd}"](a)
+    globals()[f"cmd_{a.cmd.replace('-', '_')}"](a)
 
 
 if __name__ == "__main__":

@@ -11,28 +11,34 @@ set(carve_sec_driver ${CARVE_PYTHON} ${carve_sec}/run_security.py)
 add_test(NAME security_setup COMMAND ${carve_sec_driver} setup --work ${carve_sec_work} WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(security_setup PROPERTIES FIXTURES_SETUP carve_security TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 
-# name | command (all need the fixture)
-set(carve_sec_tests
-  "security_asan_api|${carve_sec_work}/san/api_test"
-  "security_asan_concurrency|${carve_sec_work}/san/concurrency_test"
-  "security_concurrency|${carve_sec_work}/plain/concurrency_test"
-  "security_noalloc|${carve_sec_work}/plain/noalloc_test"
-  "security_asan_demo|${CARVE_PYTHON};${carve_sec}/run_security.py;demo;--work;${carve_sec_work}"
-  "security_valgrind_demo|${CARVE_PYTHON};${carve_sec}/run_security.py;valgrind;--work;${carve_sec_work}"
-  "security_fuzz_entry|${CARVE_PYTHON};${carve_sec}/run_security.py;fuzz;--work;${carve_sec_work};--seconds;20"
-)
+# carve_security_test(<name> <command...>): a test of the fixture's packages.
+function(carve_security_test name)
+  add_test(NAME ${name} COMMAND ${ARGN} WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security TIMEOUT 300 RESOURCE_LOCK cpu_heavy
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endfunction()
+
+carve_security_test(security_asan_api ${carve_sec_work}/san/api_test)
+carve_security_test(security_asan_concurrency ${carve_sec_work}/san/concurrency_test)
+carve_security_test(security_concurrency ${carve_sec_work}/plain/concurrency_test)
+carve_security_test(security_noalloc ${carve_sec_work}/plain/noalloc_test)
+carve_security_test(security_asan_demo ${carve_sec_driver} demo --work ${carve_sec_work})
+carve_security_test(security_valgrind_demo ${carve_sec_driver} valgrind --work ${carve_sec_work})
+carve_security_test(security_fuzz_entry ${carve_sec_driver} fuzz --work ${carve_sec_work} --seconds 20)
 file(GLOB carve_sec_regressions ${carve_sec}/regression/entry-*/input*)
 if(carve_sec_regressions)
-  list(APPEND carve_sec_tests
-       "security_fuzz_regressions|${CARVE_PYTHON};${carve_sec}/run_security.py;replay;--work;${carve_sec_work}")
+  carve_security_test(security_fuzz_regressions ${carve_sec_driver} replay --work ${carve_sec_work})
 endif()
-foreach(entry ${carve_sec_tests})
-  string(REPLACE "|" ";" parts "${entry}")
-  list(GET parts 0 name)
-  list(REMOVE_AT parts 0)
-  add_test(NAME ${name} COMMAND ${parts} WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security TIMEOUT 300 RESOURCE_LOCK cpu_heavy
-                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1:abort_on_error=0;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+
+# Per-task functions of segment and classify packages (masks, top-k, caller-owned scratch) under ASan + UBSan.
+add_test(NAME security_setup_tasks COMMAND ${carve_sec_driver} setup-tasks --work ${carve_sec_work}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(security_setup_tasks PROPERTIES FIXTURES_SETUP carve_security_tasks TIMEOUT 600
+                     RESOURCE_LOCK cpu_heavy)
+foreach(task seg cls)
+  add_test(NAME security_asan_${task}_api COMMAND ${carve_sec_work}/san-${task}/task_api_test)
+  set_tests_properties(security_asan_${task}_api PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endforeach()
 
 # atheris (PyPI) fuzzers of the generator's readers: only CarveError may escape.

@@ -18,15 +18,20 @@
 #define MUTC(suffix) MUT_CAT(CARVE_MUT_UPPER, suffix)
 
 typedef MUT(_options) mut_options;
-typedef MUT(_detection) mut_detection;
 typedef struct CARVE_MUT mut_model;
 
 #define MUT_H MUTC(_INPUT_H)
 #define MUT_W MUTC(_INPUT_W)
-#define MUT_MAX_DETS MUTC(_MAX_DETECTIONS)
-#define MUT_ROW_LEN MUTC(_ROW_LEN)
 #define MUT_LAYERS MUTC(_NUM_LAYERS)
 #define MUT_CLASSES MUTC(_NUM_CLASSES)
+#ifdef CARVE_MUT_CLASSIFY  // classify packages: top-k classes instead of detections
+typedef MUT(_class) mut_class;
+#define MUT_TOPK MUTC(_TOPK)
+#else
+typedef MUT(_detection) mut_detection;
+#define MUT_MAX_DETS MUTC(_MAX_DETECTIONS)
+#define MUT_ROW_LEN MUTC(_ROW_LEN)
+#endif
 
 // CHECK stays on in every build type: a failed check names the line and exits 1.
 #define CHECK(cond)                                                        \
