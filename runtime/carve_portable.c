@@ -7,6 +7,8 @@
 
 #include "carve_portable.h"
 
+#include "carve_post.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -265,7 +267,7 @@ static void global_avgpool(const carve_pt_desc* d, const float* restrict x, floa
   }
 }
 
-// ---- Fully connected and softmax ------------------------------------------------
+// ---- Fully connected --------------------------------------------------------------
 
 // y[o] = b[o] + sum_i x[i] * W[i][o] (W stored (cin, cout)), vectorised over o.
 static void fully_connected(const carve_pt_desc* d, const float* restrict w, const float* restrict b,
@@ -280,24 +282,6 @@ static void fully_connected(const carve_pt_desc* d, const float* restrict w, con
     for (size_t o = 0; o < cout; o++) {
       y[o] += xi * wi[o];
     }
-  }
-}
-
-// y[c] = exp(x[c] - max x) / sum_j exp(x[j] - max x), the sum in double.
-static void softmax(const carve_pt_desc* d, const float* restrict x, float* restrict y) {
-  const size_t c = d->cin;
-  float mx = -INFINITY;
-  for (size_t ch = 0; ch < c; ch++) {
-    mx = x[ch] > mx ? x[ch] : mx;
-  }
-  double sum = 0.0;
-  for (size_t ch = 0; ch < c; ch++) {
-    y[ch] = expf(x[ch] - mx);
-    sum += y[ch];
-  }
-  const float inv = (float)(1.0 / sum);
-  for (size_t ch = 0; ch < c; ch++) {
-    y[ch] *= inv;
   }
 }
 
@@ -348,7 +332,7 @@ void carve_pt_run(const carve_pt_desc* d, const float* weights, float* arena, co
       fully_connected(d, w, b, x, y);
       break;
     case CARVE_PT_SOFTMAX:
-      softmax(d, x, y);
+      carve_softmax(x, d->cin, y);  // carve_post.c: as torch.softmax in float32
       break;
   }
 }

@@ -60,8 +60,25 @@ def e2e_rule(op, graph):
 
 def deconv_rule(op, graph):
     k, s = op.attrs["kernel"], op.attrs["stride"]
-    ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0
-    return None if ok else "transposed conv other than kernel = stride, pad 0"
+    ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0 and op.attrs.get("groups", 1) == 1
+    return None if ok else "transposed conv other than kernel = stride, pad 0, groups 1"
+
+
+# The rules of the CPU backends (xnnpack, portable): every kind the YOLO26 frontend produces, with these limits.
+CPU_RULES = {
+    "conv2d": square_conv_rule,
+    "maxpool2d": always,
+    "upsample_nearest": upsample_x2_rule,
+    "concat": always,
+    "slice": always,
+    "attention": always,
+    "e2e_detect": e2e_rule,
+    "add": always,  # on contiguous tensors; lower() checks the plan
+    "deconv2d": deconv_rule,
+    "global_avgpool": always,
+    "linear": always,
+    "softmax": always,
+}
 
 
 # ---- Weight layouts ----------------------------------------------------------

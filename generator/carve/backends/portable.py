@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowering import CBackend, Layouts, always, deconv_rule, e2e_rule, square_conv_rule, upsample_x2_rule
+from .lowering import CPU_RULES, CBackend, Layouts
 
 # Output channels of one register block: CARVE_PT_OC of runtime/carve_portable.h (the generated code
 # checks the two agree with a _Static_assert).
@@ -53,29 +53,10 @@ def deconv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
 LAYOUTS = Layouts(conv=conv_layout, deconv=deconv_layout, linear=lambda w, a: np.transpose(w))
 
 
-def _deconv_rule(op, graph):
-    if op.attrs.get("groups", 1) != 1:
-        return "grouped transposed conv is not lowered"
-    return deconv_rule(op, graph)
-
-
 class PortableBackend(CBackend):
     name = "portable"
     description = "CPU, any C11 compiler: plain C + libm, single-threaded, no XNNPACK"
-    lowerable = {
-        "conv2d": square_conv_rule,
-        "maxpool2d": always,
-        "upsample_nearest": upsample_x2_rule,
-        "concat": always,
-        "slice": always,
-        "attention": always,
-        "e2e_detect": e2e_rule,
-        "add": always,  # on contiguous tensors; lower() checks the plan
-        "deconv2d": _deconv_rule,
-        "global_avgpool": always,
-        "linear": always,
-        "softmax": always,
-    }
+    lowerable = CPU_RULES
     prefix = "CARVE_PT_"
     layouts = LAYOUTS
     template_vars = dict(pool="NULL", desc_type="carve_pt_desc", ops_what="compute ops (carve_pt_run)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lowering import CBackend, Layouts, always, deconv_rule, e2e_rule, square_conv_rule, upsample_x2_rule
+from .lowering import CPU_RULES, CBackend, Layouts
 
 # XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
 # deconv (in, out, kh, kw); fully connected as PyTorch's (out, in).
@@ -23,20 +23,7 @@ LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
 class XnnpackBackend(CBackend):
     name = "xnnpack"
     description = "CPU: C11 + XNNPACK operators + pthreadpool"
-    lowerable = {
-        "conv2d": square_conv_rule,
-        "maxpool2d": always,
-        "upsample_nearest": upsample_x2_rule,
-        "concat": always,
-        "slice": always,
-        "attention": always,
-        "e2e_detect": e2e_rule,
-        "add": always,  # XNNPACK add_nd on contiguous tensors; lower() checks the plan
-        "deconv2d": deconv_rule,
-        "global_avgpool": always,
-        "linear": always,
-        "softmax": always,
-    }
+    lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
