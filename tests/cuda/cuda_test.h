@@ -101,6 +101,16 @@ inline bool near_float(double a, double b, double tol) {
   return std::fabs(a - b) <= tol;
 }
 
+// Floats computed with the C library's expf / cosf / sinf: bit-identical to the CPU
+// runtime under emulation (the same libm), within a few ulp on a GPU (CUDA's expf: 2 ulp).
+inline bool libm_equal(float got, float want) {
+#ifdef CARVE_CUDA_EMULATION
+  return same_float(got, want);
+#else
+  return near_float(got, want, 2e-6 * (std::fabs((double)want) + 1e-3));
+#endif
+}
+
 struct TestCtx {
   cudaStream_t stream = nullptr;
   carve_cu_ctx ctx;
