@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,6 +49,7 @@ import oracle  # noqa: E402
 TASKS = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}
 DEFAULT_IMGSZ = {"n": 160, "s": 128, "m": 96, "l": 64, "x": 64}  # P5 of 5, 4, 3, 2, 2 pixels: odd and even
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"]
+JOBS = 2  # compiler processes at a time (CI: 2 cores)
 # Symbols the portable package must not need: threads and XNNPACK.
 FORBIDDEN = re.compile(r"^(pthread|xnn_|cpuinfo_)")
 
@@ -69,13 +71,13 @@ def build(pkg: Path, prefix: str, backend: str, cc: str = "gcc") -> Path:
     obj.mkdir(exist_ok=True)
     sources = [pkg / f"{prefix}.c", pkg / f"{prefix}_demo.c"] + sorted((pkg / "runtime").glob("*.c"))
     defs = ["-DCARVE_RT_NO_THREADS"] if backend == "portable" else []
-    objects = []
-    for src in sources:
-        o = obj / (src.stem + ".o")
-        run([cc, *CFLAGS, *defs, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", o])
-        objects.append(o)
+    objects = [obj / (src.stem + ".o") for src in sources]
     blob = obj / f"{prefix}_weights.o"
-    run([cc, "-c", "-I", pkg, pkg / f"{prefix}_weights.S", "-o", blob])
+    cmds = [[cc, *CFLAGS, *defs, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", o]
+            for src, o in zip(sources, objects)]
+    cmds.append([cc, "-c", "-I", pkg, pkg / f"{prefix}_weights.S", "-o", blob])
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        list(pool.map(run, cmds))
     libs = ["-lstb", "-lm"] if backend == "portable" else ["-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb",
                                                              "-lpthread", "-lm"]
     demo = obj / f"{prefix}_demo"
@@ -91,9 +93,10 @@ def build(pkg: Path, prefix: str, backend: str, cc: str = "gcc") -> Path:
 def compile_with_clang(pkg: Path, prefix: str, runtime_too: bool) -> None:
     """The portable package's C files compile warning-free with clang as well (objects discarded)."""
     sources = [pkg / f"{prefix}.c"] + (sorted((pkg / "runtime").glob("*.c")) if runtime_too else [])
-    for src in sources:
-        run(["clang", *CFLAGS, "-DCARVE_RT_NO_THREADS", "-I", pkg, "-I", pkg / "runtime", "-c", src,
-             "-o", "/dev/null"])
+    cmds = [["clang", *CFLAGS, "-DCARVE_RT_NO_THREADS", "-I", pkg, "-I", pkg / "runtime", "-c", src,
+             "-o", "/dev/null"] for src in sources]
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        list(pool.map(run, cmds))
 
 
 def latency(demo_stdout: str) -> float:
