@@ -25,6 +25,7 @@ help:
 	@echo "make test   install what is missing and run the whole test suite through ctest"
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points"
+	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
 
 install:
 	@sh tools/install.sh
@@ -74,3 +75,11 @@ fuzz-checkpoint fuzz-manifest: fuzz-%: install-test
 fuzz-entry: install-test
 	python3 tests/security/run_security.py setup --work $(FUZZ_WORK)/entry
 	python3 tests/security/run_security.py fuzz --work $(FUZZ_WORK)/entry --seconds $(FUZZ_SECONDS)
+
+# On a machine with an NVIDIA GPU and the CUDA toolkit (not CI): builds the real cuda package of CUDA_MODEL with nvcc,
+# runs it and the xnnpack package on the same input, prints per-layer differences and the latency with and without
+# the CUDA Graph (tools/cuda_check.py, docs/backends/cuda.md).
+CUDA_MODEL ?= yolo26n
+.PHONY: cuda-check
+cuda-check: install-test
+	PATH="$$PATH:/usr/local/cuda/bin" python3 tools/cuda_check.py --model $(CUDA_MODEL) --work $(BUILD)/work

@@ -63,3 +63,30 @@ add_test(NAME cuda_nvcc_runtime
          COMMAND sh ${CARVE_CUDA_DIR}/nvcc_check.sh "${CARVE_NVCC}" ${CARVE_ROOT}/runtime
                  ${CMAKE_BINARY_DIR}/cuda_nvcc "${carve_cuda_archs}" ${CARVE_CUDA_RUNTIME_SOURCES})
 set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK cpu_heavy)
+
+# ---- generated packages (cuda-gen) ------------------------------------------------------
+# The generated cuda package of every variant, built on the host with the emulation header, against the
+# xnnpack package of the same checkpoint, layer by layer and final (tests/cuda/cuda_vs_xnnpack.py): one test
+# per task over the five scales (n, s at 96x96; m, l, x at 64x64: emulated kernels run on one CPU core),
+# and yolo26n at its full 640x640 through the package's own CMake emulation option. Checkpoints are shared
+# with the oracle tests (${CARVE_WORK}/checkpoints); the runtimes are compiled once (${CARVE_WORK}/runtimes).
+foreach(task detect segment pose obb classify)
+  add_test(NAME cuda_pkg_${task}
+           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task ${task} --scales n,s,m,l,x
+                   --imgsz 96 --imgsz-large 64 --work ${CARVE_WORK}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(cuda_pkg_${task} PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+endforeach()
+add_test(NAME cuda_pkg_yolo26n_640
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
+                 --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200 RESOURCE_LOCK cpu_heavy)
+
+# nvcc: one generated package per task for every architecture above, -Werror (skipped without nvcc).
+string(REPLACE ";" "," carve_cuda_archs_csv "${CARVE_CUDA_ARCHITECTURES}")
+add_test(NAME cuda_nvcc_packages
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/nvcc_packages.py --work ${CARVE_WORK} --archs ${carve_cuda_archs_csv}
+                 $<$<BOOL:${CARVE_NVCC}>:--nvcc=${CARVE_NVCC}>
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_nvcc_packages PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""The cuda backend without a GPU: generated CUDA packages, built on the host with the emulation header,
+against the xnnpack package of the same variant and checkpoint, layer by layer and final.
+
+    cuda_vs_xnnpack.py --task detect --scales n,s,m,l,x --imgsz 96 --work build/work [--keep]
+
+For each variant yolo26<scale><task suffix> of the batch:
+
+1. the checkpoint: Ultralytics' own yaml with random weights and realistic BatchNorm statistics
+   (tools/oracle.py make_checkpoint, seed 0), cached in WORK/checkpoints/ and shared with the oracle tests;
+2. ``./carve generate --backend xnnpack`` and ``--backend cuda`` at --imgsz;
+3. builds: the xnnpack package with its C runtime and XNNPACK; the cuda package's ``<name>.cu`` and
+   ``<name>_demo.cu`` as C++ with ``tests/cuda/cuda_emu.h`` (kernels run on the CPU, cuBLAS is a host GEMM)
+   and the device runtime ``runtime/carve_cuda_*.cu`` the same way. Every runtime file a package carries is
+   a byte-for-byte copy of ``runtime/`` (checked here), so each runtime is compiled once per batch and only
+   the model, its demo and its weights per variant. Everything with -Wall -Wextra -Werror;
+4. both demos on the same input tensor (a real image, letterboxed or centre-cropped by tools/oracle.py
+   make_input) with ``--dump``: every layer's output (NCHW), the head's rows / probabilities (output0.npy)
+   and segment's prototypes (output1.npy); the cuda demo runs ``--runs 3``, so the dump comes from a CUDA
+   Graph replay (the first run is eager, the second captures), and once more with ``--no-graph``;
+5. tools/oracle.py compare_layers(cuda, xnnpack): per file, max|cuda - xnnpack| / max|xnnpack| (rows matched
+   row by row with per-column scales) must stay within the bound below; the graph replay and the eager run
+   must agree bit for bit (the same kernels on the same data).
+
+Tolerance. Both packages compute in float32 from the same OHWI weight blob and the same plan; they differ
+only in the order of summation (XNNPACK's micro-kernels vs the emulated cuBLAS GEMM's blocking, im2col vs
+direct convolution), so each differs from the exact result by rounding that the network then amplifies,
+more so the deeper and wider it is. The bound is therefore relative to the tensor's magnitude and measured,
+not assumed: max(1e-4, 3 x the error of PyTorch's fused float32 model against the xnnpack package on the
+same layer) - a third float32 implementation that shows how far two correct float32 summation orders drift
+on this layer of this model. (On the n models every layer stays well under 1e-4 outright; the printed table
+shows both errors.) Integer outputs - classes, the order of rows, top-5 classes - must match once rows are
+paired, which compare_layers checks.
+
+A failure keeps the work folder; a pass deletes the dumps, the builds and the weight blobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+import oracle  # noqa: E402
+
+EMU_HEADER = ROOT / "tests" / "cuda" / "cuda_emu.h"
+RUNTIME = ROOT / "runtime"
+TASKS = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}
+CC = os.environ.get("CC", "gcc")
+CXX = os.environ.get("CXX", "g++")
+WARN = ["-Wall", "-Wextra", "-Werror"]
+C_FLAGS = ["-std=c11", "-O2", *WARN]
+EMU_FLAGS = ["-std=c++17", "-x", "c++", "-include", str(EMU_HEADER), "-DCARVE_CUDA_EMULATION",
+             "-DCARVE_RT_NO_THREADS", *WARN]
+XNN_LIBS = ["-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm"]
+IMAGE = {"classify": "bus.jpg"}  # every task: Ultralytics' bus.jpg
+STEPS: dict = {}
+
+
+class step:
+    """`with step("name"):` adds the block's wall time to STEPS[name] (printed at the end: the CI budget)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        self.t = time.time()
+
+    def __exit__(self, *exc):
+        STEPS[self.name] = STEPS.get(self.name, 0.0) + time.time() - self.t
+
+
+def run(cmd: list, **kw) -> subprocess.CompletedProcess:
+    cmd = [str(c) for c in cmd]
+    p = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if p.returncode != 0:
+        print("$ " + " ".join(cmd))
+        sys.stdout.write(p.stdout[-20000:])
+        sys.stderr.write(p.stderr[-20000:])
+        raise SystemExit(f"cuda_vs_xnnpack: command failed with exit code {p.returncode}")
+    return p
+
+
+def compile_all(jobs: list) -> None:
+    """Runs compile commands two at a time (the CI machine has 2 cores)."""
+    pending = list(jobs)
+    while pending:
+        batch, pending = pending[:2], pending[2:]
+        procs = [(cmd, subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)) for cmd in batch]
+        for cmd, p in procs:
+            out = p.communicate()[0]
+            if p.returncode != 0:
+                print("$ " + " ".join(str(c) for c in cmd) + "\n" + out[-20000:])
+                raise SystemExit("cuda_vs_xnnpack: compile failed")
+
+
+# ---- Runtimes, compiled once ------------------------------------------------------------------
+
+
+def _digest(files: list, flags: list) -> str:
+    h = hashlib.sha256(" ".join(flags).encode())
+    for f in files:
+        h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_runtime(work: Path, kind: str) -> Path:
+    """lib<kind>.a of the runtime files every package of that kind copies; cached by content."""
+    host_c = ["carve_rt.c", "carve_ops.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c"]
+    if kind == "xnn":
+        srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c"]]
+        jobs = lambda out: [[CC, *C_FLAGS, "-c", s, "-o", out / (s.name + ".o")] for s in srcs]  # noqa: E731
+        deps = srcs + sorted(RUNTIME.glob("*.h"))
+    else:
+        cus = sorted(RUNTIME.glob("carve_cuda_*.cu"))
+        if not cus:
+            raise SystemExit("cuda_vs_xnnpack: no runtime/carve_cuda_*.cu: the device runtime is missing")
+        srcs = [RUNTIME / f for f in host_c] + cus
+        jobs = lambda out: ([[CC, *C_FLAGS, "-DCARVE_RT_NO_THREADS", "-c", s, "-o", out / (s.name + ".o")]  # noqa: E731
+                             for s in srcs if s.suffix == ".c"]
+                            + [[CXX, *EMU_FLAGS, "-O2", "-I", RUNTIME, "-c", s, "-o", out / (s.name + ".o")]
+                               for s in cus])
+        deps = srcs + sorted(RUNTIME.glob("*.h")) + sorted(RUNTIME.glob("*.cuh")) + [EMU_HEADER]
+    lib_dir = work / "runtimes" / f"{kind}-{_digest(deps, C_FLAGS + EMU_FLAGS)}"
+    lib = lib_dir / f"libcarve_{kind}.a"
+    if lib.exists():
+        return lib
+    tmp = lib_dir.with_name(lib_dir.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with step(f"runtime {kind}"):
+        compile_all(jobs(tmp))
+        run(["ar", "rcs", tmp / lib.name, *sorted(tmp.glob("*.o"))])
+    if lib_dir.exists():
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(lib_dir)
+    return lib
+
+
+def check_runtime_copies(pkg: Path) -> None:
+    """The shortcut above is honest only if the package's runtime/ is runtime/ of this repo."""
+    for f in sorted((pkg / "runtime").iterdir()):
+        if f.read_bytes() != (RUNTIME / f.name).read_bytes():
+            raise SystemExit(f"cuda_vs_xnnpack: {f} differs from runtime/{f.name}")
+
+
+# ---- One variant -----------------------------------------------------------------------------------
+
+
+def checkpoint(work: Path, model: str) -> Path:
+    pt = work / "checkpoints" / f"{model}.pt"
+    if not pt.exists():
+        pt.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pt.with_suffix(f".tmp{os.getpid()}.pt")
+        with step("checkpoint"):
+            oracle.make_checkpoint(f"{model}.yaml", tmp, seed=0)
+        tmp.rename(pt)
+    return pt
+
+
+def generate(model: str, backend: str, pt: Path, imgsz: int, out: Path) -> None:
+    with step("generate"):
+        run([ROOT / "carve", "generate", ROOT / "manifests" / f"{model}.yaml", "--backend", backend,
+             "--weights", pt, "--imgsz", imgsz, "--out", out, "--force"])
+    check_runtime_copies(out)
+
+
+def build_xnnpack(pkg: Path, prefix: str, lib: Path) -> Path:
+    b = pkg / "build"
+    b.mkdir(exist_ok=True)
+    inc = ["-I", pkg, "-I", pkg / "runtime"]
+    with step("build xnnpack"):
+        compile_all([[CC, *C_FLAGS, *inc, "-c", pkg / f"{prefix}.c", "-o", b / "model.o"],
+                     [CC, *C_FLAGS, *inc, "-c", pkg / f"{prefix}_demo.c", "-o", b / "demo.o"],
+                     [CC, "-I", pkg, "-c", pkg / f"{prefix}_weights.S", "-o", b / "weights.o"]])
+        exe = b / f"{prefix}_demo"
+        run([CC, b / "demo.o", b / "model.o", b / "weights.o", lib, *XNN_LIBS, "-o", exe])
+    return exe
+
+
+def build_cuda_emu(pkg: Path, prefix: str, lib: Path) -> Path:
+    b = pkg / "build-emu"
+    b.mkdir(exist_ok=True)
+    inc = ["-I", pkg, "-I", pkg / "runtime"]
+    with step("build cuda (emulated)"):
+        compile_all([[CXX, *EMU_FLAGS, "-O1", *inc, "-c", pkg / f"{prefix}.cu", "-o", b / "model.o"],
+                     [CXX, *EMU_FLAGS, "-O1", *inc, "-c", pkg / f"{prefix}_demo.cu", "-o", b / "demo.o"],
+                     [CC, "-I", pkg, "-c", pkg / f"{prefix}_weights.S", "-o", b / "weights.o"]])
+        exe = b / f"{prefix}_demo"
+        run([CXX, b / "demo.o", b / "model.o", b / "weights.o", lib, "-lstb", "-lpthread", "-lm", "-o", exe])
+    return exe
+
+
+def build_cuda_cmake(pkg: Path, prefix: str) -> Path:
+    """The package's own CMake emulation option (-DCARVE_CUDA_EMULATION_HEADER), as a user would build it."""
+    b = pkg / "build-cmake-emu"
+    with step("build cuda (emulated, package CMake)"):
+        run(["cmake", "-S", pkg, "-B", b, "-DCMAKE_BUILD_TYPE=Release", f"-DCARVE_CUDA_EMULATION_HEADER={EMU_HEADER}"])
+        run(["cmake", "--build", b, "-j", "2"])
+    return b / f"{prefix}_demo"
+
+
+def same_dumps(a: Path, b: Path) -> list:
+    """Files whose contents differ between two dump folders (graph replay vs eager: must be none)."""
+    names = sorted(p.name for p in a.glob("*.npy"))
+    if names != sorted(p.name for p in b.glob("*.npy")) or not names:
+        return ["file lists differ"]
+    return [n for n in names if not np.array_equal(np.load(a / n), np.load(b / n), equal_nan=True)]
+
+
+def variant(args, scale: str, libs: dict) -> tuple:
+    model = f"yolo26{scale}{TASKS[args.task]}"
+    prefix = model.replace("-", "_")
+    imgsz = args.imgsz_large if (args.imgsz_large and scale in "mlx") else args.imgsz
+    work = (args.work / "cuda" / f"{model}-{imgsz}").resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    pt = checkpoint(args.work.resolve(), model)
+    xpkg, cpkg = work / "xnnpack", work / "cuda"
+    generate(model, "xnnpack", pt, imgsz, xpkg)
+    generate(model, "cuda", pt, imgsz, cpkg)
+    xdemo = build_xnnpack(xpkg, prefix, libs["xnn"])
+    cdemo = build_cuda_cmake(cpkg, prefix) if args.cmake else build_cuda_emu(cpkg, prefix, libs["emu"])
+
+    inp = work / "input.npy"
+    oracle.make_input(oracle.sample_image(IMAGE.get(args.task, "bus.jpg")), imgsz, inp, task=args.task)
+    xd, cd, ce, td = work / "dump-xnnpack", work / "dump-cuda", work / "dump-cuda-eager", work / "dump-torch32"
+    for d in (xd, cd, ce, td):
+        shutil.rmtree(d, ignore_errors=True)
+    with step("run xnnpack"):
+        run([xdemo, "--input", inp, "--dump", xd])
+    with step("run cuda (emulated)"):
+        run([cdemo, "--input", inp, "--dump", cd, "--runs", "3"])          # dumped from the graph replay
+        run([cdemo, "--input", inp, "--dump", ce, "--no-graph"])
+    with step("reference (PyTorch fp32)"):
+        oracle.reference_layers(pt, inp, td)
+    with step("compare"):
+        print(f"-- {model} imgsz {imgsz}: cuda (emulated) vs xnnpack, bound max({args.tol:g}, 3x PyTorch fp32's)")
+        ok = oracle.compare_layers(cd, xd, tol=args.tol, baseline=td, factor=3.0)
+        stats = dict(oracle.LAST_STATS)
+        diff = same_dumps(cd, ce)
+        if diff:
+            print(f"FAIL graph replay and eager run differ: {', '.join(diff[:5])}")
+            ok = False
+    worst = max(stats, key=lambda k: stats[k][0])
+    line = (f"{model} imgsz {imgsz}: {'PASS' if ok else 'FAIL'}; max rel error vs xnnpack {stats[worst][0]:.2e} "
+            f"({worst}; PyTorch fp32 vs xnnpack {stats[worst][1]:.2e}); graph == eager: {not diff}; "
+            f"{time.time() - t0:.0f} s")
+    print(line, flush=True)
+    if ok and not args.keep:
+        for d in (xd, cd, ce, td, xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
+            shutil.rmtree(d, ignore_errors=True)
+        for blob in work.glob("*/*_weights.bin"):
+            blob.unlink()
+    return ok, line
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", default="detect", choices=tuple(TASKS))
+    ap.add_argument("--scales", default="n", help="comma-separated of n,s,m,l,x (default n)")
+    ap.add_argument("--imgsz", type=int, default=96, help="input size, a multiple of 32 (default 96)")
+    ap.add_argument("--imgsz-large", type=int, help="input size for m, l and x (default: --imgsz)")
+    ap.add_argument("--work", required=True, type=Path, help="checkpoints (shared with the oracle) and packages")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--cmake", action="store_true", help="build the cuda package through its own CMakeLists.txt")
+    ap.add_argument("--keep", action="store_true", help="keep dumps and builds after a pass")
+    args = ap.parse_args()
+    scales = [s for s in args.scales.split(",") if s]
+    if not scales or any(s not in "nsmlx" or len(s) != 1 for s in scales):
+        ap.error(f"--scales {args.scales!r}: expected a comma-separated list of n, s, m, l, x")
+    t0 = time.time()
+    libs = {"xnn": build_runtime(args.work.resolve(), "xnn")}
+    if not args.cmake:
+        libs["emu"] = build_runtime(args.work.resolve(), "emu")
+    results = [variant(args, s, libs) for s in scales]
+    print("\n".join(["", "summary:"] + [r[1] for r in results]))
+    print("steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in STEPS.items()) + f"; total {time.time() - t0:.0f} s")
+    return 0 if all(r[0] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

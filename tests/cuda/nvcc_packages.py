@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""nvcc builds of generated cuda packages: one per task, for every GPU architecture, warnings as errors.
+
+    nvcc_packages.py --work build/work [--tasks detect,segment,pose,obb,classify] [--archs 75,80,86,89,90]
+
+For each task, yolo26n of that task (checkpoint from tools/oracle.py, cached in WORK/checkpoints/ as the
+oracle tests do) is generated for ``--backend cuda`` at --imgsz 64, and its ``<name>.cu`` and
+``<name>_demo.cu`` are compiled by nvcc for sm_75, sm_80, sm_86, sm_89 and sm_90 in one invocation each
+(``-gencode arch=compute_XX,code=sm_XX``), with ``-Werror all-warnings`` and the host compiler's
+``-Wall -Wextra -Werror`` - the flags of the package's CMakeLists.txt. The device runtime's own .cu files
+are compiled by the runtime's tests (tests/cuda/tests.cmake); this checks the generated code.
+
+Exit status 77 (ctest: skipped) with a message when nvcc is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tests" / "cuda"))
+
+import cuda_vs_xnnpack as cvx  # noqa: E402
+
+SKIP = 77
+
+
+def find_nvcc() -> str | None:
+    return shutil.which("nvcc") or next((str(p) for p in (Path("/usr/local/cuda/bin/nvcc"),) if p.exists()), None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--tasks", default="detect,segment,pose,obb,classify")
+    ap.add_argument("--archs", default="75,80,86,89,90")
+    ap.add_argument("--nvcc", default=None, help="nvcc to use (default: PATH, then /usr/local/cuda/bin)")
+    args = ap.parse_args()
+    nvcc = args.nvcc or find_nvcc()
+    if not nvcc:
+        print("nvcc_packages: SKIPPED: nvcc not found (install the CUDA toolkit to compile the generated .cu files)")
+        return SKIP
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in args.archs.split(",")]
+    flags = ["-std=c++17", "-O2", "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
+             "-DCARVE_RT_NO_THREADS", *gencode]
+    ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    print(f"nvcc: {nvcc} ({ver}); architectures sm_{', sm_'.join(args.archs.split(','))}")
+    ok = True
+    for task in args.tasks.split(","):
+        model = f"yolo26n{cvx.TASKS[task]}"
+        prefix = model.replace("-", "_")
+        t0 = time.time()
+        pt = cvx.checkpoint(args.work.resolve(), model)
+        pkg = (args.work / "cuda-nvcc" / model).resolve()
+        cvx.generate(model, "cuda", pt, 64, pkg)
+        objs = pkg / "build-nvcc"
+        objs.mkdir(exist_ok=True)
+        for src in (f"{prefix}.cu", f"{prefix}_demo.cu"):
+            cmd = [nvcc, *flags, "-I", pkg, "-I", pkg / "runtime", "-c", pkg / src, "-o", objs / (src + ".o")]
+            p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+            if p.returncode != 0 or p.stderr.strip():
+                print("$ " + " ".join(str(c) for c in cmd) + "\n" + p.stdout + p.stderr)
+                ok = False
+        print(f"{model}: {'OK' if ok else 'FAIL'} ({time.time() - t0:.0f} s)", flush=True)
+        if ok:
+            shutil.rmtree(pkg)
+    print(f"nvcc_packages: {'OK' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
