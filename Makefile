@@ -15,13 +15,16 @@ DEMO_PT ?= $(BUILD)/work/demo/$(MODEL).pt
 IMAGE ?= $(shell python3 -c "import ultralytics, os; print(os.path.join(os.path.dirname(ultralytics.__file__), 'assets', 'bus.jpg'))" 2>/dev/null)
 DEMO_DEPS = install-test $(DEMO_PT)
 endif
-PKG ?= generated/$(MODEL)-xnnpack
+# BACKEND=portable builds the plain C11 package (no XNNPACK, no threads) instead.
+BACKEND ?= xnnpack
+PKG ?= generated/$(MODEL)-$(BACKEND)
+DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,2)
 DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 
 .PHONY: demo test install install-test clean help
 
 help:
-	@echo "make demo   install what is missing, generate $(MODEL) for xnnpack, build it, run it on a sample image"
+	@echo "make demo   install what is missing, generate $(MODEL) for $(BACKEND), build it, run it on a sample image"
 	@echo "make test   install what is missing and run the whole test suite through ctest"
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points"
@@ -38,11 +41,11 @@ $(BUILD)/work/demo/%.pt:
 	python3 tools/oracle.py make-checkpoint --cfg $*.yaml --out $@
 
 demo: $(DEMO_DEPS)
-	./carve generate manifests/$(MODEL).yaml --backend xnnpack --weights $(DEMO_PT) --out $(PKG) --force
+	./carve generate manifests/$(MODEL).yaml --backend $(BACKEND) --weights $(DEMO_PT) --out $(PKG) --force
 	cmake -S $(PKG) -B $(PKG)/build -DCMAKE_BUILD_TYPE=Release > /dev/null
 	cmake --build $(PKG)/build -j $(JOBS)
 	@mkdir -p $(BUILD)/demo
-	$(DEMO_EXE) $(IMAGE) --out $(BUILD)/demo/$(MODEL)-annotated.png --threads 2 --runs 5
+	$(DEMO_EXE) $(IMAGE) --out $(BUILD)/demo/$(MODEL)-annotated.png --threads $(DEMO_THREADS) --runs 5
 	@echo "annotated image: $(BUILD)/demo/$(MODEL)-annotated.png"
 
 test: install-test
@@ -60,7 +63,7 @@ test-full: install-test
 	ctest --test-dir $(BUILD)/full --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) generated/*-xnnpack
+	rm -rf $(BUILD) generated/*-xnnpack generated/*-portable
 
 # Long fuzzing runs (docs/security.md); `make test` runs each fuzzer for 20 s only. Corpora grow in
 # $(BUILD)/security-fuzz/ and are reused by the next run; findings land there as crash-*/oom-*/timeout-*.
