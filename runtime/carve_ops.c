@@ -278,7 +278,8 @@ static void attention_task(void* context, size_t start, size_t count) {
 }
 
 size_t carve_attention_scratch_floats(size_t n, size_t heads) {
-  return heads * div_round_up(n, CARVE_ATTN_ROWS_PER_TASK) * CARVE_ATTN_GROUP * n;
+  _Static_assert(CARVE_ATTN_GROUP == 4, "CARVE_ATTENTION_SCRATCH_FLOATS is written for groups of 4 rows");
+  return CARVE_ATTENTION_SCRATCH_FLOATS(n, heads);
 }
 
 void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads, size_t key_dim,

@@ -48,6 +48,11 @@ void carve_upsample_nearest2x(const float* x, size_t x_stride, size_t h, size_t 
 // about heads * n^2 / 8 floats (40,000 for the 20x20, 2-head P5 attention at 640).
 size_t carve_attention_scratch_floats(size_t n, size_t heads);
 
+// The same as a constant expression, for buffers sized at compile time.
+#define CARVE_ATTENTION_SCRATCH_FLOATS(n, heads)                                                  \
+  ((size_t)(heads) * (((size_t)(n) + CARVE_ATTN_ROWS_PER_TASK - 1) / CARVE_ATTN_ROWS_PER_TASK) * \
+   4u * (size_t)(n))
+
 // Ultralytics Attention core (after the qkv conv, before pe and proj).
 // qkv is (n, heads * (2*key_dim + head_dim)); head h owns the channels starting
 // at h * (2*key_dim + head_dim), laid out [q(key_dim) | k(key_dim) | v(head_dim)].

@@ -128,7 +128,8 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
   if (nc != 0 && kk > SIZE_MAX / nc / sizeof(uint64_t)) {
     return SIZE_MAX;  // cannot be allocated
   }
-  return e2e_key_count(anchors, nc, kk) * sizeof(uint64_t) + kk * sizeof(uint32_t);
+  _Static_assert(sizeof(uint64_t) == 8 && sizeof(uint32_t) == 4, "CARVE_E2E_SCRATCH_BYTES: key and index sizes");
+  return e2e_key_count(anchors, nc, kk) * sizeof(uint64_t) + kk * sizeof(uint32_t);  // = CARVE_E2E_SCRATCH_BYTES
 }
 
 // Writes row i's extras for the task, decoded as the head decodes them at

@@ -39,6 +39,14 @@ typedef struct carve_level {
 // `anchors` = sum of h*w over the levels.
 size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
 
+// The same as a constant expression (no overflow check), for buffers sized at
+// compile time: max(anchors, k' * nc) 64-bit keys + k' 32-bit indices, k' = min(k, anchors).
+#define CARVE_E2E_SCRATCH_BYTES(anchors, nc, k)                                                     \
+  (((size_t)((k) < (anchors) ? (k) : (anchors)) * (size_t)(nc) > (size_t)(anchors)                 \
+        ? (size_t)((k) < (anchors) ? (k) : (anchors)) * (size_t)(nc)                                \
+        : (size_t)(anchors)) * 8u +                                                                 \
+   (size_t)((k) < (anchors) ? (k) : (anchors)) * 4u)
+
 // Ultralytics end2end rows. Anchors are numbered over the levels in order, each
 // level row-major; anchor (x, y) of a level with stride s sits at
 // (ax, ay) = (x + 0.5, y + 0.5) and decodes to

@@ -140,7 +140,7 @@ size_t carve_letterbox_scratch_bytes(int out_w, int out_h) {
     return 0;
   }
   // xofs (w) + xcoef (2w) + two rows (2 * 3w) int32.
-  return (size_t)out_w * 9 * sizeof(int32_t);
+  return CARVE_LETTERBOX_SCRATCH_BYTES(out_w, out_h);
 }
 
 carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,

@@ -33,6 +33,9 @@ carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h
 // scratch must be aligned to 8 bytes.
 size_t carve_letterbox_scratch_bytes(int out_w, int out_h);
 
+// The same as a constant expression (out_w, out_h > 0), for buffers sized at compile time.
+#define CARVE_LETTERBOX_SCRATCH_BYTES(out_w, out_h) ((size_t)(out_w) * 9u * 4u)
+
 // Ultralytics LetterBox(new_shape=(out_h, out_w), auto=False, scaleup=True,
 // center=True) followed by /255:
 //   r = min(out_h/src_h, out_w/src_w); new = max(round(src*r), 1);

@@ -26,6 +26,16 @@ const char* carve_status_str(carve_status status) {
       return "weights blob is missing, truncated or for another model";
     case CARVE_ERR_BAD_IMAGE:
       return "image is empty, malformed or cannot be decoded";
+    case CARVE_ERR_WEIGHTS_MAGIC:
+      return "not a carve weights file (bad magic)";
+    case CARVE_ERR_WEIGHTS_VERSION:
+      return "weights file has an unsupported format version";
+    case CARVE_ERR_WEIGHTS_SIZE:
+      return "weights file is truncated or has the wrong size";
+    case CARVE_ERR_WEIGHTS_CHECKSUM:
+      return "weights file is corrupted (checksum mismatch)";
+    case CARVE_ERR_WEIGHTS_MODEL:
+      return "weights file is for another model or weight type";
   }
   return "unknown status";
 #endif

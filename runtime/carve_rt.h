@@ -31,15 +31,25 @@
 //                              not need libpthreadpool (XNNPACK still does).
 //   CARVE_ATTN_ROWS_PER_TASK   query rows handled by one attention task (default
 //                              32); it sets carve_attention_scratch_floats().
+//   CARVE_RT_NO_FILE           no stdio: carve_weights_read_file() returns
+//                              CARVE_ERR_UNSUPPORTED (bare metal; pass the bytes).
 //
 // Do not compile the runtime with -ffast-math: the letterbox and exp rely on
 // IEEE rounding of each operation (see carve_pre.c and carve_ops.c).
 
-// ABI version of this runtime; generated code checks it with
-//   #if CARVE_RT_ABI != 1
-//   #error "Regenerate the package: it was built for another carve runtime"
+// ABI version of this runtime. The check goes both ways, at compile time:
+// generated code has
+//   #if CARVE_RT_ABI != 2
+//   #error "... regenerate the package ..."
 //   #endif
-#define CARVE_RT_ABI 1
+// and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
+// for) for every translation unit, runtime included, which is checked below.
+// 2: weights files and f16 weights (carve_weights.h), statuses 8..12.
+#define CARVE_RT_ABI 2
+
+#if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
+#error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -66,6 +76,11 @@ typedef enum carve_status {
   CARVE_ERR_UNSUPPORTED = 5,
   CARVE_ERR_BAD_WEIGHTS = 6,
   CARVE_ERR_BAD_IMAGE = 7,
+  CARVE_ERR_WEIGHTS_MAGIC = 8,     // weights file: not a carve weights file
+  CARVE_ERR_WEIGHTS_VERSION = 9,   // weights file: another format version
+  CARVE_ERR_WEIGHTS_SIZE = 10,     // weights file: truncated, padded or unexpected size
+  CARVE_ERR_WEIGHTS_CHECKSUM = 11, // weights file: payload corrupted (CRC-32)
+  CARVE_ERR_WEIGHTS_MODEL = 12,    // weights file: valid, but for another model or dtype
 } carve_status;
 
 // A short English sentence for a status ("" with CARVE_RT_NO_ERROR_STRINGS);

@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EPILOG = """examples:
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt --imgsz 320 --out /tmp/pkg
+  ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt --imgsz 256 384 \
+      --weights-format file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve list
 """
 
@@ -99,7 +101,9 @@ def cmd_generate(args) -> int:
     from .compiler import compile_model
     from .manifest import load_manifest
     say = _progress()
-    options = {"weights_format": args.weights_format}
+    options = {"weights_format": args.weights_format, "weights_dtype": args.weights_dtype}
+    if args.imgsz is not None and len(args.imgsz) > 2:
+        raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
@@ -115,13 +119,13 @@ def cmd_generate(args) -> int:
 
 def cmd_list(args) -> int:
     from .backends import available_backends
-    from .manifest import load_manifest
+    from .manifest import format_hw, load_manifest
     backends = [b.name for b in available_backends()]
     all_names = ["xnnpack", "cuda", "portable"]
     rows = []
     for path in sorted((ROOT / "manifests").glob("*.yaml")):
         m = load_manifest(path)
-        rows.append((m.name, m.task, m.imgsz, [
+        rows.append((m.name, m.task, format_hw(m.imgsz), [
             ("yes" if b in m.backends and b in backends else
              "planned" if b in m.backends else "-") for b in all_names]))
     w = max([len(r[0]) for r in rows] + [5])
@@ -144,9 +148,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--backend", required=True, help="target backend (see 'carve list')")
     g.add_argument("--weights", required=True, help="Ultralytics .pt checkpoint or .safetensors (never executed)")
     g.add_argument("--out", help="output folder (default: generated/<model>-<backend>)")
-    g.add_argument("--imgsz", type=int, help="square input size, a multiple of 32 (default: the manifest's)")
-    g.add_argument("--weights-format", choices=("blob", "c-array"), default="blob",
-                   help="link weights with an assembler .incbin (blob, default) or as a C array")
+    g.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
+                   help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
+    g.add_argument("--weights-format", choices=("blob", "c-array", "file"), default="blob",
+                   help="link weights with an assembler .incbin (blob, default), as a C array, or read them at "
+                        "create from <name>.weights or a caller's buffer (file: magic, version, size, CRC-32 checked)")
+    g.add_argument("--weights-dtype", choices=("f32", "f16"), default="f32",
+                   help="weight storage: float32 (default) or float16, widened to float32 at create")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
     g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")

@@ -17,7 +17,8 @@ from .backends import get_backend
 from .checkpoint import read_checkpoint
 from .errors import CarveError
 from .frontend.yolo26 import build_graph
-from .manifest import Manifest, load_architecture, load_manifest
+from .backends.emit_c import normalize_options
+from .manifest import Manifest, format_hw, input_hw, load_architecture, load_manifest
 from .passes import optimize
 from .planner import plan_memory
 
@@ -41,14 +42,21 @@ def check_backend(manifest: Manifest, backend: str):
     return get_backend(backend)
 
 
-def compile_model(manifest_path: str, backend: str, weights: str, imgsz: int | None = None,
+def compile_model(manifest_path: str, backend: str, weights: str, imgsz=None,
                   options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
-    """Run the whole pipeline in memory. ``graph_hook`` (tests) may rewrite the optimised graph."""
+    """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
+    (height, width). ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16).
+    ``graph_hook`` (tests) may rewrite the optimised graph."""
     t0 = time.perf_counter()
     manifest = load_manifest(manifest_path)
     be = check_backend(manifest, backend)
-    if imgsz is not None and (imgsz <= 0 or imgsz % 32):
-        raise CarveError(f"--imgsz {imgsz}: must be a positive multiple of 32 (the largest stride)")
+    if imgsz is not None:
+        hw = input_hw(imgsz)
+        for v in hw:
+            if v <= 0 or v % 32:
+                raise CarveError(f"--imgsz {format_hw(hw)}: {v} is not a positive multiple of 32 (the largest stride)")
+        imgsz = hw
+    options = normalize_options(options, be)
     progress(f"reading weights {weights}")
     faults.point("read")
     ckpt = read_checkpoint(weights)
@@ -69,7 +77,7 @@ def compile_model(manifest_path: str, backend: str, weights: str, imgsz: int | N
     plan = plan_memory(graph)
     progress(f"emitting the {be.name} package")
     faults.point("emit")
-    files = be.emit(graph, plan, options or {})
+    files = be.emit(graph, plan, options)
     summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
                    weight_floats=sum(w.size for w in graph.weights.values()),
                    imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies))

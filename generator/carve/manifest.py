@@ -35,7 +35,7 @@ _TOP_FIELDS = {
     "provenance": (False, dict),
 }
 _ARCH_FIELDS = {"config": (True, str), "scale": (True, str)}
-_INPUT_FIELDS = {"imgsz": (True, int)}
+_INPUT_FIELDS = {"imgsz": (True, (int, list))}
 
 
 @dataclass(frozen=True)
@@ -46,16 +46,37 @@ class Manifest:
     task: str
     arch_config: str              # absolute path of the architecture yaml
     scale: str
-    imgsz: int
+    imgsz: int | tuple            # square size, or (height, width)
     classes: tuple[str, ...] | None   # None: take them from the checkpoint
     backends: tuple[str, ...]
     provenance: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict, compare=False, repr=False)  # field path -> line
 
+    @property
+    def input_hw(self) -> tuple:
+        """(height, width) of the network input."""
+        return input_hw(self.imgsz)
+
     def where(self, field_path: str) -> str:
         """``file:line`` of a field, for error messages."""
         line = self.lines.get(field_path)
         return f"{self.path}:{line}" if line else self.path
+
+
+def input_hw(imgsz) -> tuple:
+    """(height, width) of an ``imgsz`` given as one size (square) or as (height, width)."""
+    if isinstance(imgsz, (tuple, list)):
+        if len(imgsz) == 1:
+            return int(imgsz[0]), int(imgsz[0])
+        h, w = imgsz
+        return int(h), int(w)
+    return int(imgsz), int(imgsz)
+
+
+def format_hw(hw) -> str:
+    """``640`` for a square input, ``256x384`` (height x width) otherwise."""
+    h, w = input_hw(hw)
+    return str(h) if h == w else f"{h}x{w}"
 
 
 def _type_name(t) -> str:
@@ -161,9 +182,15 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
         raise CarveError(f"architecture.scale: '{scale}' is not one of {', '.join(SCALES)}",
                          location=where("architecture.scale"))
     imgsz = data["input"]["imgsz"]
-    if imgsz <= 0 or imgsz % 32:
-        raise CarveError(f"input.imgsz: {imgsz} must be a positive multiple of 32 (the largest stride)",
-                         location=where("input.imgsz"))
+    if isinstance(imgsz, list):
+        if len(imgsz) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in imgsz):
+            raise CarveError(f"input.imgsz: expected an integer or [height, width], found {imgsz!r}",
+                             location=where("input.imgsz"))
+        imgsz = tuple(imgsz) if imgsz[0] != imgsz[1] else imgsz[0]
+    for v in (imgsz if isinstance(imgsz, tuple) else (imgsz,)):
+        if v <= 0 or v % 32:
+            raise CarveError(f"input.imgsz: {v} must be a positive multiple of 32 (the largest stride)",
+                             location=where("input.imgsz"))
     classes = data["classes"]
     if isinstance(classes, str):
         if classes != "from-checkpoint":

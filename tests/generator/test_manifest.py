@@ -243,3 +243,23 @@ def test_non_string_key_is_refused_as_unknown(tmp_path, key):
     err, path = _refused(tmp_path, text)
     assert err.location == f"{path}:{len(text.splitlines())}"
     assert "unknown key" in err.message
+
+
+@pytest.mark.parametrize("value,hw", [("[256, 384]", (256, 384)), ("[320, 320]", (320, 320))])
+def test_imgsz_height_width(tmp_path, value, hw):
+    path = tmp_path / "ok.yaml"
+    path.write_text(_edit(_base(), "  imgsz: 640", f"  imgsz: {value}"))
+    m = load_manifest(path)
+    assert m.input_hw == hw
+    assert m.imgsz == (hw if hw[0] != hw[1] else hw[0])  # a square [h, h] reads as h
+
+
+@pytest.mark.parametrize("value,msg", [("[256, 100]", "input.imgsz: 100 must be a positive multiple of 32"),
+                                       ("[256]", "input.imgsz: expected an integer or [height, width]"),
+                                       ("[256, 384, 3]", "input.imgsz: expected an integer or [height, width]"),
+                                       ("[256, '384']", "input.imgsz: expected an integer or [height, width]")])
+def test_imgsz_height_width_refused(tmp_path, value, msg):
+    text = _edit(_base(), "  imgsz: 640", f"  imgsz: {value}")
+    err, path = _refused(tmp_path, text)
+    assert err.location == f"{path}:{_line(text, 'imgsz:')}"
+    assert err.message.startswith(msg)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Oracle test of one YOLO26 variant: generated C against Ultralytics / PyTorch.
 
-    run_oracle.py --scale n --work build/work [--task detect] [--imgsz 640] [--backend xnnpack]
+    run_oracle.py --scale n --work build/work [--task detect] [--imgsz 640 | --imgsz H W] [--backend xnnpack]
 
 Through ctest (CMakeLists.txt): `make test` runs oracle_yolo26{n,s,m,l,x} (detect) and
 oracle_yolo26<scale>_<task> for the other tasks the generator supports (CARVE_ORACLE_DEFAULT_TASKS; the
@@ -84,15 +84,21 @@ def main() -> int:
     ap.add_argument("--scale", required=True, choices="nsmlx")
     ap.add_argument("--task", default="detect", choices=tuple(TASKS))
     ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--imgsz", type=int, help="input size (default: the manifest's: 640, obb 1024, classify 224)")
+    ap.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
+                    help="input size: one value (square) or HEIGHT WIDTH (default: the manifest's: 640, obb 1024, "
+                         "classify 224)")
     ap.add_argument("--backend", default="xnnpack")
     ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--weights-format", default="blob", choices=("blob", "c-array"))
+    ap.add_argument("--weights-format", default="blob", choices=("blob", "c-array", "file"))
     ap.add_argument("--keep", action="store_true", help="keep the layer dumps and the package's build after a pass")
     args = ap.parse_args()
 
     suffix, default_imgsz = TASKS[args.task]
-    args.imgsz = args.imgsz or default_imgsz
+    imgsz = args.imgsz or [default_imgsz]
+    if len(imgsz) > 2:
+        ap.error("--imgsz takes one size or HEIGHT WIDTH")
+    hw = (imgsz[0], imgsz[-1])
+    args.imgsz = hw[0] if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"  # for names and messages
     model = f"yolo26{args.scale}{suffix}"
     prefix = model.replace("-", "_")  # the package's C prefix
     work = (args.work / f"{model}-{args.backend}-{args.imgsz}-{args.weights_format}").resolve()
@@ -112,7 +118,8 @@ def main() -> int:
     pkg = work / "pkg"
     with step("generate"):
         gen = run([ROOT / "carve", "generate", ROOT / "manifests" / f"{model}.yaml", "--backend", args.backend,
-                   "--weights", pt, "--out", pkg, "--imgsz", args.imgsz, "--weights-format", args.weights_format,
+                   "--weights", pt, "--out", pkg, "--imgsz", *sorted(set(hw), key=hw.index), "--weights-format",
+                   args.weights_format,
                    "--force"])
     print(gen.stdout.strip())
     with step("build"):
@@ -126,7 +133,7 @@ def main() -> int:
     # 3. layer by layer on a real image's tensor
     image = oracle.sample_image(IMAGES[0])
     inp = work / "input.npy"
-    oracle.make_input(image, args.imgsz, inp, task=args.task)
+    oracle.make_input(image, hw, inp, task=args.task)
     # Against the exact (fp64) model; the bound is 1e-4, or 3x PyTorch's own fp32 error where the
     # model amplifies round-off so much that PyTorch itself misses 1e-4/3 (deep random l/x models do).
     ref32, ref64, our_dir = work / "ref", work / "ref64", work / "ours"
@@ -151,7 +158,7 @@ def main() -> int:
         ref_json = work / f"ref-{Path(name).stem}.json"
         our_json = work / f"ours-{Path(name).stem}.json"
         with step("reference"):
-            oracle.reference_predict(pt, img, imgsz=args.imgsz, conf=0.25, out_json=ref_json)
+            oracle.reference_predict(pt, img, imgsz=hw, conf=0.25, out_json=ref_json)
         with step("demo"):
             p = run([demo, img, "--json", "--threads", "2"])
         our_json.write_text(p.stdout)

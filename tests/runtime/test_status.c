@@ -4,19 +4,21 @@
 #include "carve_rt.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 1
-#error "test written for carve runtime ABI 1"
+#if CARVE_RT_ABI != 2
+#error "test written for carve runtime ABI 2"
 #endif
 
 int main(void) {
   const carve_status all[] = {
       CARVE_OK,          CARVE_ERR_INVALID_ARGUMENT, CARVE_ERR_OUT_OF_MEMORY,
       CARVE_ERR_BACKEND, CARVE_ERR_IO,               CARVE_ERR_UNSUPPORTED,
-      CARVE_ERR_BAD_WEIGHTS, CARVE_ERR_BAD_IMAGE,
+      CARVE_ERR_BAD_WEIGHTS, CARVE_ERR_BAD_IMAGE,    CARVE_ERR_WEIGHTS_MAGIC,
+      CARVE_ERR_WEIGHTS_VERSION, CARVE_ERR_WEIGHTS_SIZE, CARVE_ERR_WEIGHTS_CHECKSUM,
+      CARVE_ERR_WEIGHTS_MODEL,
   };
   const size_t n = sizeof all / sizeof all[0];
   for (size_t i = 0; i < n; i++) {
-    CHECK((size_t)all[i] == i);  // explicit values 0..7
+    CHECK((size_t)all[i] == i);  // explicit values 0..12
     const char* s = carve_status_str(all[i]);
     CHECK(s != NULL && s[0] != '\0');
     for (size_t j = 0; j < i; j++) {

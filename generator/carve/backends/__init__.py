@@ -19,6 +19,11 @@ class Backend:
     lowerable: dict = {}
     # extra names the backend's templates use (C package backends)
     template_vars: dict = {}
+    # What emit_c.CPackage renders for every C backend (options checked by emit_c.normalize_options):
+    weights_formats = ("blob", "c-array", "file")
+    weights_dtypes = ("f32", "f16")
+    cc_libs: tuple = ()        # libraries (-l) of the README's one-line cc build, besides stb and m
+    cc_defines: tuple = ()     # macros (-D) of that build, besides CARVE_PACKAGE_ABI
 
     def unsupported(self, graph: Graph) -> list:
         """Human-readable reasons, one per op this backend cannot lower."""

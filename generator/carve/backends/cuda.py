@@ -81,6 +81,9 @@ class CudaBackend(Backend):
         "linear": always,
         "softmax": _softmax_rule,
     }
+    # --weights-format file and --weights-dtype f16 are not rendered by templates/cuda yet (issue 7)
+    weights_formats = ("blob", "c-array")
+    weights_dtypes = ("f32",)
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
                  ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
     # host-side pieces of the CPU runtime the package uses (letterbox geometry, box mapping, top-k of the

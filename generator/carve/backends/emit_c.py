@@ -8,6 +8,8 @@ generated text file starts with the same banner.
 from __future__ import annotations
 
 import re
+import struct
+import zlib
 from pathlib import Path
 
 import jinja2
@@ -56,52 +58,194 @@ def _env(backend_name: str) -> jinja2.Environment:
     return env
 
 
+# ---- Options shared by every C backend ----------------------------------------
+#
+# compiler.compile_model normalises the options with normalize_options() before anything is read;
+# CPackage renders them. A backend lists what it supports in Backend.weights_formats / weights_dtypes.
+
+WEIGHTS_FORMATS = ("blob", "c-array", "file")
+WEIGHTS_DTYPES = ("f32", "f16")
+F16_MAX = 65504.0
+WEIGHTS_MAGIC = b"CARVEWTS"
+WEIGHTS_FILE_VERSION = 1
+WEIGHTS_DTYPE_CODES = {"f32": 1, "f16": 2}   # carve_weights_dtype in runtime/carve_weights.h
+WEIGHTS_HEADER_BYTES = 64
+
+
+def runtime_abi() -> int:
+    """CARVE_RT_ABI of the runtime this carve copies into packages (runtime/carve_rt.h is the one source)."""
+    m = re.search(r"^#define CARVE_RT_ABI (\d+)$", (RUNTIME / "carve_rt.h").read_text(), re.M)
+    if not m:  # pragma: no cover - the repository's own file
+        raise AssertionError("runtime/carve_rt.h: no '#define CARVE_RT_ABI <n>'")
+    return int(m.group(1))
+
+
+def abi_check(abi: int) -> str:
+    """The compile-time check every generated C source that includes the runtime carries."""
+    return (f"#if CARVE_RT_ABI != {abi}\n"
+            f'#error "this package was generated for carve runtime ABI {abi}: use the runtime/ it came with, '
+            f'or regenerate it with this carve"\n'
+            "#endif")
+
+
+def normalize_options(options: dict | None, backend) -> dict:
+    """Defaults filled in and every value checked; raises CarveError naming the option."""
+    from ..errors import CarveError
+    o = dict(options or {})
+    o.setdefault("weights_format", "blob")
+    o.setdefault("weights_dtype", "f32")
+    formats = getattr(backend, "weights_formats", WEIGHTS_FORMATS)
+    dtypes = getattr(backend, "weights_dtypes", WEIGHTS_DTYPES)
+    if o["weights_format"] not in formats:
+        raise CarveError(f"--weights-format {o['weights_format']}: backend '{backend.name}' supports "
+                         f"{', '.join(formats)}")
+    if o["weights_dtype"] not in dtypes:
+        raise CarveError(f"--weights-dtype {o['weights_dtype']}: backend '{backend.name}' supports {', '.join(dtypes)}")
+    return o
+
+
+def options_string(backend_name: str, meta: dict, options: dict) -> str:
+    """The options a package was generated with, as carve command-line flags (for banners)."""
+    h, w = meta.get("input_hw") or (meta["imgsz"], meta["imgsz"])
+    imgsz = f"{h}" if h == w else f"{h} {w}"
+    return (f"--backend {backend_name} --imgsz {imgsz} --weights-format {options.get('weights_format', 'blob')} "
+            f"--weights-dtype {options.get('weights_dtype', 'f32')}")
+
+
+def weights_payload(graph, blob: bytes, dtype: str) -> bytes:
+    """The weight blob in its storage dtype: float32 as lowered, or each value rounded to float16
+    (same element layout, so the backend's float offsets hold after widening)."""
+    from ..errors import CarveError
+    if dtype == "f32":
+        return blob
+    big = sorted(n for n, w in graph.weights.items() if w.size and float(np.max(np.abs(w))) > F16_MAX)
+    if big:
+        raise CarveError(f"--weights-dtype f16: {len(big)} weight tensor(s) exceed float16's range (|w| > 65504): "
+                         + ", ".join(big[:5]) + (" ..." if len(big) > 5 else ""), hint="use --weights-dtype f32")
+    return np.frombuffer(blob, dtype="<f4").astype("<f2").tobytes()
+
+
+def weights_file(payload: bytes, dtype: str, sha256_hex: str) -> bytes:
+    """The `--weights file` image: the 64-byte header of runtime/carve_weights.h, then the payload."""
+    header = (WEIGHTS_MAGIC + struct.pack("<IIQII", WEIGHTS_FILE_VERSION, WEIGHTS_DTYPE_CODES[dtype], len(payload),
+                                          zlib.crc32(payload), 0) + bytes.fromhex(sha256_hex))
+    assert len(header) == WEIGHTS_HEADER_BYTES
+    return header + payload
+
+
+def _c_bytes(data: bytes) -> str:
+    return ", ".join(f"0x{b:02x}" for b in data)
+
+
 class CPackage:
+    """Renders a lowered program with the backend's templates. Backend-independent parts live here:
+    the banner (with the options), the weight storage (blob / c-array / file, f32 / f16), the ABI
+    check, the plain `cc` command of the README, and the checks that every generated source has them."""
+
     def __init__(self, backend, graph, plan, program: dict, options: dict):
         self.backend = backend
         self.graph = graph
         self.plan = plan
         self.program = program
-        self.options = dict(options)
+        self.options = normalize_options(options, backend)
 
     def files(self) -> dict:
         g, p = self.graph, self.program
         name = c_ident(g.name)
         meta = g.meta
+        fmt, dtype = self.options["weights_format"], self.options["weights_dtype"]
+        opts = options_string(self.backend.name, meta, self.options)
         banner = (f"Generated by carve {__version__} from {Path(meta['manifest']).name} "
-                  f"(weights sha256 {meta['weights_sha256']}); do not edit.")
-        weights_format = self.options.get("weights_format", "blob")
+                  f"(weights sha256 {meta['weights_sha256']}; {opts}); do not edit.")
+        in_h, in_w = meta.get("input_hw") or (meta["imgsz"], meta["imgsz"])
+        payload = weights_payload(g, p["blob"], dtype)
+        floats = len(p["blob"]) // 4
+        rt_abi = runtime_abi()
+        runtime = list(self.backend.runtime_files(g))
+        if (fmt == "file" or dtype == "f16") and "carve_weights.c" not in runtime:
+            runtime += ["carve_weights.h", "carve_weights.c"]
+        runtime_sources = [f for f in runtime if f.endswith(".c") and f != "carve_io.c"]
+        weights = dict(
+            format=fmt, dtype=dtype, linked=fmt != "file", floats=floats, payload_bytes=len(payload),
+            f32_bytes=floats * 4, wide_bytes=floats * 4 if dtype == "f16" else 0,
+            crc32=zlib.crc32(payload), sha256_c=_c_bytes(bytes.fromhex(meta["weights_sha256"])),
+            file=f"{name}.weights", file_bytes=WEIGHTS_HEADER_BYTES + len(payload),
+            source={"blob": f"{name}_weights.S", "c-array": f"{name}_weights.c"}.get(fmt),
+            c_type="float" if dtype == "f32" else "uint16_t",
+            desc=(f"{'float32' if dtype == 'f32' else 'float16, widened to float32 at create'}, "
+                  + {"blob": "linked with .incbin", "c-array": "a C array",
+                     "file": f"read at create from {name}.weights or a caller's buffer"}[fmt]))
         ctx = dict(
             name=name, NAME=name.upper(), banner=banner, version=__version__, meta=meta, p=p,
-            backend=self.backend.name, imgsz=meta["imgsz"], names=meta["names"], nc=meta["nc"],
-            weights_format=weights_format, options=self.options,
-            runtime_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".c") and f != "carve_io.c"],
-            runtime_cuda_sources=[f for f in self.backend.runtime_files(g) if f.endswith(".cu")],
+            backend=self.backend.name, imgsz=meta["imgsz"], input_h=in_h, input_w=in_w,
+            imgsz_str=f"{in_h}x{in_w}", names=meta["names"], nc=meta["nc"],
+            weights_format=fmt, weights_dtype=dtype, weights=weights, options=self.options, options_str=opts,
+            rt_abi=rt_abi, abi_check=abi_check(rt_abi), runtime_sources=runtime_sources,
+            runtime_cuda_sources=[f for f in runtime if f.endswith(".cu")],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
         )
+        ctx["cc_command"] = self._cc_command(name, weights, runtime_sources)
         env = _env(self.backend.name)
         out: dict = {}
         for template, path in getattr(self.backend, "templates", TEMPLATES_C):
             out[path.format(name=name)] = env.get_template(template).render(**ctx).encode()
-        if weights_format == "blob":
+        if fmt == "blob":
             out[f"{name}_weights.S"] = env.get_template("weights.S.j2").render(**ctx).encode()
-            out[f"{name}_weights.bin"] = p["blob"]
+            out[f"{name}_weights.bin"] = payload
+        elif fmt == "c-array":
+            out[f"{name}_weights.c"] = self._weights_c(name, banner, payload, dtype)
         else:
-            out[f"{name}_weights.c"] = self._weights_c(name, banner)
-        for f in self.backend.runtime_files(g):
+            out[weights["file"]] = weights_file(payload, dtype, meta["weights_sha256"])
+        for f in runtime:
             out[f"runtime/{f}"] = (RUNTIME / f).read_bytes()
+        self._check_generated(out, ctx)
         return out
 
-    def _weights_c(self, name: str, banner: str) -> bytes:
-        """The blob as a C array of uint32 words (no float literals), read through a union."""
-        words = np.frombuffer(self.program["blob"], dtype="<u4")
-        lines = [f"// {banner}", f"// Weights of {name} as 32-bit words of IEEE-754 floats.", "",
-                 "#include <stdint.h>", "", f"#define N_WORDS {max(words.size, 1)}u", "",
-                 "static const union { uint32_t u[N_WORDS]; float f[N_WORDS]; } blob "
-                 "__attribute__((aligned(64))) = {{"]
-        hexes = np.char.add("0x", np.char.zfill(np.char.mod("%x", words), 8)) if words.size else np.array(["0"])
-        for i in range(0, hexes.size, 8):
-            lines.append("  " + ", ".join(hexes[i:i + 8]) + ",")
-        lines += ["}};", "", f"const float* const {name}_weights = blob.f;", ""]
+    def _cc_command(self, name: str, weights: dict, runtime_sources: list) -> str:
+        """One plain compiler command that builds the demo from the package folder (the README's)."""
+        srcs = [f"{name}.c"] + ([weights["source"]] if weights["linked"] else [])
+        srcs += [f"runtime/{f}" for f in runtime_sources] + [f"{name}_demo.c", "runtime/carve_io.c"]
+        libs = list(getattr(self.backend, "cc_libs", ())) + ["stb", "m"]
+        defines = "".join(f" -D{d}" for d in getattr(self.backend, "cc_defines", ()))
+        return (f"cc -std=c11 -O2 -I. -Iruntime -DCARVE_PACKAGE_ABI={runtime_abi()}{defines} " + " ".join(srcs)
+                + f" -o {name}_demo " + " ".join(f"-l{lib}" for lib in libs))
+
+    def _check_generated(self, out: dict, ctx: dict) -> None:
+        """Generator-side invariants every backend's templates must keep (a failure is a carve bug):
+        each text file carries the banner, each C/CUDA source that includes a carve header has the ABI check."""
+        for path, data in out.items():
+            if path.startswith("runtime/") or path.endswith((".bin", ".weights")):
+                continue
+            text = data.decode()
+            if ctx["banner"] not in text.split("\n", 1)[0]:
+                raise AssertionError(f"{self.backend.name}: generated {path} does not start with the banner")
+            if path.endswith((".c", ".cu", ".cc", ".cpp")) and re.search(r'#include "(carve_|{})'.format(
+                    re.escape(ctx["name"])), text) and ctx["abi_check"] not in text:
+                raise AssertionError(f"{self.backend.name}: generated {path} lacks the runtime ABI check "
+                                     "({{ abi_check }} in its template)")
+
+    def _weights_c(self, name: str, banner: str, payload: bytes, dtype: str) -> bytes:
+        """The blob as a C array of 32-bit words (f32) or 16-bit halves (f16), no float literals."""
+        bits, np_t, c_t = (32, "<u4", "uint32_t") if dtype == "f32" else (16, "<u2", "uint16_t")
+        words = np.frombuffer(payload, dtype=np_t)
+        digits = bits // 4
+        what = "32-bit words of IEEE-754 floats" if dtype == "f32" else "IEEE-754 half floats (widened at create)"
+        lines = [f"// {banner}", f"// Weights of {name} as {what}.", "",
+                 "#include <stdint.h>", "", f"#define N_WORDS {max(words.size, 1)}u", ""]
+        if dtype == "f32":
+            lines.append("static const union { uint32_t u[N_WORDS]; float f[N_WORDS]; } blob "
+                         "__attribute__((aligned(64))) = {{")
+        else:
+            lines.append(f"static const {c_t} blob[N_WORDS] __attribute__((aligned(64))) = {{")
+        # big-endian bytes in hex are the words' digits, most significant first: fast for millions of words
+        flat = words.astype(">" + np_t[1:]).tobytes().hex()
+        hexes = ["0x" + flat[i:i + digits] for i in range(0, len(flat), digits)] or ["0"]
+        per = 8 if dtype == "f32" else 12
+        for i in range(0, len(hexes), per):
+            lines.append("  " + ", ".join(hexes[i:i + per]) + ",")
+        if dtype == "f32":
+            lines += ["}};", "", f"const float* const {name}_weights = blob.f;", ""]
+        else:
+            lines += ["};", "", f"const uint16_t* const {name}_weights = blob;", ""]
         return "\n".join(lines).encode()

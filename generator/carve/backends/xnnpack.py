@@ -30,6 +30,7 @@ class XnnpackBackend(CBackend):
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
                "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
+    cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
 
 
 BACKEND = XnnpackBackend()

@@ -19,7 +19,7 @@ class HeadSpec:
     """What a head builder needs beyond its inputs: parse_model's scaling and the checkpoint's settings."""
 
     nc: int
-    imgsz: int
+    imgsz: int          # input height: a level's stride is imgsz // its height (= width ratio: both /32)
     max_det: int
     width: float
     max_channels: int

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import CarveError
 from ..ir import GraphBuilder, Layer, validate
+from ..manifest import format_hw, input_hw
 from . import modules as M
 from .heads import HEADS, HeadSpec, build_head
 
@@ -54,11 +55,16 @@ def _norm(v):
     return v
 
 
-def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
-    """Build the IR for one YOLO26 variant at a square input of ``imgsz``."""
-    imgsz = imgsz or manifest.imgsz
-    if imgsz <= 0 or imgsz % 32:
-        raise CarveError(f"--imgsz {imgsz}: must be a positive multiple of 32")
+def build_graph(manifest, arch: dict, ckpt, imgsz=None):
+    """Build the IR for one YOLO26 variant at an input of ``imgsz``: one size (square) or (height, width);
+    None: the manifest's."""
+    in_h, in_w = input_hw(imgsz or manifest.imgsz)
+    for v in (in_h, in_w):
+        if v <= 0 or v % 32:
+            raise CarveError(f"--imgsz {format_hw((in_h, in_w))}: {v} must be a positive multiple of 32")
+    if manifest.task == "classify" and in_h != in_w:
+        raise CarveError(f"--imgsz {format_hw((in_h, in_w))}: classification takes a square input "
+                         "(Ultralytics' centre crop)", location=manifest.where("input.imgsz"))
     _check_same_architecture(arch, ckpt, manifest.scale, manifest)
     depth, width, max_ch = arch["scales"][manifest.scale]
     nc = int((ckpt.yaml or {}).get("nc", arch.get("nc", 80)))
@@ -67,11 +73,11 @@ def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
         nc = int(head_info.attrs["nc"])
     max_det = int(head_info.attrs.get("max_det", 300)) if head_info else 300
 
-    gb = GraphBuilder(manifest.name, (imgsz, imgsz, 3))
+    gb = GraphBuilder(manifest.name, (in_h, in_w, 3))
     # BN eps when the checkpoint does not say: initialize_weights sets 1e-3 on det-type models; cls keeps 1e-5
     ctx = M.Ctx(gb=gb, ckpt=ckpt, default_eps=1e-5 if manifest.task == "classify" else 1e-3)
     kpt = (ckpt.yaml or {}).get("kpt_shape") or arch.get("kpt_shape") or (17, 3)
-    spec = HeadSpec(nc=nc, imgsz=imgsz, max_det=max_det, width=width, max_channels=max_ch,
+    spec = HeadSpec(nc=nc, imgsz=in_h, max_det=max_det, width=width, max_channels=max_ch,
                     kpt_shape=tuple(int(v) for v in kpt))
     outs: list = []
     outputs: dict = {}
@@ -120,7 +126,9 @@ def build_graph(manifest, arch: dict, ckpt, imgsz: int | None = None):
     if len(names) != nc:
         raise CarveError(f"classes: {len(names)} names given but the checkpoint has nc={nc}",
                          location=manifest.where("classes"))
-    meta = dict(task=manifest.task, nc=nc, names=names, imgsz=imgsz, scale=manifest.scale,
+    # imgsz: an int for a square input (as before), "HxW" otherwise; input_hw: always (height, width)
+    meta = dict(task=manifest.task, nc=nc, names=names, imgsz=in_h if in_h == in_w else format_hw((in_h, in_w)),
+                input_hw=(in_h, in_w), scale=manifest.scale,
                 max_det=max_det, manifest=manifest.path, weights=Path(ckpt.path).name,
                 provenance=dict(manifest.provenance), weights_sha256=ckpt.sha256)
     graph = gb.build(outputs, meta)
