@@ -12,8 +12,13 @@ want_test=0
 # ---- Debian packages --------------------------------------------------------
 debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev libstb-dev"
 # --test: clang too (the portable backend's packages are also compiled with it, tests/portable; libFuzzer
-# and the sanitizers of tests/security) and valgrind (tests/security: memcheck of the demo)
-if [ $want_test = 1 ]; then debs="$debs clang valgrind"; fi
+# and the sanitizers of tests/security), valgrind (tests/security: memcheck of the demo), and the cross
+# toolchains of the firmware tests (tests/firmware/cross.py): Cortex-M (newlib) and aarch64 Linux. Debian's
+# libxnnpack-dev:arm64 is not co-installable with the amd64 one (not Multi-Arch: same), so the aarch64 xnnpack
+# build is compiled, not linked.
+if [ $want_test = 1 ]; then
+  debs="$debs clang valgrind gcc-arm-none-eabi libnewlib-arm-none-eabi gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"
 for p in $debs; do

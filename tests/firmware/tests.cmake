@@ -16,3 +16,40 @@ add_test(NAME firmware_standalone
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/standalone.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(firmware_standalone PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+
+# --weights-format file: runtime checks (f16 widening of all 65536 halves vs numpy, CRC-32 vs zlib), the file read
+# from a path and from the caller's buffer gives the linked blob's detections, and every damaged file (magic,
+# version, truncated / padded / empty, payload bit, another model or checkpoint, missing) gets its named status.
+add_test(NAME firmware_weights_file
+         COMMAND ${CARVE_PYTHON} ${CARVE_FW}/weights_file.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_weights_file PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+
+# --weights-dtype f16: layer by layer against Ultralytics' fp16-weight model (oracle bound) and against the f32
+# package (at most 1.5x Ultralytics' own f16-vs-f32 deviation).
+add_test(NAME firmware_f16
+         COMMAND ${CARVE_PYTHON} ${CARVE_FW}/f16.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_f16 PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+
+# Caller-owned memory: create_with + runs + destroy call no allocator (-Wl,--wrap=malloc,...), same rows as create,
+# bad buffers refused.
+add_test(NAME firmware_no_malloc
+         COMMAND ${CARVE_PYTHON} ${CARVE_FW}/no_malloc.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+
+# --imgsz H W: a non-square yolo26n against Ultralytics, layer by layer and end to end (letterbox included).
+add_test(NAME firmware_oracle_yolo26n_256x384
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/oracle/run_oracle.py --scale n --imgsz 256 384 --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_oracle_yolo26n_256x384 PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+
+# Cross-compiles: xnnpack and portable for aarch64 Linux, portable for a Cortex-M7 (skipped, exit 77, while
+# --backend portable is not in this carve).
+foreach(target aarch64-xnnpack aarch64-portable cortex-m7)
+  add_test(NAME firmware_cross_${target}
+           COMMAND ${CARVE_PYTHON} ${CARVE_FW}/cross.py --work ${CARVE_WORK} --target ${target}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(firmware_cross_${target} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
+endforeach()
