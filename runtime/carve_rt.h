@@ -33,6 +33,9 @@
 //                              32); it sets carve_attention_scratch_floats().
 //   CARVE_RT_NO_FILE           no stdio: carve_weights_read_file() returns
 //                              CARVE_ERR_UNSUPPORTED (bare metal; pass the bytes).
+//   CARVE_RT_NO_HEAP           no allocator at all: <name>_create() returns
+//                              CARVE_ERR_UNSUPPORTED and nothing references
+//                              malloc / free; use <name>_create_with().
 //
 // Do not compile the runtime with -ffast-math: the letterbox and exp rely on
 // IEEE rounding of each operation (see carve_pre.c and carve_ops.c).

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef CARVE_RT_NO_FILE
+#if !defined(CARVE_RT_NO_FILE) && !defined(CARVE_RT_NO_HEAP)
 #include <stdio.h>
 #endif
 
@@ -115,7 +115,7 @@ carve_status carve_weights_read_file(const char* path, void** data_out, size_t* 
   }
   *data_out = NULL;
   *bytes_out = 0;
-#ifdef CARVE_RT_NO_FILE
+#if defined(CARVE_RT_NO_FILE) || defined(CARVE_RT_NO_HEAP)
   return CARVE_ERR_UNSUPPORTED;
 #else
   FILE* f = fopen(path, "rb");

@@ -71,7 +71,7 @@ carve_status carve_weights_check(const void* data, size_t bytes, const carve_wei
 // caller frees it with free()); *bytes_out is its size. CARVE_ERR_IO when the
 // file cannot be opened or read, CARVE_ERR_OUT_OF_MEMORY. Nothing is checked:
 // pass the bytes to carve_weights_check(). With CARVE_RT_NO_FILE (no stdio, e.g.
-// on bare metal) it returns CARVE_ERR_UNSUPPORTED: pass the bytes instead.
+// on bare metal) or CARVE_RT_NO_HEAP it returns CARVE_ERR_UNSUPPORTED: pass the bytes instead.
 carve_status carve_weights_read_file(const char* path, void** data_out, size_t* bytes_out);
 
 // CRC-32 (IEEE 802.3, reflected, as zlib's crc32(0, data, bytes)).

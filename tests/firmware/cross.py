@@ -9,9 +9,9 @@ aarch64-xnnpack   yolo26n at 320 (xnnpack) built with aarch64-linux-gnu-gcc: eve
                   compiled only (the headers are architecture independent) and said so.
 aarch64-portable  the same with --backend portable, linked (libm only).
 cortex-m7         --backend portable for arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard
-                  (newlib, --specs=nosys.specs), -DCARVE_RT_NO_THREADS -DCARVE_RT_NO_FILE, linked with the
-                  minimal main; arm-none-eabi-size prints text/data/bss for yolo26n-cls at 224 and yolo26n
-                  at 320.
+                  (newlib, --specs=nosys.specs), -DCARVE_RT_NO_THREADS -DCARVE_RT_NO_FILE -DCARVE_RT_NO_HEAP,
+                  linked with the minimal main, and checked to contain no malloc; arm-none-eabi-size prints
+                  text/data/bss for yolo26n-cls at 224 and yolo26n at 320.
 The portable targets exit 77 (ctest: skipped) while `--backend portable` is not in this carve.
 Nothing is run: the binaries are for another machine; each is checked to be an ELF of its architecture.
 """
@@ -31,6 +31,8 @@ from fwlib import REPO, log, run  # noqa: E402
 sys.path.insert(0, str(REPO / "generator"))
 SKIP = 77
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb"]
+# bare metal: no threads, no stdio for the weights, no heap (create_with only; malloc is never linked in)
+M7_DEFINES = ["-DCARVE_RT_NO_THREADS", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
 ARM64_LIBDIR = Path("/usr/lib/aarch64-linux-gnu")
 
 
@@ -110,7 +112,7 @@ def main() -> int:
         run([fwlib.CARVE, "generate", REPO / "manifests" / manifest, "--backend", backend, "--weights", pt,
              "--out", pkg, "--imgsz", imgsz])
         if args.target == "cortex-m7":
-            elf = build(pkg, name, task, cc, [*M7, "-DCARVE_RT_NO_THREADS", "-DCARVE_RT_NO_FILE"],
+            elf = build(pkg, name, task, cc, [*M7, *M7_DEFINES],
                         ["--specs=nosys.specs", "-lm"], True)
             want = "ARM"
         elif backend == "portable":
@@ -138,6 +140,11 @@ def main() -> int:
         log(f"{name} ({backend}, {imgsz}): {elf.name} is an ELF for {machine}: {'ok' if good else 'FAIL'}")
         ok &= good
         if args.target == "cortex-m7":
+            syms = run(["arm-none-eabi-nm", elf]).stdout.split()
+            heap = sorted({s for s in syms if s in ("malloc", "calloc", "aligned_alloc", "posix_memalign", "free",
+                                                    "_malloc_r")})
+            log(f"   allocator symbols linked in: {', '.join(heap) or 'none'}")
+            ok &= not heap
             size = run(["arm-none-eabi-size", "-B", elf]).stdout
             log(f"$ arm-none-eabi-size -B {elf.name}\n{size.rstrip()}")
             hdr = (pkg / f"{name}.h").read_text()
