@@ -47,8 +47,8 @@ def checkpoint(work: Path, cfg: str = "yolo26n.yaml") -> Path:
     return pt
 
 
-def generate(manifest: str, pt: Path, out: Path, *flags) -> Path:
-    run([CARVE, "generate", REPO / "manifests" / manifest, "--backend", "xnnpack", "--weights", pt,
+def generate(manifest: str, pt: Path, out: Path, *flags, backend: str = "xnnpack") -> Path:
+    run([CARVE, "generate", REPO / "manifests" / manifest, "--backend", backend, "--weights", pt,
          "--out", out, "--force", *flags])
     return out
 

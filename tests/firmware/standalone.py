@@ -4,9 +4,9 @@ demo runs once on a real image with the same detections.
 
     standalone.py --work build/work [--imgsz 160]
 
-1. ./carve generate yolo26n (random Ultralytics weights, cached in WORK/checkpoints) with --weights-format
-   blob, and a second package with --weights-format file --weights-dtype f16 at a non-square size;
-   each is copied to a fresh temporary folder outside the repository.
+1. ./carve generate yolo26n (random Ultralytics weights, cached in WORK/checkpoints): xnnpack with
+   --weights-format blob, xnnpack with --weights-format file --weights-dtype f16 at a non-square size, and
+   portable with the blob; each is copied to a fresh temporary folder outside the repository.
 2. Per package: (a) its own CMakeLists.txt; (b) a parent CMake project that add_subdirectory()s it, links an
    application against the exported target carve::yolo26n and also builds the package's demo; (c) the one
    plain `cc` command of its generated README (taken from the README, so the documented command is the
@@ -136,11 +136,12 @@ def main() -> int:
     fwlib.fresh(work)
     pt = fwlib.checkpoint(args.work)
     ok = True
-    variants = (("blob-f32", ("--imgsz", str(args.imgsz)), False),
-                ("file-f16", ("--imgsz", str(args.imgsz), str(args.imgsz + 64), "--weights-format", "file",
-                              "--weights-dtype", "f16"), True))
-    for name, flags, file_weights in variants:
-        src = fwlib.generate("yolo26n.yaml", pt, work / name, *flags)
+    variants = (("xnnpack-blob-f32", "xnnpack", ("--imgsz", str(args.imgsz)), False),
+                ("xnnpack-file-f16", "xnnpack", ("--imgsz", str(args.imgsz), str(args.imgsz + 64), "--weights-format",
+                                                 "file", "--weights-dtype", "f16"), True),
+                ("portable-blob-f32", "portable", ("--imgsz", str(args.imgsz)), False))
+    for name, backend, flags, file_weights in variants:
+        src = fwlib.generate("yolo26n.yaml", pt, work / name, *flags, backend=backend)
         with tempfile.TemporaryDirectory(prefix=f"carve-standalone-{name}-") as tmp:
             log(f"-- {name}: copied to {tmp}")
             good = check_package(src, Path(tmp), file_weights)
