@@ -92,15 +92,13 @@ TASKS = {"seg": "yolo26n-seg", "cls": "yolo26n-cls"}
 
 def cmd_setup_tasks(a) -> None:
     """Segment and classify packages at imgsz 64 (random-weight checkpoints built with Ultralytics by
-    tools/oracle.py, kept in the work folder), each built with ASan + UBSan and task_api_test."""
+    make_family_checkpoints.py, kept in the work folder), each built with ASan + UBSan and task_api_test."""
     work = a.work
     work.mkdir(parents=True, exist_ok=True)
     cc = "clang" if shutil.which("clang") else "cc"
+    must([sys.executable, HERE / "make_family_checkpoints.py", "--out", work, *TASKS.values()])
     for short, model in TASKS.items():
         pt = work / f"{model}.pt"
-        if not pt.is_file():
-            must([sys.executable, REPO / "tools" / "oracle.py", "make-checkpoint", "--cfg", f"{model}.yaml",
-                  "--out", pt])
         must([REPO / "carve", "generate", REPO / "manifests" / f"{model}.yaml", "--backend", "xnnpack",
               "--weights", pt, "--imgsz", IMGSZ, "--out", work / f"pkg-{short}", "--force"])
         configure(work, f"san-{short}", sanitize=True, fuzz=False, cc=cc, pkg=f"pkg-{short}",

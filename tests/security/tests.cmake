@@ -19,7 +19,7 @@ function(carve_security_test name)
 endfunction()
 
 carve_security_test(security_asan_api ${carve_sec_work}/san/api_test)
-carve_security_test(security_asan_concurrency ${carve_sec_work}/san/concurrency_test)
+carve_security_test(security_asan_concurrency ${carve_sec_work}/san/concurrency_test 1)
 carve_security_test(security_concurrency ${carve_sec_work}/plain/concurrency_test)
 carve_security_test(security_noalloc ${carve_sec_work}/plain/noalloc_test)
 carve_security_test(security_asan_demo ${carve_sec_driver} demo --work ${carve_sec_work})

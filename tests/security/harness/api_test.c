@@ -212,7 +212,9 @@ int main(void) {
     CHECK_STATUS(MUT(_create)(&o, &m), CARVE_OK);
     check_accessors(m);
     check_bad_runs(m);
-    check_odd_images(m);
+    if (threads == 1) {  // the image paths are the same on 2 threads (concurrency_test compares them)
+      check_odd_images(m);
+    }
     check_outputs(m);
     calls = 0;
     check_callback(m);

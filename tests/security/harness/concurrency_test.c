@@ -3,7 +3,8 @@
 // state). Each thread runs a different sequence of images, so the contexts are at different layers
 // at any moment. Checked with 1 and 2 worker threads per context.
 //
-//   concurrency_test    exit 0 when every concurrent row equals its serial twin bit for bit
+//   concurrency_test [ROUNDS]   exit 0 when every concurrent row equals its serial twin bit for bit
+//                               (ROUNDS: passes over the images per thread, 1..3, default 3)
 
 #include <pthread.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 #include "mut.h"
 
 #define IMAGES 6
-#define ROUNDS 3
+#define MAX_ROUNDS 3
 #define ROW_FLOATS (MUT_MAX_DETS * MUT_ROW_LEN)
 
 static const struct { int w, h; } k_sizes[IMAGES] = {
@@ -36,10 +37,12 @@ static void run_one(mut_model* m, int i, result* out) {
   memcpy(out->rows, r, out->n * MUT_ROW_LEN * sizeof(float));
 }
 
+static int g_rounds = MAX_ROUNDS;
+
 typedef struct {
   int threads;
   int order;  // 0: images 0..5, 1: 5..0
-  result got[ROUNDS][IMAGES];
+  result got[MAX_ROUNDS][IMAGES];
 } worker;
 
 static void* work(void* arg) {
@@ -47,7 +50,7 @@ static void* work(void* arg) {
   mut_options o = {.threads = wk->threads};
   mut_model* m = NULL;
   CHECK_STATUS(MUT(_create)(&o, &m), CARVE_OK);
-  for (int r = 0; r < ROUNDS; r++) {
+  for (int r = 0; r < g_rounds; r++) {
     for (int k = 0; k < IMAGES; k++) {
       const int i = wk->order ? IMAGES - 1 - k : k;
       run_one(m, i, &wk->got[r][i]);
@@ -57,7 +60,11 @@ static void* work(void* arg) {
   return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    g_rounds = atoi(argv[1]);
+    CHECK(g_rounds >= 1 && g_rounds <= MAX_ROUNDS);
+  }
   for (int i = 0; i < IMAGES; i++) {
     g_images[i] = mut_image(k_sizes[i].w, k_sizes[i].h, (size_t)k_sizes[i].w * 3, 100 + i);
   }
@@ -83,7 +90,7 @@ int main(void) {
       CHECK(pthread_join(t[k], NULL) == 0);
     }
     for (int k = 0; k < 2; k++) {
-      for (int r = 0; r < ROUNDS; r++) {
+      for (int r = 0; r < g_rounds; r++) {
         for (int i = 0; i < IMAGES; i++) {
           const result* a = &workers[k].got[r][i];
           CHECK(a->n == g_serial[i].n);
@@ -92,7 +99,7 @@ int main(void) {
       }
     }
     printf("concurrency_test: 2 contexts x %d worker thread(s), %d runs each: bit-identical to serial (%zu rows)\n",
-           threads, ROUNDS * IMAGES, total_rows);
+           threads, g_rounds * IMAGES, total_rows);
   }
   for (int i = 0; i < IMAGES; i++) {
     free(g_images[i]);
