@@ -17,7 +17,7 @@ const char* carve_status_str(carve_status status) {
     case CARVE_ERR_OUT_OF_MEMORY:
       return "out of memory";
     case CARVE_ERR_BACKEND:
-      return "backend (XNNPACK) failure";
+      return "backend failure (XNNPACK, CUDA or cuBLAS)";
     case CARVE_ERR_IO:
       return "file input/output error";
     case CARVE_ERR_UNSUPPORTED:
