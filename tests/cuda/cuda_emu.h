@@ -89,6 +89,19 @@
 #include <ucontext.h>
 #endif
 
+// AddressSanitizer must be told about every switch between the fibers' stacks.
+#if defined(__SANITIZE_ADDRESS__)
+#define CARVE_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CARVE_EMU_ASAN 1
+#endif
+#endif
+#ifdef CARVE_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #ifndef CARVE_CUDA_EMULATION
 #define CARVE_CUDA_EMULATION 1
 #endif
@@ -355,6 +368,7 @@ struct Fiber {
   uint3 tid;
   unsigned linear;
   bool started, done;
+  void* asan_fake;  // AddressSanitizer's fake stack of the fiber while switched out
 };
 
 struct Barrier {
@@ -374,6 +388,8 @@ struct Block {
   alignas(8) unsigned char lane_slot[kMaxThreads][8];  // shuffle / ballot exchange
 #if defined(__x86_64__) && defined(__linux__)
   void* sched_sp = nullptr;
+  const void* sched_stack = nullptr;  // the scheduler's stack (for AddressSanitizer)
+  size_t sched_stack_size = 0;
 #else
   ucontext_t sched_ctx;
 #endif
@@ -399,9 +415,27 @@ inline unsigned char* stack_of(Block& b, unsigned i) {
 
 inline void set_thread(const Fiber& f) { threadIdx = f.tid; }
 
+// AddressSanitizer's fiber protocol: start_switch before each switch (fake = NULL when the
+// stack being left dies), finish_switch first thing after arriving.
+inline void asan_start(void** fake, const void* bottom, size_t size) {
+#ifdef CARVE_EMU_ASAN
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size;
+#endif
+}
+inline void asan_finish(void* fake, const void** bottom_old, size_t* size_old) {
+#ifdef CARVE_EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+  (void)fake, (void)bottom_old, (void)size_old;
+#endif
+}
+
 // Runs on a fiber's own stack: the thread's body, then back to the scheduler for good.
 inline void fiber_main() {
   Block& b = block();
+  asan_finish(nullptr, &b.sched_stack, &b.sched_stack_size);
   (*b.body)();
   Fiber& f = b.fibers[b.current];
   f.done = true;
@@ -417,6 +451,7 @@ inline void fiber_main() {
     b.block_bar.arrived = 0;
     b.block_bar.generation++;
   }
+  asan_start(nullptr, b.sched_stack, b.sched_stack_size);
 #if defined(__x86_64__) && defined(__linux__)
   void* dead;
   carve_emu_switch(&dead, b.sched_sp);
@@ -436,6 +471,10 @@ inline void fiber_init(Block& b, unsigned i) {
   Fiber& f = b.fibers[i];
   f.started = true;
   f.done = false;
+#ifdef CARVE_EMU_ASAN
+  // A stack reused from an earlier block still carries the poison of its dead frames.
+  __asan_unpoison_memory_region(stack_of(b, i), kFiberStack);
+#endif
 #if defined(__x86_64__) && defined(__linux__)
   // Initial frame popped by carve_emu_switch: control words, six zero registers, the
   // return address carve_emu_fiber_entry (entered with rsp % 16 == 8, as after a call).
@@ -464,22 +503,27 @@ inline void fiber_init(Block& b, unsigned i) {
 inline void resume(Block& b, unsigned i) {
   b.current = i;
   set_thread(b.fibers[i]);
+  void* fake = nullptr;
+  asan_start(&fake, stack_of(b, i), kFiberStack);
 #if defined(__x86_64__) && defined(__linux__)
   carve_emu_switch(&b.sched_sp, b.fibers[i].sp);
 #else
   swapcontext(&b.sched_ctx, &b.fibers[i].ctx);
 #endif
+  asan_finish(fake, nullptr, nullptr);
 }
 
 // From a fiber back to the scheduler (called at barriers).
 inline void yield() {
   Block& b = block();
   Fiber& f = b.fibers[b.current];
+  asan_start(&f.asan_fake, b.sched_stack, b.sched_stack_size);
 #if defined(__x86_64__) && defined(__linux__)
   carve_emu_switch(&f.sp, b.sched_sp);
 #else
   swapcontext(&f.ctx, &b.sched_ctx);
 #endif
+  asan_finish(f.asan_fake, &b.sched_stack, &b.sched_stack_size);
   set_thread(f);  // the scheduler set it already; kept for clarity
 }
 

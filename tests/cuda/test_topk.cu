@@ -98,10 +98,16 @@ static void test_topk(TestCtx& t) {
   }
   // Large: n about 1e6 with k = 1, 300 and 3000 (the global sort network), ties and NaN;
   // k = n on 100003 values (a 2^17 network).
-  check_topk(t, 1000003, 300, TIES, rng, false);
-  check_topk(t, 1000003, 300, SPECIAL, rng, false);
-  check_topk(t, 1000003, 3000, TIES, rng, false);
-  check_topk(t, 1000003, 1, RANDOM, rng, false);
+  // (The AddressSanitizer build, cuda_*_asan, stops at 100003: same code paths, 10x faster.)
+#ifndef CARVE_EMU_ASAN
+  const size_t large = 1000003;
+#else
+  const size_t large = 100003;
+#endif
+  check_topk(t, large, 300, TIES, rng, false);
+  check_topk(t, large, 300, SPECIAL, rng, false);
+  check_topk(t, large, 3000, TIES, rng, false);
+  check_topk(t, large, 1, RANDOM, rng, false);
   check_topk(t, 100003, 100003, SPECIAL, rng, false);
   check_topk(t, 100003, 100003, TIES, rng, false);
   count += 6;

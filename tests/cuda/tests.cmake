@@ -64,6 +64,32 @@ add_test(NAME cuda_nvcc_runtime
                  ${CMAKE_BINARY_DIR}/cuda_nvcc "${carve_cuda_archs}" ${CARVE_CUDA_RUNTIME_SOURCES})
 set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK cpu_heavy)
 
+# The same kernel tests with AddressSanitizer + UBSan on the emulated kernels: device
+# buffers are host allocations here, so an out-of-bounds index in a kernel is reported.
+include(CheckCXXSourceCompiles)
+set(CMAKE_REQUIRED_FLAGS "-fsanitize=address,undefined")
+set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=address,undefined")
+check_cxx_source_compiles("int main() { return 0; }" CARVE_CXX_HAS_ASAN)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+if(CARVE_CXX_HAS_ASAN)
+  set(CARVE_CUDA_ASAN -O1 -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+  add_library(carve_cuda_emu_asan STATIC ${CARVE_CUDA_RUNTIME_SOURCES})
+  carve_cuda_emu_target(carve_cuda_emu_asan)
+  target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
+  target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
+  target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
+  foreach(name emu topk ops pre)
+    add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
+    carve_cuda_emu_target(test_cuda_${name}_asan)
+    target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
+    target_link_options(test_cuda_${name}_asan PRIVATE -fsanitize=address,undefined)
+    target_link_libraries(test_cuda_${name}_asan PRIVATE carve_cuda_emu_asan)
+    add_test(NAME cuda_${name}_asan COMMAND $<TARGET_FILE:test_cuda_${name}_asan>)
+    set_tests_properties(cuda_${name}_asan PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+  endforeach()
+endif()
+
 # ---- generated packages (cuda-gen) ------------------------------------------------------
 # The generated cuda package of every variant, built on the host with the emulation header, against the
 # xnnpack package of the same checkpoint, layer by layer and final (tests/cuda/cuda_vs_xnnpack.py): one test
