@@ -66,7 +66,7 @@ class Ctx:
     def bn_eps(self, prefix: str) -> float:
         info = self.ckpt.modules.get(f"{prefix}.bn")
         if info and "eps" in info.attrs:
-            return float(info.attrs["eps"])
+            return checked_number(info.attrs["eps"], f"{prefix}.bn.eps", self.ckpt.path, 1e-12, 1.0, integer=False)
         return self.default_eps
 
     # -- primitive builders ----------------------------------------------
@@ -107,6 +107,22 @@ class Ctx:
 
     def add(self, name: str, a: str, b: str) -> str:
         return self.gb.add("add", name, [a, b], self.layer, source="residual add")[0]
+
+
+def checked_number(value, what: str, path: str, lo: float, hi: float, integer: bool = True):
+    """A number read from the checkpoint's pickled attributes, refused by name when it is not a
+    finite number in [lo, hi] (an integer when ``integer``): the pickle is untrusted, and a string,
+    None, NaN or 10**12 there must not become a Python error, NaN weights or a huge allocation."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if ok and integer and isinstance(value, float):
+        ok = value.is_integer()
+    if ok:
+        ok = lo <= value <= hi  # False for NaN
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise CarveError(f"{what}: {value!r:.60} where {kind} in [{lo:g}, {hi:g}] is expected",
+                         location=path, hint="the checkpoint's attributes are damaged or not from Ultralytics")
+    return int(value) if integer else float(value)
 
 
 def _fmt(shape) -> str:
@@ -209,6 +225,9 @@ def upsample(ctx: Ctx, p: str, x: str, scale: int) -> str:
     if info is not None:
         mode = info.attrs.get("mode", "nearest")
         sf = info.attrs.get("scale_factor", scale)
+        if isinstance(sf, (list, tuple)) and len(sf) == 2 and sf[0] == sf[1]:
+            sf = sf[0]  # nn.Upsample keeps a per-axis pair when given one
+        sf = checked_number(sf, f"{p}.scale_factor", ctx.ckpt.path, 1, 64, integer=False)
         if mode != "nearest" or float(sf) != float(int(float(sf))):
             raise CarveError(f"{p}: Upsample mode={mode} scale_factor={sf} is not supported (nearest, integer)",
                              location=ctx.ckpt.path)

@@ -31,7 +31,11 @@ def _check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
     if not y:
         return
     for part in ("backbone", "head"):
-        theirs = [list(map(_norm, row)) for row in y.get(part, [])]
+        rows = y.get(part, [])
+        if not (isinstance(rows, list) and all(isinstance(r, list) and len(r) == 4 for r in rows)):
+            raise CarveError(f"the checkpoint's yaml '{part}' is not a list of [from, repeats, module, args] rows",
+                             location=ckpt.path, hint="the checkpoint's attributes are damaged or not from Ultralytics")
+        theirs = [list(map(_norm, row)) for row in rows]
         ours = [list(map(_norm, row)) for row in arch[part]]
         if theirs != ours:
             found = sorted({str(r[2]) for r in theirs} - {str(r[2]) for r in ours})
@@ -40,6 +44,8 @@ def _check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
                 + (f" (modules not in YOLO26: {', '.join(found)})" if found else ""),
                 location=ckpt.path, hint="carve supports the YOLO26 family; is this a YOLOv8/YOLO11/RT-DETR checkpoint?")
     ck_scale = y.get("scale")
+    if ck_scale and not isinstance(ck_scale, str):
+        raise CarveError(f"the checkpoint's yaml scale is {ck_scale!r:.40}, not a name", location=ckpt.path)
     if ck_scale and ck_scale != scale:
         raise CarveError(f"checkpoint is scale '{ck_scale}' but {manifest.path} names scale '{scale}'",
                          location=ckpt.path, hint=f"use manifests/yolo26{ck_scale}.yaml")
@@ -67,18 +73,23 @@ def build_graph(manifest, arch: dict, ckpt, imgsz=None):
                          "(Ultralytics' centre crop)", location=manifest.where("input.imgsz"))
     _check_same_architecture(arch, ckpt, manifest.scale, manifest)
     depth, width, max_ch = arch["scales"][manifest.scale]
-    nc = int((ckpt.yaml or {}).get("nc", arch.get("nc", 80)))
-    head_info = ckpt.modules.get(f"model.{len(arch['backbone']) + len(arch['head']) - 1}")
+    nc = M.checked_number((ckpt.yaml or {}).get("nc", arch.get("nc", 80)), "yaml.nc", ckpt.path, 1, 100000)
+    head_path = f"model.{len(arch['backbone']) + len(arch['head']) - 1}"
+    head_info = ckpt.modules.get(head_path)
     if head_info and "nc" in head_info.attrs:
-        nc = int(head_info.attrs["nc"])
-    max_det = int(head_info.attrs.get("max_det", 300)) if head_info else 300
+        nc = M.checked_number(head_info.attrs["nc"], f"{head_path}.nc", ckpt.path, 1, 100000)
+    max_det = M.checked_number(head_info.attrs.get("max_det", 300), f"{head_path}.max_det", ckpt.path, 1,
+                               100000) if head_info else 300
 
     gb = GraphBuilder(manifest.name, (in_h, in_w, 3))
     # BN eps when the checkpoint does not say: initialize_weights sets 1e-3 on det-type models; cls keeps 1e-5
     ctx = M.Ctx(gb=gb, ckpt=ckpt, default_eps=1e-5 if manifest.task == "classify" else 1e-3)
     kpt = (ckpt.yaml or {}).get("kpt_shape") or arch.get("kpt_shape") or (17, 3)
-    spec = HeadSpec(nc=nc, imgsz=in_h, max_det=max_det, width=width, max_channels=max_ch,
-                    kpt_shape=tuple(int(v) for v in kpt))
+    if not (isinstance(kpt, (list, tuple)) and len(kpt) == 2):
+        raise CarveError(f"yaml.kpt_shape: {kpt!r:.60} where [keypoints, 2 or 3] is expected", location=ckpt.path)
+    kpt = (M.checked_number(kpt[0], "yaml.kpt_shape[0]", ckpt.path, 1, 1000),
+           M.checked_number(kpt[1], "yaml.kpt_shape[1]", ckpt.path, 2, 3))
+    spec = HeadSpec(nc=nc, imgsz=in_h, max_det=max_det, width=width, max_channels=max_ch, kpt_shape=kpt)
     outs: list = []
     outputs: dict = {}
     layers = arch["backbone"] + arch["head"]
