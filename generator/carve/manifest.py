@@ -91,9 +91,13 @@ def _record_lines(node: yaml.Node, lines: dict, prefix: str, path: str, seen: se
     few lines expand into billions of nodes."""
     seen = set() if seen is None else seen
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-        if id(node) in seen:
+        if id(node) in seen:  # reported at the key that holds the alias (the node's own mark is the anchor's)
+            holder = prefix
+            while holder.endswith("]"):
+                holder = holder[: holder.rindex("[")]
+            line = lines.get(holder, node.start_mark.line + 1)
             raise CarveError(f"{prefix or 'the document'}: YAML anchors and aliases are not supported in manifests",
-                             location=f"{path}:{node.start_mark.line + 1}")
+                             location=f"{path}:{line}")
         seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for knode, vnode in node.value:
