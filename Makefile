@@ -73,7 +73,7 @@ FUZZ_WORK = $(BUILD)/security-fuzz
 fuzz: fuzz-checkpoint fuzz-manifest fuzz-entry
 fuzz-checkpoint fuzz-manifest: fuzz-%: install-test
 	@mkdir -p $(FUZZ_WORK)/$* $(FUZZ_WORK)/findings-$*
-	python3 tests/security/fuzz_$*.py -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=4096 \
+	python3 tests/security/fuzz_$*.py -max_total_time=$(FUZZ_SECONDS) -timeout=120 -rss_limit_mb=4096 \
 	  -artifact_prefix=$(FUZZ_WORK)/findings-$*/ $(FUZZ_WORK)/$*
 fuzz-entry: install-test
 	python3 tests/security/run_security.py setup --work $(FUZZ_WORK)/entry
