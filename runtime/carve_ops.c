@@ -18,6 +18,23 @@
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
+// ---- Instruction sets ---------------------------------------------------------
+//
+// The hot loops (epilogue, attention) are compiled three times: for AVX-512
+// (x86-64-v4), AVX2 + FMA (x86-64-v3) and the baseline the package is built for,
+// and the dynamic loader picks the best one the CPU has (target_clones, an ELF
+// ifunc). The package still runs on any x86-64. The clones evaluate the same
+// float operations in the same order (GCC in ISO C mode does not contract
+// a * b + c into an FMA), so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CARVE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef CARVE_SIMD_CLONES
+#define CARVE_SIMD_CLONES
+#endif
+
 static size_t div_round_up(size_t n, size_t d) { return (n + d - 1) / d; }
 
 // ---- exp --------------------------------------------------------------------
@@ -84,7 +101,7 @@ typedef struct epilogue_ctx {
 static inline float silu(float x) { return x / (1.0f + exp_u10(-x)); }
 
 // y[p][c] = act(y[p][c]) + r[p][c] for pixels [start, start + count).
-static void epilogue_task(void* context, size_t start, size_t count) {
+CARVE_SIMD_CLONES static void epilogue_task(void* context, size_t start, size_t count) {
   const epilogue_ctx* ctx = context;
   const size_t channels = ctx->channels;
   const int act = ctx->act == CARVE_ACT_SILU;
@@ -175,38 +192,53 @@ typedef struct attention_ctx {
 
 _Static_assert(CARVE_ATTN_GROUP == 4, "attention_scores and the v loop are written for 4 rows");
 
+// Keys whose scores are accumulated side by side (vector lanes) in attention_scores.
+#define CARVE_ATTN_KEY_BLOCK 16
+
 // Scores of CARVE_ATTN_GROUP query rows against every key:
 //   p[g][j] = (float)(scale * sum_d q_g[d] k_j[d]), dot products in double.
-static void attention_scores(const float* const q[CARVE_ATTN_GROUP], const float* k_base,
-                             size_t stride, size_t n, size_t kd, float scale,
-                             float* const p[CARVE_ATTN_GROUP]) {
-  for (size_t j = 0; j < n; j++) {
-    const float* k = k_base + j * stride;
-    double d0 = 0.0, d1 = 0.0, d2 = 0.0, d3 = 0.0;
+// Each dot product is summed over d in order from 0.0; keys go CARVE_ATTN_KEY_BLOCK
+// at a time so that the sums of a block vectorise across keys.
+static inline void attention_scores(const float* const q[CARVE_ATTN_GROUP], const float* k_base,
+                                    size_t stride, size_t n, size_t kd, float scale,
+                                    float* const p[CARVE_ATTN_GROUP]) {
+  for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_KEY_BLOCK) {
+    const size_t nj = min_size(CARVE_ATTN_KEY_BLOCK, n - j0);
+    double acc[CARVE_ATTN_GROUP][CARVE_ATTN_KEY_BLOCK] = {{0.0}};
     for (size_t d = 0; d < kd; d++) {
-      const double kj = (double)k[d];
-      d0 += (double)q[0][d] * kj;
-      d1 += (double)q[1][d] * kj;
-      d2 += (double)q[2][d] * kj;
-      d3 += (double)q[3][d] * kj;
+      double kv[CARVE_ATTN_KEY_BLOCK] = {0.0};  // k_j[d] of the block's keys (0 past the last key)
+      for (size_t jj = 0; jj < nj; jj++) {
+        kv[jj] = (double)k_base[(j0 + jj) * stride + d];
+      }
+      const double q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d];
+      for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+        acc[0][jj] += q0 * kv[jj];
+        acc[1][jj] += q1 * kv[jj];
+        acc[2][jj] += q2 * kv[jj];
+        acc[3][jj] += q3 * kv[jj];
+      }
     }
-    p[0][j] = (float)(d0 * scale);
-    p[1][j] = (float)(d1 * scale);
-    p[2][j] = (float)(d2 * scale);
-    p[3][j] = (float)(d3 * scale);
+    for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+      for (size_t jj = 0; jj < nj; jj++) {
+        p[g][j0 + jj] = (float)(acc[g][jj] * scale);
+      }
+    }
   }
 }
 
 // Softmax numerators in place, p[j] = exp(p[j] - max_j p[j]); returns 1 / sum_j p[j].
 // A NaN score makes the whole row NaN, as in PyTorch.
-static double attention_softmax(float* p, size_t n) {
+// The exponentials are one loop (it vectorises), the sum in order another.
+static inline double attention_softmax(float* p, size_t n) {
   float max_s = -INFINITY;
   for (size_t j = 0; j < n; j++) {
     max_s = p[j] > max_s ? p[j] : max_s;
   }
-  double sum = 0.0;
   for (size_t j = 0; j < n; j++) {
     p[j] = exp_u10(p[j] - max_s);
+  }
+  double sum = 0.0;
+  for (size_t j = 0; j < n; j++) {
     sum += (double)p[j];
   }
   return 1.0 / sum;
@@ -217,7 +249,7 @@ static double attention_softmax(float* p, size_t n) {
 // v row read serves four queries:
 //   out[i][e] = sum_j p[i][j] v[j][e] / sum_j p[i][j].
 // A short last group repeats its last row; the copies are computed, not stored.
-static void attention_task(void* context, size_t start, size_t count) {
+CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t count) {
   const attention_ctx* ctx = context;
   const size_t n = ctx->n, kd = ctx->key_dim, hd = ctx->head_dim;
   const size_t stride = ctx->qkv_stride;

@@ -1,8 +1,16 @@
 // carve runtime: XNNPACK operator wrappers. See carve_xnn.h.
 
+#define _DEFAULT_SOURCE  // madvise
+
 #include "carve_xnn.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 static carve_status from_xnn(enum xnn_status s) {
   switch (s) {
@@ -89,6 +97,76 @@ carve_status carve_xnn_create(const carve_xnn_desc* d, const float* weights, flo
 // ---- Run / delete ---------------------------------------------------------
 
 carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool) { return from_xnn(xnn_run_operator(op, pool)); }
+
+// ---- Weight pages ---------------------------------------------------------
+
+int carve_xnn_weights_releasable(const void* weights, size_t bytes) {
+#if defined(__linux__)
+  if (weights == NULL || bytes == 0) {
+    return 0;
+  }
+  const uintptr_t lo = (uintptr_t)weights, hi = lo + bytes;
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (maps == NULL) {
+    return 0;
+  }
+  // Lines: "start-end perms offset major:minor inode path". The blob may span
+  // consecutive mappings of the same file (all read-only, inode != 0).
+  int ok = 0;
+  uintptr_t covered = lo;
+  char line[512];
+  while (fgets(line, sizeof line, maps) != NULL) {
+    unsigned long start = 0, end = 0, inode = 0;
+    char perms[8] = {0};
+    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu", &start, &end, perms, &inode) != 4) {
+      continue;
+    }
+    if (start <= covered && covered < end) {
+      if (inode == 0 || perms[1] != '-') {
+        break;  // anonymous or writable: releasing could lose data
+      }
+      covered = end;
+      if (covered >= hi) {
+        ok = 1;
+        break;
+      }
+    }
+  }
+  fclose(maps);
+  return ok;
+#else
+  (void)weights;
+  (void)bytes;
+  return 0;
+#endif
+}
+
+void carve_xnn_release_weights(const void* weights, size_t bytes) {
+#if defined(__linux__)
+  const long page = sysconf(_SC_PAGESIZE);
+  if (weights == NULL || page <= 0) {
+    return;
+  }
+  // Only the whole pages inside the blob: the first and last may hold other data.
+  const uintptr_t p = (uintptr_t)page;
+  const uintptr_t start = ((uintptr_t)weights + p - 1) / p * p;
+  const uintptr_t end = ((uintptr_t)weights + bytes) / p * p;
+  if (end > start) {
+    (void)madvise((void*)start, end - start, MADV_DONTNEED);  // advice only: failure changes nothing
+  }
+#else
+  (void)weights;
+  (void)bytes;
+#endif
+}
+
+void carve_xnn_release_weights_before(const carve_xnn_desc* d, const float* weights) {
+  if (d == NULL || weights == NULL || d->weight_off == 0) {
+    return;  // no weights (pools, copies), or the first tensor of the blob
+  }
+  const size_t first = d->bias_off != 0 && d->bias_off < d->weight_off ? d->bias_off : d->weight_off;
+  carve_xnn_release_weights(weights, first * sizeof(float));
+}
 
 void carve_xnn_delete_all(xnn_operator_t* ops, size_t count) {
   for (size_t i = 0; i < count; i++) {

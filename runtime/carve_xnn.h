@@ -48,6 +48,27 @@ carve_status carve_xnn_create(const carve_xnn_desc* d, const float* weights, flo
 // Runs an operator that was set up at create.
 carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool);
 
+// ---- Weight pages -----------------------------------------------------------
+//
+// XNNPACK packs its own copy of every tensor at create, so the float32 blob is
+// not read again afterwards. When the blob lies in a read-only, file-backed
+// mapping (the .rodata of the binary, on Linux), its pages can leave the resident
+// set: they are clean and would be read back from the file if ever touched again.
+
+// 1 when [weights, weights + bytes) is in one read-only file-backed mapping
+// (Linux, /proc/self/maps), so that releasing its pages loses nothing; else 0.
+int carve_xnn_weights_releasable(const void* weights, size_t bytes);
+
+// Drops the whole pages of [weights, weights + bytes) from the resident set
+// (madvise MADV_DONTNEED). Only for a range carve_xnn_weights_releasable accepted.
+void carve_xnn_release_weights(const void* weights, size_t bytes);
+
+// After creating the operator of d: releases the blob's pages below d's own
+// tensors. The generator lays the blob out in operator order, so every tensor
+// there is packed already; called after each create, this keeps the float32 blob
+// out of the peak resident set too.
+void carve_xnn_release_weights_before(const carve_xnn_desc* d, const float* weights);
+
 // Deletes every non-NULL operator of the array and clears it.
 void carve_xnn_delete_all(xnn_operator_t* ops, size_t count);
 
