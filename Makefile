@@ -21,7 +21,7 @@ PKG ?= generated/$(MODEL)-$(BACKEND)
 DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,2)
 DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 
-.PHONY: demo test install install-test clean help
+.PHONY: demo test install install-test clean help bench
 
 help:
 	@echo "make demo   install what is missing, generate $(MODEL) for $(BACKEND), build it, run it on a sample image"
@@ -29,6 +29,7 @@ help:
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points"
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
+	@echo "make bench  carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch; writes docs/performance.md (slow)"
 
 install:
 	@sh tools/install.sh
@@ -86,3 +87,16 @@ CUDA_MODEL ?= yolo26n
 .PHONY: cuda-check
 cuda-check: install-test
 	PATH="$$PATH:/usr/local/cuda/bin" python3 tools/cuda_check.py --model $(CUDA_MODEL) --work $(BUILD)/work
+
+# CPU benchmark (bench/, docs/performance.md). Not part of CI. The peers (bench/requirements.txt) go into a venv that
+# sees the system's torch and ultralytics, so installing them changes nothing for the tests. BENCH_ARGS is passed
+# to bench/bench.py, e.g. `make bench BENCH_ARGS="--models yolo26n --threads 2"`.
+BENCH_VENV = $(BUILD)/bench-venv
+BENCH_ARGS ?=
+$(BENCH_VENV)/.installed: bench/requirements.txt
+	python3 -m venv --system-site-packages $(BENCH_VENV)
+	PIP_CACHE_DIR=$(BUILD)/.cache/pip $(BENCH_VENV)/bin/pip install -q --disable-pip-version-check -r bench/requirements.txt
+	@touch $@
+
+bench: install-test $(BENCH_VENV)/.installed
+	PATH="$(abspath $(BENCH_VENV))/bin:$$PATH" JOBS=$(JOBS) $(BENCH_VENV)/bin/python bench/bench.py $(BENCH_ARGS)

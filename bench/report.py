@@ -105,103 +105,48 @@ def chart(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(results: list[dict], machine: dict, docs: Path) -> None:
-    order = {"yolo26n": 0, "yolo26s": 1, "yolo26n-seg": 2}
-    results = sorted(results, key=lambda r: (order.get(r["model"], 9), r["model"], r["threads"]))
-    chart(results, docs / "perf.png")
+BEGIN = "<!-- bench:begin (written by bench/report.py from build/bench/results/*.json; edit outside) -->"
+END = "<!-- bench:end -->"
+
+
+def measured_block(results: list[dict], machine: dict) -> list[str]:
+    """The measured part of docs/performance.md: machine, targets, one table per model and thread count."""
     peak = results[0]["fma_peak"]
+    peaks = "; ".join(
+        f"{k[1:]} thread{'s' if k != 't1' else ''}: " + ", ".join(
+            f"{isa} {v['gflops_per_core']:.1f} ({v['gflops_per_core_wall']:.1f} wall-clock)"
+            for isa, v in d.items() if isinstance(v, dict))
+        for k, d in peak.items())
     lines = [
-        "# Performance: carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch on the CPU",
-        "",
-        "<!-- The tables and docs/perf.png are written by bench/report.py from build/bench/results/*.json "
-        "(make bench); the text around them is in bench/report.py too. -->",
-        "",
-        "```sh",
-        "make bench                                                        # about 40 min on a loaded 2-core machine",
-        "build/bench-venv/bin/python bench/bench.py --models yolo26n --threads 2 --runs 30   # one configuration",
-        "build/bench-venv/bin/python bench/bench.py --report               # re-render this page from the results",
-        "```",
-        "",
         f"Machine: {machine['cpu']}, {machine['cores']} cores ({', '.join(machine['isa'])}), Linux "
-        f"{machine['kernel']}, Python {machine['python']}. FMA peak per core (bench/fma_peak.c, best of 5): "
-        + ", ".join(f"{k[1:]} thread{'s' if k != 't1' else ''}: " + ", ".join(
-            f"{isa} {v['gflops_per_core']:.1f}" for isa, v in d.items() if isinstance(v, dict)) + " GFLOP/s"
-            for k, d in peak.items()) + ".",
+        f"{machine['kernel']}, Python {machine['python']}.",
         "",
-        "**The machine is shared**: 2 cores, with other engineers compiling and testing and a training job during "
-        "the run. The load average of each configuration is printed with its table. The systems run interleaved "
-        "(one inference each, in rotating order, round after round), so the load falls on all of them alike and "
-        "the ratios between systems mean more than the absolute times. The FMA peak is measured under the same "
-        "load (best of 5 repeats), so it and the efficiencies are approximate.",
+        f"FMA peak per core in GFLOP/s (bench/fma_peak.c, best of 5; per CPU-second the thread was given, in "
+        f"brackets per wall-clock second under the load of that moment): {peaks}.",
         "",
         "![end-to-end latency per system](perf.png)",
         "",
-        "## Targets (yolo26n, 640, 2 threads, the same run)",
+        "### Targets (yolo26n, 640, 2 threads, the same run)",
         "",
         "| target | measured | |",
         "|---|---|---|",
         *targets(results),
         "",
-        "## Results",
-        "",
     ]
     for r in results:
         lines += table(r)
-    lines += [
-        "## What is measured",
-        "",
-        "* **Same weights, same image, same threads.** One random-weight checkpoint per model "
-        "(`tools/oracle.py make-checkpoint`, realistic BatchNorm statistics) feeds both carve and every exporter. "
-        "The image is Ultralytics' `bus.jpg` (810x1080), decoded once by OpenCV and stored as PNG, so that carve "
-        "(stb_image) and the peers (OpenCV) get the same pixels. Image decoding is not timed.",
-        "* **End to end** (e2e) is pre-processing + network + post-processing, for every system: Ultralytics' "
-        "`LetterBox(640, auto=False)` (peers, in Python with OpenCV) or carve's bit-exact C letterbox; the network "
-        "with YOLO26's end-to-end head (decode and top-300) inside; then the rows above conf 0.25 with boxes mapped "
-        "back to the image (`ops.scale_boxes` for peers, `carve_scale_boxes_xyxy` in carve). For yolo26n-seg the "
-        "timed run ends at the rows and prototypes: masks are not rasterised (random weights put ~300 detections "
-        "above 0.25, and rasterising them would time the mask upsampler rather than the network).",
-        "* **Network only** is the inference call alone: `InferenceSession.run`, `InferRequest.infer`, "
-        "`Method.execute`, `model(x)` under `torch.inference_mode`; for carve the sum of its per-layer times of "
-        "that run (`<model>_layer_ms`, the same numbers `<model>_demo --profile` prints).",
-        "* **Efficiency** = model FLOPs (carve's count, a multiply-add = 2; `<NAME>_FLOPS`) / (network median x "
-        "threads x FMA peak per core at that thread count).",
-        "* **Init** is the time to create a ready-to-run model in a fresh process: `<model>_create` (XNNPACK "
-        "packs the weights), `InferenceSession(...)`, `compile_model` + `create_infer_request`, "
-        "`load_program` + `load_method`, Ultralytics' checkpoint load + `fuse()`.",
-        "* **Peak RSS** is `getrusage(RUSAGE_SELF).ru_maxrss` of each system's process after all its runs; in "
-        "brackets the growth over the process's own peak before the model was created (for the Python peers "
-        "that baseline is the interpreter with numpy, OpenCV, torch and Ultralytics, which the shared pre/post "
-        "code imports).",
-        "* **Sizes**: the model file(s) each system loads (carve: the whole runner executable, weights linked in), "
-        "and the shared libraries that do the inference (carve: libXNNPACK, libpthreadpool, libcpuinfo; ONNX Runtime: "
-        "its capi .so; OpenVINO: core + CPU plugin + IR frontend; ExecuTorch: the pybindings .so; PyTorch: "
-        "libtorch_cpu + libc10).",
-        "* **Agreement**: the last column is the largest coordinate difference of the top-5 rows against carve's, "
-        "checking that every system ran the same model on the same pixels.",
-        "",
-        "### The peers",
-        "",
-        "| system | version source | artifact | threads |",
-        "|---|---|---|---|",
-        "| ONNX Runtime | `bench/requirements.txt` | Ultralytics' ONNX export (`nms=False` keeps the end-to-end head, "
-        "`simplify=False`) | `intra_op_num_threads`, sequential, all graph optimisations |",
-        "| OpenVINO | `bench/requirements.txt` | Ultralytics' OpenVINO IR export (fp32) | `INFERENCE_NUM_THREADS`, "
-        "`PERFORMANCE_HINT=LATENCY`, `INFERENCE_PRECISION_HINT=f32` (it would pick bf16 on this CPU otherwise) |",
-        "| ExecuTorch | `bench/requirements.txt` (1.0, built for the installed torch 2.9) | the fused Ultralytics module, "
-        "end-to-end head on, `torch.export` + `to_edge_transform_and_lower(XnnpackPartitioner)` (bench/export.py; "
-        "Ultralytics' own ExecuTorch export drops the end-to-end branch) | `_unsafe_reset_threadpool(N)` |",
-        "| PyTorch eager | the test environment's torch | the checkpoint, `fuse()`d, end-to-end head | "
-        "`torch.set_num_threads(N)`, 1 inter-op thread |",
-        "",
-        "torch.compile is not included: compiling YOLO26 with inductor takes minutes on this machine.",
-        "",
-        "## Where carve's time goes",
-        "",
-        "`<model>_demo IMAGE --profile` prints the per-layer table (layer, op, ms, share, GFLOP/s) of the last "
-        "run. See [the optimisation notes](#optimisation-notes).",
-        "",
-    ]
-    notes = docs / "performance-notes.md"
-    if notes.exists():
-        lines += ["## Optimisation notes", "", notes.read_text().strip(), ""]
-    (docs / "performance.md").write_text("\n".join(lines))
+    return lines
+
+
+def write_report(results: list[dict], machine: dict, docs: Path) -> None:
+    order = {"yolo26n": 0, "yolo26s": 1, "yolo26n-seg": 2}
+    results = sorted(results, key=lambda r: (order.get(r["model"], 9), r["model"], r["threads"]))
+    chart(results, docs / "perf.png")
+    block = "\n".join([BEGIN, "", *measured_block(results, machine), END])
+    path = docs / "performance.md"
+    text = path.read_text() if path.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"bench/report.py: {path}: the markers {BEGIN!r} and {END!r} are missing")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(head + block + tail)

@@ -1,0 +1,103 @@
+"""Smoke test of the benchmark harness's own parts (no peers, no models): the FMA peak microbenchmark and the report.
+
+    python3 -m pytest -q tests/bench       # about 10 s; needs a C compiler and matplotlib
+
+The report is fed one result built from a real fma_peak run and latencies chosen here as inputs; the test checks
+the arithmetic the report states (efficiency, speed-up, RSS budget) against its own definitions, the verdicts at
+both sides of each target, and that the measured block replaces only what lies between the markers.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import report  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def peak(tmp_path_factory) -> dict:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("fma") / "fma_peak"
+    subprocess.run([cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pthread", str(ROOT / "bench/fma_peak.c"),
+                    "-o", str(exe)], check=True)
+    out = {}
+    for t in (1, 2):
+        r = subprocess.run([str(exe), "--threads", str(t), "--seconds", "0.02"], capture_output=True, text=True,
+                           check=True)
+        out[f"t{t}"] = json.loads(r.stdout)
+    return out
+
+
+def test_fma_peak_reports_positive_consistent_numbers(peak):
+    for t, d in peak.items():
+        assert d["threads"] == int(t[1:])
+        isas = {k: v for k, v in d.items() if isinstance(v, dict)}
+        assert isas, "no instruction set measured"
+        for v in isas.values():
+            assert v["gflops_per_core"] > 0
+            # CPU time <= wall-clock time, so the per-CPU-second rate is at least the wall-clock one (5% slack for
+            # clock granularity on very short repeats).
+            assert v["gflops_per_core"] >= 0.95 * v["gflops_per_core_wall"]
+        assert d["best_per_core"] == max(v["gflops_per_core"] for v in isas.values())
+
+
+def test_fma_peak_rejects_bad_arguments(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "fma_peak"
+    subprocess.run([cc, "-std=c11", "-O2", "-pthread", str(ROOT / "bench/fma_peak.c"), "-o", str(exe)], check=True)
+    for args in (["--threads", "0"], ["--threads", "65"], ["--bogus"]):
+        assert subprocess.run([str(exe), *args], capture_output=True).returncode == 2
+
+
+def result(peak: dict, threads: int, carve_ms: float, peer_ms: float, rss_mib: float) -> dict:
+    def system(ms: float, rss_kb: int) -> dict:
+        return {"init_ms": 100.0, "detections": 300, "top_rows": [], "max_box_diff_vs_first_px": 0.0,
+                "e2e_ms": [ms] * 3, "net_ms": [ms * 0.9] * 3, "e2e_median": ms, "e2e_p90": ms * 1.1,
+                "net_median": ms * 0.9, "net_p90": ms, "maxrss_kb": rss_kb, "baseline_rss_kb": 1024,
+                "artifact_bytes": 1 << 20, "runtime_lib_bytes": 1 << 21, "runtime_libs": []}
+    return {"model": "yolo26n", "threads": threads, "runs": 3, "warmup": 1, "imgsz": 640, "flops": 5_480_000_000,
+            "weight_bytes": 9 << 20, "arena_bytes": 14 << 20, "load_before": [1.0, 1.0, 1.0],
+            "load_during_mean": 1.0, "load_after": [1.0, 1.0, 1.0], "fma_peak": peak,
+            "systems": {"carve": system(carve_ms, int(rss_mib * 1024)), "onnxruntime": system(peer_ms, 600_000)}}
+
+
+def test_targets_follow_their_definitions(peak):
+    fast = result(peak, 2, carve_ms=10.0, peer_ms=16.0, rss_mib=30.0)   # 1.6x, RSS under 9 + 14 + 16 MiB
+    slow = result(peak, 2, carve_ms=10.0, peer_ms=14.0, rss_mib=40.0)   # 1.4x, RSS over it
+    lines = report.targets([fast])
+    assert "**1.60x**" in lines[0] and lines[0].endswith("| met |")
+    eff = report.efficiency(fast["flops"], 9.0, 2, peak["t2"]["best_per_core"])
+    assert abs(eff - fast["flops"] / (9e-3 * 2 * peak["t2"]["best_per_core"] * 1e9)) < 1e-12
+    assert f"{100 * eff:.1f}%" in lines[1]
+    assert lines[-1].endswith("| met |")
+    lines = report.targets([slow])
+    assert "**1.40x**" in lines[0] and lines[0].endswith("| not met |")
+    assert lines[-1].endswith("| not met |")
+
+
+def test_report_replaces_only_the_marked_block(peak, tmp_path):
+    docs = tmp_path
+    (docs / "performance.md").write_text(f"# Title\n\nprose before\n\n{report.BEGIN}\nold\n{report.END}\n\nprose after\n")
+    rs = [result(peak, 1, 20.0, 25.0, 35.0), result(peak, 2, 12.0, 15.0, 35.0)]
+    machine = {"cpu": "test cpu", "cores": 2, "isa": ["avx2"], "kernel": "k", "python": "3"}
+    report.write_report(rs, machine, docs)
+    text = (docs / "performance.md").read_text()
+    assert text.startswith("# Title\n\nprose before\n\n") and text.endswith("\n\nprose after\n")
+    assert "old" not in text and text.count(report.BEGIN) == 1 and text.count(report.END) == 1
+    assert "yolo26n, 640x640, 1 thread**" in text and "yolo26n, 640x640, 2 threads**" in text
+    assert (docs / "perf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (docs / "performance.md").write_text("# no markers\n")
+    with pytest.raises(SystemExit):
+        report.write_report(rs, machine, docs)
