@@ -22,6 +22,11 @@ def peak_for(r: dict) -> float:
     return r["fma_peak"][f"t{r['threads']}"]["best_per_core"]
 
 
+def wall_peak_for(r: dict) -> float:
+    """The FMA loop's rate per wall-clock second under the load of the run: the peak a process got then."""
+    return r["fma_peak"][f"t{r['threads']}"]["best_per_core_wall"]
+
+
 def targets(results: list[dict]) -> list[str]:
     r = next((x for x in results if x["model"] == "yolo26n" and x["threads"] == 2), None)
     if r is None or "carve" not in r["systems"]:
@@ -39,14 +44,18 @@ def targets(results: list[dict]) -> list[str]:
     peak = peak_for(r)
     eff2 = efficiency(r["flops"], c["net_median"], 2, peak)
     eff2e = efficiency(r["flops"], c["e2e_median"], 2, peak)
+    effw = efficiency(r["flops"], c["net_median"], 2, wall_peak_for(r))
     lines.append(f"| efficiency ≥ 60% of the FMA peak (2 threads) | {100 * eff2:.1f}% of the network "
-                 f"({100 * eff2e:.1f}% counting pre/post), peak {peak:.1f} GFLOP/s per core | "
+                 f"({100 * eff2e:.1f}% counting pre/post), peak {peak:.1f} GFLOP/s per core; against the peak the "
+                 f"FMA loop got under the same load ({wall_peak_for(r):.1f} GFLOP/s): {100 * effw:.0f}% | "
                  f"{'met' if eff2 >= 0.6 else 'not met'} |")
     r1 = next((x for x in results if x["model"] == "yolo26n" and x["threads"] == 1), None)
     if r1 is not None and "carve" in r1["systems"]:
         eff1 = efficiency(r1["flops"], r1["systems"]["carve"]["net_median"], 1, peak_for(r1))
+        effw1 = efficiency(r1["flops"], r1["systems"]["carve"]["net_median"], 1, wall_peak_for(r1))
         lines.append(f"| single-thread efficiency (reported beside it) | {100 * eff1:.1f}% of the network, "
-                     f"peak {peak_for(r1):.1f} GFLOP/s | (no target) |")
+                     f"peak {peak_for(r1):.1f} GFLOP/s; against the loaded peak ({wall_peak_for(r1):.1f} GFLOP/s): "
+                     f"{100 * effw1:.0f}% | (no target) |")
     lines.append(f"| init < 150 ms | {c['init_ms']:.1f} ms | {'met' if c['init_ms'] < 150 else 'not met'} |")
     budget = r["weight_bytes"] + r["arena_bytes"] + 16 * MIB
     rss = c["maxrss_kb"] * 1024
@@ -64,16 +73,17 @@ def table(r: dict) -> list[str]:
         f"load average {r['load_before'][0]:.2f} before, {r['load_during_mean']:.2f} mean during, "
         f"{r['load_after'][0]:.2f} after)",
         "",
-        "| system | e2e median ms | e2e p90 ms | network median ms | network p90 ms | efficiency | init ms | "
+        "| system | e2e median ms | e2e p90 ms | network median ms | network p90 ms | efficiency (vs loaded peak) | init ms | "
         "peak RSS MiB (over baseline) | model file MiB | runtime libs MiB | detections | top-5 box Δ px |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in sorted(r["systems"].items(), key=lambda kv: kv[1]["e2e_median"]):
         eff = efficiency(r["flops"], s["net_median"], r["threads"], peak)
+        effw = efficiency(r["flops"], s["net_median"], r["threads"], wall_peak_for(r))
         diff = s["max_box_diff_vs_first_px"]
         out.append(
             f"| {SYSTEM_NAMES[name]} | {s['e2e_median']:.1f} | {s['e2e_p90']:.1f} | {s['net_median']:.1f} | "
-            f"{s['net_p90']:.1f} | {100 * eff:.1f}% | {s['init_ms']:.0f} | {s['maxrss_kb'] / 1024:.0f} "
+            f"{s['net_p90']:.1f} | {100 * eff:.1f}% ({100 * effw:.0f}%) | {s['init_ms']:.0f} | {s['maxrss_kb'] / 1024:.0f} "
             f"({(s['maxrss_kb'] - s['baseline_rss_kb']) / 1024:.0f}) | {s['artifact_bytes'] / MIB:.1f} | "
             f"{s['runtime_lib_bytes'] / MIB:.1f} | {s['detections']} | "
             f"{'-' if diff is None else f'{diff:.3f}'} |")
