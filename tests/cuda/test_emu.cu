@@ -5,7 +5,13 @@
 // Built with g++ -x c++ -include tests/cuda/cuda_emu.h (tests/cuda/tests.cmake).
 
 #include <cassert>
+#include <csignal>
 #include <cstdio>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -92,6 +98,30 @@ __global__ void early_exit(int* out) {
   s[t] = (int)t;
   __syncthreads();
   out[t] = s[89 - t];
+}
+
+// A barrier in divergent code: thread 0 returns at once, the others wait at __syncthreads.
+// Undefined in CUDA; the emulator aborts with a message instead of hanging.
+__global__ void divergent_barrier(int* out) {
+  if (threadIdx.x == 0) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+// Runs f in a child process; true when the child was killed by SIGABRT.
+template <typename F>
+static bool aborts(F f) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    f();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
 }
 
 int main() {
@@ -292,6 +322,12 @@ int main() {
           CUBLAS_STATUS_INVALID_VALUE);  // lda < m
     CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
     std::printf("host GEMM / GEMV ok\n");
+  }
+  // Divergent barrier: an abort with a message, not a hang.
+  {
+    std::vector<int> out(64, 0);
+    CHECK(aborts([&]() { CARVE_LAUNCH(divergent_barrier, 1, 64, nullptr, out.data()); }));
+    std::printf("divergent barrier aborts ok\n");
   }
   std::printf("test_emu: all ok\n");
   return 0;
