@@ -70,12 +70,23 @@ extern "C" {
 // What every call needs: the stream its work goes on and a cuBLAS handle bound to
 // that stream (math mode CUBLAS_DEFAULT_MATH with CUBLAS_PEDANTIC_MATH where
 // available: no TF32, so results stay float32 GEMMs). Owned by the generated code.
+// (Added by the runtime, 2026-11-22: blas_workspace, the cuBLAS workspace allocated
+// once at init, so that cuBLAS never allocates inside a run or a graph capture;
+// generated code only calls init / destroy and reads `stream`.)
 typedef struct carve_cu_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
+  void* blas_workspace;  // device, CARVE_CU_BLAS_WORKSPACE_BYTES (32 MiB on sm_90+)
 } carve_cu_ctx;
 
-// cublasCreate + cublasSetStream + math mode; cublasDestroy. Host functions.
+// cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
+#define CARVE_CU_BLAS_WORKSPACE_BYTES ((size_t)4 << 20)
+#define CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 ((size_t)32 << 20)
+
+// cublasCreate + cublasSetStream + math mode + cudaMalloc and cublasSetWorkspace of
+// the workspace (CARVE_ERR_OUT_OF_MEMORY when that fails); cublasDestroy + cudaFree
+// (accepts NULL and a context whose init failed). Host functions; init allocates,
+// nothing else in this file does.
 carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream);
 void carve_cu_ctx_destroy(carve_cu_ctx* ctx);
 

@@ -19,24 +19,44 @@ extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream
   }
   ctx->stream = stream;
   ctx->blas = NULL;
-  if (cublasCreate(&ctx->blas) != CUBLAS_STATUS_SUCCESS) {
-    ctx->blas = NULL;
+  ctx->blas_workspace = NULL;
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
     return CARVE_ERR_BACKEND;
   }
-  // Plain float32 GEMMs: no TF32 tensor-op math (pedantic where the library has it).
-  if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(ctx->blas);
+  const size_t workspace = major >= 9 ? CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 : CARVE_CU_BLAS_WORKSPACE_BYTES;
+  if (cudaMalloc(&ctx->blas_workspace, workspace) != cudaSuccess) {
+    ctx->blas_workspace = NULL;
+    return CARVE_ERR_OUT_OF_MEMORY;
+  }
+  if (cublasCreate(&ctx->blas) != CUBLAS_STATUS_SUCCESS) {
     ctx->blas = NULL;
+    carve_cu_ctx_destroy(ctx);
+    return CARVE_ERR_BACKEND;
+  }
+  // Plain float32 GEMMs: no TF32 tensor-op math (pedantic where the library has it);
+  // the workspace set after the stream (cublasSetStream resets it to the default).
+  if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetWorkspace(ctx->blas, ctx->blas_workspace, workspace) != CUBLAS_STATUS_SUCCESS) {
+    carve_cu_ctx_destroy(ctx);
     return CARVE_ERR_BACKEND;
   }
   return CARVE_OK;
 }
 
 extern "C" void carve_cu_ctx_destroy(carve_cu_ctx* ctx) {
-  if (ctx != NULL && ctx->blas != NULL) {
+  if (ctx == NULL) {
+    return;
+  }
+  if (ctx->blas != NULL) {
     cublasDestroy(ctx->blas);
     ctx->blas = NULL;
+  }
+  if (ctx->blas_workspace != NULL) {
+    cudaFree(ctx->blas_workspace);
+    ctx->blas_workspace = NULL;
   }
 }
 

@@ -37,7 +37,8 @@
 //     elapsed time on the host clock), graphs (cudaStreamBeginCapture/EndCapture record the
 //     launches, copies, sets and cuBLAS calls of the stream; cudaGraphInstantiate and
 //     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
-//     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount.
+//     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
+//     cudaDeviceGetAttribute (a few attributes; compute capability 9.0).
 //     Every call is synchronous (the work is done when it returns) except under capture.
 //   * Launch errors as CUDA reports them (through cudaGetLastError, sticky until read):
 //     a zero grid or block dimension, more than 1024 threads per block, block.z > 64,
@@ -47,7 +48,7 @@
 //     stream captures: cudaErrorStreamCaptureUnsupported, and the capture is invalidated
 //     (cudaStreamEndCapture returns cudaErrorStreamCaptureInvalidated).
 //   * cuBLAS (column-major, host pointer mode): cublasCreate/Destroy/SetStream/GetStream/
-//     SetMathMode/GetMathMode, cublasSgemm, cublasSgemmStridedBatched, cublasSgemv, with a
+//     SetMathMode/GetMathMode/SetWorkspace, cublasSgemm, cublasSgemmStridedBatched, cublasSgemv, with a
 //     blocked host GEMM (float accumulation; summation order differs from cuBLAS, as it does
 //     between GPUs). The math mode is recorded, not emulated (no TF32 here).
 //
@@ -255,6 +256,8 @@ struct BlasHandle {
   unsigned magic;
   cudaStream_t stream;
   cublasMath_t math;
+  void* workspace;
+  size_t workspace_bytes;
 };
 
 constexpr unsigned kStreamMagic = 0x5354524du, kEventMagic = 0x45564e54u, kBlasMagic = 0x424c4153u;
@@ -847,6 +850,24 @@ inline cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
+// The attributes asked here; the emulated device reports compute capability 9.0.
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+};
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr || device != 0) return cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = 1; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+
 inline cudaError_t cudaDeviceSynchronize() {
   return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
@@ -1104,7 +1125,7 @@ inline cublasStatus_t blas_enqueue(cublasHandle_t h, Work w) {
 
 inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
   if (h == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *h = new carve_emu::BlasHandle{carve_emu::kBlasMagic, nullptr, CUBLAS_DEFAULT_MATH};
+  *h = new carve_emu::BlasHandle{carve_emu::kBlasMagic, nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0};
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
@@ -1127,6 +1148,14 @@ inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) {
 inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
   if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   h->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+// The workspace is recorded (the host GEMM needs none); cublasSetStream keeps it here.
+inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void* workspace, size_t bytes) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (workspace == nullptr && bytes != 0) return CUBLAS_STATUS_INVALID_VALUE;
+  h->workspace = workspace;
+  h->workspace_bytes = bytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* mode) {
