@@ -14,6 +14,8 @@ Steps:
 4. latency on the image: median of --runs with the CUDA Graph and with --no-graph, the CPU package's for
    reference, and the per-layer device times (--profile).
 Exit status 0 when every layer is within its bound, 1 otherwise, 2 without a GPU or nvcc.
+--emulate runs the same steps with the package built on the host through the emulation header (no GPU):
+a check of this script, with the emulator's latencies.
 """
 
 from __future__ import annotations
@@ -52,16 +54,22 @@ def main() -> int:
     ap.add_argument("--arch", default="native", help="CMAKE_CUDA_ARCHITECTURES (default: native, this GPU)")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "work")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--emulate", action="store_true",
+                    help="build the cuda package with the host emulation header instead of nvcc (no GPU needed): "
+                         "exercises this script; its latencies are the emulator's, not a GPU's")
     args = ap.parse_args()
 
-    if shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode:
+    if args.emulate:
+        gpu = "the host emulation (tests/cuda/cuda_emu.h), not a GPU"
+    elif shutil.which("nvidia-smi") is None or subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode:
         print("cuda-check: no NVIDIA GPU here (nvidia-smi -L fails); it runs on a GPU machine only. Without one, "
               "tests/cuda/cuda_vs_xnnpack.py checks the generated code on the host (emulation).")
         return 2
-    if shutil.which("nvcc") is None:
+    elif shutil.which("nvcc") is None:
         print("cuda-check: nvcc not on PATH (e.g. export PATH=/usr/local/cuda/bin:$PATH)")
         return 2
-    gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()[0]
+    else:
+        gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()[0]
     manifest = ROOT / "manifests" / f"{args.model}.yaml"
     if not manifest.is_file():
         ap.error(f"--model {args.model}: no {manifest}")
@@ -77,7 +85,8 @@ def main() -> int:
     cvx.generate(args.model, "xnnpack", pt, imgsz, xpkg)
     cvx.generate(args.model, "cuda", pt, imgsz, cpkg)
     cmake_build(xpkg, xpkg / "build")
-    cmake_build(cpkg, cpkg / "build", f"-DCMAKE_CUDA_ARCHITECTURES={args.arch}")
+    cmake_build(cpkg, cpkg / "build", f"-DCARVE_CUDA_EMULATION_HEADER={cvx.EMU_HEADER}" if args.emulate
+                else f"-DCMAKE_CUDA_ARCHITECTURES={args.arch}")
     xdemo, cdemo = xpkg / "build" / f"{prefix}_demo", cpkg / "build" / f"{prefix}_demo"
 
     image = oracle.sample_image("bus.jpg")
