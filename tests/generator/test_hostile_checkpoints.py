@@ -3,7 +3,7 @@ CarveError naming the file (and the tensor, layer or class), and nothing runs.
 
 * Code-execution payloads built with the stock ``pickle`` from real ``__reduce__`` objects (os.system,
   eval, exec, subprocess, functools.partial, operator.attrgetter, importlib, runpy, numpy's
-  ``runstring``...), and by hand with the INST, OBJ, EXT and
+  ``runstring``...), and by hand with the BUILD (``__setstate__`` injection), INST, OBJ, EXT and
   STACK_GLOBAL opcodes, nested ``getattr`` chains, renamed and dotted globals, and hostile persistent
   ids. Every payload is first run with the stock unpickler in a child process, which must create
   its marker file (so the payload is live); then carve's reader, inside the real demo checkpoint's
@@ -115,6 +115,8 @@ def payloads(marker: Path) -> dict:
         + _g("builtins", "__import__") + b"(" + _u("os") + b"tR" + _u("system") + b"tR(" + _u(touch) + b"tR.",
         "numpy runstring": b"\x80\x02" + _g("numpy.testing._private.utils", "runstring")
         + b"(" + _u(code) + b"}tR.",
+        "BUILD __setstate__ injection": b"\x80\x02" + _g("types", "SimpleNamespace") + b")R}" + _u("__setstate__")
+        + _g("os", "system") + b"sb" + _u(touch) + b"b.",
         "INST os.system": b"(" + _u(touch) + b"ios\nsystem\n.",
         "OBJ subprocess.Popen": b"\x80\x02(" + _g("subprocess", "Popen") + b"]" + _u("touch") + b"a" + _u(str(marker)) + b"ao.",
         "STACK_GLOBAL dotted builtins.eval": b"\x80\x04" + _u("builtins") + _u("eval") + b"\x93(" + _u(code) + b"tR.",
@@ -325,3 +327,13 @@ def test_other_family_is_refused_with_what_was_found(family_dir, name):
     assert f"the checkpoint's model yaml is '{name}.yaml'" in msg
     assert "carve supports only YOLO26" in msg and "C3k2" in msg and "Detect" in msg
     assert "RT-DETR" in msg and "YOLOv8" in msg  # the hint names the families
+
+
+def test_setstate_injection_into_a_stub_is_inert(tmp_path):
+    """BUILD {'__setstate__': f} then BUILD x calls f(x) with the stock unpickler (see the live payload
+    above). On carve's stand-ins the state lands in the record, never in the instance's namespace: the
+    second BUILD reaches the stub's own __setstate__ and is refused as a malformed state, f is not called."""
+    pkl = (b"\x80\x02}" + _u("model") + _g("types", "SimpleNamespace") + b")R}" + _u("__setstate__")
+           + _g("_codecs", "encode") + b"sb" + _u("payload") + b"bs.")
+    msg = refused(demo_zip(tmp_path / "inject.pt", {PKL: pkl}))
+    assert "unexpected pickled state of type str" in msg, msg
