@@ -20,6 +20,7 @@ loads, its architecture file is read too.
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import shutil
@@ -39,7 +40,27 @@ from carve.frontend.yolo26 import build_graph  # noqa: E402
 from carve.manifest import load_architecture, load_manifest  # noqa: E402
 
 DEMO = REPO / "assets" / "yolo26n-shapes.pt"
-_TMP = Path(tempfile.mkdtemp(prefix="carve-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+_TMP_ROOT = Path("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+
+
+def _sweep_stale() -> None:
+    """libFuzzer ends the process with exit() from C, so no Python cleanup runs: remove the scratch
+    folders of fuzzing processes that are gone (named carve-fuzz-<pid>-*)."""
+    for d in _TMP_ROOT.glob("carve-fuzz-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+            os.kill(pid, 0)
+        except (ValueError, IndexError):
+            continue
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            continue
+
+
+_sweep_stale()
+_TMP = Path(tempfile.mkdtemp(prefix=f"carve-fuzz-{os.getpid()}-", dir=_TMP_ROOT))
+atexit.register(shutil.rmtree, _TMP, True)  # normal exits (pytest replays); libFuzzer's: swept next time
 _state: dict = {}
 
 
