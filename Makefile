@@ -27,7 +27,7 @@ help:
 	@echo "make demo   install what is missing, generate $(MODEL) for $(BACKEND), build it, run it on a sample image"
 	@echo "make test   install what is missing and run the whole test suite through ctest"
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
-	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points"
+	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points, seg/cls functions"
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
 	@echo "make bench  carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch; writes docs/performance.md (slow)"
 
@@ -70,8 +70,8 @@ clean:
 # $(BUILD)/security-fuzz/ and are reused by the next run; findings land there as crash-*/oom-*/timeout-*.
 FUZZ_SECONDS ?= 600
 FUZZ_WORK = $(BUILD)/security-fuzz
-.PHONY: fuzz fuzz-checkpoint fuzz-manifest fuzz-entry
-fuzz: fuzz-checkpoint fuzz-manifest fuzz-entry
+.PHONY: fuzz fuzz-checkpoint fuzz-manifest fuzz-entry fuzz-task
+fuzz: fuzz-checkpoint fuzz-manifest fuzz-entry fuzz-task
 fuzz-checkpoint fuzz-manifest: fuzz-%: install-test
 	@mkdir -p $(FUZZ_WORK)/$* $(FUZZ_WORK)/findings-$*
 	python3 tests/security/fuzz_$*.py -max_total_time=$(FUZZ_SECONDS) -timeout=120 -rss_limit_mb=4096 \
@@ -79,6 +79,10 @@ fuzz-checkpoint fuzz-manifest: fuzz-%: install-test
 fuzz-entry: install-test
 	python3 tests/security/run_security.py setup --work $(FUZZ_WORK)/entry
 	python3 tests/security/run_security.py fuzz --work $(FUZZ_WORK)/entry --seconds $(FUZZ_SECONDS)
+fuzz-task: install-test
+	python3 tests/security/run_security.py setup-tasks --work $(FUZZ_WORK)/entry
+	python3 tests/security/run_security.py fuzz-task --work $(FUZZ_WORK)/entry --task seg --seconds $(FUZZ_SECONDS)
+	python3 tests/security/run_security.py fuzz-task --work $(FUZZ_WORK)/entry --task cls --seconds $(FUZZ_SECONDS)
 
 # On a machine with an NVIDIA GPU and the CUDA toolkit (not CI): builds the real cuda package of CUDA_MODEL with nvcc,
 # runs it and the xnnpack package on the same input, prints per-layer differences and the latency with and without

@@ -10,6 +10,9 @@ real trained weights, no torch needed) generated at --imgsz 64 so that one run t
   run_security.py setup-tasks --work W yolo26n-seg and yolo26n-cls at 64 (random weights made with
                                        Ultralytics), built with ASan + UBSan and task_api_test in
                                        W/san-seg, W/san-cls
+  run_security.py fuzz-task --work W --task seg|cls [--seconds S]
+                                       libFuzzer on the per-task functions (masks; classify scratch,
+                                       k, sizes) of the setup-tasks packages
   run_security.py demo    --work W     the ASan+UBSan demo on a sample image (text, --json, --threads 2)
   run_security.py valgrind --work W    valgrind memcheck of the plain demo: no error, no definite leak
   run_security.py fuzz    --work W [--seconds S] [--corpus DIR]
@@ -96,13 +99,18 @@ def cmd_setup_tasks(a) -> None:
     work = a.work
     work.mkdir(parents=True, exist_ok=True)
     cc = "clang" if shutil.which("clang") else "cc"
+    fuzz = have_libfuzzer("clang")
+    (work / "fuzz-tasks-enabled").write_text("1\n" if fuzz else "0\n")
     must([sys.executable, HERE / "make_family_checkpoints.py", "--out", work, *TASKS.values()])
     for short, model in TASKS.items():
         pt = work / f"{model}.pt"
         must([REPO / "carve", "generate", REPO / "manifests" / f"{model}.yaml", "--backend", "xnnpack",
               "--weights", pt, "--imgsz", IMGSZ, "--out", work / f"pkg-{short}", "--force"])
-        configure(work, f"san-{short}", sanitize=True, fuzz=False, cc=cc, pkg=f"pkg-{short}",
+        configure(work, f"san-{short}", sanitize=True, fuzz=fuzz, cc="clang" if fuzz else cc, pkg=f"pkg-{short}",
                   target="task_api_test")
+        if fuzz:
+            must(["cmake", "--build", work / f"san-{short}", "-j", os.environ.get("CARVE_JOBS", "2"),
+                  "--target", "fuzz_task"])
 
 
 def cmd_demo(a) -> None:
@@ -208,13 +216,45 @@ def cmd_fuzz(a) -> None:
     print(f"run_security: fuzz_entry ran {a.seconds} s without a finding")
 
 
+def cmd_fuzz_task(a) -> None:
+    flag = a.work / "fuzz-tasks-enabled"
+    if not flag.is_file() or flag.read_text().strip() != "1":
+        sys.exit("run_security: fuzz_task was not built (run setup-tasks; needs clang with libFuzzer)")
+    exe = a.work / f"san-{a.task}" / "fuzz_task"
+    corpus = a.corpus or a.work / f"corpus-{a.task}"
+    corpus.mkdir(parents=True, exist_ok=True)
+    px = bytes(range(256)) * 2
+    seeds = {  # layout in harness/fuzz_task.c
+        "seg": {"64x64": b"\x00\x3f\x00\x3f\x00\x00" + b"\x00\x00" * 8 + px,
+                "1x10000": b"\x00\x00\x00\x00\x01\x13\x88\x00" + b"\x01\x03\xff\xff\xff\xff" + px,
+                "nan-box": b"\x00\x20\x00\x10\x00\x07\x00\x02" + b"\x7f\xc0\x00\x00" * 4 + px},
+        "cls": {"64x48": b"\x00\x00\x3f\x00\x2f\x00\x00\x05" + px,
+                "short-scratch": b"\x08\x00\x3f\x00\x2f\x00\x00\x05\x03" + px,
+                "misaligned": b"\x10\x00\x10\x00\x10\x00\x03\x01" + px,
+                "zero-width": b"\x01\x00\x10\x00\x10\x00\x00\x00\x00\x02" + px,
+                "10000x1": b"\x00\x00\x00\x00\x00\x02\x13\x88\x00\x05" + px},
+    }[a.task]
+    for name, data in seeds.items():
+        (corpus / f"seed-{name}").write_bytes(data)
+    findings = a.work / f"findings-{a.task}"
+    findings.mkdir(exist_ok=True)
+    r = run([exe, f"-max_total_time={a.seconds}", "-max_len=4096", "-timeout=30", "-rss_limit_mb=4096",
+             f"-seed={a.seed}", "-print_final_stats=1", f"-artifact_prefix={findings}/", corpus])
+    if r.returncode != 0:
+        sys.exit(f"run_security: libFuzzer found a failure in the {a.task} functions (status {r.returncode}); the input "
+                 f"is in {findings}: add it as {REGRESSION}/{a.task}-<name>/input with a README")
+    print(f"run_security: fuzz_task ({a.task}) ran {a.seconds} s without a finding")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "setup-tasks", "demo", "valgrind", "fuzz", "replay"):
+    for name in ("setup", "setup-tasks", "demo", "valgrind", "fuzz", "fuzz-task", "replay"):
         s = sub.add_parser(name)
         s.add_argument("--work", type=Path, required=True, help="work folder (shared by the steps)")
-        if name == "fuzz":
+        if name == "fuzz-task":
+            s.add_argument("--task", choices=sorted(TASKS), required=True)
+        if name in ("fuzz", "fuzz-task"):
             s.add_argument("--seconds", type=int, default=20)
             s.add_argument("--seed", type=int, default=1)
             s.add_argument("--corpus", type=Path, help="corpus folder (default WORK/corpus-entry; kept and grown)")

@@ -39,6 +39,12 @@ foreach(task seg cls)
   add_test(NAME security_asan_${task}_api COMMAND ${carve_sec_work}/san-${task}/task_api_test)
   set_tests_properties(security_asan_${task}_api PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+  # libFuzzer on the same functions (harness/fuzz_task.c), 15 s
+  add_test(NAME security_fuzz_${task}
+           COMMAND ${carve_sec_driver} fuzz-task --work ${carve_sec_work} --task ${task} --seconds 15
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(security_fuzz_${task} PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300
+                       RESOURCE_LOCK cpu_heavy)
 endforeach()
 
 # atheris (PyPI) fuzzers of the generator's readers: only CarveError may escape. An input that rewrites one
