@@ -32,8 +32,10 @@ _TOP_FIELDS = {
     "input": (True, dict),
     "classes": (True, (str, list)),
     "backends": (True, list),
+    "conf": (False, (float, int)),
     "provenance": (False, dict),
 }
+DEFAULT_CONF = 0.25  # Ultralytics' predict default
 _ARCH_FIELDS = {"config": (True, str), "scale": (True, str)}
 _INPUT_FIELDS = {"imgsz": (True, (int, list))}
 
@@ -49,6 +51,7 @@ class Manifest:
     imgsz: int | tuple            # square size, or (height, width)
     classes: tuple[str, ...] | None   # None: take them from the checkpoint
     backends: tuple[str, ...]
+    conf: float = DEFAULT_CONF    # the packages' default confidence threshold (demo, <NAME>_DEFAULT_CONF)
     provenance: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict, compare=False, repr=False)  # field path -> line
 
@@ -80,6 +83,8 @@ def format_hw(hw) -> str:
 
 
 def _type_name(t) -> str:
+    if t == (float, int):
+        return "a number"
     if isinstance(t, tuple):
         return " or ".join(_type_name(x) for x in t)
     return {int: "an integer", str: "a string", list: "a list", dict: "a mapping"}[t]
@@ -213,6 +218,9 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
             close = difflib.get_close_matches(str(b), KNOWN_BACKENDS, n=1)
             raise CarveError(f"backends: unknown backend {b!r} (known: {', '.join(KNOWN_BACKENDS)})",
                              location=where(f"backends[{i}]"), hint=f"did you mean '{close[0]}'?" if close else None)
+    conf = data.get("conf", DEFAULT_CONF)
+    if isinstance(conf, bool) or not 0.0 <= conf < 1.0:
+        raise CarveError(f"conf: {conf!r} must be a number in [0, 1)", location=where("conf"))
     arch = Path(path).parent / data["architecture"]["config"]
     if not arch.is_file():
         raise CarveError(f"architecture.config: file '{data['architecture']['config']}' not found next to the manifest",
@@ -223,7 +231,7 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
                          location=where("name"))
     return Manifest(path=path, name=name, family=data["family"], task=data["task"],
                     arch_config=str(arch.resolve()), scale=scale, imgsz=imgsz, classes=classes_t,
-                    backends=tuple(backends), provenance=dict(data.get("provenance") or {}), lines=lines)
+                    backends=tuple(backends), conf=float(conf), provenance=dict(data.get("provenance") or {}), lines=lines)
 
 
 def load_architecture(manifest: Manifest) -> dict:

@@ -263,3 +263,22 @@ def test_imgsz_height_width_refused(tmp_path, value, msg):
     err, path = _refused(tmp_path, text)
     assert err.location == f"{path}:{_line(text, 'imgsz:')}"
     assert err.message.startswith(msg)
+
+
+def test_conf_defaults_to_ultralytics_and_is_read(tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_text(_base())
+    assert load_manifest(p).conf == 0.25
+    p.write_text(_base() + "conf: 0.4\n")
+    assert load_manifest(p).conf == 0.4
+
+
+@pytest.mark.parametrize("value", ["1.0", "-0.1", "true", "'0.3'"])
+def test_conf_out_of_range_or_not_a_number_is_refused(tmp_path, value):
+    p = tmp_path / "m.yaml"
+    text = _base() + f"conf: {value}\n"
+    p.write_text(text)
+    with pytest.raises(CarveError) as e:
+        load_manifest(p)
+    line = text.splitlines().index(f"conf: {value}") + 1
+    assert f"{p}:{line}: conf" in str(e.value)

@@ -140,7 +140,7 @@ def build_graph(manifest, arch: dict, ckpt, imgsz=None):
     # imgsz: an int for a square input (as before), "HxW" otherwise; input_hw: always (height, width)
     meta = dict(task=manifest.task, nc=nc, names=names, imgsz=in_h if in_h == in_w else format_hw((in_h, in_w)),
                 input_hw=(in_h, in_w), scale=manifest.scale,
-                max_det=max_det, manifest=manifest.path, weights=Path(ckpt.path).name,
+                max_det=max_det, conf=manifest.conf, manifest=manifest.path, weights=Path(ckpt.path).name,
                 provenance=dict(manifest.provenance), weights_sha256=ckpt.sha256)
     graph = gb.build(outputs, meta)
     validate(graph)
