@@ -20,22 +20,14 @@ from pathlib import Path
 import atheris
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atheris_main  # noqa: E402  (not instrumented: the command line only)
+
 with atheris.instrument_imports(include=["carve", "fuzz_targets"]):
     import fuzz_targets
 
 
 def main() -> None:
-    argv = list(sys.argv)
-    dirs = [Path(a) for a in argv[1:] if not a.startswith("-") and Path(a).is_dir()]
-    if not any(not a.startswith("-") for a in argv[1:]):
-        dirs = [fuzz_targets.REPO / "build" / "security-fuzz" / "manifest"]
-        dirs[0].mkdir(parents=True, exist_ok=True)
-        argv.append(str(dirs[0]))
-    if dirs:  # a corpus folder: (re)write the seeds into it
-        for name, data in fuzz_targets.manifest_seeds().items():
-            (dirs[0] / f"seed-{name}").write_bytes(data)
-    atheris.Setup(argv, fuzz_targets.manifest_input)
-    atheris.Fuzz()
+    atheris_main.fuzz(sys.argv, "manifest", fuzz_targets.manifest_seeds(), fuzz_targets.manifest_input)
 
 
 if __name__ == "__main__":
