@@ -75,7 +75,8 @@ def result(peak: dict, threads: int, carve_ms: float, peer_ms: float, rss_mib: f
 
 def test_targets_follow_their_definitions(peak):
     fast = result(peak, 2, carve_ms=10.0, peer_ms=16.0, rss_mib=30.0)   # 1.6x, RSS under 9 + 14 + 16 MiB
-    slow = result(peak, 2, carve_ms=10.0, peer_ms=14.0, rss_mib=40.0)   # 1.4x, RSS over it
+    slow = result(peak, 2, carve_ms=10.0, peer_ms=14.0, rss_mib=60.0)   # 1.4x, RSS over it, also net of the baseline
+    mixed = result(peak, 2, carve_ms=10.0, peer_ms=14.0, rss_mib=39.5)  # over for the process, under net of 1 MiB
     lines = report.targets([fast])
     assert "**1.60x**" in lines[0] and lines[0].endswith("| met |")
     eff = report.efficiency(fast["flops"], 9.0, 2, peak["t2"]["best_per_core"])
@@ -85,6 +86,7 @@ def test_targets_follow_their_definitions(peak):
     lines = report.targets([slow])
     assert "**1.40x**" in lines[0] and lines[0].endswith("| not met |")
     assert lines[-1].endswith("| not met |")
+    assert report.targets([mixed])[-1].endswith("| not met for the whole process; met for carve's own growth |")
 
 
 def test_report_replaces_only_the_marked_block(peak, tmp_path):
