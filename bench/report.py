@@ -110,7 +110,8 @@ def chart(results: list[dict], path: Path) -> None:
         ax.bar(xs, med, width, yerr=[[0] * len(p90), p90], capsize=2, label=SYSTEM_NAMES[s])
     ax.set_xticks(range(len(results)), groups)
     ax.set_ylabel("end-to-end latency, ms (median; whisker: p90)")
-    ax.set_title("YOLO26 on this CPU: pre-processing + network + post-processing (lower is better)")
+    ax.set_title("YOLO26, pre-processing + network + post-processing, on a shared, loaded 2-core machine (lower is better)",
+                 fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -135,7 +136,8 @@ def measured_block(results: list[dict], machine: dict) -> list[str]:
         f"{machine['kernel']}, Python {machine['python']}.",
         "",
         f"FMA peak per core in GFLOP/s (bench/fma_peak.c, best of 5; per CPU-second the thread was given, in "
-        f"brackets per wall-clock second under the load of that moment): {peaks}.",
+        f"brackets per wall-clock second under the load of that moment; every invocation measures its own, this is "
+        f"the one of the first table): {peaks}.",
         "",
         "![end-to-end latency per system](perf.png)",
         "",
