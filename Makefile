@@ -64,7 +64,7 @@ test-full: install-test
 	ctest --test-dir $(BUILD)/full --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) generated/*-xnnpack generated/*-portable
+	rm -rf $(BUILD) generated/*-xnnpack generated/*-portable generated/*-cuda
 
 # Long fuzzing runs (docs/security.md); `make test` runs each fuzzer for 20 s only. Corpora grow in
 # $(BUILD)/security-fuzz/ and are reused by the next run; findings land there as crash-*/oom-*/timeout-*.
