@@ -51,17 +51,4 @@ static __device__ __forceinline__ float carve_cu_sigmoid(float x) { return 1.0f 
 // one the device's expf: the two agree to a few ulp).
 static __device__ __forceinline__ float carve_cu_silu(float x) { return x / (1.0f + expf(-x)); }
 
-// Python's round(x) for a double: nearest integer, ties to even (carve_pre.c's).
-static __device__ __host__ __forceinline__ double carve_cu_round_half_even(double x) {
-  const double f = floor(x);
-  const double frac = x - f;  // exact
-  if (frac > 0.5) {
-    return f + 1.0;
-  }
-  if (frac < 0.5) {
-    return f;
-  }
-  return fmod(f, 2.0) == 0.0 ? f : f + 1.0;
-}
-
 #endif  // CARVE_CUDA_IMPL_H

@@ -1,28 +1,15 @@
 // carve runtime, CUDA: letterbox and classification pre-processing on the device,
 // bit-identical to carve_pre.c (read that file for where each formula comes from).
 //
-// The integer arithmetic is the same; the few double and float expressions that feed it
-// are written with __dmul_rn / __dadd_rn / __dsub_rn so that nvcc cannot contract them into
-// FMAs (the CPU code keeps them apart the same way), and the coefficient tables are
-// computed on the device by one thread per output column / row.
+// The arithmetic is carve_pre.c's own: both use the helpers of carve_pre_math.h, where the
+// double and float expressions that feed the integer passes are written so that nvcc cannot
+// contract them into FMAs (__dmul_rn / __dadd_rn / __dsub_rn / __fmul_rn on the device). The
+// coefficient tables are computed on the device by one thread per output column / row.
 
 #include "carve_cuda_impl.h"
-
-#define CARVE_CU_LETTERBOX_PAD 114
-#define CARVE_CU_PIL_PRECISION_BITS 22
+#include "carve_pre_math.h"
 
 // ---- Letterbox (cv::resize INTER_LINEAR, uint8) ----------------------------------------
-
-// OpenCV's source coordinate (float)((d + 0.5) * scale - 0.5), each operation rounded.
-static __device__ __forceinline__ float carve_cu_resize_src_coord(int d, double scale) {
-  const double t = __dmul_rn((double)d + 0.5, scale);
-  return (float)__dsub_rn(t, 0.5);
-}
-
-// saturate_cast<short>(v * 2048) for v in [0, 1]: round half to even.
-static __device__ __forceinline__ int32_t carve_cu_resize_coef(float v) {
-  return (int32_t)carve_cu_round_half_even((double)(v * 2048.0f));
-}
 
 extern "C" size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out_w, int out_h) {
   (void)src_w;
@@ -39,35 +26,14 @@ extern "C" size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out
 // (f not reset at the borders, the vertical pass' rule).
 __global__ void carve_cu_letterbox_plan_kernel(int src_w, int src_h, int new_w, int new_h, int32_t* __restrict__ cols,
                                                int32_t* __restrict__ rows) {
-  const double scale_x = 1.0 / ((double)new_w / (double)src_w);
-  const double scale_y = 1.0 / ((double)new_h / (double)src_h);
+  const double scale_x = carve_pre_resize_scale(src_w, new_w);
+  const double scale_y = carve_pre_resize_scale(src_h, new_h);
   CARVE_CU_FOR(i, (size_t)new_w + (size_t)new_h) {
     if (i < (size_t)new_w) {
-      const int dx = (int)i;
-      float fx = carve_cu_resize_src_coord(dx, scale_x);
-      int sx = (int)floorf(fx);
-      fx -= (float)sx;
-      if (sx < 0) {
-        fx = 0.0f;
-        sx = 0;
-      }
-      if (sx >= src_w - 1) {
-        fx = 0.0f;
-        sx = src_w - 1;
-      }
-      cols[3 * i] = sx;
-      cols[3 * i + 1] = carve_cu_resize_coef(1.0f - fx);
-      cols[3 * i + 2] = carve_cu_resize_coef(fx);
+      carve_pre_resize_column((int)i, src_w, scale_x, &cols[3 * i], &cols[3 * i + 1], &cols[3 * i + 2]);
     } else {
-      const int dy = (int)(i - (size_t)new_w);
-      float fy = carve_cu_resize_src_coord(dy, scale_y);
-      const int sy = (int)floorf(fy);
-      fy -= (float)sy;
-      int32_t* r = rows + 4 * (size_t)dy;
-      r[0] = sy < 0 ? 0 : (sy > src_h - 1 ? src_h - 1 : sy);
-      r[1] = sy + 1 < 0 ? 0 : (sy + 1 > src_h - 1 ? src_h - 1 : sy + 1);
-      r[2] = carve_cu_resize_coef(1.0f - fy);
-      r[3] = carve_cu_resize_coef(fy);
+      int32_t* r = rows + 4 * (i - (size_t)new_w);
+      carve_pre_resize_row((int)(i - (size_t)new_w), src_h, scale_y, &r[0], &r[1], &r[2], &r[3]);
     }
   }
 }
@@ -87,7 +53,7 @@ __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int s
     const int dy = y - top, dx = x - left;
     int byte;
     if (dy < 0 || dy >= new_h || dx < 0 || dx >= new_w) {
-      byte = CARVE_CU_LETTERBOX_PAD;
+      byte = CARVE_PRE_LETTERBOX_PAD;
     } else if (!resize) {
       byte = rgb[(size_t)dy * src_stride + (size_t)dx * 3 + ch];
     } else {
@@ -98,9 +64,7 @@ __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int s
       const uint8_t* p1 = rgb + (size_t)r[1] * src_stride;
       const int32_t s0 = a0 * p0[c0] + a1 * p0[c1];
       const int32_t s1 = a0 * p1[c0] + a1 * p1[c1];
-      const int32_t v = (((s0 >> 4) * r[2]) >> 16) + (((s1 >> 4) * r[3]) >> 16);
-      const int32_t o = (v + 2) >> 2;
-      byte = o < 0 ? 0 : (o > 255 ? 255 : o);
+      byte = carve_pre_resize_v(s0, s1, r[2], r[3]);
     }
     out[e] = (float)byte / 255.0f;
   }
@@ -140,52 +104,9 @@ extern "C" carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_
 
 // ---- Classification (Pillow BILINEAR resize + centre crop) --------------------------------
 
-typedef struct cls_plan {
-  int new_w, new_h, top, left;
-  int resize_x, resize_y;
-  int ksize_x, ksize_y;
-} cls_plan;
-
-static double pil_scale(int in, int out) { return (double)(float)in / (double)out; }
-
-static int pil_ksize(int in, int out) {
-  const double scale = pil_scale(in, out);
-  const double support = scale < 1.0 ? 1.0 : scale;
-  return (int)ceil(support) * 2 + 1;
-}
-
-// carve_pre.c's classify_plan_of: torchvision's resized size, the crop offsets, the kernels.
-static void cls_plan_of(int w, int h, int out, cls_plan* p) {
-  const int64_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
-  const int new_long = (int)((double)((int64_t)out * longer) / (double)shorter);
-  p->new_w = w <= h ? out : new_long;
-  p->new_h = w <= h ? new_long : out;
-  p->top = (int)carve_cu_round_half_even((p->new_h - out) / 2.0);
-  p->left = (int)carve_cu_round_half_even((p->new_w - out) / 2.0);
-  p->resize_x = p->new_w != w;
-  p->resize_y = p->new_h != h;
-  p->ksize_x = p->resize_x ? pil_ksize(w, p->new_w) : 0;
-  p->ksize_y = p->resize_y ? pil_ksize(h, p->new_h) : 0;
-}
-
+// Scratch: carve_classify_scratch_bytes' (the horizontally resampled rows indexed by source row).
 extern "C" size_t carve_cu_classify_scratch_bytes(int w, int h, int out) {
-  if (w <= 0 || h <= 0 || out <= 0) {
-    return 0;
-  }
-  cls_plan p;
-  cls_plan_of(w, h, out, &p);
-  // Bounds and weights of both axes (int32), then h horizontally resampled rows (uint8),
-  // indexed by source row.
-  const size_t coeffs = (size_t)out * (size_t)(4 + p.ksize_x + p.ksize_y);
-  const size_t rows = p.resize_x ? (size_t)h * (size_t)out * 3 : 0;
-  return coeffs * sizeof(int32_t) + rows;
-}
-
-static __device__ __forceinline__ double carve_cu_pil_triangle(double x) {
-  if (x < 0.0) {
-    x = -x;
-  }
-  return x < 1.0 ? 1.0 - x : 0.0;
+  return carve_pre_classify_scratch_bytes(w, h, out);
 }
 
 // Pillow's precompute_coeffs for outputs [first, first + count) of an in -> out axis (one
@@ -193,44 +114,9 @@ static __device__ __forceinline__ double carve_cu_pil_triangle(double x) {
 //   w_x = tri(((xmin + x) - center + 0.5) / filterscale) / sum, as (int)(w 2^22 +- 0.5).
 __global__ void carve_cu_pil_coeffs_kernel(int in, int out, int first, int count, int ksize, int32_t* __restrict__ bounds,
                                            int32_t* __restrict__ kk) {
-  const double scale = (double)(float)in / (double)out;
-  const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = 1.0 * filterscale;
-  const double ss = 1.0 / filterscale;
   CARVE_CU_FOR(i, (size_t)count) {
-    const int xx = first + (int)i;
-    const double center = __dadd_rn(0.0, __dmul_rn(xx + 0.5, scale));
-    int xmin = (int)__dadd_rn(__dsub_rn(center, support), 0.5);
-    if (xmin < 0) {
-      xmin = 0;
-    }
-    int xmax = (int)__dadd_rn(__dadd_rn(center, support), 0.5);
-    if (xmax > in) {
-      xmax = in;
-    }
-    xmax -= xmin;
-    double ww = 0.0;
-    for (int x = 0; x < xmax; x++) {
-      ww = __dadd_rn(ww, carve_cu_pil_triangle(__dmul_rn(__dadd_rn(__dsub_rn((double)(x + xmin), center), 0.5), ss)));
-    }
-    int32_t* k = kk + i * (size_t)ksize;
-    for (int x = 0; x < xmax; x++) {
-      double wgt = carve_cu_pil_triangle(__dmul_rn(__dadd_rn(__dsub_rn((double)(x + xmin), center), 0.5), ss));
-      if (ww != 0.0) {
-        wgt /= ww;
-      }
-      k[x] = wgt < 0 ? (int32_t)__dadd_rn(-0.5, __dmul_rn(wgt, (double)(1 << CARVE_CU_PIL_PRECISION_BITS)))
-                     : (int32_t)__dadd_rn(0.5, __dmul_rn(wgt, (double)(1 << CARVE_CU_PIL_PRECISION_BITS)));
-    }
-    bounds[2 * i] = xmin;
-    bounds[2 * i + 1] = xmax;
+    carve_pre_pil_coeffs(in, out, first + (int)i, bounds + 2 * i, kk + i * (size_t)ksize);
   }
-}
-
-// Pillow's clip8.
-static __device__ __forceinline__ uint8_t carve_cu_pil_clip8(int32_t ss) {
-  const int32_t v = ss >> CARVE_CU_PIL_PRECISION_BITS;
-  return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
 // Horizontal pass of the source rows the vertical pass reads, [yb[0], yb[last] + n_last)
@@ -247,20 +133,8 @@ __global__ void carve_cu_pil_hpass_kernel(const uint8_t* __restrict__ rgb, size_
     if (y < y_lo || y >= y_hi) {
       continue;
     }
-    const uint8_t* in = rgb + (size_t)y * stride;
-    const int32_t xmin = xb[2 * (size_t)x], n = xb[2 * (size_t)x + 1];
-    const int32_t* k = xk + (size_t)x * (size_t)ksize_x;
-    int32_t s0 = 1 << (CARVE_CU_PIL_PRECISION_BITS - 1), s1 = s0, s2 = s0;
-    for (int32_t i = 0; i < n; i++) {
-      const uint8_t* px = in + (size_t)(xmin + i) * 3;
-      s0 += px[0] * k[i];
-      s1 += px[1] * k[i];
-      s2 += px[2] * k[i];
-    }
-    uint8_t* o = rows + e * 3;
-    o[0] = carve_cu_pil_clip8(s0);
-    o[1] = carve_cu_pil_clip8(s1);
-    o[2] = carve_cu_pil_clip8(s2);
+    carve_pre_pil_hpixel(rgb + (size_t)y * stride, xb[2 * (size_t)x], xb[2 * (size_t)x + 1],
+                         xk + (size_t)x * (size_t)ksize_x, rows + e * 3);
   }
 }
 
@@ -274,13 +148,8 @@ __global__ void carve_cu_pil_vpass_kernel(const uint8_t* __restrict__ src, size_
     const size_t yy = e / row, i = e % row;
     int byte;
     if (resize_y) {
-      const int32_t ymin = yb[2 * yy], n = yb[2 * yy + 1];
-      const int32_t* k = yk + yy * (size_t)ksize_y;
-      int32_t s = 1 << (CARVE_CU_PIL_PRECISION_BITS - 1);
-      for (int32_t j = 0; j < n; j++) {
-        s += src[(size_t)(ymin + j) * src_stride + src_x * 3 + i] * k[j];
-      }
-      byte = carve_cu_pil_clip8(s);
+      byte = carve_pre_pil_vvalue(src + (size_t)yb[2 * yy] * src_stride + src_x * 3 + i, src_stride, yb[2 * yy + 1],
+                                  yk + yy * (size_t)ksize_y);
     } else {
       byte = src[(size_t)(top + (int)yy) * src_stride + src_x * 3 + i];
     }
@@ -290,20 +159,17 @@ __global__ void carve_cu_pil_vpass_kernel(const uint8_t* __restrict__ src, size_
 
 extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h,
                                                      size_t stride, int out, float* out_nhwc, void* scratch) {
-  if (ctx == NULL || rgb == NULL || out_nhwc == NULL || scratch == NULL || out <= 0 ||
-      (uintptr_t)scratch % sizeof(int32_t) != 0) {
+  if (ctx == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  if (w <= 0 || h <= 0 || stride < (size_t)w * 3) {
-    return CARVE_ERR_BAD_IMAGE;
+  carve_pre_classify_plan p;
+  carve_pre_classify_scratch sc;
+  const carve_status status = carve_pre_classify_prepare(rgb, w, h, stride, out, out_nhwc, scratch, &p, &sc);
+  if (status != CARVE_OK) {
+    return status;
   }
-  cls_plan p;
-  cls_plan_of(w, h, out, &p);
-  int32_t* xb = (int32_t*)scratch;                            // (out, 2) column bounds
-  int32_t* xk = xb + 2 * (size_t)out;                         // (out, ksize_x)
-  int32_t* yb = xk + (size_t)out * (size_t)p.ksize_x;         // (out, 2) row bounds
-  int32_t* yk = yb + 2 * (size_t)out;                         // (out, ksize_y)
-  uint8_t* rows = (uint8_t*)(yk + (size_t)out * (size_t)p.ksize_y);  // (h, out, 3) by source row
+  int32_t *xb = sc.xb, *xk = sc.xk, *yb = sc.yb, *yk = sc.yk;
+  uint8_t* rows = sc.rows;  // (h, out, 3) by source row
   if (p.resize_x) {
     CARVE_LAUNCH(carve_cu_pil_coeffs_kernel, carve_cu_blocks((size_t)out), CARVE_CU_THREADS, ctx->stream, w, p.new_w,
                  p.left, out, p.ksize_x, xb, xk);

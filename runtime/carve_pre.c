@@ -20,38 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#define CARVE_RESIZE_COEF_SCALE 2048.0f  // 1 << INTER_RESIZE_COEF_BITS
-#define CARVE_LETTERBOX_PAD 114
-
-// ---- Rounding ---------------------------------------------------------------
-
-// Python's round(x): nearest integer, ties to even (independent of fenv).
-static double round_half_even(double x) {
-  const double f = floor(x);
-  const double frac = x - f;  // exact
-  if (frac > 0.5) {
-    return f + 1.0;
-  }
-  if (frac < 0.5) {
-    return f;
-  }
-  return fmod(f, 2.0) == 0.0 ? f : f + 1.0;
-}
-
-// OpenCV's saturate_cast<short>(v * 2048) for v in [0, 1]: round half to even.
-static int32_t resize_coef(float v) {
-  return (int32_t)round_half_even((double)(v * CARVE_RESIZE_COEF_SCALE));
-}
-
-static int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
-// OpenCV's source coordinate (float)((d + 0.5) * scale - 0.5), rounded after each
-// operation as OpenCV's own build does: the volatile keeps a compiler allowed to
-// contract (-ffp-contract=fast, the GNU C default) from fusing them into an FMA.
-static float resize_src_coord(int d, double scale) {
-  volatile double t = ((double)d + 0.5) * scale;
-  return (float)(t - 0.5);
-}
+#include "carve_pre_math.h"  // the arithmetic shared with carve_cuda_pre.cu
 
 // ---- Geometry ---------------------------------------------------------------
 
@@ -68,13 +37,13 @@ carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h
   const double r_h = (double)out_h / (double)src_h;
   const double r_w = (double)out_w / (double)src_w;
   const double r = r_w < r_h ? r_w : r_h;
-  const double new_w = fmax(round_half_even((double)src_w * r), 1.0);
-  const double new_h = fmax(round_half_even((double)src_h * r), 1.0);
+  const double new_w = fmax(carve_pre_round_half_even((double)src_w * r), 1.0);
+  const double new_h = fmax(carve_pre_round_half_even((double)src_h * r), 1.0);
   info->gain = (float)r;
   info->new_w = (int)new_w;
   info->new_h = (int)new_h;
-  info->pad_x = (float)round_half_even((out_w - new_w) / 2.0 - 0.1);
-  info->pad_y = (float)round_half_even((out_h - new_h) / 2.0 - 0.1);
+  info->pad_x = (float)carve_pre_round_half_even((out_w - new_w) / 2.0 - 0.1);
+  info->pad_y = (float)carve_pre_round_half_even((out_h - new_h) / 2.0 - 0.1);
   info->src_w = src_w;
   info->src_h = src_h;
   info->gain_x = (float)(new_w / (double)src_w);
@@ -105,31 +74,12 @@ static void resize_row_h(const uint8_t* src, int src_w, int new_w, const resize_
   }
 }
 
-// Vertical pass, OpenCV's SIMD arithmetic: ((S0>>4)*b0>>16) + ((S1>>4)*b1>>16), then (v+2)>>2.
-static uint8_t resize_v(int32_t s0, int32_t s1, int32_t b0, int32_t b1) {
-  const int32_t v = (((s0 >> 4) * b0) >> 16) + (((s1 >> 4) * b1) >> 16);
-  const int32_t out = (v + 2) >> 2;
-  return (uint8_t)(out < 0 ? 0 : (out > 255 ? 255 : out));
-}
-
 // Fills xofs / xcoef for src_w -> new_w columns.
 static void resize_plan_columns(int src_w, int new_w, resize_plan* plan) {
-  const double scale_x = 1.0 / ((double)new_w / (double)src_w);
+  const double scale_x = carve_pre_resize_scale(src_w, new_w);
   for (int dx = 0; dx < new_w; dx++) {
-    float fx = resize_src_coord(dx, scale_x);
-    int sx = (int)floorf(fx);
-    fx -= (float)sx;
-    if (sx < 0) {
-      fx = 0.0f;
-      sx = 0;
-    }
-    if (sx >= src_w - 1) {
-      fx = 0.0f;
-      sx = src_w - 1;
-    }
-    plan->xofs[dx] = sx;
-    plan->xcoef[2 * (size_t)dx] = resize_coef(1.0f - fx);
-    plan->xcoef[2 * (size_t)dx + 1] = resize_coef(fx);
+    carve_pre_resize_column(dx, src_w, scale_x, &plan->xofs[dx], &plan->xcoef[2 * (size_t)dx],
+                            &plan->xcoef[2 * (size_t)dx + 1]);
   }
 }
 
@@ -169,7 +119,7 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
   for (int v = 0; v < 256; v++) {
     to_float[v] = (float)v / 255.0f;
   }
-  const float pad = to_float[CARVE_LETTERBOX_PAD];
+  const float pad = to_float[CARVE_PRE_LETTERBOX_PAD];
 
   const size_t out_row = (size_t)out_w * 3;  // floats per output row
   for (int y = 0; y < out_h; y++) {
@@ -205,13 +155,10 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
     int cached[2] = {-1, -1};  // source row held by each cache slot
     resize_plan_columns(src_w, new_w, &plan);
 
-    const double scale_y = 1.0 / ((double)new_h / (double)src_h);
+    const double scale_y = carve_pre_resize_scale(src_h, new_h);
     for (int dy = 0; dy < new_h; dy++) {
-      float fy = resize_src_coord(dy, scale_y);
-      const int sy = (int)floorf(fy);
-      fy -= (float)sy;
-      const int32_t b0 = resize_coef(1.0f - fy), b1 = resize_coef(fy);
-      const int y0 = clamp_int(sy, 0, src_h - 1), y1 = clamp_int(sy + 1, 0, src_h - 1);
+      int32_t y0, y1, b0, b1;
+      carve_pre_resize_row(dy, src_h, scale_y, &y0, &y1, &b0, &b1);
 
       // Horizontal pass of rows y0 and y1 (equal or adjacent), cached in slot row % 2.
       const int32_t* s[2];
@@ -227,7 +174,7 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
 
       float* d = dst + (size_t)dy * out_row;
       for (size_t i = 0; i < (size_t)new_w * 3; i++) {
-        d[i] = to_float[resize_v(s[0][i], s[1][i], b0, b1)];
+        d[i] = to_float[carve_pre_resize_v(s[0][i], s[1][i], b0, b1)];
       }
     }
   }
@@ -253,124 +200,32 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
 //   a pass sums pixel * weight in int from 2^21 and keeps clamp(sum >> 22, 0, 255).
 // The horizontal pass runs first (on the rows the vertical pass reads), its
 // uint8 result feeds the vertical one; an axis whose size does not change is not
-// resampled at all. All the doubles are computed in Pillow's order; none of its
-// expressions can be changed by FMA contraction (the only product-plus-sum,
-// w * 2^22 + 0.5, multiplies by a power of two).
-
-#define CARVE_PIL_PRECISION_BITS 22
-
-// Resized (w, h) for Resize(out): torchvision's _compute_resized_output_size.
-static void classify_resized_size(int w, int h, int out, int* new_w, int* new_h) {
-  const int64_t shorter = w <= h ? w : h, longer = w <= h ? h : w;
-  const int new_long = (int)((double)((int64_t)out * longer) / (double)shorter);
-  *new_w = w <= h ? out : new_long;
-  *new_h = w <= h ? new_long : out;
-}
-
-static double pil_scale(int in, int out) { return (double)(float)in / (double)out; }
-
-static int pil_ksize(int in, int out) {
-  const double scale = pil_scale(in, out);
-  const double support = scale < 1.0 ? 1.0 : scale;
-  return (int)ceil(support) * 2 + 1;
-}
-
-static double pil_triangle(double x) {
-  if (x < 0.0) {
-    x = -x;
-  }
-  return x < 1.0 ? 1.0 - x : 0.0;
-}
+// resampled at all. All the doubles are computed in Pillow's order, each operation
+// rounded (carve_pre_math.h, shared with carve_cuda_pre.cu).
 
 // Bounds (xmin, n) and fixed-point weights (ksize per output) of outputs
 // [first, first + count) of an in -> out axis.
 static void pil_axis_coeffs(int in, int out, int first, int count, int ksize, int32_t* bounds,
                             int32_t* kk) {
-  const double scale = pil_scale(in, out);
-  const double filterscale = scale < 1.0 ? 1.0 : scale;
-  const double support = 1.0 * filterscale;
-  const double ss = 1.0 / filterscale;
   for (int i = 0; i < count; i++) {
-    const int xx = first + i;
-    const double center = 0.0 + (xx + 0.5) * scale;
-    int xmin = (int)(center - support + 0.5);
-    if (xmin < 0) {
-      xmin = 0;
-    }
-    int xmax = (int)(center + support + 0.5);
-    if (xmax > in) {
-      xmax = in;
-    }
-    xmax -= xmin;
-    double ww = 0.0;
-    for (int x = 0; x < xmax; x++) {
-      ww += pil_triangle((x + xmin - center + 0.5) * ss);
-    }
-    int32_t* k = kk + (size_t)i * (size_t)ksize;
-    for (int x = 0; x < xmax; x++) {
-      double wgt = pil_triangle((x + xmin - center + 0.5) * ss);
-      if (ww != 0.0) {
-        wgt /= ww;
-      }
-      k[x] = wgt < 0 ? (int32_t)(-0.5 + wgt * (1 << CARVE_PIL_PRECISION_BITS))
-                     : (int32_t)(0.5 + wgt * (1 << CARVE_PIL_PRECISION_BITS));
-    }
-    bounds[2 * i] = xmin;
-    bounds[2 * i + 1] = xmax;
+    carve_pre_pil_coeffs(in, out, first + i, bounds + 2 * (size_t)i, kk + (size_t)i * (size_t)ksize);
   }
-}
-
-// Pillow's clip8: the fixed-point sum to a byte.
-static uint8_t pil_clip8(int32_t ss) {
-  const int32_t v = ss >> CARVE_PIL_PRECISION_BITS;  // arithmetic shift, as Pillow's
-  return (uint8_t)(v < 0 ? 0 : (v > 255 ? 255 : v));
-}
-
-typedef struct classify_plan {
-  int new_w, new_h, top, left;
-  int resize_x, resize_y;  // the axis is resampled
-  int ksize_x, ksize_y;
-} classify_plan;
-
-static void classify_plan_of(int w, int h, int out, classify_plan* p) {
-  classify_resized_size(w, h, out, &p->new_w, &p->new_h);
-  p->top = (int)round_half_even((p->new_h - out) / 2.0);
-  p->left = (int)round_half_even((p->new_w - out) / 2.0);
-  p->resize_x = p->new_w != w;
-  p->resize_y = p->new_h != h;
-  p->ksize_x = p->resize_x ? pil_ksize(w, p->new_w) : 0;
-  p->ksize_y = p->resize_y ? pil_ksize(h, p->new_h) : 0;
 }
 
 size_t carve_classify_scratch_bytes(int w, int h, int out) {
-  if (w <= 0 || h <= 0 || out <= 0) {
-    return 0;
-  }
-  classify_plan p;
-  classify_plan_of(w, h, out, &p);
-  // Bounds and weights of both axes, then up to h horizontally resampled rows.
-  const size_t coeffs = (size_t)out * (size_t)(4 + p.ksize_x + p.ksize_y);
-  const size_t rows = p.resize_x ? (size_t)h * (size_t)out * 3 : 0;
-  return coeffs * sizeof(int32_t) + rows;
+  return carve_pre_classify_scratch_bytes(w, h, out);
 }
 
 carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
                                        float* out_nhwc, void* scratch) {
-  if (rgb == NULL || out_nhwc == NULL || scratch == NULL || out <= 0 ||
-      (uintptr_t)scratch % _Alignof(int32_t) != 0) {
-    return CARVE_ERR_INVALID_ARGUMENT;
+  carve_pre_classify_plan p;
+  carve_pre_classify_scratch sc;
+  const carve_status status = carve_pre_classify_prepare(rgb, w, h, stride, out, out_nhwc, scratch, &p, &sc);
+  if (status != CARVE_OK) {
+    return status;
   }
-  if (w <= 0 || h <= 0 || stride < (size_t)w * 3) {
-    return CARVE_ERR_BAD_IMAGE;
-  }
-  classify_plan p;
-  classify_plan_of(w, h, out, &p);
-
-  int32_t* xb = scratch;                                   // (out, 2) column bounds
-  int32_t* xk = xb + 2 * (size_t)out;                      // (out, ksize_x)
-  int32_t* yb = xk + (size_t)out * (size_t)p.ksize_x;      // (out, 2) row bounds
-  int32_t* yk = yb + 2 * (size_t)out;                      // (out, ksize_y)
-  uint8_t* rows = (uint8_t*)(yk + (size_t)out * (size_t)p.ksize_y);  // (ny, out, 3)
+  int32_t *xb = sc.xb, *xk = sc.xk, *yb = sc.yb, *yk = sc.yk;
+  uint8_t* rows = sc.rows;  // (y_hi - y_lo, out, 3)
   if (p.resize_x) {
     pil_axis_coeffs(w, p.new_w, p.left, out, p.ksize_x, xb, xk);
   }
@@ -393,18 +248,8 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
       const uint8_t* in = rgb + (size_t)y * stride;
       uint8_t* o = rows + (size_t)(y - y_lo) * (size_t)out * 3;
       for (int x = 0; x < out; x++) {
-        const int32_t xmin = xb[2 * (size_t)x], n = xb[2 * (size_t)x + 1];
-        const int32_t* k = xk + (size_t)x * (size_t)p.ksize_x;
-        int32_t s0 = 1 << (CARVE_PIL_PRECISION_BITS - 1), s1 = s0, s2 = s0;
-        for (int32_t i = 0; i < n; i++) {
-          const uint8_t* px = in + (size_t)(xmin + i) * 3;
-          s0 += px[0] * k[i];
-          s1 += px[1] * k[i];
-          s2 += px[2] * k[i];
-        }
-        o[3 * (size_t)x] = pil_clip8(s0);
-        o[3 * (size_t)x + 1] = pil_clip8(s1);
-        o[3 * (size_t)x + 2] = pil_clip8(s2);
+        carve_pre_pil_hpixel(in, xb[2 * (size_t)x], xb[2 * (size_t)x + 1],
+                             xk + (size_t)x * (size_t)p.ksize_x, o + 3 * (size_t)x);
       }
     }
     src = rows;
@@ -417,12 +262,9 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
     if (p.resize_y) {
       const int32_t ymin = yb[2 * (size_t)yy], n = yb[2 * (size_t)yy + 1];
       const int32_t* k = yk + (size_t)yy * (size_t)p.ksize_y;
+      const uint8_t* col = src + (size_t)(ymin - y_lo) * src_stride + src_x * 3;
       for (size_t i = 0; i < (size_t)out * 3; i++) {
-        int32_t s = 1 << (CARVE_PIL_PRECISION_BITS - 1);
-        for (int32_t j = 0; j < n; j++) {
-          s += src[(size_t)(ymin + j - y_lo) * src_stride + src_x * 3 + i] * k[j];
-        }
-        o[i] = (float)pil_clip8(s) / 255.0f;
+        o[i] = (float)carve_pre_pil_vvalue(col + i, src_stride, n, k) / 255.0f;
       }
     } else {
       const uint8_t* row = src + (size_t)(p.top + yy - y_lo) * src_stride + src_x * 3;

@@ -88,8 +88,8 @@ class CudaBackend(Backend):
                  ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
     # host-side pieces of the CPU runtime the package uses (letterbox geometry, box mapping, top-k of the
     # probabilities, NCHW -> NHWC, masks, the demo's file I/O), compiled with CARVE_RT_NO_THREADS
-    _runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
-                "carve_post.h", "carve_post.c", "carve_io.h", "carve_io.c", "carve_cuda.h")
+    _runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
+                "carve_pre.c", "carve_post.h", "carve_post.c", "carve_io.h", "carve_io.c", "carve_cuda.h")
 
     def runtime_files(self, graph: Graph) -> tuple:
         """The runtime sources a package of this graph uses: the host pieces and every carve_cuda_* file."""

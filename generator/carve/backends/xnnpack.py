@@ -28,8 +28,9 @@ class XnnpackBackend(CBackend):
     layouts = LAYOUTS
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
-    runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre.c",
-               "carve_post.h", "carve_post.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
+    runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
+               "carve_pre.c", "carve_post.h", "carve_post.c",
+               "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
     cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
 
 
