@@ -1,0 +1,33 @@
+"""Compare the GPU package's layer dumps and outputs with the CPU (xnnpack) package's, computed on the dev machine."""
+import json, sys
+from pathlib import Path
+import numpy as np
+ref, got, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+worst = {}
+lines = []
+for name, g in (("n320", "d-n320"), ("n320-nograph", "d-n320-nograph"), ("seg320", "d-seg320")):
+    rdir = ref / name.split("-")[0]
+    for f in sorted(rdir.glob("*.npy")):
+        a = np.load(f).astype(np.float64); b = np.load(got / g / f.name).astype(np.float64)
+        if a.shape != b.shape:
+            lines.append(f"{name} {f.name}: shape {b.shape} != {a.shape}"); worst[name] = 1e9; continue
+        if f.name.startswith("output0") and a.ndim == 3 and a.shape[-1] >= 6:  # rows: compare by rank, report class agreement
+            cls_same = float(np.mean(a[0, :, 5] == b[0, :, 5]))
+            lines.append(f"{name} {f.name}: rows {a.shape}, same class at rank {cls_same:.3f}, top-20 max|d| {np.abs(a[0,:20,:6]-b[0,:20,:6]).max():.3g}")
+            continue
+        e = float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12))
+        worst[name] = max(worst.get(name, 0), e)
+        lines.append(f"{name} {f.name}: shape {a.shape} max rel err {e:.3g}")
+for n in ("n320", "n640"):
+    try:
+        r = json.loads((ref / f"{n}.json").read_text())["detections"]; g = json.loads((out / f"{n}.json").read_text())["detections"]
+        r = [d for d in r if d["score"] > 0.3]; g = [d for d in g if d["score"] > 0.3]
+        k = min(len(r), len(g), 30)
+        dbox = max((max(abs(x - y) for x, y in zip(r[i]["box"], g[i]["box"])) for i in range(k)), default=0)
+        dsc = max((abs(r[i]["score"] - g[i]["score"]) for i in range(k)), default=0)
+        same = sum(r[i]["class_id"] == g[i]["class_id"] for i in range(k))
+        lines.append(f"{n} detections > 0.3: cpu {len(r)}, gpu {len(g)}; first {k}: same class {same}/{k}, max box diff {dbox:.3g} px, max score diff {dsc:.3g}")
+    except Exception as ex:
+        lines.append(f"{n}: {ex}")
+lines.append("worst layer max rel err: " + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()))
+print("\n".join(lines)); (out / "compare.txt").write_text("\n".join(lines) + "\n")
