@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "tests" / "security"))
 from carve import compiler  # noqa: E402
 from carve.checkpoint import read_checkpoint  # noqa: E402
 from carve.errors import CarveError  # noqa: E402
+from test_checkpoint import _storage_of  # noqa: E402  (same folder: pytest puts it on sys.path)
 
 DEMO = REPO / "assets" / "yolo26n-shapes.pt"
 DEMO_MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
@@ -203,23 +204,9 @@ def test_ext_opcode_is_refused(tmp_path):
 # --------------------------------------------------------------------------------------
 
 
-def _storage_entries(model_key_prefix="model.0.conv.weight") -> str:
+def _storage_entries(key="model.0.conv.weight") -> str:
     """Zip entry of the storage behind a state-dict key of the demo checkpoint (through the reader)."""
-    from carve import checkpoint as cp
-
-    seen = {}
-    orig = cp._Loader.storage_array
-
-    def spy(self, ref, what):
-        seen.setdefault(what, ref.key)
-        return orig(self, ref, what)
-
-    cp._Loader.storage_array = spy
-    try:
-        read_checkpoint(DEMO)
-    finally:
-        cp._Loader.storage_array = orig
-    return f"{PREFIX}data/{seen[model_key_prefix]}"
+    return _storage_of(DEMO, key)
 
 
 @pytest.mark.parametrize("storage", ["ComplexFloatStorage", "QInt8Storage", "Float8_e4m3fnStorage"])

@@ -17,23 +17,6 @@
 
 #include "mut.h"
 
-typedef struct {
-  const uint8_t* p;
-  size_t n;
-} reader;
-
-static uint32_t take(reader* r, int bytes) {
-  uint32_t v = 0;
-  for (int i = 0; i < bytes; i++) {
-    v = (v << 8) | (r->n > 0 ? *r->p : 0);
-    if (r->n > 0) {
-      r->p++;
-      r->n--;
-    }
-  }
-  return v;
-}
-
 static void fill(const reader* r, uint8_t* dst, size_t bytes) {
   for (size_t i = 0; i < bytes; i++) {
     dst[i] = r->n > 0 ? r->p[i % r->n] : (uint8_t)i;

@@ -7,6 +7,7 @@
 #ifndef CARVE_SECURITY_MUT_H
 #define CARVE_SECURITY_MUT_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,6 +19,26 @@
 #define MUTC(suffix) MUT_CAT(CARVE_MUT_UPPER, suffix)
 
 typedef MUT(_options) mut_options;
+
+// The fuzzers' input as a stream: take(r, n) reads n bytes big-endian, zeros once the input is used up.
+typedef struct {
+  const uint8_t* p;
+  size_t n;
+} reader;
+
+static inline uint32_t take(reader* r, int bytes) {
+  uint32_t v = 0;
+  for (int i = 0; i < bytes; i++) {
+    v = (v << 8) | (r->n > 0 ? *r->p : 0);
+    if (r->n > 0) {
+      r->p++;
+      r->n--;
+    }
+  }
+  return v;
+}
+
+
 typedef struct CARVE_MUT mut_model;
 
 #define MUT_H MUTC(_INPUT_H)
