@@ -15,12 +15,16 @@ from .errors import CarveError
 
 ROOT = Path(__file__).resolve().parents[2]
 EPILOG = """examples:
-  ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt
-  ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt --imgsz 320 --out /tmp/pkg
-  ./carve generate manifests/yolo26n.yaml --backend xnnpack --weights yolo26n.pt --imgsz 256 384 \
-      --weights-format file --weights-dtype f16 --out /tmp/pkg-fw
+  ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt
+  ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --imgsz 320 --out /tmp/pkg
+  ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \
+      --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve list
+
+--weights takes either a weights format (blob, c-array, file) or, as a shorthand for --checkpoint, the
+checkpoint's path: `--weights yolo26n.pt` and `--checkpoint yolo26n.pt` are the same.
 """
+WEIGHT_FORMATS = ("blob", "c-array", "file")
 
 
 def _progress():
@@ -101,13 +105,14 @@ def cmd_generate(args) -> int:
     from .compiler import compile_model
     from .manifest import load_manifest
     say = _progress()
-    options = {"weights_format": args.weights_format, "weights_dtype": args.weights_dtype}
+    checkpoint, weights_format = resolve_weights_args(args)
+    options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
-    result = compile_model(args.manifest, args.backend, args.weights, args.imgsz, options, progress=say)
+    result = compile_model(args.manifest, args.backend, checkpoint, args.imgsz, options, progress=say)
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
@@ -115,6 +120,30 @@ def cmd_generate(args) -> int:
           f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
     return 0
+
+
+def resolve_weights_args(args) -> tuple:
+    """(checkpoint path, weights format) from --checkpoint, --weights (a format or a checkpoint path) and
+    --weights-format; a value given twice in different ways is an error, not a silent pick."""
+    checkpoints = [args.checkpoint] if args.checkpoint else []
+    formats = [args.weights_format] if args.weights_format else []
+    for value in args.weights or []:
+        if value in WEIGHT_FORMATS:
+            if not args.checkpoint and Path(value).exists():  # with --checkpoint, a keyword is the format
+                raise CarveError(f"--weights {value}: '{value}' is both a weights format and a file here",
+                                 hint=f"for the checkpoint write --checkpoint ./{value}; for the format, "
+                                      f"--weights-format {value}")
+            formats.append(value)
+        else:
+            checkpoints.append(value)
+    if not checkpoints:
+        raise CarveError("no checkpoint given", hint="pass --checkpoint MODEL.pt (or --weights MODEL.pt)")
+    if len(set(checkpoints)) > 1:
+        raise CarveError(f"two checkpoints given: {', '.join(checkpoints)}", hint="pass one --checkpoint")
+    if len(set(formats)) > 1:
+        raise CarveError(f"two weights formats given: {', '.join(formats)}",
+                         hint=f"pass one of {', '.join(WEIGHT_FORMATS)}")
+    return checkpoints[0], formats[0] if formats else "blob"
 
 
 def cmd_list(args) -> int:
@@ -146,13 +175,16 @@ def parser() -> argparse.ArgumentParser:
                        description="Generate a standalone package from a manifest and an Ultralytics checkpoint.")
     g.add_argument("manifest", help="model manifest (manifests/*.yaml)")
     g.add_argument("--backend", required=True, help="target backend (see 'carve list')")
-    g.add_argument("--weights", required=True, help="Ultralytics .pt checkpoint or .safetensors (never executed)")
+    g.add_argument("--checkpoint", metavar="PT",
+                   help="Ultralytics .pt checkpoint or .safetensors: the trained weights (read, never executed)")
+    g.add_argument("--weights", action="append", metavar="FORMAT|PT",
+                   help="how the package carries its weights: blob (an assembler .incbin, default), c-array (a C "
+                        "array), or file (<name>.weights, read at create from a path or a caller's buffer: magic, "
+                        "version, size, CRC-32 checked); any other value is the checkpoint (= --checkpoint)")
     g.add_argument("--out", help="output folder (default: generated/<model>-<backend>)")
     g.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                    help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
-    g.add_argument("--weights-format", choices=("blob", "c-array", "file"), default="blob",
-                   help="link weights with an assembler .incbin (blob, default), as a C array, or read them at "
-                        "create from <name>.weights or a caller's buffer (file: magic, version, size, CRC-32 checked)")
+    g.add_argument("--weights-format", choices=WEIGHT_FORMATS, help="the same as --weights FORMAT")
     g.add_argument("--weights-dtype", choices=("f32", "f16"), default="f32",
                    help="weight storage: float32 (default) or float16, widened to float32 at create")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
