@@ -13,11 +13,13 @@ want_test=0
 debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev libstb-dev"
 # --test: clang too (the portable backend's packages are also compiled with it, tests/portable; libFuzzer
 # and the sanitizers of tests/security), valgrind (tests/security: memcheck of the demo), and the cross
-# toolchains of the firmware tests (tests/firmware/cross.py): Cortex-M (newlib) and aarch64 Linux. Debian's
-# libxnnpack-dev:arm64 is not co-installable with the amd64 one (not Multi-Arch: same), so the aarch64 xnnpack
-# build is compiled, not linked.
+# toolchains of the firmware tests (tests/firmware/cross.py): Cortex-M (newlib) and aarch64 Linux, and
+# qemu-user, which runs the aarch64 builds (qemu-aarch64, with libc6-arm64-cross as the guest's libc).
+# Debian's libxnnpack-dev:arm64 is not co-installable with the amd64 one (not Multi-Arch: same; installing it
+# replaces the host's XNNPACK), so it is never installed: see the arm64 sysroot below.
 if [ $want_test = 1 ]; then
   debs="$debs clang valgrind gcc-arm-none-eabi libnewlib-arm-none-eabi gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
+  debs="$debs qemu-user"
 fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"
@@ -48,4 +50,17 @@ if ! $py -c "$check" >/dev/null 2>&1; then
   [ -f "$($py -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && extra="--break-system-packages"
   PIP_CACHE_DIR="$here/build/.cache/pip" $py -m pip install -q --disable-pip-version-check \
     --root-user-action=ignore $extra -r "$req"
+fi
+
+# ---- arm64 sysroot (--test) -------------------------------------------------
+# Debian's arm64 XNNPACK, pthreadpool, cpuinfo and stb, the host's versions, downloaded with a private apt
+# state (signed indexes) and unpacked, not installed, into build/.cache/arm64-sysroot, for the aarch64 builds
+# of tests/firmware/cross.py; cached (a second run downloads nothing). A failed download does not stop the
+# install: cross.py runs the script again and, if the download is still impossible, reports its aarch64 tests
+# skipped (exit 77).
+if [ $want_test = 1 ]; then
+  if ! log=$(sh "$here/tools/arm64_sysroot.sh" 2>&1); then
+    echo "$log" >&2
+    echo "install: tools/arm64_sysroot.sh failed; tests/firmware/cross.py tries again (and skips without network)" >&2
+  fi
 fi
