@@ -1,19 +1,28 @@
 #!/usr/bin/env python3
-"""Cross-compiles generated packages (Debian's cross toolchains, tools/install.sh --test installs them).
+"""Cross-compiles generated packages (Debian's cross toolchains, tools/install.sh --test installs them) and runs
+the aarch64 ones under qemu-aarch64 against the x86-64 package.
 
-    cross.py --work build/work --target aarch64-xnnpack | aarch64-portable | cortex-m7 [--sizes]
+    cross.py --work build/work --target aarch64-xnnpack | aarch64-portable | cortex-m7
 
-aarch64-xnnpack   yolo26n at 320 (xnnpack) built with aarch64-linux-gnu-gcc: every package source compiled
-                  -Werror; linked with a minimal main (create_with in static buffers, one run) against
-                  Debian's arm64 XNNPACK (libxnnpack-dev:arm64, multiarch) when it is installed, else
-                  compiled only (the headers are architecture independent) and said so.
-aarch64-portable  the same with --backend portable, linked (libm only).
+aarch64-xnnpack   yolo26n at 320 (xnnpack) built with aarch64-linux-gnu-gcc against Debian's arm64 XNNPACK,
+                  pthreadpool and cpuinfo, fetched and unpacked (not installed) by tools/arm64_sysroot.sh into
+                  build/.cache/arm64-sysroot:
+                  1. every package source compiled -Werror and linked with a minimal main (create_with in static
+                     buffers, one run): cross.elf, an AArch64 ELF, run under qemu-aarch64 (exit status CARVE_OK);
+                  2. the package's demo, built as tests/portable/compare_backends.py builds it (same function),
+                     run under qemu-aarch64 on bus.jpg's letterboxed tensor with --dump; every layer and the
+                     output compared with the x86-64 xnnpack package of the same checkpoint and --imgsz on the
+                     same tensor, with compare_backends' bound: max(1e-4, 3 x |PyTorch fp32 - x86-64 xnnpack|)
+                     relative to the layer's max |value| (NEON and AVX micro-kernels sum in different orders).
+aarch64-portable  the same with --backend portable (-DCARVE_RT_NO_THREADS; libm, and libstb for the demo),
+                  compared with the same x86-64 xnnpack package.
 cortex-m7         --backend portable for arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard
                   (newlib, --specs=nosys.specs), -DCARVE_RT_NO_THREADS -DCARVE_RT_NO_FILE -DCARVE_RT_NO_HEAP,
                   linked with the minimal main, and checked to contain no malloc; arm-none-eabi-size prints
-                  text/data/bss for yolo26n-cls at 224 and yolo26n at 320.
-The portable targets exit 77 (ctest: skipped) while `--backend portable` is not in this carve.
-Nothing is run: the binaries are for another machine; each is checked to be an ELF of its architecture.
+                  text/data/bss for yolo26n-cls at 224 and yolo26n at 320. Not run (no emulator for it here).
+Exit 77 (ctest: skipped), with the reason: the portable targets while `--backend portable` is not in this carve;
+the aarch64 targets when the arm64 packages cannot be downloaded (tools/arm64_sysroot.sh exit 3: no network).
+A missing cross compiler or qemu-aarch64 fails (tools/install.sh --test installs them).
 """
 
 from __future__ import annotations
@@ -29,11 +38,18 @@ import fwlib  # noqa: E402
 from fwlib import REPO, log, run  # noqa: E402
 
 sys.path.insert(0, str(REPO / "generator"))
+sys.path.insert(0, str(REPO / "tests" / "portable"))
+import compare_backends  # noqa: E402  (the demo build and the comparison bound of the portable tests)
+import oracle  # noqa: E402  (tools/, on the path through fwlib)
+
 SKIP = 77
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb"]
 # bare metal: no threads, no stdio for the weights, no heap (create_with only; malloc is never linked in)
 M7_DEFINES = ["-DCARVE_RT_NO_THREADS", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
-ARM64_LIBDIR = Path("/usr/lib/aarch64-linux-gnu")
+AARCH64_CC = "aarch64-linux-gnu-gcc"
+AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")  # libc6-arm64-cross: the dynamic loader and libc for qemu -L
+SYSROOT_SCRIPT = REPO / "tools" / "arm64_sysroot.sh"
+SYSROOT_OFFLINE = 3  # arm64_sysroot.sh: the packages could not be downloaded
 
 
 def have_backend(name: str) -> bool:
@@ -83,8 +99,72 @@ def abi() -> int:
     return runtime_abi()
 
 
-def arm64_xnnpack() -> bool:
-    return (ARM64_LIBDIR / "libXNNPACK.so").exists() and (ARM64_LIBDIR / "libpthreadpool.so").exists()
+def arm64_sysroot() -> Path | None:
+    """tools/arm64_sysroot.sh: Debian's arm64 XNNPACK, pthreadpool, cpuinfo and stb unpacked under build/.cache
+    (downloaded once, then cached); None when they cannot be downloaded. Any other failure ends the test."""
+    p = subprocess.run(["sh", str(SYSROOT_SCRIPT)], text=True, capture_output=True)
+    sys.stdout.write(p.stderr)
+    if p.returncode == SYSROOT_OFFLINE:
+        return None
+    if p.returncode != 0:
+        raise SystemExit(f"cross: {SYSROOT_SCRIPT.name} failed with exit code {p.returncode}")
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
+def qemu(exe: Path, libdir: Path, *args) -> subprocess.CompletedProcess:
+    """Runs an aarch64 executable under qemu-user: Debian's cross libc as the guest's root for the loader, the
+    sysroot's libraries on the guest's LD_LIBRARY_PATH (-E: not the host qemu's)."""
+    return run(["qemu-aarch64", "-L", AARCH64_LIBC, "-E", f"LD_LIBRARY_PATH={libdir}", exe, *args], check=False)
+
+
+def aarch64(backend: str, cache: Path, work: Path, sysroot: Path) -> bool:
+    """yolo26n at 320 for aarch64 (checkpoint cached in cache/checkpoints, files in work): the minimal main and the demo linked against the sysroot and run under qemu;
+    the demo's layers and output against the x86-64 xnnpack package's on the same tensor."""
+    manifest, name, task, imgsz = "yolo26n.yaml", "yolo26n", "detect", 320
+    inc, lib = sysroot / "usr" / "include", sysroot / "usr" / "lib" / "aarch64-linux-gnu"
+    pt = fwlib.checkpoint(cache, manifest)
+    pkgs = {}
+    for arch, b in (("aarch64", backend), ("x86-64", "xnnpack")):
+        pkgs[arch] = fwlib.generate(manifest, pt, work / f"{name}-{b}-{arch}", "--imgsz", str(imgsz), backend=b)
+    pkg = pkgs["aarch64"]
+    if backend == "xnnpack":
+        flags, libs = [f"-I{inc}"], ["-lXNNPACK", "-lpthreadpool", "-lpthread", "-lm"]
+    else:
+        flags, libs = ["-DCARVE_RT_NO_THREADS"], ["-lm"]
+    ldflags = [f"-L{lib}", f"-Wl,-rpath-link={lib}"]
+    elf = build(pkg, name, task, AARCH64_CC, flags, [*ldflags, *libs], True)
+    machine = elf_machine(elf)
+    ok = "AArch64" in machine
+    log(f"{name} ({backend}, {imgsz}): {elf.name} is an ELF for {machine}: {'ok' if ok else 'FAIL'}")
+    p = qemu(elf, lib)
+    log(f"   qemu-aarch64 {elf.name} (create_with in static buffers, one run): exit status {p.returncode} "
+        f"({'ok' if p.returncode == 0 else 'FAIL'})")
+    ok &= p.returncode == 0
+
+    demo = compare_backends.build(pkg, name, backend, cc=AARCH64_CC, cflags=(f"-I{inc}",), ldflags=tuple(ldflags))
+    host_demo = compare_backends.build(pkgs["x86-64"], name, "xnnpack")
+    tensor = work / "input.npy"
+    oracle.make_input(oracle.sample_image("bus.jpg"), imgsz, tensor, task=task)
+    dumps = {arch: work / f"dump-{arch}" for arch in pkgs}
+    t = fwlib.Timer()
+    p = qemu(demo, lib, "--input", tensor, "--dump", dumps["aarch64"])
+    if p.returncode != 0:
+        sys.stdout.write(p.stdout[-4000:] + p.stderr[-4000:])
+        log(f"   qemu-aarch64 {demo.name}: exit status {p.returncode}: FAIL")
+        return False
+    log(f"   qemu-aarch64 {demo.name} --input --dump: {compare_backends.latency(p.stdout):.0f} ms per run under "
+        f"emulation ({t} with the dump)")
+    run([host_demo, "--input", tensor, "--dump", dumps["x86-64"]])
+    ref32 = work / "ref32"
+    oracle.reference_layers(pt, tensor, ref32)
+    tol, factor = compare_backends.TOL, compare_backends.FACTOR
+    log(f"== {name} at {imgsz}: aarch64 {backend} (qemu) vs x86-64 xnnpack, bound max({tol:g}, {factor:g} x "
+        f"|PyTorch fp32 - x86-64 xnnpack|)")
+    same = oracle.compare_layers(dumps["aarch64"], dumps["x86-64"], tol=tol, baseline=ref32, factor=factor)
+    worst = max(oracle.LAST_STATS, key=lambda k: oracle.LAST_STATS[k][0])
+    log(f"   aarch64 {backend} vs x86-64 xnnpack: {'PASS' if same else 'FAIL'}; max rel error "
+        f"{oracle.LAST_STATS[worst][0]:.2e} ({worst})")
+    return ok and same
 
 
 def main() -> int:
@@ -97,59 +177,46 @@ def main() -> int:
     if backend == "portable" and not have_backend("portable"):
         log(f"cross {args.target}: SKIPPED: --backend portable is not in this carve yet")
         return SKIP
-    cc = "arm-none-eabi-gcc" if args.target == "cortex-m7" else "aarch64-linux-gnu-gcc"
-    if shutil.which(cc) is None:
-        log(f"cross {args.target}: {cc} not found (sh tools/install.sh --test installs it)")
-        return 1
+    cc = "arm-none-eabi-gcc" if args.target == "cortex-m7" else AARCH64_CC
+    tools = [cc] if args.target == "cortex-m7" else [cc, "qemu-aarch64"]
+    for tool in tools:
+        if shutil.which(tool) is None:
+            log(f"cross {args.target}: {tool} not found (sh tools/install.sh --test installs it)")
+            return 1
     work = fwlib.fresh(args.work.resolve() / f"firmware-cross-{args.target}")
-    variants = [("yolo26n.yaml", "yolo26n", "detect", "320")]
-    if args.target == "cortex-m7":
-        variants.insert(0, ("yolo26n-cls.yaml", "yolo26n_cls", "classify", "224"))
+    if args.target != "cortex-m7":
+        sysroot = arm64_sysroot()
+        if sysroot is None:
+            log(f"cross {args.target}: SKIPPED: Debian's arm64 XNNPACK, pthreadpool, cpuinfo and stb could not be "
+                f"downloaded (tools/arm64_sysroot.sh, see above): nothing linked or run for aarch64")
+            return SKIP
+        ok = aarch64(backend, args.work, work, sysroot)
+        if ok:
+            shutil.rmtree(work, ignore_errors=True)
+        log(f"cross {args.target}: {'PASS' if ok else 'FAIL (files kept in ' + str(work) + ')'} ({t})")
+        return 0 if ok else 1
     ok = True
-    for manifest, name, task, imgsz in variants:
+    for manifest, name, task, imgsz in (("yolo26n-cls.yaml", "yolo26n_cls", "classify", "224"),
+                                        ("yolo26n.yaml", "yolo26n", "detect", "320")):
         pt = fwlib.checkpoint(args.work, manifest)
         pkg = work / name
         run([fwlib.CARVE, "generate", REPO / "manifests" / manifest, "--backend", backend, "--weights", pt,
              "--out", pkg, "--imgsz", imgsz])
-        if args.target == "cortex-m7":
-            elf = build(pkg, name, task, cc, [*M7, *M7_DEFINES],
-                        ["--specs=nosys.specs", "-lm"], True)
-            want = "ARM"
-        elif backend == "portable":
-            elf = build(pkg, name, task, cc, ["-DCARVE_RT_NO_THREADS"], ["-lm"], True)
-            want = "AArch64"
-        else:
-            inc = work / "include"  # XNNPACK's and pthreadpool's headers only, not the host's /usr/include
-            inc.mkdir(exist_ok=True)
-            for h in ("xnnpack.h", "pthreadpool.h"):
-                if not (inc / h).exists():
-                    shutil.copy(Path("/usr/include") / h, inc / h)
-            link = arm64_xnnpack()
-            elf = build(pkg, name, task, cc, [f"-I{inc}"],
-                        [f"-L{ARM64_LIBDIR}", f"-Wl,-rpath-link={ARM64_LIBDIR}", "-lXNNPACK", "-lpthreadpool",
-                         "-lpthread", "-lm"], link)
-            want = "AArch64"
-            if not link:
-                log(f"{name}: compiled for aarch64 (every source, -Werror); NOT linked: Debian's arm64 XNNPACK "
-                    f"(libxnnpack-dev:arm64) is not installed")
-                machine = elf_machine(next((pkg / "obj").glob("*.o")))
-                ok &= want in machine
-                continue
+        elf = build(pkg, name, task, cc, [*M7, *M7_DEFINES], ["--specs=nosys.specs", "-lm"], True)
         machine = elf_machine(elf)
-        good = want in machine
+        good = "ARM" in machine
         log(f"{name} ({backend}, {imgsz}): {elf.name} is an ELF for {machine}: {'ok' if good else 'FAIL'}")
         ok &= good
-        if args.target == "cortex-m7":
-            syms = run(["arm-none-eabi-nm", elf]).stdout.split()
-            heap = sorted({s for s in syms if s in ("malloc", "calloc", "aligned_alloc", "posix_memalign", "free",
-                                                    "_malloc_r")})
-            log(f"   allocator symbols linked in: {', '.join(heap) or 'none'}")
-            ok &= not heap
-            size = run(["arm-none-eabi-size", "-B", elf]).stdout
-            log(f"$ arm-none-eabi-size -B {elf.name}\n{size.rstrip()}")
-            hdr = (pkg / f"{name}.h").read_text()
-            arena = next(ln for ln in hdr.splitlines() if "_ARENA_BYTES" in ln and ln.startswith("#define"))
-            log(f"   {arena.split('//')[0].strip()}")
+        syms = run(["arm-none-eabi-nm", elf]).stdout.split()
+        heap = sorted({s for s in syms if s in ("malloc", "calloc", "aligned_alloc", "posix_memalign", "free",
+                                                "_malloc_r")})
+        log(f"   allocator symbols linked in: {', '.join(heap) or 'none'}")
+        ok &= not heap
+        size = run(["arm-none-eabi-size", "-B", elf]).stdout
+        log(f"$ arm-none-eabi-size -B {elf.name}\n{size.rstrip()}")
+        hdr = (pkg / f"{name}.h").read_text()
+        arena = next(ln for ln in hdr.splitlines() if "_ARENA_BYTES" in ln and ln.startswith("#define"))
+        log(f"   {arena.split('//')[0].strip()}")
     shutil.rmtree(work, ignore_errors=True)
     log(f"cross {args.target}: {'PASS' if ok else 'FAIL'} ({t})")
     return 0 if ok else 1

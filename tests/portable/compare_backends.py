@@ -49,6 +49,7 @@ import oracle  # noqa: E402
 TASKS = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}
 DEFAULT_IMGSZ = {"n": 160, "s": 128, "m": 96, "l": 64, "x": 64}  # P5 of 5, 4, 3, 2, 2 pixels: odd and even
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"]
+TOL, FACTOR = 1e-4, 3.0  # the bound max(TOL, FACTOR x |PyTorch fp32 - xnnpack|) (above; also tests/firmware/cross.py)
 JOBS = 2  # compiler processes at a time (CI: 2 cores)
 # Symbols the portable package must not need: threads and XNNPACK.
 FORBIDDEN = re.compile(r"^(pthread|xnn_|cpuinfo_)")
@@ -64,16 +65,17 @@ def run(cmd: list, **kw) -> subprocess.CompletedProcess:
     return p
 
 
-def build(pkg: Path, prefix: str, backend: str, cc: str = "gcc") -> Path:
+def build(pkg: Path, prefix: str, backend: str, cc: str = "gcc", cflags: tuple = (), ldflags: tuple = ()) -> Path:
     """Compiles the package's C files and links its demo with `cc`, as its README's plain build would;
-    returns the demo's path."""
+    returns the demo's path. cflags / ldflags: extra options (tests/firmware/cross.py: a cross compiler with
+    an aarch64 sysroot's -I and -L)."""
     obj = pkg / "build"
     obj.mkdir(exist_ok=True)
     sources = [pkg / f"{prefix}.c", pkg / f"{prefix}_demo.c"] + sorted((pkg / "runtime").glob("*.c"))
     defs = ["-DCARVE_RT_NO_THREADS"] if backend == "portable" else []
     objects = [obj / (src.stem + ".o") for src in sources]
     blob = obj / f"{prefix}_weights.o"
-    cmds = [[cc, *CFLAGS, *defs, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", o]
+    cmds = [[cc, *CFLAGS, *defs, *cflags, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", o]
             for src, o in zip(sources, objects)]
     cmds.append([cc, "-c", "-I", pkg, pkg / f"{prefix}_weights.S", "-o", blob])
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
@@ -81,9 +83,10 @@ def build(pkg: Path, prefix: str, backend: str, cc: str = "gcc") -> Path:
     libs = ["-lstb", "-lm"] if backend == "portable" else ["-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb",
                                                              "-lpthread", "-lm"]
     demo = obj / f"{prefix}_demo"
-    run([cc, *objects, blob, "-o", demo, *libs])
+    run([cc, *objects, blob, "-o", demo, *ldflags, *libs])
     if backend == "portable":
-        undefined = run(["nm", "-u", *[o for o in objects if o.stem != f"{prefix}_demo"]]).stdout.split()
+        nm = cc[:-len("gcc")] + "nm" if cc.endswith("-gcc") else "nm"  # aarch64-linux-gnu-gcc: aarch64-linux-gnu-nm
+        undefined = run([nm, "-u", *[o for o in objects if o.stem != f"{prefix}_demo"]]).stdout.split()
         bad = sorted({s for s in undefined if FORBIDDEN.match(s)})
         if bad:
             raise SystemExit(f"compare_backends: {pkg}: the portable package references {', '.join(bad)}")
@@ -111,8 +114,8 @@ def main() -> int:
     ap.add_argument("--scales", default="n,s,m,l,x")
     ap.add_argument("--imgsz", help="comma-separated, one per scale (default: n 160, s 128, m 96, l 64, x 64)")
     ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--factor", type=float, default=3.0)
+    ap.add_argument("--tol", type=float, default=TOL)
+    ap.add_argument("--factor", type=float, default=FACTOR)
     ap.add_argument("--keep", action="store_true", help="keep the dumps and builds of passing variants")
     args = ap.parse_args()
 
