@@ -7,7 +7,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
@@ -28,7 +31,147 @@ static carve_status from_xnn(enum xnn_status s) {
   }
 }
 
-carve_status carve_xnn_init(void) { return from_xnn(xnn_initialize(NULL)); }
+// ---- Allocator ---------------------------------------------------------------
+//
+// The XNNPACK allocator carve installs. Outside a heap scope it is the C
+// library's allocator (with CARVE_RT_NO_HEAP: none, every allocation fails).
+// Inside one, blocks are carved from the heap in order:
+//
+//   base                                                             base + size
+//   | ... | pad | size (in the 16 bytes before the block) | block | ... free ... |
+//                                                         ^ aligned      ^ used
+//
+// Frees of blocks inside the heap do nothing; a reallocation copies the block
+// into a new one unless it is the last block, which grows in place. The only
+// state is the thread's active heap: each thread creates its own contexts.
+
+#define HEAP_HEADER 16  // bytes before each block: its size, keeping 16-byte alignment
+
+static _Thread_local carve_xnn_heap* t_heap;  // the calling thread's active heap, or NULL
+
+static int in_heap(const carve_xnn_heap* h, const void* p) {
+  return h != NULL && p != NULL && (uintptr_t)p >= (uintptr_t)h->base && (uintptr_t)p < (uintptr_t)h->base + h->size;
+}
+
+static size_t block_size(const void* p) {
+  size_t n;
+  memcpy(&n, (const unsigned char*)p - sizeof(size_t), sizeof n);
+  return n;
+}
+
+// size bytes aligned to align (a power of two) from the heap, or NULL when they do not fit.
+static void* heap_alloc(carve_xnn_heap* h, size_t align, size_t size) {
+  if (align < HEAP_HEADER) {
+    align = HEAP_HEADER;
+  }
+  const uintptr_t base = (uintptr_t)h->base;
+  const uintptr_t p = (base + h->used + HEAP_HEADER + (align - 1)) & ~(uintptr_t)(align - 1);
+  const size_t start = (size_t)(p - base);
+  if (start > h->size || size > h->size - start) {
+    return NULL;
+  }
+  memcpy((unsigned char*)p - sizeof(size_t), &size, sizeof size);
+  h->used = start + size;
+  return (void*)p;
+}
+
+static void* xnn_alloc(void* context, size_t size) {
+  (void)context;
+  if (t_heap != NULL) {
+    return heap_alloc(t_heap, HEAP_HEADER, size);
+  }
+#ifdef CARVE_RT_NO_HEAP
+  return NULL;
+#else
+  return malloc(size);
+#endif
+}
+
+static void* xnn_realloc(void* context, void* pointer, size_t size) {
+  (void)context;
+  carve_xnn_heap* h = t_heap;
+  if (h != NULL) {
+    if (pointer == NULL) {
+      return heap_alloc(h, HEAP_HEADER, size);
+    }
+    if (!in_heap(h, pointer)) {
+      return NULL;  // a block from outside the heap: its size is unknown, so it cannot move in
+    }
+    const size_t old = block_size(pointer);
+    const size_t start = (size_t)((uintptr_t)pointer - (uintptr_t)h->base);
+    if (start + old == h->used) {  // the last block: grow or shrink in place
+      if (size > h->size - start) {
+        return NULL;
+      }
+      memcpy((unsigned char*)pointer - sizeof(size_t), &size, sizeof size);
+      h->used = start + size;
+      return pointer;
+    }
+    void* q = heap_alloc(h, HEAP_HEADER, size);
+    if (q != NULL) {
+      memcpy(q, pointer, old < size ? old : size);
+    }
+    return q;
+  }
+#ifdef CARVE_RT_NO_HEAP
+  return NULL;
+#else
+  return realloc(pointer, size);
+#endif
+}
+
+static void xnn_free(void* context, void* pointer) {
+  (void)context;
+  if (pointer == NULL || in_heap(t_heap, pointer)) {
+    return;  // heap blocks go with the heap
+  }
+#ifndef CARVE_RT_NO_HEAP
+  free(pointer);
+#endif
+}
+
+static void* xnn_aligned_alloc(void* context, size_t alignment, size_t size) {
+  (void)context;
+  if (t_heap != NULL) {
+    return heap_alloc(t_heap, alignment, size);
+  }
+#ifdef CARVE_RT_NO_HEAP
+  return NULL;
+#else
+  if (alignment < sizeof(void*)) {
+    alignment = sizeof(void*);
+  }
+  const size_t rounded = (size + alignment - 1) / alignment * alignment;  // C11: a multiple of the alignment
+  return rounded >= size ? aligned_alloc(alignment, rounded) : NULL;
+#endif
+}
+
+static const struct xnn_allocator k_allocator = {
+    .context = NULL,
+    .allocate = xnn_alloc,
+    .reallocate = xnn_realloc,
+    .deallocate = xnn_free,
+    .aligned_allocate = xnn_aligned_alloc,
+    .aligned_deallocate = xnn_free,
+};
+
+carve_status carve_xnn_init(void) { return from_xnn(xnn_initialize(&k_allocator)); }
+
+const struct xnn_allocator* carve_xnn_allocator(void) { return &k_allocator; }
+
+void carve_xnn_heap_init(carve_xnn_heap* heap, void* base, size_t size) {
+  heap->base = base;
+  heap->size = base != NULL ? size : 0;
+  heap->used = 0;
+}
+
+carve_xnn_heap* carve_xnn_heap_begin(carve_xnn_heap* heap) {
+  carve_xnn_heap* previous = t_heap;
+  t_heap = heap;
+  return previous;
+}
+
+void carve_xnn_heap_end(carve_xnn_heap* previous) { t_heap = previous; }
 
 // ---- Create ---------------------------------------------------------------
 
@@ -100,39 +243,64 @@ carve_status carve_xnn_run(xnn_operator_t op, pthreadpool_t pool) { return from_
 
 // ---- Weight pages ---------------------------------------------------------
 
+// One line of /proc/self/maps, "start-end perms offset major:minor inode path": folds it into the walk
+// over [*covered, hi). Returns 1 when the walk is decided (*ok set), else 0.
+static int maps_line(const char* line, uintptr_t* covered, uintptr_t hi, int* ok) {
+  unsigned long start = 0, end = 0, inode = 0;
+  char perms[8] = {0};
+  if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu", &start, &end, perms, &inode) != 4) {
+    return 0;
+  }
+  if (start <= *covered && *covered < end) {
+    if (inode == 0 || perms[1] != '-') {
+      return 1;  // anonymous or writable: releasing could lose data
+    }
+    *covered = end;
+    if (*covered >= hi) {
+      *ok = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int carve_xnn_weights_releasable(const void* weights, size_t bytes) {
 #if defined(__linux__)
   if (weights == NULL || bytes == 0) {
     return 0;
   }
-  const uintptr_t lo = (uintptr_t)weights, hi = lo + bytes;
-  FILE* maps = fopen("/proc/self/maps", "r");
-  if (maps == NULL) {
+  // Read with open/read and a stack buffer, not stdio: create_with must not allocate. The blob may span
+  // consecutive mappings of the same file (all read-only, inode != 0).
+  const int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return 0;
   }
-  // Lines: "start-end perms offset major:minor inode path". The blob may span
-  // consecutive mappings of the same file (all read-only, inode != 0).
-  int ok = 0;
-  uintptr_t covered = lo;
-  char line[512];
-  while (fgets(line, sizeof line, maps) != NULL) {
-    unsigned long start = 0, end = 0, inode = 0;
-    char perms[8] = {0};
-    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu", &start, &end, perms, &inode) != 4) {
-      continue;
+  const uintptr_t hi = (uintptr_t)weights + bytes;
+  uintptr_t covered = (uintptr_t)weights;
+  int ok = 0, done = 0;
+  char buf[4096];
+  size_t have = 0;
+  while (!done) {
+    const ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n <= 0) {
+      break;
     }
-    if (start <= covered && covered < end) {
-      if (inode == 0 || perms[1] != '-') {
-        break;  // anonymous or writable: releasing could lose data
-      }
-      covered = end;
-      if (covered >= hi) {
-        ok = 1;
-        break;
-      }
+    have += (size_t)n;
+    buf[have] = '\0';
+    char* line = buf;
+    char* nl;
+    while (!done && (nl = strchr(line, '\n')) != NULL) {
+      *nl = '\0';
+      done = maps_line(line, &covered, hi, &ok);
+      line = nl + 1;
+    }
+    have -= (size_t)(line - buf);
+    memmove(buf, line, have);
+    if (have == sizeof buf - 1) {
+      have = 0;  // a line longer than the buffer (a very long path) is dropped: at worst nothing is released
     }
   }
-  fclose(maps);
+  close(fd);
   return ok;
 #else
   (void)weights;
