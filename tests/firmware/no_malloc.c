@@ -2,8 +2,9 @@
 // so create_with gets the file bytes and a buffer for the widened weights) linked with
 // -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign,--wrap=free,
 // which routes every allocator call of the package's objects (generated code and carve runtime) and of
-// this file through the counters below. XNNPACK is a shared library: its own allocations (operators,
-// packed weights) are not counted, and are documented as such.
+// this file through the counters below. XNNPACK is a shared library that --wrap does not reach: its
+// allocations go through carve's allocator into the xnn_heap buffer given here, which
+// tests/firmware/xnn_heap.c proves for the whole process (malloc interposed) on five task variants.
 //
 //   no_malloc WEIGHTS_FILE
 //
@@ -89,9 +90,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "no_malloc: cannot read %s\n", argv[1]);
     return 2;
   }
-  const size_t sizes[4] = {YOLO26N_CONTEXT_BYTES, YOLO26N_ARENA_BYTES, YOLO26N_SCRATCH_BYTES, YOLO26N_WIDE_WEIGHT_BYTES};
-  void* buf[4];
-  for (int i = 0; i < 4; i++) {
+  const size_t sizes[5] = {YOLO26N_CONTEXT_BYTES, YOLO26N_ARENA_BYTES, YOLO26N_SCRATCH_BYTES, YOLO26N_WIDE_WEIGHT_BYTES,
+                           YOLO26N_XNN_HEAP_BYTES};
+  void* buf[5];
+  for (int i = 0; i < 5; i++) {
     buf[i] = aligned_alloc(64, (sizes[i] + 127) / 64 * 64);  // 64 more, for the misaligned case
   }
   float* rows_a = malloc(sizeof(float) * YOLO26N_MAX_DETECTIONS * YOLO26N_ROW_LEN);
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
   yolo26n* m = NULL;
   reset();
   carve_status s = yolo26n_create(&opt, &m);
-  snprintf(what, sizeof what, "create: %s, %zu allocator calls by carve (context, arena, scratch, file, widened)",
+  snprintf(what, sizeof what, "create: %s, %zu allocator calls by carve (context, arena, scratch, file, widened, XNNPACK's)",
            carve_status_str(s), g_allocs);
   EXPECT(s == CARVE_OK && g_allocs >= 5, what);
   reset();
@@ -119,7 +121,7 @@ int main(int argc, char** argv) {
   opt.weights_path = NULL;
   opt.weights_data = file;
   opt.weights_size = file_bytes;
-  yolo26n_buffers b = {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3]};
+  yolo26n_buffers b = {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]};
   reset();
   m = NULL;
   s = yolo26n_create_with(&opt, &b, &m);
@@ -140,14 +142,15 @@ int main(int argc, char** argv) {
     int threads;
     int by_path;
   } bad[] = {
-      {"NULL arena", {buf[0], sizes[0], NULL, sizes[1], buf[2], sizes[2], buf[3], sizes[3]}, 1, 0},
-      {"misaligned arena", {buf[0], sizes[0], (char*)buf[1] + 16, sizes[1], buf[2], sizes[2], buf[3], sizes[3]}, 1, 0},
-      {"arena 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1] - 64, buf[2], sizes[2], buf[3], sizes[3]}, 1, 0},
-      {"scratch 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2] - 64, buf[3], sizes[3]}, 1, 0},
-      {"context too small", {buf[0], 16, buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3]}, 1, 0},
-      {"no buffer for the widened weights", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], NULL, 0}, 1, 0},
-      {"threads 2 (a pool allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3]}, 2, 0},
-      {"weights by path (reading allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3]}, 1, 1},
+      {"NULL arena", {buf[0], sizes[0], NULL, sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
+      {"misaligned arena", {buf[0], sizes[0], (char*)buf[1] + 16, sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
+      {"arena 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1] - 64, buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
+      {"scratch 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2] - 64, buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
+      {"context too small", {buf[0], 16, buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
+      {"no buffer for the widened weights", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], NULL, 0, buf[4], sizes[4]}, 1, 0},
+      {"no xnn_heap", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], NULL, 0}, 1, 0},
+      {"threads 2 (a pool allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 2, 0},
+      {"weights by path (reading allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 1},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     yolo26n_options o = opt;
@@ -164,7 +167,7 @@ int main(int argc, char** argv) {
     EXPECT(s == CARVE_ERR_INVALID_ARGUMENT && m == NULL && g_allocs == 0, what);
   }
 
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < 5; i++) {
     free(buf[i]);
   }
   free(file);
