@@ -39,6 +39,15 @@ add_test(NAME firmware_no_malloc
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 
+# xnnpack create_with with XNNPACK's memory in the caller's xnn_heap (yolo26n at 320, -seg/-pose/-obb at 160, -cls
+# at 96): the whole process's allocator interposed, 0 calls and 0 frees in create_with + runs + destroy, outputs equal
+# create's, heap use <= <NAME>_XNN_HEAP_BYTES (ratio printed), one byte short -> CARVE_ERR_OUT_OF_MEMORY, two
+# contexts, bad heaps refused, XNNPACK initialized first by other code -> CARVE_ERR_UNSUPPORTED.
+add_test(NAME firmware_xnn_heap
+         COMMAND ${CARVE_PYTHON} ${CARVE_FW}/xnn_heap.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_xnn_heap PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
 # --imgsz H W: a non-square yolo26n against Ultralytics, layer by layer and end to end (letterbox included).
 add_test(NAME firmware_oracle_yolo26n_256x384
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/oracle/run_oracle.py --scale n --imgsz 256 384 --work ${CARVE_WORK}
