@@ -53,7 +53,8 @@
 #include "carve_rt.h"
 
 // ABI of the CUDA runtime, checked by generated code like CARVE_RT_ABI.
-#define CARVE_CUDA_ABI 1
+// 2: carve_cu_ctx_init_with (caller-owned cuBLAS workspace / handle), carve_cu_f16_to_f32.
+#define CARVE_CUDA_ABI 2
 
 // Launch a kernel: nvcc expands to kernel<<<grid, block, 0, stream>>>(args...);
 // the emulation header defines CARVE_LAUNCH itself.
@@ -73,10 +74,13 @@ extern "C" {
 // (Added by the runtime, 2026-11-22: blas_workspace, the cuBLAS workspace allocated
 // once at init, so that cuBLAS never allocates inside a run or a graph capture;
 // generated code only calls init / destroy and reads `stream`.)
+// (Added for caller-owned memory: `owns`, what carve_cu_ctx_destroy releases.)
 typedef struct carve_cu_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
   void* blas_workspace;  // device, CARVE_CU_BLAS_WORKSPACE_BYTES (32 MiB on sm_90+)
+  int owns_blas;         // 1: blas was created here (cublasCreate): destroy calls cublasDestroy
+  int owns_workspace;    // 1: blas_workspace was cudaMalloc'ed here: destroy frees it
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -89,6 +93,30 @@ typedef struct carve_cu_ctx {
 // nothing else in this file does.
 carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream);
 void carve_cu_ctx_destroy(carve_cu_ctx* ctx);
+
+// The cuBLAS workspace bytes carve_cu_ctx_init allocates on the current device:
+// CARVE_CU_BLAS_WORKSPACE_BYTES, or CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 on sm_90 and
+// newer; 0 when the device cannot be queried. Host function.
+size_t carve_cu_blas_workspace_bytes(void);
+
+// carve_cu_ctx_init in the caller's memory: calls no cudaMalloc. `workspace` is the
+// caller's device buffer of workspace_bytes >= carve_cu_blas_workspace_bytes() (else
+// CARVE_ERR_INVALID_ARGUMENT); `blas` the caller's cuBLAS handle, or NULL to create one
+// (cublasCreate, which allocates inside cuBLAS). The handle is bound to `stream`, the
+// pedantic math mode and `workspace` (cublasSetStream / SetMathMode / SetWorkspace), so
+// a caller's handle is not to be used elsewhere while the context lives.
+// carve_cu_ctx_destroy then frees nothing of the caller's (only a handle created here).
+carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cublasHandle_t blas, void* workspace,
+                                    size_t workspace_bytes);
+
+// ---- Weights ----------------------------------------------------------------------
+
+// dst[i] = the IEEE binary16 value src[i] as float32, bit for bit what the CPU
+// runtime's carve_f16_to_f32 (carve_weights.h) gives (exact: every half is a float;
+// subnormals renormalised, infinities and NaN payloads kept). src: device, count
+// little-endian 16-bit words; dst: device, count floats; they must not overlap.
+// Needs only ctx->stream (not the cuBLAS handle).
+carve_status carve_cu_f16_to_f32(const carve_cu_ctx* ctx, const uint16_t* src, float* dst, size_t count);
 
 // ---- Convolution with fused epilogue --------------------------------------------
 

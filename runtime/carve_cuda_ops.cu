@@ -13,51 +13,140 @@
 
 // ---- Context --------------------------------------------------------------------------
 
+extern "C" size_t carve_cu_blas_workspace_bytes(void) {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 0;
+  }
+  return major >= 9 ? CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 : CARVE_CU_BLAS_WORKSPACE_BYTES;
+}
+
+// Binds ctx->blas (created here when `blas` is NULL) to the stream, the math mode and the workspace.
+static carve_status bind_blas(carve_cu_ctx* ctx, cublasHandle_t blas, size_t workspace) {
+  if (blas == NULL) {
+    if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+      return CARVE_ERR_BACKEND;
+    }
+    ctx->owns_blas = 1;
+  }
+  ctx->blas = blas;
+  // Plain float32 GEMMs: no TF32 tensor-op math (pedantic where the library has it);
+  // the workspace set after the stream (cublasSetStream resets it to the default).
+  if (cublasSetStream(ctx->blas, ctx->stream) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetWorkspace(ctx->blas, ctx->blas_workspace, workspace) != CUBLAS_STATUS_SUCCESS) {
+    return CARVE_ERR_BACKEND;
+  }
+  return CARVE_OK;
+}
+
+static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
+  ctx->stream = stream;
+  ctx->blas = NULL;
+  ctx->blas_workspace = NULL;
+  ctx->owns_blas = 0;
+  ctx->owns_workspace = 0;
+}
+
 extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream) {
   if (ctx == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  ctx->stream = stream;
-  ctx->blas = NULL;
-  ctx->blas_workspace = NULL;
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+  ctx_clear(ctx, stream);
+  const size_t workspace = carve_cu_blas_workspace_bytes();
+  if (workspace == 0) {
     return CARVE_ERR_BACKEND;
   }
-  const size_t workspace = major >= 9 ? CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 : CARVE_CU_BLAS_WORKSPACE_BYTES;
   if (cudaMalloc(&ctx->blas_workspace, workspace) != cudaSuccess) {
     ctx->blas_workspace = NULL;
     return CARVE_ERR_OUT_OF_MEMORY;
   }
-  if (cublasCreate(&ctx->blas) != CUBLAS_STATUS_SUCCESS) {
-    ctx->blas = NULL;
+  ctx->owns_workspace = 1;
+  const carve_status status = bind_blas(ctx, NULL, workspace);
+  if (status != CARVE_OK) {
     carve_cu_ctx_destroy(ctx);
+  }
+  return status;
+}
+
+extern "C" carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cublasHandle_t blas,
+                                               void* workspace, size_t workspace_bytes) {
+  if (ctx == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  ctx_clear(ctx, stream);
+  const size_t need = carve_cu_blas_workspace_bytes();
+  if (need == 0) {
     return CARVE_ERR_BACKEND;
   }
-  // Plain float32 GEMMs: no TF32 tensor-op math (pedantic where the library has it);
-  // the workspace set after the stream (cublasSetStream resets it to the default).
-  if (cublasSetStream(ctx->blas, stream) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetMathMode(ctx->blas, CUBLAS_PEDANTIC_MATH) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetWorkspace(ctx->blas, ctx->blas_workspace, workspace) != CUBLAS_STATUS_SUCCESS) {
-    carve_cu_ctx_destroy(ctx);
-    return CARVE_ERR_BACKEND;
+  if (workspace == NULL || workspace_bytes < need) {
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
-  return CARVE_OK;
+  ctx->blas_workspace = workspace;
+  const carve_status status = bind_blas(ctx, blas, need);
+  if (status != CARVE_OK) {
+    carve_cu_ctx_destroy(ctx);
+  }
+  return status;
 }
 
 extern "C" void carve_cu_ctx_destroy(carve_cu_ctx* ctx) {
   if (ctx == NULL) {
     return;
   }
-  if (ctx->blas != NULL) {
+  if (ctx->blas != NULL && ctx->owns_blas) {
     cublasDestroy(ctx->blas);
-    ctx->blas = NULL;
   }
-  if (ctx->blas_workspace != NULL) {
+  if (ctx->blas_workspace != NULL && ctx->owns_workspace) {
     cudaFree(ctx->blas_workspace);
-    ctx->blas_workspace = NULL;
   }
+  ctx->blas = NULL;
+  ctx->blas_workspace = NULL;
+  ctx->owns_blas = 0;
+  ctx->owns_workspace = 0;
+}
+
+// ---- Weights ----------------------------------------------------------------------------
+
+// binary16 -> binary32 by bit manipulation, carve_weights.c's half_to_float: sign, 5-bit
+// exponent (bias 15), 10-bit mantissa; subnormals renormalised, inf / NaN kept.
+static __device__ __forceinline__ uint32_t carve_cu_half_bits(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1fu) {
+    return sign | 0x7f800000u | man << 13;  // inf or NaN
+  }
+  if (exp != 0) {
+    return sign | (exp + 112u) << 23 | man << 13;  // normal: rebias 15 -> 127
+  }
+  if (man == 0) {
+    return sign;  // +-0
+  }
+  exp = 113u;  // subnormal: shift the mantissa up until its leading 1 is implicit
+  while ((man & 0x400u) == 0) {
+    man <<= 1;
+    exp--;
+  }
+  return sign | exp << 23 | (man & 0x3ffu) << 13;
+}
+
+// dst[i] = half src[i] as float32.
+__global__ void carve_cu_f16_to_f32_kernel(const uint16_t* __restrict__ src, float* __restrict__ dst, size_t count) {
+  CARVE_CU_FOR(i, count) { dst[i] = __uint_as_float(carve_cu_half_bits(src[i])); }
+}
+
+extern "C" carve_status carve_cu_f16_to_f32(const carve_cu_ctx* ctx, const uint16_t* src, float* dst, size_t count) {
+  if (ctx == NULL || (count > 0 && (src == NULL || dst == NULL))) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (count == 0) {
+    return CARVE_OK;
+  }
+  CARVE_LAUNCH(carve_cu_f16_to_f32_kernel, carve_cu_blocks(count), CARVE_CU_THREADS, ctx->stream, src, dst, count);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
 }
 
 static int ctx_ok(const carve_cu_ctx* ctx) { return ctx != NULL && ctx->blas != NULL; }

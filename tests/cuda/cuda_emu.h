@@ -39,6 +39,8 @@
 //     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
 //     cudaDeviceGetAttribute (a few attributes; compute capability 9.0).
+//     cudaMalloc, cudaMallocHost and cublasCreate calls are counted per OS thread
+//     (carve_emu_allocs(), for the tests of caller-owned memory).
 //     Every call is synchronous (the work is done when it returns) except under capture.
 //   * Launch errors as CUDA reports them (through cudaGetLastError, sticky until read):
 //     a zero grid or block dimension, more than 1024 threads per block, block.z > 64,
@@ -262,10 +264,19 @@ struct BlasHandle {
 
 constexpr unsigned kStreamMagic = 0x5354524du, kEventMagic = 0x45564e54u, kBlasMagic = 0x424c4153u;
 
+// Calls of the allocating API, counted for the tests of caller-owned memory (create_with
+// must make none): read and reset through carve_emu_allocs().
+struct Allocs {
+  size_t cuda_malloc = 0;       // cudaMalloc
+  size_t cuda_malloc_host = 0;  // cudaMallocHost (pinned host memory)
+  size_t blas_create = 0;       // cublasCreate
+};
+
 struct State {
   cudaError_t last_error = cudaSuccess;
   std::vector<Stream*> capturing;  // streams capturing now
   Stream legacy = {kStreamMagic, false, false, nullptr};  // stream 0
+  Allocs allocs;
 };
 
 inline State& state() {
@@ -872,7 +883,11 @@ inline cudaError_t cudaDeviceSynchronize() {
   return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
 
+// The allocation counters of this thread (tests only; not a CUDA API).
+inline carve_emu::Allocs& carve_emu_allocs() { return carve_emu::state().allocs; }
+
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  carve_emu::state().allocs.cuda_malloc++;
   if (p == nullptr) return cudaErrorInvalidValue;
   if (carve_emu::sync_forbidden()) return cudaErrorStreamCaptureUnsupported;
   *p = nullptr;
@@ -892,6 +907,7 @@ inline cudaError_t cudaFree(void* p) {
 }
 
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  carve_emu::state().allocs.cuda_malloc_host++;
   if (p == nullptr) return cudaErrorInvalidValue;
   *p = bytes == 0 ? nullptr : std::aligned_alloc(256, (bytes + 255) & ~(size_t)255);
   return bytes != 0 && *p == nullptr ? cudaErrorMemoryAllocation : cudaSuccess;
@@ -1124,6 +1140,7 @@ inline cublasStatus_t blas_enqueue(cublasHandle_t h, Work w) {
 }  // namespace carve_emu
 
 inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
+  carve_emu::state().allocs.blas_create++;
   if (h == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   *h = new carve_emu::BlasHandle{carve_emu::kBlasMagic, nullptr, CUBLAS_DEFAULT_MATH, nullptr, 0};
   return CUBLAS_STATUS_SUCCESS;

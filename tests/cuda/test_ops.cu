@@ -9,6 +9,7 @@
 
 #include "carve_mask.h"
 #include "carve_ops.h"
+#include "carve_weights.h"
 #include "cuda_test.h"
 
 static const float kCanary = -12345.5f;
@@ -360,6 +361,75 @@ static void test_mask_logits(TestCtx& t) {
   std::printf("mask logits: ok\n");
 }
 
+// ---- Weights and caller-owned contexts ---------------------------------------------------
+
+// Every one of the 65536 half patterns widened on the device, bit for bit the CPU runtime's
+// carve_f16_to_f32 (zeros, subnormals, normals, infinities, NaN payloads).
+static void test_f16(TestCtx& t) {
+  const size_t n = 65536;
+  std::vector<uint16_t> halves(n);
+  for (size_t i = 0; i < n; i++) halves[i] = (uint16_t)i;
+  std::vector<float> cpu(n);
+  carve_f16_to_f32(halves.data(), cpu.data(), n);  // little-endian host: the words as stored
+  DevBuf<uint16_t> dh(halves);
+  DevBuf<float> df(n);
+  CHECK_OK(carve_cu_f16_to_f32(&t.ctx, dh.p, df.p, n));
+  t.sync();
+  const std::vector<float> got = df.download();
+  for (size_t i = 0; i < n; i++) {
+    uint32_t a, b;
+    std::memcpy(&a, &got[i], 4);
+    std::memcpy(&b, &cpu[i], 4);
+    CHECK_MSG(a == b, "half 0x%04zx: device 0x%08x, carve_f16_to_f32 0x%08x", i, a, b);
+  }
+  CHECK_OK(carve_cu_f16_to_f32(&t.ctx, nullptr, nullptr, 0));
+  CHECK(carve_cu_f16_to_f32(&t.ctx, nullptr, df.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("f16 widening: ok (65536 halves bit-exact)\n");
+}
+
+// carve_cu_ctx_init_with: the caller's workspace (too small: refused) and, optionally, handle;
+// destroy releases only what it created.
+static void test_ctx_init_with(TestCtx& t) {
+  const size_t need = carve_cu_blas_workspace_bytes();
+  CHECK(need == CARVE_CU_BLAS_WORKSPACE_BYTES || need == CARVE_CU_BLAS_WORKSPACE_BYTES_SM90);
+  DevScratch ws(need);
+  carve_cu_ctx c;
+  CHECK(carve_cu_ctx_init_with(&c, t.stream, nullptr, ws.get(), need - 1) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_init_with(&c, t.stream, nullptr, nullptr, need) == CARVE_ERR_INVALID_ARGUMENT);
+  cublasHandle_t mine = nullptr;
+  CHECK(cublasCreate(&mine) == CUBLAS_STATUS_SUCCESS);
+#ifdef CARVE_CUDA_EMULATION
+  const carve_emu::Allocs before = carve_emu_allocs();
+#endif
+  CHECK_OK(carve_cu_ctx_init_with(&c, t.stream, mine, ws.get(), need));
+#ifdef CARVE_CUDA_EMULATION
+  CHECK(carve_emu_allocs().cuda_malloc == before.cuda_malloc && carve_emu_allocs().blas_create == before.blas_create);
+#endif
+  CHECK(c.blas == mine && c.blas_workspace == ws.get() && !c.owns_blas && !c.owns_workspace);
+  // it computes like a context of its own: one linear layer against the one of t.ctx
+  TestRng rng(7);
+  std::vector<float> x(33), w(33 * 5), b(5);
+  for (float& v : x) v = rng.normal();
+  for (float& v : w) v = rng.normal();
+  for (float& v : b) v = rng.normal();
+  DevBuf<float> dx(x), dw(w), db(b), y1(5), y2(5);
+  CHECK_OK(carve_cu_linear(&c, 33, 5, dx.p, dw.p, db.p, y1.p));
+  CHECK_OK(carve_cu_linear(&t.ctx, 33, 5, dx.p, dw.p, db.p, y2.p));
+  t.sync();
+  const std::vector<float> a = y1.download(), e = y2.download();
+  for (size_t i = 0; i < 5; i++) CHECK(same_float(a[i], e[i]));
+  carve_cu_ctx_destroy(&c);
+  cudaStream_t s = nullptr;
+  CHECK(cublasGetStream(mine, &s) == CUBLAS_STATUS_SUCCESS && s == t.stream);  // still the caller's, alive
+  CHECK(cublasDestroy(mine) == CUBLAS_STATUS_SUCCESS);
+  // without a handle: created here, destroyed by destroy
+  CHECK_OK(carve_cu_ctx_init_with(&c, t.stream, nullptr, ws.get(), need));
+  CHECK(c.owns_blas && !c.owns_workspace);
+  carve_cu_ctx_destroy(&c);
+  CHECK(c.blas == nullptr && c.blas_workspace == nullptr);
+  std::printf("ctx_init_with: ok\n");
+}
+
 // ---- Errors ------------------------------------------------------------------------------
 
 __global__ void noop_kernel(int v) { (void)v; }
@@ -375,7 +445,7 @@ static void test_errors(TestCtx& t) {
   CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
-  carve_cu_ctx empty = {t.stream, nullptr, nullptr};
+  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0};
   CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx_destroy(nullptr);
@@ -390,6 +460,8 @@ int main() {
   test_linear_softmax(t);
   test_attention(t);
   test_mask_logits(t);
+  test_f16(t);
+  test_ctx_init_with(t);
   test_errors(t);
   std::printf("test_ops: all ok\n");
   return 0;
