@@ -130,7 +130,7 @@ def _digest(files: list, flags: list) -> str:
 
 def build_runtime(work: Path, kind: str) -> Path:
     """lib<kind>.a of the runtime files every package of that kind copies; cached by content."""
-    host_c = ["carve_rt.c", "carve_ops.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c"]
+    host_c = ["carve_rt.c", "carve_ops.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c", "carve_weights.c"]
     if kind == "xnn":
         srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c"]]
         jobs = lambda out: [[CC, *C_FLAGS, "-c", s, "-o", out / (s.name + ".o")] for s in srcs]  # noqa: E731
@@ -183,11 +183,11 @@ def checkpoint(work: Path, model: str) -> Path:
     return pt
 
 
-def generate(model: str, backend: str, pt: Path, imgsz: int, out: Path) -> None:
-    """./carve generate, as a user runs it."""
+def generate(model: str, backend: str, pt: Path, imgsz: int, out: Path, *flags) -> None:
+    """./carve generate, as a user runs it (flags: more options, e.g. --weights-format file)."""
     with step("generate"):
         run([ROOT / "carve", "generate", ROOT / "manifests" / f"{model}.yaml", "--backend", backend,
-             "--weights", pt, "--imgsz", imgsz, "--out", out, "--force"])
+             "--weights", pt, "--imgsz", imgsz, "--out", out, "--force", *flags])
     check_runtime_copies(out)
 
 

@@ -21,6 +21,9 @@ from .emit_c import RUNTIME, CPackage
 from .lowering import always, e2e_rule, lower, upsample_x2_rule
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
+MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
+BLAS_WORKSPACE_BYTES = 32 << 20  # CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 (carve_cuda.h): enough on every GPU
+
 CU_ACT = {"silu": "CARVE_CU_ACT_SILU", "none": "CARVE_CU_ACT_NONE"}
 EPILOGUE_ACT = {"CARVE_ACT_SILU": "CARVE_CU_ACT_SILU", "CARVE_ACT_NONE": "CARVE_CU_ACT_NONE"}
 
@@ -81,9 +84,9 @@ class CudaBackend(Backend):
         "linear": always,
         "softmax": _softmax_rule,
     }
-    # --weights-format file and --weights-dtype f16 are not rendered by templates/cuda yet (issue 7)
-    weights_formats = ("blob", "c-array")
-    weights_dtypes = ("f32",)
+    template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES}
+    # every weight format and dtype of emit_c (the defaults of Backend): file and f16 are checked on the host
+    # with runtime/carve_weights.c and uploaded once at create, f16 widened on the device
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
                  ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
     # host-side pieces of the CPU runtime the package uses (letterbox geometry, box mapping, top-k of the
@@ -171,7 +174,104 @@ class CudaBackend(Backend):
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         program = self.lower(graph, plan)
+        in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
+        program["device_scratch_bytes"] = device_scratch_bytes(program, graph.meta["task"], graph.meta["nc"],
+                                                               in_w, in_h, MAX_IMAGE, MAX_IMAGE)
+        program["host_context_bytes"] = host_context_bytes(program, graph.meta["task"], graph.meta["nc"], in_w, in_h)
         return CPackage(self, graph, plan, program, options).files()
+
+
+# ---- Sizes of the caller-owned buffers (<name>_create_with) -----------------------------------------
+#
+# Compile-time constants of the generated header. The device scratch is what the generated scratch_bytes()
+# computes at run time from runtime/carve_cuda_*.cu's *_scratch_* functions, written out here for the default
+# largest image (MAX_IMAGE x MAX_IMAGE, the header's <NAME>_MAX_IMAGE_W/H); the generated
+# <name>_device_scratch_bytes() returns the run-time value and tests/cuda/cuda_options.py checks the two agree.
+
+IM2COL_FLOATS = 1 << 22           # CARVE_CU_IM2COL_FLOATS (carve_cuda_ops.cu)
+TOPK_CHUNK = 256 * 16             # CARVE_CU_TOPK_CHUNK (carve_cuda_topk.cu)
+
+
+def _conv_out(n: int, k: int, stride: int, pad: int) -> int:
+    return (n + 2 * pad - k) // stride + 1
+
+
+def _conv_scratch_floats(c: dict) -> int:
+    """carve_cu_conv2d_scratch_floats: an im2col chunk of whole output pixels (0 for 1x1 GEMMs and depthwise)."""
+    if c["groups"] != 1 or (c["kh"] == 1 and c["kw"] == 1 and c["stride"] == 1 and c["pad"] == 0):
+        return 0
+    k = c["kh"] * c["kw"] * c["cin"]
+    pixels = _conv_out(c["h"], c["kh"], c["stride"], c["pad"]) * _conv_out(c["w"], c["kw"], c["stride"], c["pad"])
+    return min(max(IM2COL_FLOATS // k, 1), pixels) * k
+
+
+def _pow2_at_least(v: int) -> int:
+    p = 1
+    while p < v:
+        p <<= 1
+    return p
+
+
+def _align8(v: int) -> int:
+    return (v + 7) & ~7
+
+
+def _topk_scratch_bytes(n: int, k: int) -> int:
+    """carve_cu_topk_scratch_bytes: composites, state (16 bytes), histogram, chunk counts."""
+    kk = min(k, n)
+    return _pow2_at_least(max(kk, 1)) * 8 + 16 + 256 * 4 + 2 * (-(-n // TOPK_CHUNK)) * 4
+
+
+def _e2e_scratch_bytes(anchors: int, nc: int, k: int) -> int:
+    kk = min(k, anchors)
+    topk = _align8(max(_topk_scratch_bytes(anchors, kk), _topk_scratch_bytes(kk * nc, kk)))
+    return topk + _align8(anchors * 4) + _align8(kk * nc * 4) + 2 * _align8(kk * 4)
+
+
+def _pil_ksize(n_in: int, n_out: int) -> int:
+    """carve_pre_pil_ksize: (double)(float)in / out, support at least 1, ceil(support) * 2 + 1."""
+    import math
+    import numpy as np
+    scale = float(np.float32(n_in)) / n_out
+    return math.ceil(max(scale, 1.0)) * 2 + 1
+
+
+def _classify_scratch_bytes(w: int, h: int, out: int) -> int:
+    """carve_pre_classify_scratch_bytes (carve_pre_math.h): torchvision's Resize(out) of w x h, Pillow kernels."""
+    shorter, longer = min(w, h), max(w, h)
+    new_long = int((out * longer) / shorter)
+    new_w, new_h = (out, new_long) if w <= h else (new_long, out)
+    ksize_x = _pil_ksize(w, new_w) if new_w != w else 0
+    ksize_y = _pil_ksize(h, new_h) if new_h != h else 0
+    rows = h * out * 3 if new_w != w else 0
+    return out * (4 + ksize_x + ksize_y) * 4 + rows
+
+
+def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_w: int, max_h: int) -> int:
+    """The generated scratch_bytes(max_w, max_h): the largest scratch of any call of the forward and of the
+    pre-processing, rounded up to 256 bytes."""
+    need = [_conv_scratch_floats(c) * 4 for c in p["convs"]]
+    need += [d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4 for d in p["deconvs"]]
+    need += [a["heads"] * a["n"] * a["n"] * 4 for a in p["attention"]]
+    if task == "classify":
+        need.append(_classify_scratch_bytes(max_w, max_h, in_w))
+    else:
+        need.append(_e2e_scratch_bytes(p["anchors"], nc, p["rows_k"]))
+        need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
+    return -(-max(need) // 256) * 256
+
+
+def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int:
+    """An upper bound of the generated context struct (the .cu static_asserts it): its fixed fields
+    (< 1 KiB), an event and a double per layer boundary, and the host copies it holds (each rounded up to
+    64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback."""
+    floats = [in_h * in_w * 3, nc if task == "classify" else min(p["rows_k"], p["anchors"]) * p["row_len"],
+              p["layer_span_floats"]]
+    if "output1" in p["outputs"]:
+        o = p["outputs"]["output1"]
+        floats.append(o["h"] * o["w"] * o["c"])
+    arrays = sum(-(-f * 4 // 64) * 64 for f in floats)
+    return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays) // 64) * 64
 
 
 BACKEND = CudaBackend()
