@@ -109,7 +109,18 @@ add_test(NAME cuda_pkg_yolo26n_640
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200 RESOURCE_LOCK cpu_heavy)
 
-# nvcc: one generated package per task for every architecture above, -Werror (skipped without nvcc).
+# The package options (issue 7) under emulation, yolo26n at 64x64: --weights-format file (good file, and
+# damaged magic / version / size / CRC / model each refused with its status), --weights-dtype f16 (widened on
+# the device; tests/firmware/f16.py's bounds against Ultralytics' fp16-weight model and the f32 package), and
+# create_with (no malloc / cudaMalloc / cublasCreate, counted with --wrap and by the emulator; dumps identical
+# to create's). tests/cuda/cuda_options.py, tests/cuda/options_main.cu.
+add_test(NAME cuda_options
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_options.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_options PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
+# nvcc: one generated package per task for every architecture above, and the option variants of
+# nvcc_packages.py --options (weights file, f16), -Werror (skipped without nvcc).
 string(REPLACE ";" "," carve_cuda_archs_csv "${CARVE_CUDA_ARCHITECTURES}")
 add_test(NAME cuda_nvcc_packages
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/nvcc_packages.py --work ${CARVE_WORK} --archs ${carve_cuda_archs_csv}

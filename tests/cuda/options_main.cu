@@ -1,0 +1,331 @@
+// The cuda package's weights file and caller-owned memory, under the host emulation: a yolo26n
+// package generated with --backend cuda --weights-format file (f32 or f16), built with
+// tests/cuda/cuda_emu.h and linked with
+// -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign,--wrap=free,
+// which routes every allocator call of the package's objects (generated code, carve runtime, and the
+// emulated CUDA runtime inlined into them) and of this file through the counters below; the emulator
+// itself counts cudaMalloc, cudaMallocHost and cublasCreate (carve_emu_allocs()).
+//
+//   cuda_options WEIGHTS_FILE
+//
+// Checks, each printed:
+//   A. weights file: create from the path and from the caller's bytes give the same rows; a damaged
+//      file is refused with its status (magic, version, truncated / padded size, CRC-32 of a flipped
+//      payload byte, another checkpoint's SHA-256), a missing path with CARVE_ERR_IO, and *out is NULL;
+//   B. create_with: no allocator call, no cudaMalloc / cudaMallocHost, no cublasCreate (the caller's
+//      handle) in create_with, three runs (eager, capture, graph replay) and destroy; rows bit-identical
+//      to create's; destroy leaves the caller's handle alive; without a handle exactly one cublasCreate;
+//      every bad buffer set is refused with CARVE_ERR_INVALID_ARGUMENT, also without allocating;
+//      yolo26n_device_scratch_bytes() at the default image size is the header's constant (the generator
+//      computes that constant in Python from the runtime's formulas).
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "carve_weights.h"
+#include "yolo26n.h"
+
+// ---- Allocator counters (--wrap) --------------------------------------------
+
+static size_t g_allocs, g_frees;  // test-only counters
+
+extern "C" {
+void* __real_malloc(size_t size);
+void* __real_calloc(size_t n, size_t size);
+void* __real_realloc(void* p, size_t size);
+void* __real_aligned_alloc(size_t align, size_t size);
+int __real_posix_memalign(void** p, size_t align, size_t size);
+void __real_free(void* p);
+
+void* __wrap_malloc(size_t size) { g_allocs++; return __real_malloc(size); }
+void* __wrap_calloc(size_t n, size_t size) { g_allocs++; return __real_calloc(n, size); }
+void* __wrap_realloc(void* p, size_t size) { g_allocs++; return __real_realloc(p, size); }
+void* __wrap_aligned_alloc(size_t align, size_t size) { g_allocs++; return __real_aligned_alloc(align, size); }
+int __wrap_posix_memalign(void** p, size_t align, size_t size) { g_allocs++; return __real_posix_memalign(p, align, size); }
+void __wrap_free(void* p) {
+  if (p != NULL) g_frees++;
+  __real_free(p);
+}
+}
+
+// Everything create_with must not do, counted since the last reset().
+struct Counts {
+  size_t allocs, frees, cuda_malloc, cuda_malloc_host, blas_create;
+};
+
+static Counts g_base;
+
+static void reset() {
+  g_allocs = g_frees = 0;
+  const carve_emu::Allocs& a = carve_emu_allocs();
+  g_base = {0, 0, a.cuda_malloc, a.cuda_malloc_host, a.blas_create};
+}
+
+static Counts counts() {
+  const carve_emu::Allocs& a = carve_emu_allocs();
+  return {g_allocs, g_frees, a.cuda_malloc - g_base.cuda_malloc, a.cuda_malloc_host - g_base.cuda_malloc_host,
+          a.blas_create - g_base.blas_create};
+}
+
+static bool none(const Counts& c) {
+  return c.allocs == 0 && c.frees == 0 && c.cuda_malloc == 0 && c.cuda_malloc_host == 0 && c.blas_create == 0;
+}
+
+// ---- Checks ------------------------------------------------------------------
+
+static int g_failed;
+
+static void expect(bool ok, const char* what) {
+  std::printf("%s  %s\n", ok ? "ok  " : "FAIL", what);
+  if (!ok) g_failed = 1;
+}
+
+static void expect_status(carve_status got, carve_status want, const char* what) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "%s: %s (want %s)", what, carve_status_str(got), carve_status_str(want));
+  expect(got == want, line);
+}
+
+static std::vector<float> g_input;  // (1, 3, H, W) in [0, 1], fixed seed
+
+// Three runs (eager, graph capture, replay); the rows of the last.
+static carve_status run3(yolo26n* m, std::vector<float>* rows) {
+  size_t n = 0;
+  for (int i = 0; i < 3; i++) {
+    const carve_status s = yolo26n_run_tensor(m, g_input.data(), 0.25f, NULL, 0, &n);
+    if (s != CARVE_OK) return s;
+  }
+  size_t count = 0;
+  const float* r = yolo26n_rows(m, &count);
+  rows->assign(r, r + count * YOLO26N_ROW_LEN);
+  return CARVE_OK;
+}
+
+static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The caller's memory of one create_with, allocated outside the counted sections.
+struct Caller {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  yolo26n_buffers b;
+  Caller() {
+    std::memset(&b, 0, sizeof(b));
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess || cublasCreate(&blas) != 0) {
+      std::abort();
+    }
+    b.context_bytes = (YOLO26N_CONTEXT_BYTES + 63) / 64 * 64;
+    b.context = std::aligned_alloc(64, b.context_bytes);
+    b.arena_bytes = YOLO26N_ARENA_BYTES;
+    b.weights_bytes = YOLO26N_WEIGHT_BYTES;
+    b.scratch_bytes = YOLO26N_DEVICE_SCRATCH_BYTES;
+    b.image_bytes = YOLO26N_DEVICE_IMAGE_BYTES;
+    b.blas_workspace_bytes = YOLO26N_BLAS_WORKSPACE_BYTES;
+    if (b.context == nullptr || cudaMalloc(&b.arena, b.arena_bytes) != cudaSuccess ||
+        cudaMalloc(&b.weights, b.weights_bytes) != cudaSuccess || cudaMalloc(&b.scratch, b.scratch_bytes) != cudaSuccess ||
+        cudaMalloc(&b.image, b.image_bytes) != cudaSuccess ||
+        cudaMalloc(&b.blas_workspace, b.blas_workspace_bytes) != cudaSuccess) {
+      std::abort();
+    }
+    b.blas = blas;
+  }
+  ~Caller() {
+    cudaFree(b.arena);
+    cudaFree(b.weights);
+    cudaFree(b.scratch);
+    cudaFree(b.image);
+    cudaFree(b.blas_workspace);
+    std::free(b.context);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+};
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: cuda_options WEIGHTS_FILE\n");
+    return 2;
+  }
+  // Setup (not counted): the input, the weights file's bytes.
+  g_input.resize((size_t)3 * YOLO26N_INPUT_H * YOLO26N_INPUT_W);
+  uint64_t state = 26;
+  for (float& v : g_input) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    v = (float)(state >> 40) / (float)(1u << 24);
+  }
+  void* file = NULL;
+  size_t file_bytes = 0;
+  if (carve_weights_read_file(argv[1], &file, &file_bytes) != CARVE_OK || file_bytes != YOLO26N_WEIGHTS_FILE_BYTES) {
+    std::fprintf(stderr, "cuda_options: cannot read %s (or not %u bytes)\n", argv[1], YOLO26N_WEIGHTS_FILE_BYTES);
+    return 2;
+  }
+  const std::vector<uint8_t> good((const uint8_t*)file, (const uint8_t*)file + file_bytes);
+
+  // ---- A. the weights file ----
+  std::printf("A. weights file (%zu bytes)\n", file_bytes);
+  yolo26n_options opt;
+  yolo26n_default_options(&opt);
+  opt.weights_path = argv[1];
+  yolo26n* m = NULL;
+  reset();
+  expect_status(yolo26n_create(&opt, &m), CARVE_OK, "create from the path");
+  const Counts created = counts();
+  expect(created.allocs > 0 && created.cuda_malloc > 0 && created.blas_create == 1,
+         "create allocates (positive control: the counters see it)");
+  std::vector<float> ref, rows;
+  expect_status(run3(m, &ref), CARVE_OK, "create: three runs");
+  yolo26n_destroy(m);
+
+  opt.weights_path = NULL;
+  opt.weights_data = file;
+  opt.weights_size = file_bytes;
+  m = NULL;
+  expect_status(yolo26n_create(&opt, &m), CARVE_OK, "create from the caller's bytes");
+  expect(m != NULL && run3(m, &rows) == CARVE_OK && same_bits(rows, ref), "same rows as from the path");
+  yolo26n_destroy(m);
+
+  struct Damage {
+    const char* what;
+    size_t offset;        // byte to change (SIZE_MAX: none)
+    uint8_t xor_with;
+    long size_delta;      // bytes removed (< 0) or appended (> 0)
+    carve_status want;
+  };
+  const Damage damages[] = {
+      {"magic byte changed", 0, 0x01, 0, CARVE_ERR_WEIGHTS_MAGIC},
+      {"format version 1 -> 3", 8, 0x02, 0, CARVE_ERR_WEIGHTS_VERSION},
+      {"truncated by one byte", SIZE_MAX, 0, -1, CARVE_ERR_WEIGHTS_SIZE},
+      {"64 bytes appended", SIZE_MAX, 0, 64, CARVE_ERR_WEIGHTS_SIZE},
+      {"shorter than the header", SIZE_MAX, 0, -(long)(file_bytes - 10), CARVE_ERR_WEIGHTS_SIZE},
+      {"payload byte flipped (CRC-32)", CARVE_WEIGHTS_HEADER_BYTES + 1000, 0x10, 0, CARVE_ERR_WEIGHTS_CHECKSUM},
+      {"another checkpoint's SHA-256", 32, 0x80, 0, CARVE_ERR_WEIGHTS_MODEL},
+  };
+  for (const Damage& d : damages) {
+    std::vector<uint8_t> bad(good);
+    if (d.offset != SIZE_MAX) bad[d.offset] ^= d.xor_with;
+    if (d.size_delta < 0) bad.resize(bad.size() - (size_t)(-d.size_delta));
+    if (d.size_delta > 0) bad.resize(bad.size() + (size_t)d.size_delta, 0);
+    void* aligned = std::aligned_alloc(64, (bad.size() + 63) / 64 * 64);
+    std::memcpy(aligned, bad.data(), bad.size());
+    opt.weights_data = aligned;
+    opt.weights_size = bad.size();
+    m = (yolo26n*)&opt;  // must come back NULL
+    char what[160];
+    std::snprintf(what, sizeof(what), "create, %s", d.what);
+    expect_status(yolo26n_create(&opt, &m), d.want, what);
+    expect(m == NULL, "  ... and *out is NULL");
+    std::free(aligned);
+  }
+  opt.weights_data = NULL;
+  opt.weights_size = 0;
+  opt.weights_path = "/nonexistent/yolo26n.weights";
+  expect_status(yolo26n_create(&opt, &m), CARVE_ERR_IO, "create, a path that does not exist");
+  opt.weights_path = NULL;
+  expect_status(yolo26n_create(&opt, &m), CARVE_ERR_INVALID_ARGUMENT, "create, neither bytes nor path");
+
+  // ---- B. create_with ----
+  std::printf("B. create_with\n");
+  expect(yolo26n_device_scratch_bytes(YOLO26N_MAX_IMAGE_W, YOLO26N_MAX_IMAGE_H) == YOLO26N_DEVICE_SCRATCH_BYTES,
+         "device_scratch_bytes(default image) == YOLO26N_DEVICE_SCRATCH_BYTES (the generator's formula)");
+  {
+    Caller c;
+    yolo26n_default_options(&opt);
+    opt.stream = c.stream;
+    opt.weights_data = file;
+    opt.weights_size = file_bytes;
+    m = NULL;
+    reset();
+    const carve_status s = yolo26n_create_with(&opt, &c.b, &m);
+    const Counts in_create = counts();
+    expect_status(s, CARVE_OK, "create_with (the caller's stream, cuBLAS handle and buffers)");
+    expect(none(in_create), "  no malloc/free, cudaMalloc, cudaMallocHost or cublasCreate in create_with");
+    expect(m == (yolo26n*)c.b.context, "  the context is the caller's buffer");
+    reset();
+    const carve_status r = run3(m, &rows);
+    const Counts in_runs = counts();
+    expect(r == CARVE_OK && same_bits(rows, ref), "  three runs (eager, capture, replay): rows bit-identical to create's");
+    // the rows copy above is this file's std::vector (operator new, from libstdc++: not wrapped)
+    expect(none(in_runs), "  no allocation in the runs");
+    reset();
+    yolo26n_destroy(m);
+    expect(none(counts()), "  destroy frees nothing");
+    cudaStream_t bound = nullptr;
+    expect(cublasGetStream(c.blas, &bound) == CUBLAS_STATUS_SUCCESS && bound == c.stream,
+           "  the caller's cuBLAS handle is alive after destroy");
+
+    // without a handle: cuBLAS is created (and destroyed) by the context, nothing else allocated
+    yolo26n_buffers nb = c.b;
+    nb.blas = nullptr;
+    reset();
+    expect_status(yolo26n_create_with(&opt, &nb, &m), CARVE_OK, "create_with without a cuBLAS handle");
+    const Counts no_handle = counts();
+    expect(no_handle.allocs == 0 && no_handle.cuda_malloc == 0 && no_handle.blas_create == 1,
+           "  exactly one cublasCreate, no malloc, no cudaMalloc");
+    expect(run3(m, &rows) == CARVE_OK && same_bits(rows, ref), "  rows bit-identical to create's");
+    yolo26n_destroy(m);
+
+    // a smaller largest image needs less scratch and image memory
+    yolo26n_options small = opt;
+    small.max_image_width = 640;
+    small.max_image_height = 480;
+    yolo26n_buffers sb = c.b;
+    sb.scratch_bytes = yolo26n_device_scratch_bytes(640, 480);
+    sb.image_bytes = (size_t)640 * 480 * 3;
+    expect_status(yolo26n_create_with(&small, &sb, &m), CARVE_OK, "create_with for images up to 640x480, smaller buffers");
+    yolo26n_destroy(m);
+
+    // every bad argument: refused before anything is touched or allocated
+    struct Bad {
+      const char* what;
+      void (*edit)(yolo26n_options*, yolo26n_buffers*);
+    };
+    const Bad bads[] = {
+        {"stream NULL", [](yolo26n_options* o, yolo26n_buffers*) { o->stream = nullptr; }},
+        {"context NULL", [](yolo26n_options*, yolo26n_buffers* b) { b->context = nullptr; }},
+        {"context too small", [](yolo26n_options*, yolo26n_buffers* b) { b->context_bytes = 64; }},
+        {"context not 64-byte aligned", [](yolo26n_options*, yolo26n_buffers* b) { b->context = (char*)b->context + 8; }},
+        {"arena NULL", [](yolo26n_options*, yolo26n_buffers* b) { b->arena = nullptr; }},
+        {"arena too small", [](yolo26n_options*, yolo26n_buffers* b) { b->arena_bytes = YOLO26N_ARENA_BYTES - 1; }},
+        {"arena not 256-byte aligned", [](yolo26n_options*, yolo26n_buffers* b) { b->arena = (char*)b->arena + 64; }},
+        {"weights too small", [](yolo26n_options*, yolo26n_buffers* b) { b->weights_bytes = YOLO26N_WEIGHT_BYTES - 4; }},
+        {"scratch too small", [](yolo26n_options*, yolo26n_buffers* b) { b->scratch_bytes -= 256; }},
+        {"image too small", [](yolo26n_options*, yolo26n_buffers* b) { b->image_bytes -= 1; }},
+        {"larger max image than the buffers", [](yolo26n_options* o, yolo26n_buffers*) { o->max_image_width += 1; }},
+        {"cuBLAS workspace NULL", [](yolo26n_options*, yolo26n_buffers* b) { b->blas_workspace = nullptr; }},
+        {"cuBLAS workspace too small", [](yolo26n_options*, yolo26n_buffers* b) { b->blas_workspace_bytes = 1 << 20; }},
+        {"a weights path instead of bytes",
+         [](yolo26n_options* o, yolo26n_buffers*) { o->weights_data = nullptr; o->weights_path = "yolo26n.weights"; }},
+    };
+    for (const Bad& bad : bads) {
+      yolo26n_options o = opt;
+      yolo26n_buffers b = c.b;
+      bad.edit(&o, &b);
+      m = (yolo26n*)&o;
+      reset();
+      const carve_status st = yolo26n_create_with(&o, &b, &m);
+      char what[160];
+      std::snprintf(what, sizeof(what), "create_with, %s", bad.what);
+      expect_status(st, CARVE_ERR_INVALID_ARGUMENT, what);
+      expect(m == NULL && none(counts()), "  ... *out NULL, nothing allocated");
+    }
+    expect_status(yolo26n_create_with(&opt, NULL, &m), CARVE_ERR_INVALID_ARGUMENT, "create_with, buffers NULL");
+
+    // a damaged file through create_with: the same statuses, nothing allocated
+    std::vector<uint8_t> bad(good);
+    bad[CARVE_WEIGHTS_HEADER_BYTES + 7] ^= 0x01;
+    void* aligned = std::aligned_alloc(64, (bad.size() + 63) / 64 * 64);
+    std::memcpy(aligned, bad.data(), bad.size());
+    opt.weights_data = aligned;
+    reset();
+    expect_status(yolo26n_create_with(&opt, &c.b, &m), CARVE_ERR_WEIGHTS_CHECKSUM, "create_with, payload byte flipped");
+    expect(m == NULL && none(counts()), "  ... *out NULL, nothing allocated");
+    std::free(aligned);
+  }
+  std::free(file);
+  std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");
+  return g_failed;
+}

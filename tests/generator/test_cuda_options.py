@@ -1,0 +1,96 @@
+"""The cuda backend renders every weight format and dtype (issue 7), generator side only.
+
+For blob / c-array / file x f32 / f16, ``compile_model(..., "cuda", ...)`` gives: the weight source of the
+format (``.S`` + ``.bin``, ``_weights.c``, or ``<name>.weights`` with nothing linked), the stored payload (f16:
+the f32 blob rounded to float16 by numpy), for file a header whose CRC-32 and size are the ones compiled
+into ``<name>.cu``'s ``k_weights_expect``, ``runtime/carve_weights.c`` where it is needed, and the
+``create_with`` API with its size constants in the header. Building and running these packages is
+tests/cuda/cuda_options.py (emulated) and tests/cuda/nvcc_packages.py (nvcc).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "generator"))
+sys.path.insert(0, str(HERE))
+
+import irsim  # noqa: E402
+from carve import compiler  # noqa: E402
+
+pytest.importorskip("torch")
+
+MANIFEST = REPO / "manifests" / "yolo26n.yaml"
+IMGSZ = 64
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    return irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")
+
+
+@pytest.fixture(scope="module")
+def packages(weights):
+    return {(fmt, dtype): compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ,
+                                                 {"weights_format": fmt, "weights_dtype": dtype}).files
+            for fmt in ("blob", "c-array", "file") for dtype in ("f32", "f16")}
+
+
+def _define(header: str, name: str) -> int:
+    m = re.search(rf"^#define {name} (\d+)u", header, re.M)
+    assert m, f"{name} not defined"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("fmt", ["blob", "c-array", "file"])
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_cuda_weight_formats(packages, fmt, dtype):
+    files = packages[fmt, dtype]
+    header, cu = files["yolo26n.h"].decode(), files["yolo26n.cu"].decode()
+    f32_blob = packages["blob", "f32"]["yolo26n_weights.bin"]
+    payload = f32_blob if dtype == "f32" else np.frombuffer(f32_blob, "<f4").astype("<f2").tobytes()
+    assert _define(header, "YOLO26N_WEIGHT_BYTES") == len(f32_blob)
+    assert _define(header, "YOLO26N_WEIGHT_STORAGE_BYTES") == len(payload)
+    linked = {"yolo26n_weights.S", "yolo26n_weights.bin", "yolo26n_weights.c"} & set(files)
+    needs_weights_rt = fmt == "file" or dtype == "f16"
+    assert ("runtime/carve_weights.c" in files) == needs_weights_rt
+    assert ('#include "carve_weights.h"' in cu) == needs_weights_rt
+    if fmt == "blob":
+        assert linked == {"yolo26n_weights.S", "yolo26n_weights.bin"}
+        assert files["yolo26n_weights.bin"] == payload
+    elif fmt == "c-array":
+        assert linked == {"yolo26n_weights.c"}
+        c_type = "float" if dtype == "f32" else "uint16_t"
+        assert f"const {c_type}* const yolo26n_weights" in files["yolo26n_weights.c"].decode()
+    else:
+        assert not linked and "k_weights_expect" in cu and "weights_path" in header
+        data = files["yolo26n.weights"]
+        magic, version, code, size, crc = struct.unpack_from("<8sIIQI", data)
+        assert (magic, version, code, size) == (b"CARVEWTS", 1, {"f32": 1, "f16": 2}[dtype], len(payload))
+        assert data[64:] == payload and crc == zlib.crc32(payload)
+        assert f"0x{crc:08x}u" in cu and f"{len(payload)}u," in cu
+        assert _define(header, "YOLO26N_WEIGHTS_FILE_BYTES") == len(data)
+        assert "CMakeLists.txt" in files and "YOLO26N_WEIGHTS_FILE" in files["CMakeLists.txt"].decode()
+    if dtype == "f16":
+        assert "carve_cu_f16_to_f32" in cu
+    # create_with and its compile-time sizes
+    assert "carve_status yolo26n_create_with(const yolo26n_options* options, const yolo26n_buffers* buffers," in header
+    assert _define(header, "YOLO26N_BLAS_WORKSPACE_BYTES") == 32 << 20
+    assert _define(header, "YOLO26N_CONTEXT_BYTES") % 64 == 0
+    assert _define(header, "YOLO26N_DEVICE_SCRATCH_BYTES") % 256 == 0
+    assert f"--weights-format {fmt} --weights-dtype {dtype}" in header.splitlines()[0]
+
+
+def test_cuda_options_deterministic(weights, packages):
+    again = compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ,
+                                   {"weights_format": "file", "weights_dtype": "f16"}).files
+    assert again == packages["file", "f16"]
