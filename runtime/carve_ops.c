@@ -11,10 +11,11 @@
 // Tile edge of the blocked NCHW <-> NHWC transposes.
 #define CARVE_TRANSPOSE_TILE 32
 
-// Attention: query rows that share one pass over k and v, and v channels whose
-// weighted sums are accumulated (in double) at a time.
-#define CARVE_ATTN_GROUP 4
-#define CARVE_ATTN_V_CHUNK 64
+// Attention: query rows that share one pass over k and v (CARVE_ATTN_GROUP, in
+// carve_ops.h), and v channels whose weighted sums are accumulated at a time.
+#define CARVE_ATTN_V_CHUNK 32
+// Keys whose weighted v products are summed before joining the running sums.
+#define CARVE_ATTN_SUM_BLOCK 64
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -177,126 +178,188 @@ void carve_upsample_nearest2x(const float* x, size_t x_stride, size_t h, size_t 
 }
 
 // ---- Attention --------------------------------------------------------------
+//
+// Scratch, in floats (n_pad = n rounded up to CARVE_ATTN_KEY_BLOCK):
+//   [heads][key_dim][n_pad]                      k of every head transposed, zero past n;
+//   [heads * blocks][CARVE_ATTN_GROUP][n_pad]    one task's scores, then softmax numerators.
 
 typedef struct attention_ctx {
   const float* qkv;  // (n, heads * (2*key_dim + head_dim)), row stride qkv_stride
   size_t qkv_stride;
-  size_t n, key_dim, head_dim, blocks;
+  size_t n, n_pad, key_dim, head_dim, blocks;
   float scale;
   float* out;        // (n, heads * head_dim), row stride out_stride
   size_t out_stride;
   float* v_out;      // (n, heads * head_dim), row stride v_stride, or NULL
   size_t v_stride;
-  float* scratch;    // (heads * blocks, CARVE_ATTN_GROUP, n)
+  const float* k_t;  // (heads, key_dim, n_pad): k transposed
+  float* scores;     // (heads * blocks, CARVE_ATTN_GROUP, n_pad)
 } attention_ctx;
 
-_Static_assert(CARVE_ATTN_GROUP == 4, "attention_scores and the v loop are written for 4 rows");
+_Static_assert(CARVE_ATTN_GROUP == 4, "attention_scores and attention_weighted_sum are written for 4 rows");
 
-// Keys whose scores are accumulated side by side (vector lanes) in attention_scores.
-#define CARVE_ATTN_KEY_BLOCK 16
-
-// Scores of CARVE_ATTN_GROUP query rows against every key:
-//   p[g][j] = (float)(scale * sum_d q_g[d] k_j[d]), dot products in double.
-// Each dot product is summed over d in order from 0.0; keys go CARVE_ATTN_KEY_BLOCK
-// at a time so that the sums of a block vectorise across keys.
-static inline void attention_scores(const float* const q[CARVE_ATTN_GROUP], const float* k_base,
-                                    size_t stride, size_t n, size_t kd, float scale,
+// Scores of CARVE_ATTN_GROUP query rows against every key, in float as PyTorch
+// computes (q^T k) * scale:
+//   p[g][j] = (sum_d q_g[d] k_t[d][j]) * scale,   j < n_pad.
+// Keys go CARVE_ATTN_KEY_BLOCK at a time: for each d the block's k_t[d][j0..] is
+// one contiguous vector, multiplied by each row's q_g[d] (a broadcast) and added
+// to that row's accumulators, which stay in registers over the whole sum.
+static inline void attention_scores(const float* const q[CARVE_ATTN_GROUP], const float* k_t,
+                                    size_t n_pad, size_t kd, float scale,
                                     float* const p[CARVE_ATTN_GROUP]) {
-  for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_KEY_BLOCK) {
-    const size_t nj = min_size(CARVE_ATTN_KEY_BLOCK, n - j0);
-    double acc[CARVE_ATTN_GROUP][CARVE_ATTN_KEY_BLOCK] = {{0.0}};
+  for (size_t j0 = 0; j0 < n_pad; j0 += CARVE_ATTN_KEY_BLOCK) {
+    float acc0[CARVE_ATTN_KEY_BLOCK] = {0.0f}, acc1[CARVE_ATTN_KEY_BLOCK] = {0.0f};
+    float acc2[CARVE_ATTN_KEY_BLOCK] = {0.0f}, acc3[CARVE_ATTN_KEY_BLOCK] = {0.0f};
     for (size_t d = 0; d < kd; d++) {
-      double kv[CARVE_ATTN_KEY_BLOCK] = {0.0};  // k_j[d] of the block's keys (0 past the last key)
-      for (size_t jj = 0; jj < nj; jj++) {
-        kv[jj] = (double)k_base[(j0 + jj) * stride + d];
-      }
-      const double q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d];
+      const float* k = k_t + d * n_pad + j0;
+      const float q0 = q[0][d], q1 = q[1][d], q2 = q[2][d], q3 = q[3][d];
       for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
-        acc[0][jj] += q0 * kv[jj];
-        acc[1][jj] += q1 * kv[jj];
-        acc[2][jj] += q2 * kv[jj];
-        acc[3][jj] += q3 * kv[jj];
+        acc0[jj] += q0 * k[jj];
+        acc1[jj] += q1 * k[jj];
+        acc2[jj] += q2 * k[jj];
+        acc3[jj] += q3 * k[jj];
       }
     }
-    for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
-      for (size_t jj = 0; jj < nj; jj++) {
-        p[g][j0 + jj] = (float)(acc[g][jj] * scale);
-      }
+    for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+      p[0][j0 + jj] = acc0[jj] * scale;
+      p[1][j0 + jj] = acc1[jj] * scale;
+      p[2][j0 + jj] = acc2[jj] * scale;
+      p[3][j0 + jj] = acc3[jj] * scale;
     }
   }
 }
 
-// Softmax numerators in place, p[j] = exp(p[j] - max_j p[j]); returns 1 / sum_j p[j].
-// A NaN score makes the whole row NaN, as in PyTorch.
-// The exponentials are one loop (it vectorises), the sum in order another.
-static inline double attention_softmax(float* p, size_t n) {
-  float max_s = -INFINITY;
-  for (size_t j = 0; j < n; j++) {
-    max_s = p[j] > max_s ? p[j] : max_s;
+// Softmax numerators in place, p[j] = exp(p[j] - max_j p[j]) for j < n; returns
+// 1 / sum_j p[j]. A NaN score makes the whole row NaN, as in PyTorch. The maximum
+// and the sum are kept in CARVE_ATTN_KEY_BLOCK lanes (j mod the block), combined
+// in a fixed order at the end, so that the loops vectorise and the result does
+// not depend on the instruction set.
+static inline float attention_softmax(float* p, size_t n) {
+  float lane[CARVE_ATTN_KEY_BLOCK];
+  for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+    lane[jj] = -INFINITY;
   }
-  for (size_t j = 0; j < n; j++) {
+  size_t j = 0;
+  for (; j + CARVE_ATTN_KEY_BLOCK <= n; j += CARVE_ATTN_KEY_BLOCK) {
+    for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+      lane[jj] = p[j + jj] > lane[jj] ? p[j + jj] : lane[jj];
+    }
+  }
+  for (size_t jj = 0; j + jj < n; jj++) {
+    lane[jj] = p[j + jj] > lane[jj] ? p[j + jj] : lane[jj];
+  }
+  float max_s = -INFINITY;
+  for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+    max_s = lane[jj] > max_s ? lane[jj] : max_s;
+  }
+  for (j = 0; j < n; j++) {
     p[j] = exp_u10(p[j] - max_s);
   }
-  double sum = 0.0;
-  for (size_t j = 0; j < n; j++) {
-    sum += (double)p[j];
+  for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+    lane[jj] = 0.0f;
   }
-  return 1.0 / sum;
+  for (j = 0; j + CARVE_ATTN_KEY_BLOCK <= n; j += CARVE_ATTN_KEY_BLOCK) {
+    for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+      lane[jj] += p[j + jj];
+    }
+  }
+  for (size_t jj = 0; j + jj < n; jj++) {
+    lane[jj] += p[j + jj];
+  }
+  float sum = 0.0f;
+  for (size_t jj = 0; jj < CARVE_ATTN_KEY_BLOCK; jj++) {
+    sum += lane[jj];
+  }
+  return 1.0f / sum;
+}
+
+// out_g[e] = inv_sum[g] * sum_j p[g][j] v[j][e] for e < ne (ne <= CARVE_ATTN_V_CHUNK)
+// of CARVE_ATTN_GROUP rows: for each key j, v's row chunk (contiguous channels)
+// times each row's weight p[g][j] (a broadcast), accumulated in registers. The
+// products of CARVE_ATTN_SUM_BLOCK keys are summed on their own and then added to
+// the running sums (a two-level sum: its rounding error grows with n / block +
+// block rather than with n). Only the first `rows` outputs are stored (a short
+// group repeats its last row).
+static inline void attention_weighted_sum(const float* const p[CARVE_ATTN_GROUP],
+                                          const float inv_sum[CARVE_ATTN_GROUP], const float* v,
+                                          size_t v_stride, size_t n, size_t ne,
+                                          float* const o[CARVE_ATTN_GROUP], size_t rows) {
+  float sum0[CARVE_ATTN_V_CHUNK] = {0.0f}, sum1[CARVE_ATTN_V_CHUNK] = {0.0f};
+  float sum2[CARVE_ATTN_V_CHUNK] = {0.0f}, sum3[CARVE_ATTN_V_CHUNK] = {0.0f};
+  for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_SUM_BLOCK) {
+    const size_t j1 = min_size(n, j0 + CARVE_ATTN_SUM_BLOCK);
+    float acc0[CARVE_ATTN_V_CHUNK] = {0.0f}, acc1[CARVE_ATTN_V_CHUNK] = {0.0f};
+    float acc2[CARVE_ATTN_V_CHUNK] = {0.0f}, acc3[CARVE_ATTN_V_CHUNK] = {0.0f};
+    for (size_t j = j0; j < j1; j++) {
+      const float* vj = v + j * v_stride;
+      const float p0 = p[0][j], p1 = p[1][j], p2 = p[2][j], p3 = p[3][j];
+      for (size_t e = 0; e < ne; e++) {
+        acc0[e] += p0 * vj[e];
+        acc1[e] += p1 * vj[e];
+        acc2[e] += p2 * vj[e];
+        acc3[e] += p3 * vj[e];
+      }
+    }
+    for (size_t e = 0; e < ne; e++) {
+      sum0[e] += acc0[e];
+      sum1[e] += acc1[e];
+      sum2[e] += acc2[e];
+      sum3[e] += acc3[e];
+    }
+  }
+  const float* sum[CARVE_ATTN_GROUP] = {sum0, sum1, sum2, sum3};
+  for (size_t g = 0; g < rows; g++) {
+    for (size_t e = 0; e < ne; e++) {
+      o[g][e] = sum[g][e] * inv_sum[g];
+    }
+  }
 }
 
 // Task t = head * blocks + b: query rows [b*R, b*R + R) of one head, R =
 // CARVE_ATTN_ROWS_PER_TASK, taken CARVE_ATTN_GROUP at a time so that each k and
-// v row read serves four queries:
+// v vector loaded serves four queries:
 //   out[i][e] = sum_j p[i][j] v[j][e] / sum_j p[i][j].
 // A short last group repeats its last row; the copies are computed, not stored.
 CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t count) {
   const attention_ctx* ctx = context;
-  const size_t n = ctx->n, kd = ctx->key_dim, hd = ctx->head_dim;
+  const size_t n = ctx->n, n_pad = ctx->n_pad, kd = ctx->key_dim, hd = ctx->head_dim;
   const size_t stride = ctx->qkv_stride;
   for (size_t t = start; t < start + count; t++) {
     const size_t head = t / ctx->blocks;
     const size_t row0 = (t % ctx->blocks) * CARVE_ATTN_ROWS_PER_TASK;
     const size_t row1 = min_size(n, row0 + CARVE_ATTN_ROWS_PER_TASK);
     const float* q_base = ctx->qkv + head * (2 * kd + hd);  // q of pixel 0
-    const float* k_base = q_base + kd;
     const float* v_base = q_base + 2 * kd;
-    float* task_scratch = ctx->scratch + t * CARVE_ATTN_GROUP * n;
+    const float* k_t = ctx->k_t + head * kd * n_pad;
+    float* task_scores = ctx->scores + t * CARVE_ATTN_GROUP * n_pad;
 
     for (size_t i0 = row0; i0 < row1; i0 += CARVE_ATTN_GROUP) {
       const size_t rows = min_size(CARVE_ATTN_GROUP, row1 - i0);
       const float* q[CARVE_ATTN_GROUP];
-      float* p[CARVE_ATTN_GROUP];  // (n) scores, then softmax numerators, of row i0 + g
-      double inv_sum[CARVE_ATTN_GROUP];
+      float* p[CARVE_ATTN_GROUP];  // (n_pad) scores, then softmax numerators, of row i0 + g
+      float inv_sum[CARVE_ATTN_GROUP];
+      float* o[CARVE_ATTN_GROUP];
       for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
         q[g] = q_base + (i0 + min_size(g, rows - 1)) * stride;
-        p[g] = task_scratch + g * n;
+        p[g] = task_scores + g * n_pad;
       }
-      attention_scores(q, k_base, stride, n, kd, ctx->scale, p);
+      attention_scores(q, k_t, n_pad, kd, ctx->scale, p);
       for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
         inv_sum[g] = attention_softmax(p[g], n);
       }
-
-      // Weighted sums of v, CARVE_ATTN_V_CHUNK channels at a time.
-      for (size_t e0 = 0; e0 < hd; e0 += CARVE_ATTN_V_CHUNK) {
-        const size_t ne = min_size(CARVE_ATTN_V_CHUNK, hd - e0);
-        double acc[CARVE_ATTN_GROUP][CARVE_ATTN_V_CHUNK] = {{0.0}};
-        for (size_t j = 0; j < n; j++) {
-          const float* v = v_base + j * stride + e0;
-          const double p0 = p[0][j], p1 = p[1][j], p2 = p[2][j], p3 = p[3][j];
-          for (size_t e = 0; e < ne; e++) {
-            const double ve = (double)v[e];
-            acc[0][e] += p0 * ve;
-            acc[1][e] += p1 * ve;
-            acc[2][e] += p2 * ve;
-            acc[3][e] += p3 * ve;
-          }
+      const float* const* pc = (const float* const*)p;
+      size_t e0 = 0;
+      for (; e0 + CARVE_ATTN_V_CHUNK <= hd; e0 += CARVE_ATTN_V_CHUNK) {
+        for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+          o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
         }
-        for (size_t g = 0; g < rows; g++) {
-          float* o = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
-          for (size_t e = 0; e < ne; e++) {
-            o[e] = (float)(acc[g][e] * inv_sum[g]);
-          }
+        attention_weighted_sum(pc, inv_sum, v_base + e0, stride, n, CARVE_ATTN_V_CHUNK, o, rows);
+      }
+      if (e0 < hd) {
+        for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+          o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
         }
+        attention_weighted_sum(pc, inv_sum, v_base + e0, stride, n, hd - e0, o, rows);
       }
 
       if (ctx->v_out != NULL) {
@@ -309,9 +372,8 @@ CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t
   }
 }
 
-size_t carve_attention_scratch_floats(size_t n, size_t heads) {
-  _Static_assert(CARVE_ATTN_GROUP == 4, "CARVE_ATTENTION_SCRATCH_FLOATS is written for groups of 4 rows");
-  return CARVE_ATTENTION_SCRATCH_FLOATS(n, heads);
+size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim) {
+  return CARVE_ATTENTION_SCRATCH_FLOATS(n, heads, key_dim);
 }
 
 void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads, size_t key_dim,
@@ -320,10 +382,29 @@ void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads
   if (qkv == NULL || out == NULL || scratch == NULL || n == 0 || heads == 0 || head_dim == 0) {
     return;
   }
+  const size_t n_pad = div_round_up(n, CARVE_ATTN_KEY_BLOCK) * CARVE_ATTN_KEY_BLOCK;
+  // k of each head transposed to (key_dim, n_pad), once for all of the head's
+  // tasks: a few microseconds, on the calling thread.
+  float* k_t = scratch;
+  for (size_t h = 0; h < heads; h++) {
+    const float* k = qkv + h * (2 * key_dim + head_dim) + key_dim;
+    float* kh = k_t + h * key_dim * n_pad;
+    for (size_t j = 0; j < n; j++) {
+      for (size_t d = 0; d < key_dim; d++) {
+        kh[d * n_pad + j] = k[j * qkv_stride + d];
+      }
+    }
+    for (size_t d = 0; d < key_dim; d++) {
+      for (size_t j = n; j < n_pad; j++) {
+        kh[d * n_pad + j] = 0.0f;
+      }
+    }
+  }
   attention_ctx ctx = {
       .qkv = qkv,
       .qkv_stride = qkv_stride,
       .n = n,
+      .n_pad = n_pad,
       .key_dim = key_dim,
       .head_dim = head_dim,
       .blocks = div_round_up(n, CARVE_ATTN_ROWS_PER_TASK),
@@ -332,7 +413,8 @@ void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads
       .out_stride = out_stride,
       .v_out = v_out,
       .v_stride = v_stride,
-      .scratch = scratch,
+      .k_t = k_t,
+      .scores = k_t + heads * key_dim * n_pad,
   };
   carve_parallelize_1d_tile(pool, attention_task, &ctx, heads * ctx.blocks, 1);
 }

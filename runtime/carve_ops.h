@@ -14,6 +14,11 @@
 #define CARVE_ATTN_ROWS_PER_TASK 32
 #endif
 
+// Attention: query rows that share each load of k and v, and keys whose scores
+// are accumulated side by side (vector lanes); both size the scratch.
+#define CARVE_ATTN_GROUP 4
+#define CARVE_ATTN_KEY_BLOCK 32
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,15 +48,20 @@ void carve_upsample_nearest2x(const float* x, size_t x_stride, size_t h, size_t 
 
 // ---- Attention --------------------------------------------------------------
 
-// Floats of scratch that carve_attention needs for n = H*W pixels and `heads`
-// heads: 4 rows of n scores per (head, block of CARVE_ATTN_ROWS_PER_TASK rows),
-// about heads * n^2 / 8 floats (40,000 for the 20x20, 2-head P5 attention at 640).
-size_t carve_attention_scratch_floats(size_t n, size_t heads);
+// Floats of scratch that carve_attention needs for n = H*W pixels, `heads` heads
+// and key_dim: k of every head transposed, heads * key_dim * n_pad floats, and
+// CARVE_ATTN_GROUP rows of n_pad scores per (head, block of
+// CARVE_ATTN_ROWS_PER_TASK rows), n_pad = n rounded up to CARVE_ATTN_KEY_BLOCK
+// (about heads * n * (key_dim + n / 8): 26,624 + 43,264 floats for the 20x20,
+// 2-head, key_dim 32 P5 attention at 640).
+size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim);
 
 // The same as a constant expression, for buffers sized at compile time.
-#define CARVE_ATTENTION_SCRATCH_FLOATS(n, heads)                                                  \
-  ((size_t)(heads) * (((size_t)(n) + CARVE_ATTN_ROWS_PER_TASK - 1) / CARVE_ATTN_ROWS_PER_TASK) * \
-   4u * (size_t)(n))
+#define CARVE_ATTENTION_SCRATCH_FLOATS(n, heads, key_dim)                                     \
+  ((size_t)(heads) *                                                                          \
+   ((size_t)(key_dim) +                                                                       \
+    (((size_t)(n) + CARVE_ATTN_ROWS_PER_TASK - 1) / CARVE_ATTN_ROWS_PER_TASK) * CARVE_ATTN_GROUP) * \
+   (((size_t)(n) + CARVE_ATTN_KEY_BLOCK - 1) / CARVE_ATTN_KEY_BLOCK * CARVE_ATTN_KEY_BLOCK))
 
 // Ultralytics Attention core (after the qkv conv, before pe and proj).
 // qkv is (n, heads * (2*key_dim + head_dim)); head h owns the channels starting
@@ -59,12 +69,17 @@ size_t carve_attention_scratch_floats(size_t n, size_t heads);
 //   attn[i][j]               = softmax_j(scale * sum_d q[i][d] k[j][d])
 //   out[i][h*head_dim + e]   = sum_j attn[i][j] * v[j][e]
 //   v_out[i][h*head_dim + e] = v[i][e]     (v gathered for the pe conv; may be NULL)
-// Dot products, the softmax denominator and the weighted sums of v are
-// accumulated in double; scores and exponentials are float, with the row
-// maximum subtracted. (PyTorch computes (scale * q) . k in float; the results
-// agree to float rounding, and these are closer to the exact values.)
+// Everything is float, as in PyTorch: the dot products (sum_d q k) * scale, the
+// softmax with the row maximum subtracted (exp as in carve_epilogue), its sum, and
+// the weighted sums of v, divided by the softmax sum at the end; the results agree
+// with PyTorch's to float rounding. k is transposed per head into scratch, so that
+// the scores of CARVE_ATTN_GROUP query rows accumulate over the key dimension with
+// CARVE_ATTN_KEY_BLOCK keys side by side (vector lanes), and the weighted sums run
+// along v's contiguous channels. Work is split over `pool` in tasks of
+// CARVE_ATTN_ROWS_PER_TASK query rows of one head; the result does not depend on
+// the number of threads or the instruction set.
 // out and v_out must not overlap qkv. scratch holds
-// carve_attention_scratch_floats(n, heads) floats.
+// carve_attention_scratch_floats(n, heads, key_dim) floats.
 void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads, size_t key_dim,
                      size_t head_dim, float scale, float* out, size_t out_stride, float* v_out,
                      size_t v_stride, float* scratch, pthreadpool_t pool);

@@ -324,7 +324,7 @@ static void test_attention(TestCtx& t) {
   const float scale = 1.0f / std::sqrt((float)kd);
   const std::vector<float> qkv = random_view(rng, n, qkv_stride);
   std::vector<float> cpu_out(n * out_stride, kCanary), cpu_v(n * v_stride, kCanary);
-  std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads));
+  std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
   carve_attention(qkv.data(), qkv_stride, n, heads, kd, hd, scale, cpu_out.data(), out_stride, cpu_v.data(), v_stride,
                   cpu_scratch.data(), nullptr);
   DevBuf<float> dq(qkv), dout(n * out_stride), dv(n * v_stride), scratch(carve_cu_attention_scratch_floats(n, heads));

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     }
     float* out = malloc(n * heads * hd * sizeof(float));
     float* v_out = malloc(n * heads * hd * sizeof(float));
-    float* scratch = malloc(carve_attention_scratch_floats(n, heads) * sizeof(float));
+    float* scratch = malloc(carve_attention_scratch_floats(n, heads, kd) * sizeof(float));
     if (out == NULL || v_out == NULL || scratch == NULL) {
       fprintf(stderr, "ops_tool: out of memory\n");
       return 1;

@@ -256,14 +256,16 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
                           c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
     attn_n = max((st["n"] for st in attn), default=0)
     attn_heads = max((st["heads"] for st in attn), default=0)
+    attn_kd = max((st["key_dim"] for st in attn), default=0)
     anchors = sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0
     return dict(layers=[layers[i] for i in sorted(layers)], ops=ops, outputs=outputs,
                 storages=sorted(storages.values(), key=lambda st: (st["offset"], st["macro"])),
                 blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
                 input_off=off(graph.input), rows_k=e2e["k"] if e2e else 0, row_len=e2e["row"] if e2e else 0,
                 arena_bytes=plan.arena_bytes,
-                attn_max_n=attn_n, attn_max_heads=attn_heads, anchors=anchors,
-                scratch_bytes=scratch_bytes(attn_n, attn_heads, e2e, anchors, graph.tensors[graph.input].shape[1]),
+                attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
+                scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
+                                            graph.tensors[graph.input].shape[1]),
                 # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
                 # bytes of fields (the generated code _Static_asserts that it fits)
                 context_bytes=-(-(8 * len(ops) + 8 * len(layers) + 256) // 64) * 64,
@@ -272,11 +274,13 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
                 flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
 
 
-def scratch_bytes(attn_n: int, attn_heads: int, e2e, anchors: int, input_w: int) -> int:
+def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors: int, input_w: int) -> int:
     """<NAME>_SCRATCH_BYTES: the largest of the runtime kernels' scratch, as the runtime's
     CARVE_ATTENTION_SCRATCH_FLOATS / CARVE_E2E_SCRATCH_BYTES / CARVE_LETTERBOX_SCRATCH_BYTES
     compute it (the generated code _Static_asserts that this is enough), rounded up to 64, + 64."""
-    need = attn_heads * -(-attn_n // 32) * 4 * attn_n * 4
+    # attention: k transposed (key_dim rows) and 4 score rows per block of 32 query rows, per head, each row of
+    # n rounded up to 32 floats (CARVE_ATTN_ROWS_PER_TASK, CARVE_ATTN_GROUP, CARVE_ATTN_KEY_BLOCK)
+    need = attn_heads * (attn_key_dim + -(-attn_n // 32) * 4) * (-(-attn_n // 32) * 32) * 4
     if e2e:
         kk = min(e2e["k"], anchors)
         need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * 9 * 4)
