@@ -101,27 +101,40 @@ typedef struct epilogue_ctx {
 // SiLU(x) = x / (1 + exp(-x)) in float, the expression torch.nn.SiLU evaluates.
 static inline float silu(float x) { return x / (1.0f + exp_u10(-x)); }
 
-// y[p][c] = act(y[p][c]) + r[p][c] for pixels [start, start + count).
+// y[i] = act(y[i]) + r[i] for i < count (r may be NULL).
+static inline void epilogue_run(float* y, const float* r, size_t count, int act) {
+  if (act && r != NULL) {
+    for (size_t i = 0; i < count; i++) {
+      y[i] = silu(y[i]) + r[i];
+    }
+  } else if (act) {
+    for (size_t i = 0; i < count; i++) {
+      y[i] = silu(y[i]);
+    }
+  } else if (r != NULL) {
+    for (size_t i = 0; i < count; i++) {
+      y[i] += r[i];
+    }
+  }
+}
+
+// y[p][c] = act(y[p][c]) + r[p][c] for pixels [start, start + count). Where the
+// rows are back to back (stride == channels, for y and the residual), the tile is
+// one run of count * channels elements: the vector loop and its constants are set
+// up once rather than once per pixel, which matters for 8 to 32 channels.
 CARVE_SIMD_CLONES static void epilogue_task(void* context, size_t start, size_t count) {
   const epilogue_ctx* ctx = context;
   const size_t channels = ctx->channels;
   const int act = ctx->act == CARVE_ACT_SILU;
+  const float* residual = ctx->residual;
+  if (ctx->y_stride == channels && (residual == NULL || ctx->r_stride == channels)) {
+    epilogue_run(ctx->y + start * channels, residual != NULL ? residual + start * channels : NULL,
+                 count * channels, act);
+    return;
+  }
   for (size_t p = start; p < start + count; p++) {
-    float* y = ctx->y + p * ctx->y_stride;
-    const float* r = ctx->residual != NULL ? ctx->residual + p * ctx->r_stride : NULL;
-    if (act && r != NULL) {
-      for (size_t c = 0; c < channels; c++) {
-        y[c] = silu(y[c]) + r[c];
-      }
-    } else if (act) {
-      for (size_t c = 0; c < channels; c++) {
-        y[c] = silu(y[c]);
-      }
-    } else if (r != NULL) {
-      for (size_t c = 0; c < channels; c++) {
-        y[c] += r[c];
-      }
-    }
+    epilogue_run(ctx->y + p * ctx->y_stride, residual != NULL ? residual + p * ctx->r_stride : NULL,
+                 channels, act);
   }
 }
 
