@@ -6,7 +6,7 @@
 // Decodes IMAGE once (not timed), then creates the model (timed: init). Reads commands on stdin:
 //   run K   runs K times; prints {"e2e_ms": [...], "net_ms": [...]}: run_image (letterbox + network + rows above
 //           conf 0.25 mapped to image pixels) and the network alone (the sum of the per-layer times of that run)
-//   quit    prints {"maxrss_kb": ...} (getrusage peak resident set size) and exits
+//   quit    prints {"maxrss_kb": ...} (this process's peak resident set size, VmHWM: bench/peak_rss.h) and exits
 // At start it prints {"init_ms": ..., "baseline_rss_kb": ..., "detections": N, "rows": [[x1,y1,x2,y2,score,cls],...]}
 // (the first 5 detections of one run, for the agreement check between systems).
 
@@ -15,10 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "carve_io.h"
+#include "peak_rss.h"
 #include CARVE_HEADER
 
 #define CAT_(a, b) a##b
@@ -31,12 +31,6 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static long maxrss_kb(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
 }
 
 int main(int argc, char** argv) {
@@ -52,7 +46,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   static F(_detection) dets[MAX_DETS];
-  const long baseline = maxrss_kb();
+  const long baseline = peak_rss_kb();
+  if (baseline < 0) {
+    fprintf(stderr, "carve_runner: cannot read VmHWM from /proc/self/status (the peak RSS)\n");
+    return 1;
+  }
 
   const double t0 = now_ms();
   F(_options) opt;
@@ -112,7 +110,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  printf("{\"maxrss_kb\": %ld}\n", maxrss_kb());
+  printf("{\"maxrss_kb\": %ld}\n", peak_rss_kb());
   F(_destroy)(model);
   carve_image_free(rgb);
   return 0;

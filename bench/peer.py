@@ -8,7 +8,7 @@ Decodes the image once (cv2.imread, not timed), creates the model (timed: init_m
     {"init_ms": ..., "baseline_rss_kb": ..., "detections": N, "rows": [[x1, y1, x2, y2, score, cls], ...]}
 then reads commands on stdin:
     run K   K timed runs; prints {"e2e_ms": [...], "net_ms": [...]}
-    quit    prints {"maxrss_kb": ...} (getrusage peak resident set size of this process) and exits
+    quit    prints {"maxrss_kb": ...} (peak resident set size of this process, VmHWM: see rss_kb) and exits
 
 One run, as Ultralytics' predictor does it: LetterBox(640, auto=False) on the BGR image, BGR->RGB, HWC->CHW, /255
 (pre-processing), the exported network with YOLO26's end-to-end head inside (decode + top-k: (1, 300, 6 + extra)
@@ -20,13 +20,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
 
 def rss_kb() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    """This process's peak resident set size in KiB: VmHWM of /proc/self/status.
+
+    Not getrusage(RUSAGE_SELF).ru_maxrss: on Linux execve() folds the peak of the address space it replaces into
+    it, so a peer started by bench.py would report bench.py's own peak (torch loaded, exports done) if that was
+    larger. VmHWM is the peak of the current address space only (bench/peak_rss.h does the same in C)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise RuntimeError("bench/peer.py: /proc/self/status has no VmHWM line")
 
 
 def main() -> None:

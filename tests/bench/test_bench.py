@@ -103,3 +103,46 @@ def test_report_replaces_only_the_marked_block(peak, tmp_path):
     (docs / "performance.md").write_text("# no markers\n")
     with pytest.raises(SystemExit):
         report.write_report(rs, machine, docs)
+
+
+# A runner started by a process whose own peak RSS is large (bench.py has torch loaded and has run the exports) must
+# report its own peak, not its parent's: on Linux ru_maxrss carries the parent's peak across fork + exec.
+PEAK_RSS_PROBE = r"""
+#include <stdio.h>
+#include <sys/resource.h>
+#include "peak_rss.h"
+int main(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("%ld %ld\n", peak_rss_kb(), ru.ru_maxrss);
+  return 0;
+}
+"""
+
+
+@pytest.fixture
+def big_parent():
+    """About 256 MiB resident in this (the parent) process while the test runs."""
+    block = bytearray(256 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    yield block
+    del block
+
+
+def test_runners_report_their_own_peak_rss(tmp_path, big_parent):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src, exe = tmp_path / "probe.c", tmp_path / "probe"
+    src.write_text(PEAK_RSS_PROBE)
+    subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{ROOT / 'bench'}", str(src), "-o",
+                    str(exe)], check=True)
+    own_kb, rusage_kb = map(int, subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split())
+    assert 0 < own_kb < 64 << 10, f"carve_runner's peak RSS reads {own_kb} KiB for a tiny C program"
+    # The probe shows what the runners used to read: ru_maxrss includes this parent's 256 MiB.
+    assert rusage_kb > 200 << 10, f"ru_maxrss {rusage_kb} KiB: the parent's peak was not inherited here"
+    # peer.py's reader, in a fresh interpreter started by this big process (peer.py imports nothing heavy at the top).
+    py = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import peer; "
+                         "print(peer.rss_kb())", str(ROOT / "bench")], capture_output=True, text=True, check=True)
+    assert 0 < int(py.stdout) < 128 << 10, f"peer.py's peak RSS reads {py.stdout.strip()} KiB for a bare interpreter"
