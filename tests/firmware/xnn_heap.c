@@ -19,14 +19,18 @@
 // limited) runs first; create allocates (positive control: the counter sees XNNPACK's allocations);
 // create_with + 2 runs + destroy make 0 allocator calls and 0 frees and give bit-identical outputs to
 // create's; XNNPACK's use of the heap is <= <NAME>_XNN_HEAP_BYTES (ratio printed); a heap of exactly
-// that use works, one byte less gives CARVE_ERR_OUT_OF_MEMORY with 0 allocator calls (so nothing can
+// that use works (ending < 64 bytes before a PROT_NONE page: no access past its end), one byte less gives CARVE_ERR_OUT_OF_MEMORY with 0 allocator calls (so nothing can
 // leak); two create_with contexts live at once give the same outputs and are destroyed in reverse order;
 // a NULL / misaligned / empty xnn_heap is refused with CARVE_ERR_INVALID_ARGUMENT.
+
+#define _DEFAULT_SOURCE  // mmap's MAP_ANONYMOUS
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "carve_xnn.h"
 #include "xnn_heap_model.h"
@@ -252,8 +256,18 @@ int main(int argc, char** argv) {
   EXPECT(used > 0 && used <= bound, "XNNPACK used %zu bytes of the heap; bound %s_XNN_HEAP_BYTES %zu; ratio %.4f",
          used, M_NAME, bound, (double)used / (double)bound);
 
-  // 3. A heap of exactly that use works; one byte less runs out, cleanly.
-  b = buffers_of(&cm, heap, used);
+  // 3. A heap of exactly that use works, placed against an inaccessible page so that a read or write past
+  // its end by XNNPACK (at create or in a run) would crash; one byte less runs out, cleanly.
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  const size_t tight = (used + 63) / 64 * 64;  // the base stays 64-byte aligned: < 64 bytes of slack at the end
+  const size_t mapped = (tight + page - 1) / page * page + page;
+  unsigned char* region = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED || mprotect(region + mapped - page, page, PROT_NONE) != 0) {
+    printf("FAIL  mmap / mprotect for the guarded heap\n");
+    return 1;
+  }
+  unsigned char* guarded = region + mapped - page - tight;
+  b = buffers_of(&cm, guarded, used);
   m = NULL;
   count_on();
   s = M(_create_with)(&opt, &b, &m);
@@ -263,8 +277,9 @@ int main(int argc, char** argv) {
   M(_destroy)(m);
   count_off();
   EXPECT(s == CARVE_OK && g_allocs == 0 && memcmp(ref, out, sizeof ref) == 0,
-         "heap of exactly %zu bytes: %s, %ld allocator calls, same outputs", used, carve_status_str(s),
-         (long)g_allocs);
+         "heap of exactly %zu bytes, %zu before an inaccessible page: %s, %ld allocator calls, same outputs", used,
+         tight, carve_status_str(s), (long)g_allocs);
+  munmap(region, mapped);
   const size_t short_sizes[2] = {used - 1, used / 2};
   for (int i = 0; i < 2; i++) {
     b = buffers_of(&cm, heap, short_sizes[i]);
