@@ -41,8 +41,9 @@ set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu
 
 # xnnpack create_with with XNNPACK's memory in the caller's xnn_heap (yolo26n at 320, -seg/-pose/-obb at 160, -cls
 # at 96): the whole process's allocator interposed, 0 calls and 0 frees in create_with + runs + destroy, outputs equal
-# create's, heap use <= <NAME>_XNN_HEAP_BYTES (ratio printed), one byte short -> CARVE_ERR_OUT_OF_MEMORY, two
-# contexts, bad heaps refused, XNNPACK initialized first by other code -> CARVE_ERR_UNSUPPORTED.
+# create's, heap use <= <NAME>_XNN_HEAP_BYTES (ratio printed), exactly that use before a PROT_NONE page works,
+# one byte short -> CARVE_ERR_OUT_OF_MEMORY, two contexts, bad heaps refused, XNNPACK initialized first by other
+# code -> CARVE_ERR_UNSUPPORTED. About 25 s with the checkpoints cached (shared with the oracle tests).
 add_test(NAME firmware_xnn_heap
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/xnn_heap.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
