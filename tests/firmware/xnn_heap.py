@@ -5,7 +5,9 @@ against each (one parent CMake project, add_subdirectory + carve::<name>; the te
 malloc & co. for the whole process) and runs it; yolo26n also with --foreign (XNNPACK initialized first by
 other code). See xnn_heap.c for the checks; each line is printed, with the heap use / bound ratio.
 
-    xnn_heap.py --work build/work [--only yolo26n-seg]
+    xnn_heap.py --work build/work [--only yolo26n-seg] [--variant yolo26m-pose=320 ...]
+
+--variant runs other manifests / sizes instead (not in CI: any scale, checkpoints made and cached as usual).
 """
 
 from __future__ import annotations
@@ -39,16 +41,26 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--only", choices=sorted(VARIANTS), action="append", help="these variants only")
+    ap.add_argument("--variant", action="append", default=[], metavar="STEM=IMGSZ",
+                    help="a manifest stem and --imgsz to run instead, e.g. yolo26s-seg=320")
     args = ap.parse_args()
+    variants = {k: VARIANTS[k] for k in args.only or VARIANTS}
+    if args.variant:
+        variants = {}
+        for v in args.variant:
+            stem, _, size = v.partition("=")
+            if not size.isdigit() or not (fwlib.REPO / "manifests" / f"{stem}.yaml").exists():
+                ap.error(f"--variant {v}: expected <manifest stem>=<imgsz>, e.g. yolo26s-seg=320")
+            variants[stem] = int(size)
     t = fwlib.Timer()
     work = fwlib.fresh(args.work.resolve() / "firmware-xnn-heap")
     src = Path(__file__).with_name("xnn_heap.c")
     cmake = [PARENT_HEAD]
     idents = []
-    for stem in args.only or VARIANTS:
+    for stem, imgsz in variants.items():
         ident = stem.replace("-", "_")
         pt = fwlib.checkpoint(args.work, f"{stem}.yaml")
-        pkg = fwlib.generate(f"{stem}.yaml", pt, work / stem, "--imgsz", str(VARIANTS[stem]))
+        pkg = fwlib.generate(f"{stem}.yaml", pt, work / stem, "--imgsz", str(imgsz))
         shim = work / f"shim-{ident}"
         shim.mkdir()
         (shim / "xnn_heap_model.h").write_text(
@@ -61,7 +73,7 @@ def main() -> int:
     failed = []
     for stem, ident in idents:
         exe = work / "build" / f"xnn_heap_{ident}"
-        for extra in ([[], ["--foreign"]] if stem == "yolo26n" else [[]]):
+        for extra in ([[], ["--foreign"]] if stem == idents[0][0] else [[]]):
             p = run([exe, *extra], check=False)
             log(p.stdout.strip())
             if p.stderr:
