@@ -22,6 +22,18 @@
 
 #include "carve_pre_math.h"  // the arithmetic shared with carve_cuda_pre.cu
 
+// The letterbox's vertical pass is compiled for AVX-512, AVX2 and the baseline,
+// the loader picking the best (target_clones, as in carve_ops.c); integer and
+// single float operations only, so every clone gives the same bits.
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define CARVE_PRE_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+#endif
+#ifndef CARVE_PRE_SIMD_CLONES
+#define CARVE_PRE_SIMD_CLONES
+#endif
+
 // ---- Geometry ---------------------------------------------------------------
 
 // LetterBox.get_params with auto=False, scaleup=True, center=True; the same
@@ -71,6 +83,22 @@ static void resize_row_h(const uint8_t* src, int src_w, int new_w, const resize_
     for (int ch = 0; ch < 3; ch++) {
       dst[(size_t)dx * 3 + ch] = a0 * p0[ch] + a1 * p1[ch];
     }
+  }
+}
+
+// Vertical pass and conversion of one output row: d[i] = v / 255 in float with v
+// the resized byte of the two horizontally resized source rows (the division is
+// the expression of the uint8 -> float table, so the same bits; being
+// arithmetic rather than a table lookup, the loop vectorises).
+CARVE_PRE_SIMD_CLONES static void resize_row_v(const int32_t* s0, const int32_t* s1, int32_t b0,
+                                               int32_t b1, size_t n, float* d) {
+  for (size_t i = 0; i < n; i++) {
+    // carve_pre_resize_v with its clamp as min / max, which the vectoriser takes
+    // (tests/runtime/letterbox_vs_cv2.py: bit-exact against cv2.resize).
+    int32_t v = ((((s0[i] >> 4) * b0) >> 16) + (((s1[i] >> 4) * b1) >> 16) + 2) >> 2;
+    v = v < 0 ? 0 : v;
+    v = v > 255 ? 255 : v;
+    d[i] = (float)v / 255.0f;
   }
 }
 
@@ -172,10 +200,7 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
         s[k] = cache[slot];
       }
 
-      float* d = dst + (size_t)dy * out_row;
-      for (size_t i = 0; i < (size_t)new_w * 3; i++) {
-        d[i] = to_float[carve_pre_resize_v(s[0][i], s[1][i], b0, b1)];
-      }
+      resize_row_v(s[0], s[1], b0, b1, (size_t)new_w * 3, dst + (size_t)dy * out_row);
     }
   }
 
