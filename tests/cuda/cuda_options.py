@@ -22,9 +22,11 @@ runtime compiled once (cuda_vs_xnnpack.build_runtime). Then:
 4. tests/cuda/options_main.cu, linked against each file package with the allocator wrapped
    (-Wl,--wrap=malloc,...) and the emulator's cudaMalloc / cudaMallocHost / cublasCreate counters: damaged
    files each give their status, create_with and the runs allocate nothing (see that file);
-5. the generator's compile-time device scratch constant equals the runtime's
-   <name>_device_scratch_bytes() for yolo26n-seg (transposed conv, attention) and yolo26n-cls (the
-   classification pre-processing), as options_main.cu checks it for detect.
+5. the other tasks, yolo26n-seg (transposed conv, masks) and yolo26n-cls (the classification
+   pre-processing; --extra adds more, e.g. yolo26n-pose,yolo26n-obb,yolo26x-seg), generated with --weights-format
+   file --weights-dtype f16: create_with (--caller-memory) gives the same dumps and run_image JSON on
+   bus.jpg as create, and the generator's compile-time device scratch constant equals the runtime's
+   <name>_device_scratch_bytes(), as options_main.cu checks both for detect.
 
 A failure keeps the work folder; a pass deletes it (the checkpoints stay cached).
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -121,21 +124,58 @@ def detections(path: Path) -> list:
     return json.loads(path.read_text())["detections"]
 
 
+def other_task(pkg: Path, name: str, lib: Path, image: Path) -> bool:
+    """A file f16 package of another task: --caller-memory dumps and run_image JSON equal create's; the
+    header's device scratch constant equals <name>_device_scratch_bytes() (a small program linked with it)."""
+    src = pkg / "build-emu" / "scratch_check.cu"
+    src.parent.mkdir(exist_ok=True)
+    src.write_text(SCRATCH_CHECK)
+    defs = [f'-DMODEL_HEADER="{name}.h"', f"-DMODEL={name}", f"-DUPPER={name.upper()}"]
+    check_o = src.with_suffix(".o")
+    b = build(pkg, name, lib, [[cvx.CXX, *cvx.EMU_FLAGS, *defs, "-I", pkg, "-I", pkg / "runtime", "-c", src,
+                                "-o", check_o]])
+    with cvx.step("build cuda (emulated)"):
+        cvx.run([cvx.CXX, check_o, *b["objs"], lib, "-lpthread", "-lm", "-o", b["dir"] / "scratch_check"])
+    p = subprocess.run([str(b["dir"] / "scratch_check")], capture_output=True, text=True)
+    got, want = (p.stdout.split() + ["?", "?"])[:2]
+    ok = check(p.returncode == 0, f"{name}: device_scratch_bytes(default image) {got} == "
+               f"{name.upper()}_DEVICE_SCRATCH_BYTES {want}")
+    weights = ["--weights", pkg / f"{name}.weights"]
+    task_inp = pkg / "input.npy"
+    oracle.make_input(image, int(re.search(rf"#define {name.upper()}_INPUT_H (\d+)",
+                                           (pkg / f"{name}.h").read_text()).group(1)),
+                      task_inp, task="classify" if name.endswith("_cls") else "detect")
+    out = {}
+    with cvx.step("run cuda (emulated)"):
+        for mode, flags in (("create", []), ("create_with", ["--caller-memory"])):
+            cvx.run([b["demo"], "--input", task_inp, "--dump", pkg / f"dump-{mode}", "--runs", "3", *weights, *flags])
+            js = json.loads(cvx.run([b["demo"], image, "--json", "--runs", "3", *weights, *flags]).stdout)
+            js.pop("timing_ms")
+            out[mode] = js
+    diff = same_files(pkg / "dump-create_with", pkg / "dump-create")
+    ok &= check(not diff and out["create"] == out["create_with"],
+                f"{name} (file f16): create_with == create: every layer and output, and run_image on {image.name}"
+                + (f" (differ: {', '.join(diff[:4])})" if diff else ""))
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path, help="checkpoints (shared with the oracle) and packages")
     ap.add_argument("--imgsz", type=int, default=64, help="input size, a multiple of 32 (default 64)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder after a pass")
+    ap.add_argument("--extra", default="", help="more models for step 5, comma-separated (e.g. yolo26n-pose)")
     args = ap.parse_args()
     t0 = time.time()
     work_root = args.work.resolve()
     work = work_root / "cuda-options"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    pts = {m: cvx.checkpoint(work_root, m) for m in ("yolo26n", "yolo26n-seg", "yolo26n-cls")}
+    others = ["yolo26n-seg", "yolo26n-cls"] + [m for m in args.extra.split(",") if m]
+    pts = {m: cvx.checkpoint(work_root, m) for m in ["yolo26n", *others]}
     models = {work / v: ("yolo26n", pts["yolo26n"], fmt, dtype) for v, (fmt, dtype) in VARIANTS.items()}
-    models[work / "seg"] = ("yolo26n-seg", pts["yolo26n-seg"], "blob", "f32")
-    models[work / "cls"] = ("yolo26n-cls", pts["yolo26n-cls"], "blob", "f32")
+    for m in others:
+        models[work / m] = (m, pts[m], "file", "f16")
     generate(models, args.imgsz)
     lib = cvx.build_runtime(work_root, "emu")
     ok = True
@@ -215,25 +255,9 @@ def main() -> int:
                 f"package max rel error {stats[worst][0]:.2e} ({worst}; the fp16-weight model: {stats[worst][1]:.2e}); "
                 f"output0 {stats['output0.npy'][0]:.2e}")
 
-    # 5. the compile-time device scratch constant, for the other formula branches
-    for v, model in (("seg", "yolo26n_seg"), ("cls", "yolo26n_cls")):
-        pkg = work / v
-        b = pkg / "build-emu"
-        b.mkdir(exist_ok=True)
-        src = b / "scratch_check.cu"
-        src.write_text(SCRATCH_CHECK)
-        inc = ["-I", pkg, "-I", pkg / "runtime"]
-        defs = [f'-DMODEL_HEADER="{model}.h"', f"-DMODEL={model}", f"-DUPPER={model.upper()}"]
-        with cvx.step("build cuda (emulated)"):
-            cvx.compile_all([[cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", pkg / f"{model}.cu", "-o", b / "model.o"],
-                             [cvx.CXX, *cvx.EMU_FLAGS, *defs, *inc, "-c", src, "-o", b / "check.o"],
-                             [cvx.CC, "-I", pkg, "-c", pkg / f"{model}_weights.S", "-o", b / "weights.o"]])
-            cvx.run([cvx.CXX, b / "check.o", b / "model.o", b / "weights.o", lib, "-lpthread", "-lm",
-                     "-o", b / "check"])
-        p = subprocess.run([str(b / "check")], capture_output=True, text=True)
-        got, want = (p.stdout.split() + ["?", "?"])[:2]
-        ok &= check(p.returncode == 0, f"{model}: device_scratch_bytes(default image) {got} == "
-                    f"{model.upper()}_DEVICE_SCRATCH_BYTES {want}")
+    # 5. the other tasks: create_with against create, and the compile-time device scratch constant
+    for m in others:
+        ok &= other_task(work / m, m.replace("-", "_"), lib, image)
 
     print("steps (wall / CPU seconds): " + ", ".join(f"{k} {w:.1f} / {c:.1f}" for k, (w, c) in cvx.STEPS.items()))
     ckpt = cvx.STEPS.get("checkpoint", (0.0, 0.0))
