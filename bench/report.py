@@ -1,6 +1,7 @@
 """Renders build/bench/results/*.json (bench/bench.py) into docs/performance.md and docs/perf.png."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 SYSTEM_NAMES = {
@@ -110,8 +111,10 @@ def chart(results: list[dict], path: Path) -> None:
         ax.bar(xs, med, width, yerr=[[0] * len(p90), p90], capsize=2, label=SYSTEM_NAMES[s])
     ax.set_xticks(range(len(results)), groups)
     ax.set_ylabel("end-to-end latency, ms (median; whisker: p90)")
-    ax.set_title("YOLO26, pre-processing + network + post-processing, on a shared, loaded 2-core machine (lower is better)",
-                 fontsize=10)
+    loads = [r["load_during_mean"] for r in results]
+    cores = os.cpu_count() or 0
+    ax.set_title(f"YOLO26, pre-processing + network + post-processing, {cores}-core machine, load average "
+                 f"{min(loads):.1f} to {max(loads):.1f} during the runs (lower is better)", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
