@@ -21,28 +21,9 @@
 #include "carve_weights.h"
 #include "yolo26n.h"
 
-// ---- Allocator counters (--wrap) --------------------------------------------
+// ---- Allocator counters (--wrap): g_allocs, g_frees ---------------------------
 
-static size_t g_allocs, g_frees;  // test-only counters; the package has no global state
-
-void* __real_malloc(size_t size);
-void* __real_calloc(size_t n, size_t size);
-void* __real_realloc(void* p, size_t size);
-void* __real_aligned_alloc(size_t align, size_t size);
-int __real_posix_memalign(void** p, size_t align, size_t size);
-void __real_free(void* p);
-
-void* __wrap_malloc(size_t size) { g_allocs++; return __real_malloc(size); }
-void* __wrap_calloc(size_t n, size_t size) { g_allocs++; return __real_calloc(n, size); }
-void* __wrap_realloc(void* p, size_t size) { g_allocs++; return __real_realloc(p, size); }
-void* __wrap_aligned_alloc(size_t align, size_t size) { g_allocs++; return __real_aligned_alloc(align, size); }
-int __wrap_posix_memalign(void** p, size_t align, size_t size) { g_allocs++; return __real_posix_memalign(p, align, size); }
-void __wrap_free(void* p) {
-  if (p != NULL) {
-    g_frees++;
-  }
-  __real_free(p);
-}
+#include "wrap_count.h"
 
 // ---- Checks ------------------------------------------------------------------
 

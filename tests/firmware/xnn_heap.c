@@ -6,10 +6,8 @@
 //   #define MU(x) <NAME>##x     // MU(_XNN_HEAP_BYTES) -> <NAME>_XNN_HEAP_BYTES
 //   #define M_CLASSIFY 0 or 1
 //
-// This program defines malloc, calloc, realloc, free, aligned_alloc, posix_memalign, memalign and valloc
-// itself (forwarding to glibc's __libc_* entry points), so every allocation of the process goes through
-// them: the package's, carve's XNNPACK allocator's, and those libXNNPACK / libcpuinfo make themselves (the
-// executable's definitions interpose on the shared libraries'). -Wl,--wrap would miss the shared libraries.
+// This program counts every allocation of the process, libXNNPACK's and libcpuinfo's included, with the
+// interposed allocator of tests/security/harness/alloc_count.h (-Wl,--wrap would miss the shared libraries).
 //
 //   xnn_heap_test             the checks below, each printed; exit 0 when all pass
 //   xnn_heap_test --foreign   XNNPACK initialized first by "other code" (xnn_initialize(NULL)): create_with
@@ -32,72 +30,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../security/harness/alloc_count.h"
 #include "carve_xnn.h"
 #include "xnn_heap_model.h"
 
-// ---- Allocator (interposed, counted while counting is on) -----------------------
-
-extern void* __libc_malloc(size_t);
-extern void* __libc_calloc(size_t, size_t);
-extern void* __libc_realloc(void*, size_t);
-extern void* __libc_memalign(size_t, size_t);
-extern void __libc_free(void*);
-
-static atomic_int g_counting;
-static atomic_long g_allocs, g_frees;  // test-only counters; the package has no global state
-
-static void note(void) {
-  if (atomic_load_explicit(&g_counting, memory_order_relaxed)) {
-    atomic_fetch_add(&g_allocs, 1);
-  }
-}
-
-void* malloc(size_t n) {
-  note();
-  return __libc_malloc(n);
-}
-void* calloc(size_t n, size_t size) {
-  note();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t n) {
-  note();
-  return __libc_realloc(p, n);
-}
-void free(void* p) {
-  if (p != NULL && atomic_load_explicit(&g_counting, memory_order_relaxed)) {
-    atomic_fetch_add(&g_frees, 1);
-  }
-  __libc_free(p);
-}
-void* aligned_alloc(size_t align, size_t n) {
-  note();
-  return __libc_memalign(align, n);
-}
-void* memalign(size_t align, size_t n) {
-  note();
-  return __libc_memalign(align, n);
-}
-void* valloc(size_t n) {
-  note();
-  return __libc_memalign(4096, n);
-}
-int posix_memalign(void** out, size_t align, size_t n) {
-  note();
-  void* p = __libc_memalign(align, n);
-  if (p == NULL) {
-    return 12;  // ENOMEM
-  }
-  *out = p;
-  return 0;
-}
-
-static void count_on(void) {
-  atomic_store(&g_allocs, 0);
-  atomic_store(&g_frees, 0);
-  atomic_store(&g_counting, 1);
-}
-static void count_off(void) { atomic_store(&g_counting, 0); }
+// ---- Allocator (interposed, counted while counting is on): g_allocs, g_frees, count_on, count_off
 
 // ---- Checks ------------------------------------------------------------------------
 

@@ -1,8 +1,6 @@
-// Proof that a run allocates nothing: this program defines malloc, calloc, realloc, free,
-// aligned_alloc, posix_memalign, memalign and valloc itself (forwarding to glibc's __libc_*
-// entry points), so every allocation of the process goes through them, including those of
-// libXNNPACK, libpthreadpool and the pool's worker threads (the executable's definitions interpose
-// on the shared libraries'). Counting is switched on around the runs only.
+// Proof that a run allocates nothing: every allocation of the process, including those of
+// libXNNPACK, libpthreadpool and the pool's worker threads, goes through the interposed allocator of
+// alloc_count.h. Counting is switched on around the runs only.
 //
 // Positive control: the counter must see the allocations of _create (else the interposition is not
 // in effect and the test fails), then count zero during _run_image / _run_tensor on 1 and 2
@@ -14,66 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "alloc_count.h"
 #include "mut.h"
-
-extern void* __libc_malloc(size_t);
-extern void* __libc_calloc(size_t, size_t);
-extern void* __libc_realloc(void*, size_t);
-extern void* __libc_memalign(size_t, size_t);
-extern void __libc_free(void*);
-
-static atomic_int counting;
-static atomic_long allocations;
-
-static void note(void) {
-  if (atomic_load_explicit(&counting, memory_order_relaxed)) {
-    atomic_fetch_add(&allocations, 1);
-  }
-}
-
-void* malloc(size_t n) {
-  note();
-  return __libc_malloc(n);
-}
-void* calloc(size_t n, size_t size) {
-  note();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t n) {
-  note();
-  return __libc_realloc(p, n);
-}
-void free(void* p) { __libc_free(p); }
-void* aligned_alloc(size_t align, size_t n) {
-  note();
-  return __libc_memalign(align, n);
-}
-void* memalign(size_t align, size_t n) {
-  note();
-  return __libc_memalign(align, n);
-}
-void* valloc(size_t n) {
-  note();
-  return __libc_memalign(4096, n);
-}
-int posix_memalign(void** out, size_t align, size_t n) {
-  note();
-  void* p = __libc_memalign(align, n);
-  if (p == NULL) {
-    return 12;  // ENOMEM
-  }
-  *out = p;
-  return 0;
-}
-
-static void count_on(void) {
-  atomic_store(&allocations, 0);
-  atomic_store(&counting, 1);
-}
-static long count_off(void) {
-  atomic_store(&counting, 0);
-  return atomic_load(&allocations);
-}
 
 int main(void) {
   const struct { int w, h; } sizes[] = {{1, 1}, {MUT_W, MUT_H}, {333, 17}, {1, 1000}, {640, 480}};
