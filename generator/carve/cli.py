@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EPILOG = """examples:
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --imgsz 320 --out /tmp/pkg
-  ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \
+  ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \\
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve list
 
