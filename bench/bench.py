@@ -11,7 +11,9 @@ generated from the same checkpoint and built Release. Each system runs in its ow
 bench/peer.py) on the same image: Ultralytics' bus.jpg decoded once by OpenCV and stored losslessly as PNG, so that
 every system sees the same pixels (JPEG decoders differ by a few levels, which random weights amplify). For each
 thread count the processes are started one after the other (init time), warmed up, then run one inference each in
-turn, round after round, so that the load of a shared machine falls on all of them alike. The same run measures the
+turn, round after round, so that the load of a shared machine falls on all of them alike, with a pause (--settle-ms,
+50 ms) before each inference so that the worker threads of the system that ran before it (pthreadpool, ONNX Runtime
+and TBB spin for a while after a run) have gone to sleep and do not compete with it. The same run measures the
 machine's FMA peak (bench/fma_peak.c). Results go to build/bench/results/<model>-t<threads>.json.
 """
 from __future__ import annotations
@@ -178,7 +180,8 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def measure(model: str, threads: int, runs: int, warmup: int, imgsz: int, systems: list[str], peak: dict) -> dict:
+def measure(model: str, threads: int, runs: int, warmup: int, imgsz: int, systems: list[str], peak: dict,
+            settle_ms: float) -> dict:
     prep = prepare(model, imgsz)
     image = bench_image()
     load0 = os.getloadavg()
@@ -190,11 +193,12 @@ def measure(model: str, threads: int, runs: int, warmup: int, imgsz: int, system
     for r in range(warmup + runs):
         order = workers[r % len(workers):] + workers[:r % len(workers)]  # rotate who goes first
         for w in order:
+            time.sleep(settle_ms / 1000)  # let the previous system's pool threads stop spinning
             w.run(1, keep=r >= warmup)
         loads.append(os.getloadavg()[0])
         if r % 10 == 0:
             log(f"{model} t{threads}: round {r + 1}/{warmup + runs}, load {loads[-1]:.2f}")
-    out = {"model": model, "threads": threads, "runs": runs, "warmup": warmup, "imgsz": imgsz,
+    out = {"model": model, "threads": threads, "runs": runs, "warmup": warmup, "imgsz": imgsz, "settle_ms": settle_ms,
            "flops": prep["flops"], "weight_bytes": prep["weight_bytes"], "arena_bytes": prep["arena_bytes"],
            "load_before": load0, "load_during_mean": statistics.mean(loads), "load_after": os.getloadavg(),
            "fma_peak": peak, "systems": {}}
@@ -239,10 +243,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--settle-ms", type=float, default=50.0,
+                    help="pause before each inference so that the previous system's worker threads, which spin "
+                         "for a while after a run (pthreadpool, ONNX Runtime, TBB), are idle (default 50)")
     ap.add_argument("--report", action="store_true", help="only render docs/performance.md and docs/perf.png")
     a = ap.parse_args()
-    if a.runs < 1 or a.warmup < 0:
-        sys.exit("bench.py: --runs must be >= 1 and --warmup >= 0")
+    if a.runs < 1 or a.warmup < 0 or a.settle_ms < 0:
+        sys.exit("bench.py: --runs must be >= 1, --warmup and --settle-ms >= 0")
     systems = a.systems.split(",")
     for s in systems:
         if s not in SYSTEMS:
@@ -254,7 +261,7 @@ def main() -> None:
             if model not in MODELS:
                 sys.exit(f"bench.py: --models: unknown model '{model}' (known: {', '.join(MODELS)})")
             for t in (int(x) for x in a.threads.split(",")):
-                measure(model, t, a.runs, a.warmup, a.imgsz, systems, peak)
+                measure(model, t, a.runs, a.warmup, a.imgsz, systems, peak, a.settle_ms)
     from report import write_report  # bench/report.py
 
     results = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
