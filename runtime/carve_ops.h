@@ -40,6 +40,29 @@ typedef enum carve_act {
 void carve_epilogue(float* y, size_t y_stride, const float* residual, size_t r_stride,
                     size_t pixels, size_t channels, carve_act act, pthreadpool_t pool);
 
+// ---- Stem convolution ---------------------------------------------------------
+
+// What carve_conv3x3s2_small_cin accepts: cin in 1..4, cout a multiple of 16.
+#define CARVE_STEM_MAX_CIN 4
+#define CARVE_STEM_COUT_MULTIPLE 16
+
+// y = act(conv(x, weights) + bias): a 3x3 convolution, stride 2, padding 1, groups
+// 1, of a few input channels (the network's first layer, on the image) with the
+// bias and activation applied in registers (no second pass over y).
+// x is (h, w, cin) with pixel stride x_stride >= cin; y is (oh, ow, cout),
+// oh = (h - 1) / 2 + 1, ow = (w - 1) / 2 + 1, pixel stride y_stride >= cout (the
+// floats past cout of each pixel are not written); weights are (3, 3, cin, cout)
+// (ky, kx, ci, co), bias (cout). Each output is bias + the sum over the taps inside
+// the image in (ky, kx, ci) order, one multiply-add each (FMA on AVX-512 / AVX2 +
+// FMA intrinsics, picked at run time like the SiLU kernels; elsewhere portable
+// C), then SiLU as carve_epilogue computes it. Rows are split over `pool`; the
+// result does not depend on the number of threads. x and y must not overlap.
+// CARVE_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers, empty sizes,
+// cin or cout out of range, strides below the channels or an unknown act.
+carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h, size_t w, size_t cin,
+                                       const float* weights, const float* bias, size_t cout, float* y,
+                                       size_t y_stride, carve_act act, pthreadpool_t pool);
+
 // ---- Upsample ---------------------------------------------------------------
 
 // y[2i + a][2j + b][c] = x[i][j][c] for a, b in {0, 1}: nearest-neighbour 2x.
