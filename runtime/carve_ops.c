@@ -316,6 +316,7 @@ void carve_epilogue(float* y, size_t y_stride, const float* residual, size_t r_s
 #define STEM_OC 16             // output channels of one register block
 #define STEM_PX_AVX512 12      // output pixels of one AVX-512 register block
 #define STEM_PX_AVX2 6         // output pixels of one AVX2 register block
+#define STEM_PX_PORTABLE 4     // output pixels of one portable block (4 x 16 floats: 16 NEON registers)
 #define STEM_TASK_ELEMENTS 16384  // output elements per task, at least one row
 
 typedef struct stem_ctx {
@@ -365,6 +366,45 @@ static void stem_pixel(const stem_ctx* c, size_t oy, size_t ox, size_t oc) {
   float* yp = c->y + (oy * c->ow + ox) * c->y_stride + oc;
   for (size_t j = 0; j < STEM_OC; j++) {
     yp[j] = c->silu ? silu(acc[j]) : acc[j];
+  }
+}
+
+// STEM_PX_PORTABLE (4) pixels from ox, every tap inside the image columns: four
+// accumulator rows of 16 channels, written out so that compilers keep them in
+// vector registers (4 x 4 NEON registers) and vectorise over the channels.
+static void stem_block_portable(const stem_ctx* c, size_t oy, size_t ox, size_t oc) {
+  const size_t xs = c->x_stride, step = 2 * xs, cin = c->cin, cout = c->cout;
+  size_t ky0, ky1;
+  stem_rows(c, oy, &ky0, &ky1);
+  float a0[STEM_OC], a1[STEM_OC], a2[STEM_OC], a3[STEM_OC];
+  for (size_t j = 0; j < STEM_OC; j++) {
+    a0[j] = a1[j] = a2[j] = a3[j] = c->bias[oc + j];
+  }
+  for (size_t ky = ky0; ky < ky1; ky++) {
+    const float* row = c->x + ((2 * oy + ky - 1) * c->w + 2 * ox - 1) * xs;
+    const float* wk = c->weights + ky * 3 * cin * cout + oc;
+    for (size_t kx = 0; kx < 3; kx++) {
+      for (size_t ci = 0; ci < cin; ci++) {
+        const float* wp = wk + (kx * cin + ci) * cout;
+        const float* xp = row + kx * xs + ci;
+        const float v0 = xp[0], v1 = xp[step], v2 = xp[2 * step], v3 = xp[3 * step];
+        for (size_t j = 0; j < STEM_OC; j++) {
+          const float wj = wp[j];
+          a0[j] = CARVE_MLA(v0, wj, a0[j]);
+          a1[j] = CARVE_MLA(v1, wj, a1[j]);
+          a2[j] = CARVE_MLA(v2, wj, a2[j]);
+          a3[j] = CARVE_MLA(v3, wj, a3[j]);
+        }
+      }
+    }
+  }
+  float* yp = c->y + (oy * c->ow + ox) * c->y_stride + oc;
+  const size_t ys = c->y_stride;
+  for (size_t j = 0; j < STEM_OC; j++) {
+    yp[j] = c->silu ? silu(a0[j]) : a0[j];
+    yp[ys + j] = c->silu ? silu(a1[j]) : a1[j];
+    yp[2 * ys + j] = c->silu ? silu(a2[j]) : a2[j];
+    yp[3 * ys + j] = c->silu ? silu(a3[j]) : a3[j];
   }
 }
 
@@ -489,7 +529,7 @@ static void stem_row(const stem_ctx* c, size_t oy, size_t oc, stem_fn block, ste
   const size_t end = c->w / 2 > 1 ? c->w / 2 : 1;  // interior columns [1, end)
   pixel(c, oy, 0, oc);
   size_t ox = 1;
-  if (block != NULL && end - 1 >= px) {
+  if (end - 1 >= px) {
     for (; ox + px <= end; ox += px) {
       block(c, oy, ox, oc);
     }
@@ -505,8 +545,8 @@ static void stem_row(const stem_ctx* c, size_t oy, size_t oc, stem_fn block, ste
 
 static void stem_task(void* context, size_t start, size_t count) {
   const stem_ctx* c = context;
-  stem_fn block = NULL, pixel = stem_pixel;
-  size_t px = 1;
+  stem_fn block = stem_block_portable, pixel = stem_pixel;
+  size_t px = STEM_PX_PORTABLE;
 #ifdef CARVE_SILU_X86
   if (c->simd == 2) {
     block = stem_block_avx512;
