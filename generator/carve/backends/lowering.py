@@ -13,7 +13,9 @@ and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
   the latter as C expressions over the storage constants);
 * ``layers``: per Ultralytics layer, the C function name and its steps (``op``
   with an optional SiLU / residual ``epilogue``, ``view``, ``upsample``,
-  ``attention``, ``e2e``), each with FLOPs and a shape comment;
+  ``attention``, ``e2e``, and ``conv3x3s2``: a convolution the backend runs as
+  the runtime's ``carve_conv3x3s2_small_cin`` rather than a descriptor, see
+  ``CBackend.runtime_conv``), each with FLOPs and a shape comment;
 * ``blob``: the weights (little-endian float32, each tensor 64-byte aligned);
 * sizes: storages, outputs, arena bytes, the largest attention, anchors.
 
@@ -81,6 +83,10 @@ CPU_RULES = {
 }
 
 
+# Convolution step kinds a backend may choose with CBackend.runtime_conv -> the runtime function that runs them.
+RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin"}
+
+
 # ---- Weight layouts ----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -104,6 +110,10 @@ class CBackend(Backend):
     prefix = ""
     layouts: Layouts
     runtime: tuple = ()
+    # runtime_conv(attrs) -> a step kind ("conv3x3s2") for a conv2d this backend runs as a carve runtime
+    # kernel instead of a descriptor of its own, or None. Its Layouts.conv must give that kernel's layout
+    # for the same attrs. None: every conv is a descriptor.
+    runtime_conv: Callable[[dict], str | None] | None = None
 
     def runtime_files(self, graph: Graph) -> tuple:
         """The runtime sources a package of this graph uses (copied into it): masks only for segmentation."""
@@ -112,7 +122,7 @@ class CBackend(Backend):
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, op descriptor table and per-layer steps."""
-        return lower(graph, plan, self.name, self.prefix, self.layouts)
+        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
@@ -120,8 +130,10 @@ class CBackend(Backend):
 
 # ---- Program -----------------------------------------------------------------
 
-def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts) -> dict:
-    """The program the templates render (see the module docstring)."""
+def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
+          runtime_conv: Callable[[dict], str | None] | None = None) -> dict:
+    """The program the templates render (see the module docstring); ``runtime_conv``: see
+    ``CBackend.runtime_conv``."""
     blob = WeightBlob()
     ops: list = []      # compute op descriptors, in run order
     layers = {layer.index: dict(index=layer.index, type=layer.type,
@@ -154,7 +166,19 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
                     shapes=" + ".join(shape(t) for t in op.inputs) + " -> " + " , ".join(shape(t) for t in op.outputs))
         x, y = op.inputs[0], op.outputs[0]
         h, w, c = graph.tensors[x].shape
-        if op.kind in ("conv2d", "deconv2d"):
+        if op.kind == "conv2d" and runtime_conv is not None and runtime_conv(op.attrs):
+            # a runtime kernel with the bias and activation in registers; a residual (none in YOLO26) after it
+            residual = op.inputs[1] if len(op.inputs) > 1 else None
+            oh, ow, oc = graph.tensors[y].shape
+            epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual), r_stride=v[residual].stride,
+                       pixels=oh * ow, channels=oc, act="CARVE_ACT_NONE") if residual else None
+            steps.append(dict(head, kind=runtime_conv(op.attrs), x_off=off(x), x_stride=v[x].stride, h=h, w=w,
+                              cin=op.attrs["cin"], cout=op.attrs["cout"],
+                              weight_off=blob.add(layouts.conv(graph.weights[op.params["weight"]], op.attrs)),
+                              bias_off=blob.add(graph.weights[op.params["bias"]]), y_off=off(y), y_stride=v[y].stride,
+                              act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE",
+                              epilogue=epi))
+        elif op.kind in ("conv2d", "deconv2d"):
             wt = graph.weights[op.params["weight"]]
             wt = layouts.conv(wt, op.attrs) if op.kind == "conv2d" else layouts.deconv(wt, op.attrs)
             k = op.attrs["kernel"][0]
@@ -251,6 +275,7 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
                    is_rows=(t == out0 and graph.meta["task"] != "classify"),
                    flops=sum(st["flops"] for st in lay["steps"]))
     attn = [st for lay in layers.values() for st in lay["steps"] if st["kind"] == "attention"]
+    runtime_convs = [st for lay in layers.values() for st in lay["steps"] if st["kind"] in RUNTIME_CONVS]
     e2e = next((st for lay in layers.values() for st in lay["steps"] if st["kind"] == "e2e"), None)
     outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
                           c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
@@ -258,7 +283,7 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts)
     attn_heads = max((st["heads"] for st in attn), default=0)
     attn_kd = max((st["key_dim"] for st in attn), default=0)
     anchors = sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0
-    return dict(layers=[layers[i] for i in sorted(layers)], ops=ops, outputs=outputs,
+    return dict(layers=[layers[i] for i in sorted(layers)], ops=ops, runtime_convs=runtime_convs, outputs=outputs,
                 storages=sorted(storages.values(), key=lambda st: (st["offset"], st["macro"])),
                 blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
                 input_off=off(graph.input), rows_k=e2e["k"] if e2e else 0, row_len=e2e["row"] if e2e else 0,

@@ -3,7 +3,11 @@
 Convolutions, max pooling and channel copies are XNNPACK operators, created
 and set up once at create on fixed arena addresses; SiLU / residual
 epilogues, nearest upsampling, attention and the end-to-end post-processing
-are carve runtime kernels on the same thread pool. The lowering is
+are carve runtime kernels on the same thread pool. So is the stem (``model.0``,
+3x3 stride 2 on the 3-channel image): ``stem_conv`` picks the convolutions
+that ``carve_conv3x3s2_small_cin`` runs with bias + SiLU in registers, where
+XNNPACK's igemm, with a reduction of 27, runs at a fifth of the FMA peak and
+needs a second pass for the SiLU. They get no XNNPACK operator (nor heap). The lowering is
 ``lowering.lower``, shared with the other C backends; ``xnn_heap`` adds the
 size of the caller's XNNPACK heap for ``<name>_create_with``.
 """
@@ -15,9 +19,29 @@ import numpy as np
 from . import xnn_heap
 from .lowering import CPU_RULES, CBackend, Layouts
 
+# What carve_conv3x3s2_small_cin accepts (CARVE_STEM_MAX_CIN, CARVE_STEM_COUT_MULTIPLE of runtime/carve_ops.h;
+# the generated code _Static_asserts that they agree).
+STEM_MAX_CIN = 4
+STEM_COUT_MULTIPLE = 16
+
+
+def stem_conv(attrs: dict) -> str | None:
+    """"conv3x3s2" for a conv that runs as carve_conv3x3s2_small_cin: groups 1, cin <= 4, 3x3, stride 2, pad 1,
+    cout a multiple of 16, act SiLU or none (every YOLO26's model.0); None for the rest (XNNPACK operators)."""
+    ok = (attrs["groups"] == 1 and 1 <= attrs["cin"] <= STEM_MAX_CIN and tuple(attrs["kernel"]) == (3, 3)
+          and attrs["stride"] == 2 and attrs["pad"] == 1 and attrs["cout"] % STEM_COUT_MULTIPLE == 0
+          and attrs.get("act", "none") in ("silu", "none"))
+    return "conv3x3s2" if ok else None
+
+
+def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
+    """PyTorch (out, in/g, kh, kw) -> XNNPACK's (out, kh, kw, in/g), or (kh, kw, in, out) for stem_conv's."""
+    return np.transpose(w, (2, 3, 1, 0) if stem_conv(attrs) else (0, 2, 3, 1))
+
+
 # XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
 # deconv (in, out, kh, kw); fully connected as PyTorch's (out, in).
-LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
+LAYOUTS = Layouts(conv=conv_layout,
                   deconv=lambda w, a: np.transpose(w, (1, 2, 3, 0)),
                   linear=lambda w, a: w)
 
@@ -28,6 +52,7 @@ class XnnpackBackend(CBackend):
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
+    runtime_conv = staticmethod(stem_conv)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
