@@ -7,9 +7,10 @@ are carve runtime kernels on the same thread pool. So is the stem (``model.0``,
 3x3 stride 2 on the 3-channel image): ``stem_conv`` picks the convolutions
 that ``carve_conv3x3s2_small_cin`` runs with bias + SiLU in registers, where
 XNNPACK's igemm, with a reduction of 27, runs at a fifth of the FMA peak and
-needs a second pass for the SiLU. They get no XNNPACK operator (nor heap). The lowering is
-``lowering.lower``, shared with the other C backends; ``xnn_heap`` adds the
-size of the caller's XNNPACK heap for ``<name>_create_with``.
+needs a second pass for the SiLU; they get no XNNPACK operator (nor heap).
+The lowering is ``lowering.lower``, shared with the other C backends;
+``xnn_heap`` adds the size of the caller's XNNPACK heap for
+``<name>_create_with``.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ STEM_COUT_MULTIPLE = 16
 
 
 def stem_conv(attrs: dict) -> str | None:
-    """"conv3x3s2" for a conv that runs as carve_conv3x3s2_small_cin: groups 1, cin <= 4, 3x3, stride 2, pad 1,
-    cout a multiple of 16, act SiLU or none (every YOLO26's model.0); None for the rest (XNNPACK operators)."""
+    """The step kind "conv3x3s2" for a conv that carve_conv3x3s2_small_cin runs: groups 1, cin <= 4, 3x3,
+    stride 2, pad 1, cout a multiple of 16, act SiLU or none (every YOLO26's model.0); None for the rest
+    (XNNPACK operators)."""
     ok = (attrs["groups"] == 1 and 1 <= attrs["cin"] <= STEM_MAX_CIN and tuple(attrs["kernel"]) == (3, 3)
           and attrs["stride"] == 2 and attrs["pad"] == 1 and attrs["cout"] % STEM_COUT_MULTIPLE == 0
           and attrs.get("act", "none") in ("silu", "none"))
