@@ -1,4 +1,5 @@
-// carve runtime: element-wise and tensor ops that XNNPACK does not provide.
+// carve runtime: element-wise and tensor ops that XNNPACK does not provide, and
+// the stem convolution, which it runs slowly (3 input channels).
 //
 // Every tensor is NHWC float32 with batch 1 and a row stride in floats
 // (stride >= channels), see carve_rt.h. No function allocates; the heavier ones
