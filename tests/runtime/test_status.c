@@ -4,8 +4,8 @@
 #include "carve_rt.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 3
-#error "test written for carve runtime ABI 3"
+#if CARVE_RT_ABI != 4
+#error "test written for carve runtime ABI 4"
 #endif
 
 int main(void) {
