@@ -114,6 +114,10 @@ class CBackend(Backend):
     # kernel instead of a descriptor of its own, or None. Its Layouts.conv must give that kernel's layout
     # for the same attrs. None: every conv is a descriptor.
     runtime_conv: Callable[[dict], str | None] | None = None
+    # conv_slices(attrs) -> [(c0, c1), ...]: the output-channel ranges a conv2d descriptor is split into, each
+    # its own descriptor writing channels c0..c1 of the same output (one weight slice each, taken from PyTorch's
+    # layout before Layouts.conv), or None for one descriptor. None: no conv is split.
+    conv_slices: Callable[[dict], list | None] | None = None
 
     def runtime_files(self, graph: Graph) -> tuple:
         """The runtime sources a package of this graph uses (copied into it): masks only for segmentation."""
@@ -122,7 +126,7 @@ class CBackend(Backend):
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, op descriptor table and per-layer steps."""
-        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv)
+        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv, self.conv_slices)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
@@ -131,9 +135,10 @@ class CBackend(Backend):
 # ---- Program -----------------------------------------------------------------
 
 def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
-          runtime_conv: Callable[[dict], str | None] | None = None) -> dict:
-    """The program the templates render (see the module docstring); ``runtime_conv``: see
-    ``CBackend.runtime_conv``."""
+          runtime_conv: Callable[[dict], str | None] | None = None,
+          conv_slices: Callable[[dict], list | None] | None = None) -> dict:
+    """The program the templates render (see the module docstring); ``runtime_conv``, ``conv_slices``: see
+    ``CBackend``."""
     blob = WeightBlob()
     ops: list = []      # compute op descriptors, in run order
     layers = {layer.index: dict(index=layer.index, type=layer.type,
@@ -180,13 +185,24 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                               epilogue=epi))
         elif op.kind in ("conv2d", "deconv2d"):
             wt = graph.weights[op.params["weight"]]
-            wt = layouts.conv(wt, op.attrs) if op.kind == "conv2d" else layouts.deconv(wt, op.attrs)
+            bias = graph.weights[op.params["bias"]]
             k = op.attrs["kernel"][0]
-            i = add_op("CONV" if op.kind == "conv2d" else "DECONV", op.name,
-                       kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"], groups=op.attrs["groups"],
-                       cin=op.attrs["cin"], cout=op.attrs["cout"], h=h, w=w, in_stride=v[x].stride,
-                       out_stride=v[y].stride, weight_off=blob.add(wt),
-                       bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
+            cout = op.attrs["cout"]
+            parts = (conv_slices(op.attrs) if conv_slices is not None and op.kind == "conv2d" else None) or [(0, cout)]
+            if parts != [(0, cout)] and (op.attrs["groups"] != 1 or parts[0][0] != 0 or parts[-1][1] != cout
+                                         or any(a[1] != b[0] or a[0] >= a[1] for a, b in zip(parts, parts[1:]))):
+                raise AssertionError(f"{op.name}: conv_slices gave {parts}")  # pragma: no cover - a backend's bug
+            indices = []
+            for c0, c1 in parts:
+                attrs = dict(op.attrs, cout=c1 - c0)
+                lw = layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else layouts.deconv(wt, attrs)
+                indices.append(add_op("CONV" if op.kind == "conv2d" else "DECONV",
+                                      op.name if len(parts) == 1 else f"{op.name} [out {c0}:{c1}]",
+                                      kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
+                                      groups=op.attrs["groups"], cin=op.attrs["cin"], cout=c1 - c0, h=h, w=w,
+                                      in_stride=v[x].stride, out_stride=v[y].stride, weight_off=blob.add(lw),
+                                      bias_off=blob.add(bias[c0:c1]), in_off=off(x), out_off=off(y, c0)))
+            i = indices[0]
             epi = None
             residual = op.inputs[1] if len(op.inputs) > 1 else None
             if op.attrs["act"] == "silu" or residual:
@@ -194,7 +210,9 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                 epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual) if residual else None,
                            r_stride=v[residual].stride if residual else 0, pixels=oh * ow, channels=oc,
                            act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
-            steps.append(dict(head, kind="op", index=i, epilogue=epi))
+            steps.append(dict(head, kind="op", index=i, epilogue=epi,
+                              slices=[dict(index=j, c0=c0, c1=c1) for j, (c0, c1) in zip(indices, parts)]
+                              if len(parts) > 1 else None))
         elif op.kind == "maxpool2d":
             i = add_op("MAXPOOL", op.name, kh=op.attrs["kernel"], kw=op.attrs["kernel"],
                        stride=op.attrs["stride"], pad=op.attrs["pad"], cin=c, h=h, w=w,

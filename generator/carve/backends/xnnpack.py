@@ -36,6 +36,37 @@ def stem_conv(attrs: dict) -> str | None:
     return "conv3x3s2" if ok else None
 
 
+# Convolutions whose weights exceed this are run as several XNNPACK operators over slices of the output channels.
+# XNNPACK 2022's convolution sweeps all output channels for each block of 7 output pixels, so weights larger than
+# the L2 cache are read again from L3 / memory for every block; slices of at most this size stay in L2 (2 MiB per
+# core on the development machine, 1 MiB or more on current x86-64 and Arm server cores). Measured with
+# XNNPACK alone on one thread (docs/performance.md): 40x40x256 -> 512, 3x3 stride 2 (4.7 MB of weights),
+# 17.3 ms whole, 10.4 ms as 8 slices of 0.59 MB.
+SLICE_WEIGHT_BYTES = 640 * 1024
+# Slices hold a multiple of this many output channels (XNNPACK packs output channels in groups of 16 on
+# AVX-512 and 8 on NEON: a slice that is a multiple of both packs no padding).
+SLICE_CHANNELS = 16
+
+
+def conv_slices(attrs: dict) -> list | None:
+    """The output-channel ranges [(c0, c1), ...] a convolution runs as, one XNNPACK operator each, so that each
+    slice's weights (float32, SLICE_WEIGHT_BYTES at most where the channel granularity allows) stay in L2; None
+    (one operator) for weights that fit, grouped convolutions and the stem."""
+    if attrs["groups"] != 1 or stem_conv(attrs):
+        return None
+    cout = attrs["cout"]
+    kh, kw = attrs["kernel"]
+    per_channel = attrs["cin"] * kh * kw * 4
+    want = -(-(per_channel * cout) // SLICE_WEIGHT_BYTES)
+    if want <= 1:
+        return None
+    width = -(-cout // want)
+    width = max(SLICE_CHANNELS, -(-width // SLICE_CHANNELS) * SLICE_CHANNELS)
+    if width >= cout:
+        return None
+    return [(c0, min(c0 + width, cout)) for c0 in range(0, cout, width)]
+
+
 def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
     """PyTorch (out, in/g, kh, kw) -> XNNPACK's (out, kh, kw, in/g), or (kh, kw, in, out) for stem_conv's."""
     return np.transpose(w, (2, 3, 1, 0) if stem_conv(attrs) else (0, 2, 3, 1))
@@ -55,6 +86,7 @@ class XnnpackBackend(CBackend):
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
     runtime_conv = staticmethod(stem_conv)
+    conv_slices = staticmethod(conv_slices)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
