@@ -116,3 +116,16 @@ def test_generated_code_and_readme(built):
     readme = files["xnnpack"]["README.md"].decode()
     assert "carve_conv3x3s2_small_cin" in readme
     assert "carve_conv3x3s2_small_cin" not in files["portable"]["README.md"].decode()
+
+
+def test_cuda_keeps_ohwi_for_the_stem(built):
+    """The stem kernel is the xnnpack backend's: the cuda backend, which shares the OHWI blob layout
+    (xnnpack.LAYOUTS), runs model.0 as its own convolution with OHWI weights."""
+    graph, _, _ = built
+    p = get_backend("cuda").lower(graph, plan_memory(graph))
+    assert p["runtime_convs"] == []
+    op = next(o for o in graph.ops if o.kind == "conv2d")
+    d = next(o for o in p["ops"] if o["name"] == op.name)["fields"]
+    blob = np.frombuffer(p["blob"], dtype="<f4")
+    want = np.transpose(graph.weights[op.params["weight"]], (0, 2, 3, 1)).reshape(-1)
+    np.testing.assert_array_equal(blob[d["weight_off"]:d["weight_off"] + want.size], want)

@@ -73,10 +73,12 @@ def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
 
 
 # XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
-# deconv (in, out, kh, kw); fully connected as PyTorch's (out, in).
-LAYOUTS = Layouts(conv=conv_layout,
+# deconv (in, out, kh, kw); fully connected as PyTorch's (out, in). LAYOUTS is that OHWI blob for every conv (the
+# cuda backend's too); XNN_LAYOUTS, the xnnpack backend's, differs only for the stem (conv_layout).
+LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
                   deconv=lambda w, a: np.transpose(w, (1, 2, 3, 0)),
                   linear=lambda w, a: w)
+XNN_LAYOUTS = Layouts(conv=conv_layout, deconv=LAYOUTS.deconv, linear=LAYOUTS.linear)
 
 
 class XnnpackBackend(CBackend):
@@ -84,7 +86,7 @@ class XnnpackBackend(CBackend):
     description = "CPU: C11 + XNNPACK operators + pthreadpool"
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
-    layouts = LAYOUTS
+    layouts = XNN_LAYOUTS
     runtime_conv = staticmethod(stem_conv)
     conv_slices = staticmethod(conv_slices)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
