@@ -340,13 +340,19 @@ static inline void stem_rows(const stem_ctx* c, size_t oy, size_t* ky0, size_t* 
   *ky1 = c->h + 1 - 2 * oy < 3 ? c->h + 1 - 2 * oy : 3;
 }
 
+// Input columns 2*ox - 1 + kx for kx in [*kx0, *kx1) lie inside the image.
+static inline void stem_cols(const stem_ctx* c, size_t ox, size_t* kx0, size_t* kx1) {
+  *kx0 = ox == 0 ? 1 : 0;
+  *kx1 = c->w + 1 - 2 * ox < 3 ? c->w + 1 - 2 * ox : 3;
+}
+
 // The portable pixel: the same sum in the same order, 16 channels at a time (vectorisable).
 static void stem_pixel(const stem_ctx* c, size_t oy, size_t ox, size_t oc) {
   const size_t xs = c->x_stride, cin = c->cin, cout = c->cout;
   size_t ky0, ky1;
   stem_rows(c, oy, &ky0, &ky1);
-  const size_t kx0 = ox == 0 ? 1 : 0;
-  const size_t kx1 = c->w + 1 - 2 * ox < 3 ? c->w + 1 - 2 * ox : 3;
+  size_t kx0, kx1;
+  stem_cols(c, ox, &kx0, &kx1);
   float acc[STEM_OC];
   for (size_t j = 0; j < STEM_OC; j++) {
     acc[j] = c->bias[oc + j];
@@ -413,8 +419,8 @@ __attribute__((target("avx512f"))) static void stem_pixel_avx512(const stem_ctx*
   const size_t xs = c->x_stride, cin = c->cin, cout = c->cout;
   size_t ky0, ky1;
   stem_rows(c, oy, &ky0, &ky1);
-  const size_t kx0 = ox == 0 ? 1 : 0;
-  const size_t kx1 = c->w + 1 - 2 * ox < 3 ? c->w + 1 - 2 * ox : 3;
+  size_t kx0, kx1;
+  stem_cols(c, ox, &kx0, &kx1);
   __m512 acc = _mm512_loadu_ps(c->bias + oc);
   for (size_t ky = ky0; ky < ky1; ky++) {
     for (size_t kx = kx0; kx < kx1; kx++) {
@@ -464,8 +470,8 @@ __attribute__((target("avx2,fma"))) static void stem_pixel_avx2(const stem_ctx* 
   const size_t xs = c->x_stride, cin = c->cin, cout = c->cout;
   size_t ky0, ky1;
   stem_rows(c, oy, &ky0, &ky1);
-  const size_t kx0 = ox == 0 ? 1 : 0;
-  const size_t kx1 = c->w + 1 - 2 * ox < 3 ? c->w + 1 - 2 * ox : 3;
+  size_t kx0, kx1;
+  stem_cols(c, ox, &kx0, &kx1);
   __m256 lo = _mm256_loadu_ps(c->bias + oc), hi = _mm256_loadu_ps(c->bias + oc + 8);
   for (size_t ky = ky0; ky < ky1; ky++) {
     for (size_t kx = kx0; kx < kx1; kx++) {

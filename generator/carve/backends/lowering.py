@@ -177,7 +177,8 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
             oh, ow, oc = graph.tensors[y].shape
             epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual), r_stride=v[residual].stride,
                        pixels=oh * ow, channels=oc, act="CARVE_ACT_NONE") if residual else None
-            steps.append(dict(head, kind=runtime_conv(op.attrs), x_off=off(x), x_stride=v[x].stride, h=h, w=w,
+            kind = runtime_conv(op.attrs)
+            steps.append(dict(head, kind=kind, fn=RUNTIME_CONVS[kind], x_off=off(x), x_stride=v[x].stride, h=h, w=w,
                               cin=op.attrs["cin"], cout=op.attrs["cout"],
                               weight_off=blob.add(layouts.conv(graph.weights[op.params["weight"]], op.attrs)),
                               bias_off=blob.add(graph.weights[op.params["bias"]]), y_off=off(y), y_stride=v[y].stride,
