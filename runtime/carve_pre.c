@@ -68,7 +68,7 @@ carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h
 typedef struct resize_plan {
   int32_t* xofs;   // (new_w) leftmost source column of each output column
   int32_t* xcoef;  // (new_w, 2) horizontal coefficients a0, a1 (sum 2048)
-  int32_t* rows;   // (2, new_w * 3) horizontally resized source rows
+  int32_t* rows;   // (CARVE_LETTERBOX_BANDS, 2, new_w * 3) horizontally resized source rows, two per band
 } resize_plan;
 
 // Horizontal pass of one source row: S[dx][ch] = a0 * p[sx][ch] + a1 * p[sx + 1][ch].
@@ -117,13 +117,89 @@ size_t carve_letterbox_scratch_bytes(int out_w, int out_h) {
   if (out_w <= 0 || out_h <= 0) {
     return 0;
   }
-  // xofs (w) + xcoef (2w) + two rows (2 * 3w) int32.
+  // xofs (w) + xcoef (2w) + per band two rows (2 * 3w) int32.
   return CARVE_LETTERBOX_SCRATCH_BYTES(out_w, out_h);
+}
+
+typedef struct letterbox_ctx {
+  const uint8_t* rgb;
+  size_t src_stride;
+  int src_w, src_h, out_h, new_w, new_h, left, top;
+  size_t out_row;     // floats per output row
+  float* out;         // (out_h, out_w, 3)
+  float pad;          // the border value, 114 / 255
+  resize_plan plan;   // xofs, xcoef; rows: CARVE_LETTERBOX_BANDS pairs of rows
+  double scale_y;
+  const float* to_float;  // uint8 -> float / 255 (256 entries)
+} letterbox_ctx;
+
+// Output rows [y0, y1): the border, then the image region of those rows (copied
+// when the size does not change, else resized with two cached source rows).
+static void letterbox_rows(const letterbox_ctx* c, int y0, int y1, int32_t* rows) {
+  const size_t out_row = c->out_row;
+  for (int y = y0; y < y1; y++) {
+    float* row = c->out + (size_t)y * out_row;
+    if (y < c->top || y >= c->top + c->new_h) {
+      for (size_t i = 0; i < out_row; i++) {
+        row[i] = c->pad;
+      }
+      continue;
+    }
+    for (size_t i = 0; i < (size_t)c->left * 3; i++) {
+      row[i] = c->pad;
+    }
+    for (size_t i = (size_t)(c->left + c->new_w) * 3; i < out_row; i++) {
+      row[i] = c->pad;
+    }
+  }
+  // The image rows dy of these output rows: (new_h, new_w, 3) at (top, left).
+  const int d0 = y0 - c->top < 0 ? 0 : y0 - c->top;
+  const int d1 = y1 - c->top > c->new_h ? c->new_h : y1 - c->top;
+  float* dst = c->out + (size_t)c->top * out_row + (size_t)c->left * 3;
+  const size_t n = (size_t)c->new_w * 3;
+  if (c->new_w == c->src_w && c->new_h == c->src_h) {
+    for (int y = d0; y < d1; y++) {
+      const uint8_t* s = c->rgb + (size_t)y * c->src_stride;
+      float* d = dst + (size_t)y * out_row;
+      for (size_t i = 0; i < n; i++) {
+        d[i] = c->to_float[s[i]];
+      }
+    }
+    return;
+  }
+  int32_t* cache[2] = {rows, rows + n};
+  int cached[2] = {-1, -1};  // source row held by each cache slot
+  for (int dy = d0; dy < d1; dy++) {
+    int32_t sy0, sy1, b0, b1;
+    carve_pre_resize_row(dy, c->src_h, c->scale_y, &sy0, &sy1, &b0, &b1);
+    // Horizontal pass of rows sy0 and sy1 (equal or adjacent), cached in slot row % 2.
+    const int32_t* s[2];
+    const int want[2] = {sy0, sy1};
+    for (int k = 0; k < 2; k++) {
+      const int slot = want[k] & 1;
+      if (cached[slot] != want[k]) {
+        resize_row_h(c->rgb + (size_t)want[k] * c->src_stride, c->src_w, c->new_w, &c->plan, cache[slot]);
+        cached[slot] = want[k];
+      }
+      s[k] = cache[slot];
+    }
+    resize_row_v(s[0], s[1], b0, b1, n, dst + (size_t)dy * out_row);
+  }
+}
+
+// Bands [start, start + count) of CARVE_LETTERBOX_BANDS, each with its own row cache.
+static void letterbox_task(void* context, size_t start, size_t count) {
+  const letterbox_ctx* c = context;
+  for (size_t b = start; b < start + count; b++) {
+    const int y0 = (int)((size_t)c->out_h * b / CARVE_LETTERBOX_BANDS);
+    const int y1 = (int)((size_t)c->out_h * (b + 1) / CARVE_LETTERBOX_BANDS);
+    letterbox_rows(c, y0, y1, c->plan.rows + b * 2 * (size_t)c->new_w * 3);
+  }
 }
 
 carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
                              int out_w, int out_h, float* out_nhwc, void* scratch,
-                             carve_letterbox_info* info) {
+                             carve_letterbox_info* info, pthreadpool_t pool) {
   if (rgb == NULL || out_nhwc == NULL || scratch == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
@@ -139,70 +215,21 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
   if (status != CARVE_OK) {
     return status;
   }
-  const int new_w = geo.new_w, new_h = geo.new_h;
-  const int left = (int)geo.pad_x, top = (int)geo.pad_y;
 
   // uint8 -> float / 255, as im.float() / 255 in float32.
   float to_float[256];
   for (int v = 0; v < 256; v++) {
     to_float[v] = (float)v / 255.0f;
   }
-  const float pad = to_float[CARVE_PRE_LETTERBOX_PAD];
-
-  const size_t out_row = (size_t)out_w * 3;  // floats per output row
-  for (int y = 0; y < out_h; y++) {
-    float* row = out_nhwc + (size_t)y * out_row;
-    if (y < top || y >= top + new_h) {
-      for (size_t i = 0; i < out_row; i++) {
-        row[i] = pad;
-      }
-      continue;
-    }
-    for (size_t i = 0; i < (size_t)left * 3; i++) {
-      row[i] = pad;
-    }
-    for (size_t i = (size_t)(left + new_w) * 3; i < out_row; i++) {
-      row[i] = pad;
-    }
+  int32_t* base = scratch;
+  letterbox_ctx ctx = {rgb, src_stride_bytes, src_w, src_h, out_h, geo.new_w, geo.new_h, (int)geo.pad_x,
+                       (int)geo.pad_y, (size_t)out_w * 3, out_nhwc, to_float[CARVE_PRE_LETTERBOX_PAD],
+                       {base, base + geo.new_w, base + 3 * (size_t)geo.new_w},
+                       carve_pre_resize_scale(src_h, geo.new_h), to_float};
+  if (geo.new_w != src_w || geo.new_h != src_h) {
+    resize_plan_columns(src_w, geo.new_w, &ctx.plan);
   }
-
-  // The image region: (new_h, new_w, 3) at (top, left).
-  float* dst = out_nhwc + (size_t)top * out_row + (size_t)left * 3;
-  if (new_w == src_w && new_h == src_h) {
-    for (int y = 0; y < new_h; y++) {
-      const uint8_t* s = rgb + (size_t)y * src_stride_bytes;
-      float* d = dst + (size_t)y * out_row;
-      for (size_t i = 0; i < (size_t)new_w * 3; i++) {
-        d[i] = to_float[s[i]];
-      }
-    }
-  } else {
-    int32_t* base = scratch;
-    resize_plan plan = {base, base + new_w, base + 3 * (size_t)new_w};
-    int32_t* cache[2] = {plan.rows, plan.rows + 3 * (size_t)new_w};
-    int cached[2] = {-1, -1};  // source row held by each cache slot
-    resize_plan_columns(src_w, new_w, &plan);
-
-    const double scale_y = carve_pre_resize_scale(src_h, new_h);
-    for (int dy = 0; dy < new_h; dy++) {
-      int32_t y0, y1, b0, b1;
-      carve_pre_resize_row(dy, src_h, scale_y, &y0, &y1, &b0, &b1);
-
-      // Horizontal pass of rows y0 and y1 (equal or adjacent), cached in slot row % 2.
-      const int32_t* s[2];
-      const int want[2] = {y0, y1};
-      for (int k = 0; k < 2; k++) {
-        const int slot = want[k] & 1;
-        if (cached[slot] != want[k]) {
-          resize_row_h(rgb + (size_t)want[k] * src_stride_bytes, src_w, new_w, &plan, cache[slot]);
-          cached[slot] = want[k];
-        }
-        s[k] = cache[slot];
-      }
-
-      resize_row_v(s[0], s[1], b0, b1, (size_t)new_w * 3, dst + (size_t)dy * out_row);
-    }
-  }
+  carve_parallelize_1d_tile(pool, letterbox_task, &ctx, CARVE_LETTERBOX_BANDS, 1);
 
   if (info != NULL) {
     *info = geo;

@@ -33,8 +33,13 @@ carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h
 // scratch must be aligned to 8 bytes.
 size_t carve_letterbox_scratch_bytes(int out_w, int out_h);
 
-// The same as a constant expression (out_w, out_h > 0), for buffers sized at compile time.
-#define CARVE_LETTERBOX_SCRATCH_BYTES(out_w, out_h) ((size_t)(out_w) * 9u * 4u)
+// carve_letterbox splits the output rows into this many bands, the tasks it hands
+// the pool; each band keeps its own two horizontally resized source rows.
+#define CARVE_LETTERBOX_BANDS 8
+
+// The same as a constant expression (out_w, out_h > 0), for buffers sized at compile time:
+// the column plan (3 int32 per output column) and two rows of 3 int32 per column per band.
+#define CARVE_LETTERBOX_SCRATCH_BYTES(out_w, out_h) ((size_t)(out_w) * (3u + 6u * CARVE_LETTERBOX_BANDS) * 4u)
 
 // Ultralytics LetterBox(new_shape=(out_h, out_w), auto=False, scaleup=True,
 // center=True) followed by /255:
@@ -47,12 +52,15 @@ size_t carve_letterbox_scratch_bytes(int out_w, int out_h);
 // rgb is (src_h, src_w, 3) uint8 with rows src_stride_bytes apart (any channel
 // order: it is kept). out_nhwc is (out_h, out_w, 3) float32, dense.
 // info (may be NULL) receives the geometry for carve_scale_boxes_xyxy.
+// The output rows are split into CARVE_LETTERBOX_BANDS bands over `pool` (NULL:
+// serial); every row is computed the same way whatever the band, so the result
+// does not depend on the number of threads.
 // Returns CARVE_ERR_INVALID_ARGUMENT for NULL pointers or a non-positive output
 // size, CARVE_ERR_BAD_IMAGE for a non-positive source size or a stride shorter
 // than a row.
 carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
                              int out_w, int out_h, float* out_nhwc, void* scratch,
-                             carve_letterbox_info* info);
+                             carve_letterbox_info* info, pthreadpool_t pool);
 
 // ---- Classification ---------------------------------------------------------
 

@@ -20,7 +20,7 @@ static void check_letterbox(TestCtx& t, TestRng& rng, int sw, int sh, int ow, in
   std::vector<float> cpu((size_t)ow * oh * 3);
   std::vector<uint64_t> cpu_scratch(carve_letterbox_scratch_bytes(ow, oh) / 8 + 1);
   carve_letterbox_info cpu_info;
-  CHECK_OK(carve_letterbox(img.data(), sw, sh, stride, ow, oh, cpu.data(), cpu_scratch.data(), &cpu_info));
+  CHECK_OK(carve_letterbox(img.data(), sw, sh, stride, ow, oh, cpu.data(), cpu_scratch.data(), &cpu_info, NULL));
   carve_letterbox_info info;
   CHECK_OK(carve_letterbox_geometry(sw, sh, ow, oh, &info));
   CHECK(std::memcmp(&info, &cpu_info, sizeof info) == 0);

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       return fail("loading", argv[i], s);
     }
     carve_letterbox_info info;
-    s = carve_letterbox(rgb, w, h, (size_t)w * 3, out_w, out_h, out, scratch, &info);
+    s = carve_letterbox(rgb, w, h, (size_t)w * 3, out_w, out_h, out, scratch, &info, NULL);
     carve_image_free(rgb);
     if (s != CARVE_OK) {
       return fail("letterboxing", argv[i], s);

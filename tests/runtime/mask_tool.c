@@ -83,7 +83,7 @@ static int run_native(char** argv) {
   void* lb_scratch = xmalloc(carve_letterbox_scratch_bytes(in_w, in_h));
   carve_letterbox_info info;
   if (img == NULL ||
-      carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, lb, lb_scratch, &info) !=
+      carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, lb, lb_scratch, &info, NULL) !=
           CARVE_OK) {
     fprintf(stderr, "mask_tool: letterbox failed\n");
     return 1;

@@ -133,7 +133,7 @@ static int run_scale(int argc, char** argv) {
   void* scratch = malloc(carve_letterbox_scratch_bytes(in_w, in_h));
   carve_letterbox_info info;
   if (img == NULL || out == NULL || scratch == NULL ||
-      carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, out, scratch, &info) !=
+      carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, out, scratch, &info, NULL) !=
           CARVE_OK) {
     fprintf(stderr, "task_tool: letterbox failed\n");
     return 1;

@@ -2,8 +2,10 @@
 // geometry of known shapes including Python's round-half-to-even cases, the
 // 114 border, an unresized copy, constant images staying constant through the
 // resize, edge sizes (1x1, 1x10000, 10000x1, 1x1 output) returning OK, and
-// NULL / zero sizes / short strides rejected with a status. Then
-// carve_scale_boxes_xyxy: inverse of the letterbox mapping, clipping, NaN.
+// NULL / zero sizes / short strides rejected with a status, the same bits on
+// 2 and 3 threads as serially (down / up-scaling, a copy, fewer output rows
+// than bands). Then carve_scale_boxes_xyxy: inverse of the letterbox mapping,
+// clipping, NaN.
 
 #include "carve_pre.h"
 #include "test_common.h"
@@ -14,15 +16,20 @@ typedef struct lb_result {
   float* out;  // (out_h, out_w, 3), caller frees
 } lb_result;
 
-static lb_result letterbox(const uint8_t* rgb, int w, int h, size_t stride, int out_w, int out_h) {
+static lb_result letterbox_on(const uint8_t* rgb, int w, int h, size_t stride, int out_w, int out_h,
+                              pthreadpool_t pool) {
   lb_result r = {CARVE_OK, {0}, NULL};
   const size_t bytes = carve_letterbox_scratch_bytes(out_w, out_h);
   void* scratch = malloc(bytes + 8);
   r.out = malloc((size_t)out_w * (size_t)out_h * 3 * sizeof(float) + 1);
   CHECK(scratch && r.out);
-  r.status = carve_letterbox(rgb, w, h, stride, out_w, out_h, r.out, scratch, &r.info);
+  r.status = carve_letterbox(rgb, w, h, stride, out_w, out_h, r.out, scratch, &r.info, pool);
   free(scratch);
   return r;
+}
+
+static lb_result letterbox(const uint8_t* rgb, int w, int h, size_t stride, int out_w, int out_h) {
+  return letterbox_on(rgb, w, h, stride, out_w, out_h, NULL);
 }
 
 static uint8_t* random_image(test_rng* rng, int w, int h) {
@@ -137,20 +144,49 @@ static void test_copy_and_constant(void) {
 static void test_errors(void) {
   uint8_t px[12] = {0};
   float out[3 * 4];
-  uint64_t scratch_storage[16];
+  uint64_t scratch_storage[64];
   void* scratch = scratch_storage;
   CHECK(carve_letterbox_scratch_bytes(2, 2) <= sizeof scratch_storage);
-  CHECK(carve_letterbox(NULL, 2, 2, 6, 2, 2, out, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, NULL, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, out, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_letterbox(px, 2, 2, 6, 0, 2, out, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_letterbox(px, 2, 2, 6, 2, -1, out, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_letterbox(px, 0, 2, 6, 2, 2, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_letterbox(px, 2, 0, 6, 2, 2, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_letterbox(px, -3, 2, 6, 2, 2, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_letterbox(px, 2, 2, 5, 2, 2, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, out, scratch, NULL) == CARVE_OK);  // info optional
+  CHECK(carve_letterbox(NULL, 2, 2, 6, 2, 2, out, scratch, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, NULL, scratch, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, out, NULL, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_letterbox(px, 2, 2, 6, 0, 2, out, scratch, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_letterbox(px, 2, 2, 6, 2, -1, out, scratch, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_letterbox(px, 0, 2, 6, 2, 2, out, scratch, NULL, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_letterbox(px, 2, 0, 6, 2, 2, out, scratch, NULL, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_letterbox(px, -3, 2, 6, 2, 2, out, scratch, NULL, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_letterbox(px, 2, 2, 5, 2, 2, out, scratch, NULL, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_letterbox(px, 2, 2, 6, 2, 2, out, scratch, NULL, NULL) == CARVE_OK);  // info optional
   CHECK(carve_letterbox_scratch_bytes(0, 640) == 0);
+}
+
+// The bands split over a pool give the serial result bit for bit.
+static void test_threads(void) {
+  static const int sizes[][4] = {
+      {1080, 810, 640, 640},  // downscale, top / bottom border
+      {37, 101, 64, 48},      // upscale, left / right border
+      {64, 48, 64, 64},       // no resize: a copy
+      {5, 3, 7, 3},           // fewer output rows than CARVE_LETTERBOX_BANDS
+      {1, 1, 1, 1},
+  };
+  test_rng rng = {11};
+  for (size_t t = 2; t <= 3; t++) {
+    pthreadpool_t pool = pthreadpool_create(t);
+    CHECK(pool != NULL);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+      const int w = sizes[i][0], h = sizes[i][1], ow = sizes[i][2], oh = sizes[i][3];
+      uint8_t* img = random_image(&rng, w, h);
+      lb_result a = letterbox(img, w, h, (size_t)w * 3, ow, oh);
+      lb_result b = letterbox_on(img, w, h, (size_t)w * 3, ow, oh, pool);
+      CHECK(a.status == CARVE_OK && b.status == CARVE_OK);
+      CHECK(memcmp(a.out, b.out, (size_t)ow * (size_t)oh * 3 * sizeof(float)) == 0);
+      CHECK(memcmp(&a.info, &b.info, sizeof a.info) == 0);
+      free(a.out);
+      free(b.out);
+      free(img);
+    }
+    pthreadpool_destroy(pool);
+  }
 }
 
 static void test_scale_boxes(void) {
@@ -187,6 +223,7 @@ int main(void) {
   test_geometry();
   test_copy_and_constant();
   test_errors();
+  test_threads();
   test_scale_boxes();
   printf("runtime_letterbox: ok\n");
   return 0;

@@ -118,7 +118,7 @@ static carve_letterbox_info geometry(int src_w, int src_h, int in_w, int in_h) {
   void* scratch = malloc(carve_letterbox_scratch_bytes(in_w, in_h));
   CHECK(img && out && scratch);
   carve_letterbox_info info;
-  CHECK(carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, out, scratch, &info) ==
+  CHECK(carve_letterbox(img, src_w, src_h, (size_t)src_w * 3, in_w, in_h, out, scratch, &info, NULL) ==
         CARVE_OK);
   free(img);
   free(out);

@@ -327,7 +327,9 @@ def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors:
     need = attn_heads * (attn_key_dim + -(-attn_n // 32) * 4) * (-(-attn_n // 32) * 32) * 4
     if e2e:
         kk = min(e2e["k"], anchors)
-        need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * 9 * 4)
+        # letterbox: the column plan (3 int32 per column) + 2 rows of 3 int32 per column for each of the
+        # CARVE_LETTERBOX_BANDS (8) bands
+        need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * (3 + 6 * 8) * 4)
     return -(-need // 64) * 64 + 64
 
 
