@@ -34,8 +34,16 @@ carve_status carve_letterbox_geometry(int src_w, int src_h, int out_w, int out_h
 size_t carve_letterbox_scratch_bytes(int out_w, int out_h);
 
 // carve_letterbox splits the output rows into this many bands, the tasks it hands
-// the pool; each band keeps its own two horizontally resized source rows.
+// the pool; each band keeps its own two horizontally resized source rows in the
+// scratch. One band without threads (CARVE_RT_NO_THREADS), where more would only
+// take memory (2 x 3 x out_w int32 each).
+#ifndef CARVE_LETTERBOX_BANDS
+#ifdef CARVE_RT_NO_THREADS
+#define CARVE_LETTERBOX_BANDS 1
+#else
 #define CARVE_LETTERBOX_BANDS 8
+#endif
+#endif
 
 // The same as a constant expression (out_w, out_h > 0), for buffers sized at compile time:
 // the column plan (3 int32 per output column) and two rows of 3 int32 per column per band.

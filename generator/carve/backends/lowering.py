@@ -118,6 +118,9 @@ class CBackend(Backend):
     # its own descriptor writing channels c0..c1 of the same output (one weight slice each, taken from PyTorch's
     # layout before Layouts.conv), or None for one descriptor. None: no conv is split.
     conv_slices: Callable[[dict], list | None] | None = None
+    # CARVE_LETTERBOX_BANDS of runtime/carve_pre.h as this backend's runtime is built: 8 with a thread pool, 1
+    # with CARVE_RT_NO_THREADS; each band takes 2 rows of 3 int32 per input column of the scratch.
+    letterbox_bands = 1
 
     def runtime_files(self, graph: Graph) -> tuple:
         """The runtime sources a package of this graph uses (copied into it): masks only for segmentation."""
@@ -126,7 +129,8 @@ class CBackend(Backend):
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, op descriptor table and per-layer steps."""
-        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv, self.conv_slices)
+        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv, self.conv_slices,
+                     self.letterbox_bands)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
@@ -136,9 +140,9 @@ class CBackend(Backend):
 
 def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
           runtime_conv: Callable[[dict], str | None] | None = None,
-          conv_slices: Callable[[dict], list | None] | None = None) -> dict:
-    """The program the templates render (see the module docstring); ``runtime_conv``, ``conv_slices``: see
-    ``CBackend``."""
+          conv_slices: Callable[[dict], list | None] | None = None, letterbox_bands: int = 1) -> dict:
+    """The program the templates render (see the module docstring); ``runtime_conv``, ``conv_slices``,
+    ``letterbox_bands``: see ``CBackend``."""
     blob = WeightBlob()
     ops: list = []      # compute op descriptors, in run order
     layers = {layer.index: dict(index=layer.index, type=layer.type,
@@ -309,7 +313,7 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                 arena_bytes=plan.arena_bytes,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
-                                            graph.tensors[graph.input].shape[1]),
+                                            graph.tensors[graph.input].shape[1], letterbox_bands),
                 # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
                 # bytes of fields (the generated code _Static_asserts that it fits)
                 context_bytes=-(-(8 * len(ops) + 8 * len(layers) + 256) // 64) * 64,
@@ -318,7 +322,8 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                 flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
 
 
-def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors: int, input_w: int) -> int:
+def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors: int, input_w: int,
+                  letterbox_bands: int = 1) -> int:
     """<NAME>_SCRATCH_BYTES: the largest of the runtime kernels' scratch, as the runtime's
     CARVE_ATTENTION_SCRATCH_FLOATS / CARVE_E2E_SCRATCH_BYTES / CARVE_LETTERBOX_SCRATCH_BYTES
     compute it (the generated code _Static_asserts that this is enough), rounded up to 64, + 64."""
@@ -328,8 +333,8 @@ def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors:
     if e2e:
         kk = min(e2e["k"], anchors)
         # letterbox: the column plan (3 int32 per column) + 2 rows of 3 int32 per column for each of the
-        # CARVE_LETTERBOX_BANDS (8) bands
-        need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * (3 + 6 * 8) * 4)
+        # CARVE_LETTERBOX_BANDS bands
+        need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * (3 + 6 * letterbox_bands) * 4)
     return -(-need // 64) * 64 + 64
 
 

@@ -89,6 +89,7 @@ class XnnpackBackend(CBackend):
     layouts = XNN_LAYOUTS
     runtime_conv = staticmethod(stem_conv)
     conv_slices = staticmethod(conv_slices)
+    letterbox_bands = 8   # carve_letterbox runs in bands on the thread pool (CARVE_LETTERBOX_BANDS)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
