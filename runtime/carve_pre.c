@@ -268,8 +268,55 @@ size_t carve_classify_scratch_bytes(int w, int h, int out) {
   return carve_pre_classify_scratch_bytes(w, h, out);
 }
 
+typedef struct classify_ctx {
+  const carve_pre_classify_plan* p;
+  const uint8_t* rgb;
+  size_t stride;
+  int out, y_lo;
+  const int32_t *xb, *xk, *yb, *yk;
+  uint8_t* rows;          // (y_hi - y_lo, out, 3): the horizontal pass
+  const uint8_t* src;     // what the vertical pass reads: rows, or the source image
+  size_t src_stride, src_x;
+  float* out_nhwc;
+} classify_ctx;
+
+// Horizontal pass of source rows [y_lo + start, y_lo + start + count).
+static void classify_rows_h(void* context, size_t start, size_t count) {
+  const classify_ctx* c = context;
+  for (size_t r = start; r < start + count; r++) {
+    const uint8_t* in = c->rgb + (size_t)(c->y_lo + (int)r) * c->stride;
+    uint8_t* o = c->rows + r * (size_t)c->out * 3;
+    for (int x = 0; x < c->out; x++) {
+      carve_pre_pil_hpixel(in, c->xb[2 * (size_t)x], c->xb[2 * (size_t)x + 1],
+                           c->xk + (size_t)x * (size_t)c->p->ksize_x, o + 3 * (size_t)x);
+    }
+  }
+}
+
+// Vertical pass (or the crop) and the conversion to float of output rows [start, start + count).
+static void classify_rows_v(void* context, size_t start, size_t count) {
+  const classify_ctx* c = context;
+  const size_t n = (size_t)c->out * 3;
+  for (size_t yy = start; yy < start + count; yy++) {
+    float* o = c->out_nhwc + yy * n;
+    if (c->p->resize_y) {
+      const int32_t ymin = c->yb[2 * yy], taps = c->yb[2 * yy + 1];
+      const int32_t* k = c->yk + yy * (size_t)c->p->ksize_y;
+      const uint8_t* col = c->src + (size_t)(ymin - c->y_lo) * c->src_stride + c->src_x * 3;
+      for (size_t i = 0; i < n; i++) {
+        o[i] = (float)carve_pre_pil_vvalue(col + i, c->src_stride, taps, k) / 255.0f;
+      }
+    } else {
+      const uint8_t* row = c->src + (size_t)(c->p->top + (int)yy - c->y_lo) * c->src_stride + c->src_x * 3;
+      for (size_t i = 0; i < n; i++) {
+        o[i] = (float)row[i] / 255.0f;
+      }
+    }
+  }
+}
+
 carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
-                                       float* out_nhwc, void* scratch) {
+                                       float* out_nhwc, void* scratch, pthreadpool_t pool) {
   carve_pre_classify_plan p;
   carve_pre_classify_scratch sc;
   const carve_status status = carve_pre_classify_prepare(rgb, w, h, stride, out, out_nhwc, scratch, &p, &sc);
@@ -277,7 +324,6 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
     return status;
   }
   int32_t *xb = sc.xb, *xk = sc.xk, *yb = sc.yb, *yk = sc.yk;
-  uint8_t* rows = sc.rows;  // (y_hi - y_lo, out, 3)
   if (p.resize_x) {
     pil_axis_coeffs(w, p.new_w, p.left, out, p.ksize_x, xb, xk);
   }
@@ -291,40 +337,18 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
                               : p.top + out;
 
   // After the horizontal pass: row y of the source (y_lo <= y < y_hi), output
-  // column x at src + (y - y_lo) * src_stride + (x + src_x) * 3.
-  const uint8_t* src = rgb + (size_t)y_lo * stride;
-  size_t src_stride = stride;
-  size_t src_x = (size_t)p.left;
+  // column x at src + (y - y_lo) * src_stride + (x + src_x) * 3. Both passes are
+  // split by rows over the pool; each row is computed alone, so the bits do not
+  // depend on the number of threads.
+  classify_ctx ctx = {&p, rgb, stride, out, y_lo, xb, xk, yb, yk, sc.rows, rgb + (size_t)y_lo * stride, stride,
+                      (size_t)p.left, out_nhwc};
   if (p.resize_x) {
-    for (int y = y_lo; y < y_hi; y++) {
-      const uint8_t* in = rgb + (size_t)y * stride;
-      uint8_t* o = rows + (size_t)(y - y_lo) * (size_t)out * 3;
-      for (int x = 0; x < out; x++) {
-        carve_pre_pil_hpixel(in, xb[2 * (size_t)x], xb[2 * (size_t)x + 1],
-                             xk + (size_t)x * (size_t)p.ksize_x, o + 3 * (size_t)x);
-      }
-    }
-    src = rows;
-    src_stride = (size_t)out * 3;
-    src_x = 0;
+    carve_parallelize_1d_tile(pool, classify_rows_h, &ctx, (size_t)(y_hi - y_lo), 8);
+    ctx.src = sc.rows;
+    ctx.src_stride = (size_t)out * 3;
+    ctx.src_x = 0;
   }
-
-  for (int yy = 0; yy < out; yy++) {
-    float* o = out_nhwc + (size_t)yy * (size_t)out * 3;
-    if (p.resize_y) {
-      const int32_t ymin = yb[2 * (size_t)yy], n = yb[2 * (size_t)yy + 1];
-      const int32_t* k = yk + (size_t)yy * (size_t)p.ksize_y;
-      const uint8_t* col = src + (size_t)(ymin - y_lo) * src_stride + src_x * 3;
-      for (size_t i = 0; i < (size_t)out * 3; i++) {
-        o[i] = (float)carve_pre_pil_vvalue(col + i, src_stride, n, k) / 255.0f;
-      }
-    } else {
-      const uint8_t* row = src + (size_t)(p.top + yy - y_lo) * src_stride + src_x * 3;
-      for (size_t i = 0; i < (size_t)out * 3; i++) {
-        o[i] = (float)row[i] / 255.0f;
-      }
-    }
-  }
+  carve_parallelize_1d_tile(pool, classify_rows_v, &ctx, (size_t)out, 8);
   return CARVE_OK;
 }
 

@@ -92,10 +92,12 @@ size_t carve_classify_scratch_bytes(int w, int h, int out);
 // with rows stride bytes apart (any channel order: it is kept; Ultralytics
 // flips BGR to RGB after the resize, which is per channel). out_nhwc is (out,
 // out, 3) float32, dense. scratch: carve_classify_scratch_bytes(w, h, out) bytes.
+// Both passes are split by rows over `pool` (NULL: serial); every row is computed
+// alone, so the result does not depend on the number of threads.
 // CARVE_ERR_INVALID_ARGUMENT for NULL pointers, misaligned scratch or out <= 0;
 // CARVE_ERR_BAD_IMAGE for a non-positive size or a stride shorter than a row.
 carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
-                                       float* out_nhwc, void* scratch);
+                                       float* out_nhwc, void* scratch, pthreadpool_t pool);
 
 // ---- Box scaling ------------------------------------------------------------
 

@@ -41,7 +41,7 @@ static void check_classify(TestCtx& t, TestRng& rng, int w, int h, int out) {
   const std::vector<uint8_t> img = random_image(rng, w, h, stride);
   std::vector<float> cpu((size_t)out * out * 3);
   std::vector<uint64_t> cpu_scratch(carve_classify_scratch_bytes(w, h, out) / 8 + 1);
-  CHECK_OK(carve_classify_preprocess(img.data(), w, h, stride, out, cpu.data(), cpu_scratch.data()));
+  CHECK_OK(carve_classify_preprocess(img.data(), w, h, stride, out, cpu.data(), cpu_scratch.data(), NULL));
   DevBuf<uint8_t> dimg(img);
   DevBuf<float> dout(cpu.size());
   DevScratch scratch(carve_cu_classify_scratch_bytes(w, h, out));

@@ -57,7 +57,7 @@ static int run_pre(char** argv) {
   }
   void* scratch = xmalloc(carve_classify_scratch_bytes(w, h, size));
   float* out = xmalloc((size_t)size * (size_t)size * 3 * sizeof(float));
-  const carve_status s = carve_classify_preprocess(rgb, w, h, stride, size, out, scratch);
+  const carve_status s = carve_classify_preprocess(rgb, w, h, stride, size, out, scratch, NULL);
   if (s != CARVE_OK) {
     fprintf(stderr, "classify_tool: %s\n", carve_status_str(s));
     return 1;

@@ -4,7 +4,8 @@
 // (a plain centre crop of k / 255 values), constant images staying constant
 // through the resize (down, up, one axis, odd sizes), row strides with padding
 // bytes that must not leak in, the reported scratch size (a canary behind it),
-// every output value written, and NULL / zero sizes / short strides rejected;
+// every output value written, NULL / zero sizes / short strides rejected, and
+// the same bits on 2 and 3 threads as serially (both axes resized, one, none);
 // carve_scale_coords and carve_scale_boxes_xywhr against the letterbox mapping
 // written out (clipping for keypoints only, visibility and angle untouched, NaN).
 
@@ -18,7 +19,7 @@ typedef struct cls_result {
   float* out;  // (size, size, 3), caller frees
 } cls_result;
 
-static cls_result classify(const uint8_t* rgb, int w, int h, size_t stride, int size) {
+static cls_result classify_on(const uint8_t* rgb, int w, int h, size_t stride, int size, pthreadpool_t pool) {
   cls_result r = {CARVE_OK, NULL};
   const size_t bytes = carve_classify_scratch_bytes(w, h, size);
   uint8_t* scratch = malloc(bytes + 64);
@@ -26,7 +27,7 @@ static cls_result classify(const uint8_t* rgb, int w, int h, size_t stride, int 
   CHECK(scratch && r.out);
   memset(scratch + bytes, 0x3C, 64);
   fill_canary(r.out, (size_t)size * (size_t)size * 3 + 4);
-  r.status = carve_classify_preprocess(rgb, w, h, stride, size, r.out, scratch);
+  r.status = carve_classify_preprocess(rgb, w, h, stride, size, r.out, scratch, pool);
   for (size_t i = 0; i < 64; i++) {
     CHECK(scratch[bytes + i] == 0x3C);  // stayed inside the reported scratch
   }
@@ -39,6 +40,10 @@ static cls_result classify(const uint8_t* rgb, int w, int h, size_t stride, int 
   }
   free(scratch);
   return r;
+}
+
+static cls_result classify(const uint8_t* rgb, int w, int h, size_t stride, int size) {
+  return classify_on(rgb, w, h, stride, size, NULL);
 }
 
 // An image with `pad` junk bytes after every row.
@@ -95,19 +100,19 @@ static void test_classify_errors(void) {
   uint8_t img[12] = {0};
   float out[3];
   uint8_t scratch[4096];
-  CHECK(carve_classify_preprocess(NULL, 2, 2, 6, 1, out, scratch) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, NULL, scratch) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, NULL) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_classify_preprocess(img, 2, 2, 6, 0, out, scratch) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, scratch + 1) ==
+  CHECK(carve_classify_preprocess(NULL, 2, 2, 6, 1, out, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, NULL, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, NULL, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_classify_preprocess(img, 2, 2, 6, 0, out, scratch, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, scratch + 1, NULL) ==
         CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_classify_preprocess(img, 0, 2, 6, 1, out, scratch) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_classify_preprocess(img, 2, -1, 6, 1, out, scratch) == CARVE_ERR_BAD_IMAGE);
-  CHECK(carve_classify_preprocess(img, 2, 2, 5, 1, out, scratch) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_classify_preprocess(img, 0, 2, 6, 1, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_classify_preprocess(img, 2, -1, 6, 1, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_classify_preprocess(img, 2, 2, 5, 1, out, scratch, NULL) == CARVE_ERR_BAD_IMAGE);
   CHECK(carve_classify_scratch_bytes(0, 2, 1) == 0);
   CHECK(carve_classify_scratch_bytes(2, 2, 0) == 0);
   CHECK(carve_classify_scratch_bytes(2, 2, 1) <= sizeof scratch);
-  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, scratch) == CARVE_OK);  // 2x2 -> 1x1
+  CHECK(carve_classify_preprocess(img, 2, 2, 6, 1, out, scratch, NULL) == CARVE_OK);  // 2x2 -> 1x1
 }
 
 // ---- Coordinate mappings --------------------------------------------------------
@@ -181,6 +186,29 @@ static void test_scale_xywhr(void) {
   carve_scale_boxes_xywhr(&rows[0][0], 2, 7, NULL);
 }
 
+// Rows split over a pool give the serial result bit for bit.
+static void test_classify_threads(void) {
+  static const int shapes[][3] = {{1080, 810, 224}, {333, 517, 225}, {224, 300, 160}, {300, 224, 224}, {5, 9, 5},
+                                  {7, 13, 224}};
+  test_rng rng = {17};
+  for (size_t t = 2; t <= 3; t++) {
+    pthreadpool_t pool = pthreadpool_create(t);
+    CHECK(pool != NULL);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+      const int w = shapes[i][0], h = shapes[i][1], size = shapes[i][2];
+      uint8_t* img = padded_image(&rng, w, h, 5, -1);
+      cls_result a = classify(img, w, h, (size_t)w * 3 + 5, size);
+      cls_result b = classify_on(img, w, h, (size_t)w * 3 + 5, size, pool);
+      CHECK(a.status == CARVE_OK && b.status == CARVE_OK);
+      CHECK(memcmp(a.out, b.out, (size_t)size * (size_t)size * 3 * sizeof(float)) == 0);
+      free(a.out);
+      free(b.out);
+      free(img);
+    }
+    pthreadpool_destroy(pool);
+  }
+}
+
 int main(void) {
   test_crop_only(300, 224, 224, 38, 0);   // (300 - 224) / 2 = 38
   test_crop_only(224, 301, 224, 0, 38);   // 38.5 -> 38 (half to even)
@@ -194,9 +222,10 @@ int main(void) {
     test_constant(shapes[i][0], shapes[i][1], shapes[i][2]);
   }
   test_classify_errors();
+  test_classify_threads();
   test_scale_coords();
   test_scale_xywhr();
-  printf("runtime_pre_task: classify preprocess (crop, constant, errors), scale_coords, "
+  printf("runtime_pre_task: classify preprocess (crop, constant, errors, threads), scale_coords, "
          "scale_boxes_xywhr ok\n");
   return 0;
 }
