@@ -13,9 +13,9 @@ and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
   the latter as C expressions over the storage constants);
 * ``layers``: per Ultralytics layer, the C function name and its steps (``op``
   with an optional SiLU / residual ``epilogue``, ``view``, ``upsample``,
-  ``attention``, ``e2e``, and ``conv3x3s2``: a convolution the backend runs as
-  the runtime's ``carve_conv3x3s2_small_cin`` rather than a descriptor, see
-  ``CBackend.runtime_conv``), each with FLOPs and a shape comment;
+  ``attention``, ``e2e``, and ``conv3x3s2`` / ``conv3x3s1_wino``: a convolution
+  the backend runs as a runtime kernel (``RUNTIME_CONVS``) rather than a
+  descriptor, see ``CBackend.runtime_conv``), each with FLOPs and a shape comment;
 * ``blob``: the weights (little-endian float32, each tensor 64-byte aligned);
 * sizes: storages, outputs, arena bytes, the largest attention, anchors.
 
@@ -84,7 +84,9 @@ CPU_RULES = {
 
 
 # Convolution step kinds a backend may choose with CBackend.runtime_conv -> the runtime function that runs them.
-RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin"}
+RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin", "conv3x3s1_wino": "carve_conv3x3s1_winograd"}
+# Those of them that add a residual before the store (the others get an epilogue step after them).
+RESIDUAL_RUNTIME_CONVS = {"conv3x3s1_wino"}
 
 
 # ---- Weight layouts ----------------------------------------------------------
@@ -110,7 +112,7 @@ class CBackend(Backend):
     prefix = ""
     layouts: Layouts
     runtime: tuple = ()
-    # runtime_conv(attrs) -> a step kind ("conv3x3s2") for a conv2d this backend runs as a carve runtime
+    # runtime_conv(attrs) -> a step kind (RUNTIME_CONVS) for a conv2d this backend runs as a carve runtime
     # kernel instead of a descriptor of its own, or None. Its Layouts.conv must give that kernel's layout
     # for the same attrs. None: every conv is a descriptor.
     runtime_conv: Callable[[dict], str | None] | None = None
@@ -176,18 +178,22 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
         x, y = op.inputs[0], op.outputs[0]
         h, w, c = graph.tensors[x].shape
         if op.kind == "conv2d" and runtime_conv is not None and runtime_conv(op.attrs):
-            # a runtime kernel with the bias and activation in registers; a residual (none in YOLO26) after it
+            # a runtime kernel with the bias and activation in registers; a residual in it too, or after it
+            kind = runtime_conv(op.attrs)
             residual = op.inputs[1] if len(op.inputs) > 1 else None
             oh, ow, oc = graph.tensors[y].shape
-            epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual), r_stride=v[residual].stride,
-                       pixels=oh * ow, channels=oc, act="CARVE_ACT_NONE") if residual else None
-            kind = runtime_conv(op.attrs)
+            fused = dict(r_off=off(residual), r_stride=v[residual].stride) if residual else None
+            epi = None
+            if residual and kind not in RESIDUAL_RUNTIME_CONVS:
+                epi = dict(y_off=off(y), y_stride=v[y].stride, pixels=oh * ow, channels=oc, act="CARVE_ACT_NONE",
+                           **fused)
+                fused = None
             steps.append(dict(head, kind=kind, fn=RUNTIME_CONVS[kind], x_off=off(x), x_stride=v[x].stride, h=h, w=w,
                               cin=op.attrs["cin"], cout=op.attrs["cout"],
                               weight_off=blob.add(layouts.conv(graph.weights[op.params["weight"]], op.attrs)),
                               bias_off=blob.add(graph.weights[op.params["bias"]]), y_off=off(y), y_stride=v[y].stride,
                               act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE",
-                              epilogue=epi))
+                              residual=fused, epilogue=epi))
         elif op.kind in ("conv2d", "deconv2d"):
             wt = graph.weights[op.params["weight"]]
             bias = graph.weights[op.params["bias"]]
@@ -314,6 +320,8 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
                                             graph.tensors[graph.input].shape[1], letterbox_bands),
+                # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
+                wino_max_cout=0, wino_slot_bytes=0,
                 # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
                 # bytes of fields (the generated code _Static_asserts that it fits)
                 context_bytes=-(-(8 * len(ops) + 8 * len(layers) + 256) // 64) * 64,

@@ -8,6 +8,11 @@ are carve runtime kernels on the same thread pool. So is the stem (``model.0``,
 that ``carve_conv3x3s2_small_cin`` runs with bias + SiLU in registers, where
 XNNPACK's igemm, with a reduction of 27, runs at a fifth of the FMA peak and
 needs a second pass for the SiLU; they get no XNNPACK operator (nor heap).
+The 3x3 stride-1 convolutions with channels in multiples of 16 run as
+``carve_conv3x3s1_winograd`` (``winograd_conv``): Winograd F(2x2, 3x3), 16
+multiplications per 2x2 outputs and input channel where a direct convolution
+does 36, with the bias, SiLU and residual applied before the store; their
+weights are stored transformed, (16, cin, cout), and get no XNNPACK operator.
 The lowering is ``lowering.lower``, shared with the other C backends;
 ``xnn_heap`` adds the size of the caller's XNNPACK heap for
 ``<name>_create_with``.
@@ -36,6 +41,47 @@ def stem_conv(attrs: dict) -> str | None:
     return "conv3x3s2" if ok else None
 
 
+# What carve_conv3x3s1_winograd accepts (CARVE_WINOGRAD_* of runtime/carve_ops.h; the generated code
+# _Static_asserts the scratch against CARVE_WINOGRAD_SLOT_BYTES).
+WINOGRAD_CHANNEL_MULTIPLE = 16
+WINOGRAD_TILES = 12
+WINOGRAD_KC = 128
+
+
+def winograd_conv(attrs: dict) -> str | None:
+    """The step kind "conv3x3s1_wino" for a conv that carve_conv3x3s1_winograd runs: groups 1, 3x3, stride 1,
+    pad 1, cin and cout multiples of 16, act SiLU or none (the bottlenecks' and the heads' 3x3 convolutions);
+    None for the rest. bench/winograd_vs_xnnpack.c: 1.25x (16 -> 16 channels) to 2.35x XNNPACK's convolution
+    + SiLU pass on one thread, and closer to a float64 reference than XNNPACK."""
+    ok = (attrs["groups"] == 1 and tuple(attrs["kernel"]) == (3, 3) and attrs["stride"] == 1 and attrs["pad"] == 1
+          and attrs["cin"] % WINOGRAD_CHANNEL_MULTIPLE == 0 and attrs["cout"] % WINOGRAD_CHANNEL_MULTIPLE == 0
+          and attrs.get("act", "none") in ("silu", "none"))
+    return "conv3x3s1_wino" if ok else None
+
+
+def winograd_slot_bytes(cout: int) -> int:
+    """CARVE_WINOGRAD_SLOT_BYTES(cout): one task's scratch, U (16 planes of TILES x KC floats) and M (16 planes
+    of TILES x cout floats), each plane padded by 16 floats, rounded up to 64 bytes."""
+    floats = 16 * (WINOGRAD_TILES * WINOGRAD_KC + 16) + 16 * (WINOGRAD_TILES * cout + 16)
+    return -(-floats * 4 // 64) * 64
+
+
+def runtime_conv(attrs: dict) -> str | None:
+    """The runtime kernel a conv runs as (stem_conv, then winograd_conv), or None for an XNNPACK operator."""
+    return stem_conv(attrs) or winograd_conv(attrs)
+
+
+# Winograd F(2x2, 3x3)'s kernel transform: the 4x4 G g G^T of each 3x3 kernel g.
+WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64, rounded once to
+    float32, position p = 4 * a + b of the 4x4 result."""
+    u = np.einsum("ak,oikl,bl->abio", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
+    return u.reshape(16, w.shape[1], w.shape[0]).astype(np.float32)
+
+
 # Convolutions whose weights exceed this are run as several XNNPACK operators over slices of the output channels.
 # XNNPACK 2022's convolution sweeps all output channels for each block of 7 output pixels, so weights larger than
 # the L2 cache are read again from L3 / memory for every block; slices of at most this size stay in L2 (2 MiB per
@@ -51,8 +97,8 @@ SLICE_CHANNELS = 16
 def conv_slices(attrs: dict) -> list | None:
     """The output-channel ranges [(c0, c1), ...] a convolution runs as, one XNNPACK operator each, so that each
     slice's weights (float32, SLICE_WEIGHT_BYTES at most where the channel granularity allows) stay in L2; None
-    (one operator) for weights that fit, grouped convolutions and the stem."""
-    if attrs["groups"] != 1 or stem_conv(attrs):
+    (one operator) for weights that fit, grouped convolutions and the runtime kernels' convolutions."""
+    if attrs["groups"] != 1 or runtime_conv(attrs):
         return None
     cout = attrs["cout"]
     kh, kw = attrs["kernel"]
@@ -68,13 +114,16 @@ def conv_slices(attrs: dict) -> list | None:
 
 
 def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
-    """PyTorch (out, in/g, kh, kw) -> XNNPACK's (out, kh, kw, in/g), or (kh, kw, in, out) for stem_conv's."""
+    """PyTorch (out, in/g, kh, kw) -> XNNPACK's (out, kh, kw, in/g), (kh, kw, in, out) for stem_conv's, or
+    winograd_weights for winograd_conv's."""
+    if winograd_conv(attrs):
+        return winograd_weights(w)
     return np.transpose(w, (2, 3, 1, 0) if stem_conv(attrs) else (0, 2, 3, 1))
 
 
 # XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
 # deconv (in, out, kh, kw); fully connected as PyTorch's (out, in). LAYOUTS is that OHWI blob for every conv (the
-# cuda backend's too); XNN_LAYOUTS, the xnnpack backend's, differs only for the stem (conv_layout).
+# cuda backend's too); XNN_LAYOUTS, the xnnpack backend's, differs for the runtime kernels' convs (conv_layout).
 LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
                   deconv=lambda w, a: np.transpose(w, (1, 2, 3, 0)),
                   linear=lambda w, a: w)
@@ -87,7 +136,7 @@ class XnnpackBackend(CBackend):
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
     layouts = XNN_LAYOUTS
-    runtime_conv = staticmethod(stem_conv)
+    runtime_conv = staticmethod(runtime_conv)
     conv_slices = staticmethod(conv_slices)
     letterbox_bands = 8   # carve_letterbox runs in bands on the thread pool (CARVE_LETTERBOX_BANDS)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
@@ -99,6 +148,12 @@ class XnnpackBackend(CBackend):
 
     def lower(self, graph, plan) -> dict:
         program = super().lower(graph, plan)
+        # Winograd convolutions take CARVE_WINOGRAD_SLOT_BYTES(cout) of the scratch per task: one slot in
+        # <NAME>_SCRATCH_BYTES (create_with runs on one thread); create allocates one per thread.
+        wino = [st["cout"] for st in program["runtime_convs"] if st["kind"] == "conv3x3s1_wino"]
+        program["wino_max_cout"] = max(wino, default=0)
+        program["wino_slot_bytes"] = winograd_slot_bytes(max(wino)) if wino else 0
+        program["scratch_bytes"] = max(program["scratch_bytes"], program["wino_slot_bytes"])
         heap = xnn_heap.heap_bytes(program["ops"], self.prefix)
         program["xnn_heap_bytes"] = heap["bytes"]
         program["xnn_heap_bytes_x86_64"] = heap["x86_64"]

@@ -1,0 +1,128 @@
+"""The xnnpack backend runs the 3x3 stride-1 convolutions whose channels are multiples of 16 as the runtime's
+carve_conv3x3s1_winograd (Winograd F(2x2, 3x3)), not as XNNPACK operators + SiLU / residual epilogues.
+
+The choice is the backend's lowering (``XnnpackBackend.runtime_conv``): the IR is the same for every backend,
+the portable and cuda backends keep their own convolutions. The steps have no descriptor (so
+<NAME>_XNN_HEAP_BYTES does not count them), take their residual into the kernel (no epilogue step), and their
+weights are stored transformed, (16, cin, cout) = G g G^T; the scratch holds one Winograd slot. The shipped demo
+model at imgsz 64: no torch needed. tests/runtime/test_winograd.c checks the kernel itself; the oracle tests
+check the packages against Ultralytics.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "generator"))
+
+from carve.backends import get_backend  # noqa: E402
+from carve.backends.xnnpack import conv_layout, conv_slices, winograd_conv, winograd_slot_bytes  # noqa: E402
+from carve.compiler import compile_model  # noqa: E402
+from carve.ir import op_flops  # noqa: E402
+from carve.planner import plan_memory  # noqa: E402
+
+MANIFEST = str(REPO / "manifests" / "yolo26n-shapes.yaml")
+WEIGHTS = str(REPO / "assets" / "yolo26n-shapes.pt")
+CONV = dict(kernel=(3, 3), stride=1, pad=1, groups=1, cin=32, cout=16, act="silu")
+
+
+@pytest.fixture(scope="module")
+def built():
+    seen = {}
+
+    def hook(g):
+        seen["graph"] = g
+        return g
+
+    res = {be: compile_model(MANIFEST, be, WEIGHTS, 64, graph_hook=hook) for be in ("xnnpack", "portable")}
+    graph = seen["graph"]
+    plan = plan_memory(graph)
+    programs = {be: get_backend(be).lower(graph, plan) for be in ("xnnpack", "portable", "cuda")}
+    return graph, programs, {be: r.files for be, r in res.items()}
+
+
+def wino_steps(p):
+    return [s for lay in p["layers"] for s in lay["steps"] if s["kind"] == "conv3x3s1_wino"]
+
+
+def test_the_rule():
+    assert winograd_conv(CONV) == "conv3x3s1_wino"
+    assert winograd_conv(dict(CONV, act="none", cin=16, cout=1024)) == "conv3x3s1_wino"
+    for bad in (dict(cin=8), dict(cout=8), dict(cin=24), dict(cout=4), dict(stride=2), dict(pad=0),
+                dict(kernel=(1, 1), pad=0), dict(kernel=(5, 5), pad=2), dict(groups=32, cout=32),
+                dict(act="relu")):
+        assert winograd_conv(dict(CONV, **bad)) is None, bad
+    assert conv_slices(dict(CONV, cin=512, cout=512)) is None  # one runtime kernel call, never sliced
+
+
+def test_the_layout():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)   # PyTorch (out, in, kh, kw)
+    u = conv_layout(w, CONV)
+    assert u.shape == (16, 32, 16) and u.dtype == np.float32
+    G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    for o, i in ((0, 0), (5, 31), (15, 7)):
+        want = G @ w[o, i].astype(np.float64) @ G.T                   # (a, b): position 4 * a + b
+        np.testing.assert_allclose(u[:, i, o], want.reshape(16), rtol=1e-6, atol=1e-7)
+
+
+def test_xnnpack_lowers_3x3_stride1_convs(built):
+    graph, programs, _ = built
+    p = programs["xnnpack"]
+    steps = wino_steps(p)
+    want = [o for o in graph.ops if o.kind == "conv2d" and winograd_conv(o.attrs)]
+    assert steps and [s["name"] for s in steps] == [o.name for o in want]
+    names = {o["name"].split(" [out ")[0] for o in p["ops"]}
+    blob = np.frombuffer(p["blob"], dtype="<f4")
+    fused = 0
+    for s, op in zip(steps, want):
+        assert s["name"] not in names                      # no XNNPACK operator
+        assert s["fn"] == "carve_conv3x3s1_winograd" and s["epilogue"] is None
+        assert s["flops"] == op_flops(graph, op) > 0       # FLOPs of the direct convolution
+        assert (s["cin"], s["cout"]) == (op.attrs["cin"], op.attrs["cout"])
+        if len(op.inputs) > 1:                             # the bottleneck's residual, added by the kernel
+            assert s["residual"] is not None
+            fused += 1
+        else:
+            assert s["residual"] is None
+        w = graph.weights[op.params["weight"]]
+        got = blob[s["weight_off"]:s["weight_off"] + 16 * w.shape[1] * w.shape[0]]
+        np.testing.assert_array_equal(got, conv_layout(w, op.attrs).reshape(-1))
+        b = graph.weights[op.params["bias"]]
+        np.testing.assert_array_equal(blob[s["bias_off"]:s["bias_off"] + b.size], b)
+    assert fused > 0
+    # every other 3x3 stride-1 conv with groups 1 is one that the rule refuses (8 channels, ...)
+    for o in graph.ops:
+        if o.kind == "conv2d" and o.attrs["kernel"] == (3, 3) and o.attrs["stride"] == 1 and o.attrs["groups"] == 1:
+            assert (o.name in [s["name"] for s in steps]) == bool(winograd_conv(o.attrs))
+
+
+def test_scratch_holds_a_slot(built):
+    _, programs, files = built
+    p = programs["xnnpack"]
+    cout = max(s["cout"] for s in wino_steps(p))
+    assert p["wino_max_cout"] == cout and p["wino_slot_bytes"] == winograd_slot_bytes(cout)
+    assert p["scratch_bytes"] >= p["wino_slot_bytes"] and p["wino_slot_bytes"] % 64 == 0
+    c = files["xnnpack"]["yolo26n_shapes.c"].decode()
+    assert f"CARVE_WINOGRAD_SLOT_BYTES({cout})" in c and "m->scratch_slots" in c
+    assert c.count("carve_conv3x3s1_winograd(") == len(wino_steps(p))
+
+
+def test_other_backends_keep_their_convs(built):
+    graph, programs, files = built
+    for be in ("portable", "cuda"):
+        p = programs[be]
+        assert wino_steps(p) == [] and p["wino_slot_bytes"] == 0
+    assert "carve_conv3x3s1_winograd" not in files["portable"]["yolo26n_shapes.c"].decode()
+    # cuda's blob keeps OHWI weights for these convs
+    p = programs["cuda"]
+    op = next(o for o in graph.ops if o.kind == "conv2d" and winograd_conv(o.attrs))
+    d = next(o for o in p["ops"] if o["name"].split(" [out ")[0] == op.name)["fields"]
+    blob = np.frombuffer(p["blob"], dtype="<f4")
+    want = np.transpose(graph.weights[op.params["weight"]], (0, 2, 3, 1)).reshape(-1)
+    np.testing.assert_array_equal(blob[d["weight_off"]:d["weight_off"] + want.size], want)
