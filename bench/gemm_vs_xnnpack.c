@@ -6,7 +6,7 @@
 // GEMM (M pixels, K input and N output channels, as yolo26n's 1x1 layers), and
 // checks both give the same numbers. Not part of the package or the tests.
 //
-//   cc -O3 -march=x86-64-v3 bench/gemm_vs_xnnpack.c -o /tmp/gemm_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/gemm_vs_xnnpack.c runtime/carve_rt.c -o /tmp/gemm_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   for s in "6400 96 64" "6400 256 64" "1600 384 128" "400 512 256" "25600 48 64"; do
 //     /tmp/gemm_vs_xnnpack $s; done
 //
@@ -20,19 +20,9 @@
 #include <time.h>
 #include <math.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e3+t.tv_nsec*1e-6;}
-__attribute__((target("avx512f"))) static inline __m512 silu16(__m512 x) {
-  const __m512 d = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x), _mm512_set1_ps(-104.0f)), _mm512_set1_ps(100.0f));
-  const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(d, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 s = _mm512_fmadd_ps(q, _mm512_set1_ps(-0.693145751953125f), d);
-  s = _mm512_fmadd_ps(q, _mm512_set1_ps(-1.428606765330187045e-06f), s);
-  __m512 u = _mm512_fmadd_ps(_mm512_set1_ps(0.000198527617612853646278381f), s, _mm512_set1_ps(0.00139304355252534151077271f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
-  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
-  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(u, q)));
-}
+// The runtime's own SiLU (silu16_avx512, as the package's kernels use it) and SiLU pass (carve_epilogue).
+#include "../runtime/carve_ops.c"
+#define silu16 silu16_avx512
 #define MR 12
 // C[m][0..32) for MR rows: A (rows lda apart), B panel (K x 32), bias 32
 __attribute__((target("avx512f"))) static void kern(size_t mr, size_t K, const float* a, size_t lda, const float* b, const float* bias, float* c, size_t ldc, int act) {

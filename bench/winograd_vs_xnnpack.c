@@ -10,7 +10,7 @@
 // (possibly partial) 2x2 tiles. Accuracy is measured against a double-precision reference of conv + bias + SiLU;
 // relative error is |y - ref| / max(|ref|, 0.01). Not part of the package or the tests.
 //
-//   cc -O3 -march=x86-64-v3 bench/winograd_vs_xnnpack.c -o /tmp/winograd -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/winograd_vs_xnnpack.c runtime/carve_rt.c -o /tmp/winograd -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   /tmp/winograd H W CIN COUT      (e.g. 40 40 32 32; cin and cout multiples of 16)
 //
 // GF/s counts the direct convolution's FLOPs (2*H*W*cin*cout*9) for both. Best of 15 runs each; needs a CPU with
@@ -30,26 +30,12 @@ static double now(void) {
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
-__attribute__((target("avx512f"))) static inline __m512 silu16(__m512 x) {
-  const __m512 d = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x), _mm512_set1_ps(-104.0f)),
-                                 _mm512_set1_ps(100.0f));
-  const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(d, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 s = _mm512_fmadd_ps(q, _mm512_set1_ps(-0.693145751953125f), d);
-  s = _mm512_fmadd_ps(q, _mm512_set1_ps(-1.428606765330187045e-06f), s);
-  __m512 u = _mm512_fmadd_ps(_mm512_set1_ps(0.000198527617612853646278381f), s,
-                             _mm512_set1_ps(0.00139304355252534151077271f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
-  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
-  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_scalef_ps(u, q)));
-}
+// The runtime's own SiLU (silu16_avx512, as the package's kernels use it) and SiLU pass (carve_epilogue).
+#include "../runtime/carve_ops.c"
+#define silu16 silu16_avx512
 
-__attribute__((target("avx512f"))) static void silu_pass(float* y, size_t n) {
-  for (size_t i = 0; i < n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(y + i)));
-}
+// The package's SiLU pass after an XNNPACK convolution: carve_epilogue on one thread.
+static void silu_pass(float* y, size_t n) { carve_epilogue(y, n, NULL, 0, 1, n, CARVE_ACT_SILU, NULL); }
 
 #ifndef MR
 #define MR 12  // tiles per micro-kernel call (x 32 channels: 2*MR accumulators)
