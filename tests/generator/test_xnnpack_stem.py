@@ -18,30 +18,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "generator"))
 
-from carve.backends import get_backend, xnn_heap  # noqa: E402
+from carve.backends import xnn_heap  # noqa: E402
 from carve.backends.xnnpack import conv_layout, stem_conv  # noqa: E402
-from carve.compiler import compile_model  # noqa: E402
 from carve.ir import op_flops  # noqa: E402
-from carve.planner import plan_memory  # noqa: E402
 
-MANIFEST = str(REPO / "manifests" / "yolo26n-shapes.yaml")
-WEIGHTS = str(REPO / "assets" / "yolo26n-shapes.pt")
 STEM = dict(kernel=(3, 3), stride=2, pad=1, groups=1, cin=3, cout=16, act="silu")
 
 
 @pytest.fixture(scope="module")
-def built():
-    seen = {}
-
-    def hook(g):
-        seen["graph"] = g
-        return g
-
-    res = {be: compile_model(MANIFEST, be, WEIGHTS, 64, graph_hook=hook) for be in ("xnnpack", "portable")}
-    graph = seen["graph"]
-    plan = plan_memory(graph)
-    programs = {be: get_backend(be).lower(graph, plan) for be in ("xnnpack", "portable")}
-    return graph, programs, {be: r.files for be, r in res.items()}
+def built(shapes_built):
+    return shapes_built
 
 
 def test_the_rule():
@@ -123,8 +109,8 @@ def test_generated_code_and_readme(built):
 def test_cuda_keeps_ohwi_for_the_stem(built):
     """The stem kernel is the xnnpack backend's: the cuda backend, which shares the OHWI blob layout
     (xnnpack.LAYOUTS), runs model.0 as its own convolution with OHWI weights."""
-    graph, _, _ = built
-    p = get_backend("cuda").lower(graph, plan_memory(graph))
+    graph, programs, _ = built
+    p = programs["cuda"]
     assert p["runtime_convs"] == []
     op = next(o for o in graph.ops if o.kind == "conv2d")
     d = next(o for o in p["ops"] if o["name"] == op.name)["fields"]

@@ -1,0 +1,35 @@
+"""Fixtures shared by the generator tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "generator"))
+
+from carve.backends import get_backend  # noqa: E402
+from carve.compiler import compile_model  # noqa: E402
+from carve.planner import plan_memory  # noqa: E402
+
+SHAPES_MANIFEST = str(REPO / "manifests" / "yolo26n-shapes.yaml")
+SHAPES_WEIGHTS = str(REPO / "assets" / "yolo26n-shapes.pt")
+
+
+@pytest.fixture(scope="session")
+def shapes_built():
+    """The shipped demo model at imgsz 64 (no torch needed): its graph, the programs the xnnpack, portable and
+    cuda backends lower it to, and the files of its xnnpack and portable packages."""
+    seen = {}
+
+    def hook(g):
+        seen["graph"] = g
+        return g
+
+    res = {be: compile_model(SHAPES_MANIFEST, be, SHAPES_WEIGHTS, 64, graph_hook=hook) for be in ("xnnpack", "portable")}
+    graph = seen["graph"]
+    plan = plan_memory(graph)
+    programs = {be: get_backend(be).lower(graph, plan) for be in ("xnnpack", "portable", "cuda")}
+    return graph, programs, {be: r.files for be, r in res.items()}
