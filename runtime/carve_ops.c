@@ -601,6 +601,506 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
   return stem_conv(x, x_stride, h, w, cin, weights, bias, cout, y, y_stride, act, 2, pool);
 }
 
+// ---- Winograd convolution -------------------------------------------------------
+//
+// A 3x3, stride 1, pad 1 convolution by Winograd F(2x2, 3x3) (bench/winograd_vs_xnnpack.c: 1.25x to 2.35x
+// XNNPACK's direct convolution + SiLU pass on yolo26n/s's shapes, one thread). The output is cut into 2x2
+// tiles, numbered row-major and taken CARVE_WINOGRAD_TILES at a time (a group; tiles past the last are all
+// zeros). For each block of CARVE_WINOGRAD_KC input channels the input transform B^T d B of the 4x4 input
+// patches (zeros outside the image) writes U[16][TILES][kc], and 16 GEMMs TILES x kc x cout accumulate
+// U[k] x weights[k] into M[16][TILES][cout]; then the output transform A^T m A gives the 2x2 outputs, to
+// which the bias, the activation and the residual are applied in registers before the (clipped) store.
+// The transforms are additions and subtractions only, the same on every path; the GEMMs sum over the input
+// channels in increasing order, with FMA on the x86-64 paths (AVX-512: 12 tiles x 32 channels in 24
+// registers, or 12 x 16 for the last 16 channels; AVX2 + FMA: 6 tiles x 16 channels), with CARVE_MLA in
+// the portable loops. A tile's result depends only on its own data, so neither the split of the groups
+// over the slots nor the number of threads changes a bit.
+
+#define WINO_TILES CARVE_WINOGRAD_TILES
+#define WINO_KC CARVE_WINOGRAD_KC
+#define WINO_PAD 16  // floats after each plane of U and M: the 16 planes do not share one L1 set
+#define WINO_U_PLANE (WINO_TILES * WINO_KC + WINO_PAD)
+
+_Static_assert(CARVE_WINOGRAD_KC % 16 == 0 && CARVE_WINOGRAD_TILES % 12 == 0,
+               "the micro-kernels take 12 (or 2 x 6, 3 x 4) tiles and 16 channels at a time");
+
+// Input for the positions of a 4x4 patch outside the image (or of a tile past the last).
+static const float wino_zeros[WINO_KC];
+
+typedef struct wino_ctx {
+  const float* x;          // (h, w, cin), pixel stride x_stride
+  size_t x_stride, h, w, cin;
+  const float* weights;    // (16, cin, cout)
+  const float* bias;       // (cout)
+  size_t cout;
+  float* y;                // (h, w, cout), pixel stride y_stride
+  size_t y_stride;
+  const float* residual;   // (h, w, cout), pixel stride r_stride, or NULL
+  size_t r_stride;
+  size_t tw, tiles, groups, slots;  // tiles per row, tiles, groups of WINO_TILES tiles, slots
+  unsigned char* scratch;  // slots of CARVE_WINOGRAD_SLOT_BYTES(cout)
+  int silu;
+  int simd;                // 2 AVX-512, 1 AVX2 + FMA, 0 portable
+} wino_ctx;
+
+// p[r * 4 + q]: channels [c0, c0 + kc) of the input pixel (2 ty + r - 1, 2 tx + q - 1) of tile t, or zeros.
+static inline void wino_patch(const wino_ctx* c, size_t t, size_t c0, const float* p[16]) {
+  const size_t ty = t / c->tw, tx = t % c->tw;
+  for (size_t r = 0; r < 4; r++) {
+    for (size_t q = 0; q < 4; q++) {
+      const size_t iy = 2 * ty + r, ix = 2 * tx + q;  // plus one
+      const int inside = t < c->tiles && iy >= 1 && ix >= 1 && iy <= c->h && ix <= c->w;
+      p[r * 4 + q] = inside ? c->x + ((iy - 1) * c->w + (ix - 1)) * c->x_stride + c0 : wino_zeros;
+    }
+  }
+}
+
+// The output pixel (oy, ox) of tile t and whether its right column and bottom row lie inside the image.
+static inline size_t wino_out_pixel(const wino_ctx* c, size_t t, int* dx, int* dy) {
+  const size_t oy = 2 * (t / c->tw), ox = 2 * (t % c->tw);
+  *dx = ox + 1 < c->w;
+  *dy = oy + 1 < c->h;
+  return oy * c->w + ox;
+}
+
+static inline float* wino_m(unsigned char* slot) { return (float*)(void*)slot + 16 * WINO_U_PLANE; }
+
+static inline size_t wino_m_plane(const wino_ctx* c) { return WINO_TILES * c->cout + WINO_PAD; }
+
+// ---- portable
+
+static void wino_input_portable(const wino_ctx* c, size_t t0, size_t c0, size_t kc, float* U) {
+  for (size_t t = 0; t < WINO_TILES; t++) {
+    const float* p[16];
+    wino_patch(c, t0 + t, c0, p);
+    float* u = U + t * kc;
+    for (size_t ci = 0; ci < kc; ci += 16) {
+      float d[16][16], e[16][16];
+      for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+          d[i][j] = p[i][ci + j];
+        }
+      }
+      for (int q = 0; q < 4; q++) {  // B^T d
+        for (int j = 0; j < 16; j++) {
+          e[q][j] = d[q][j] - d[8 + q][j];
+          e[4 + q][j] = d[4 + q][j] + d[8 + q][j];
+          e[8 + q][j] = d[8 + q][j] - d[4 + q][j];
+          e[12 + q][j] = d[4 + q][j] - d[12 + q][j];
+        }
+      }
+      for (int r = 0; r < 4; r++) {  // (B^T d) B
+        float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
+        for (int j = 0; j < 16; j++) {
+          ur[j] = e[r * 4][j] - e[r * 4 + 2][j];
+          ur[WINO_U_PLANE + j] = e[r * 4 + 1][j] + e[r * 4 + 2][j];
+          ur[2 * WINO_U_PLANE + j] = e[r * 4 + 2][j] - e[r * 4 + 1][j];
+          ur[3 * WINO_U_PLANE + j] = e[r * 4 + 1][j] - e[r * 4 + 3][j];
+        }
+      }
+    }
+  }
+}
+
+// m[4][cout] (at co) (+)= u[4][kc] x w[kc][cout] (at co), 16 channels; += unless first.
+static void wino_gemm_portable(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+  float acc[4][16];
+  for (int i = 0; i < 4; i++) {
+    for (int j = 0; j < 16; j++) {
+      acc[i][j] = first ? 0.0f : m[i * cout + j];
+    }
+  }
+  for (size_t ci = 0; ci < kc; ci++) {
+    const float* wr = w + ci * cout;
+    for (int i = 0; i < 4; i++) {
+      const float a = u[i * kc + ci];
+      for (int j = 0; j < 16; j++) {
+        acc[i][j] = CARVE_MLA(a, wr[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < 4; i++) {
+    for (int j = 0; j < 16; j++) {
+      m[i * cout + j] = acc[i][j];
+    }
+  }
+}
+
+static void wino_gemms_portable(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
+  const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
+  for (size_t k = 0; k < 16; k++) {
+    for (size_t co = 0; co < cout; co += 16) {
+      for (size_t i = 0; i < WINO_TILES; i += 4) {
+        wino_gemm_portable(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
+                           M + k * mp + i * cout + co, kc, cout, c0 == 0);
+      }
+    }
+  }
+}
+
+static void wino_output_portable(const wino_ctx* c, const float* M, size_t t0) {
+  const size_t cout = c->cout, mp = wino_m_plane(c);
+  const size_t n = min_size(WINO_TILES, c->tiles - t0);
+  for (size_t t = 0; t < n; t++) {
+    int dx, dy;
+    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
+    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
+                    c->y + (pix + c->w + 1) * c->y_stride};
+    const float* rp[4] = {NULL, NULL, NULL, NULL};
+    if (c->residual != NULL) {
+      rp[0] = c->residual + pix * c->r_stride;
+      rp[1] = c->residual + (pix + 1) * c->r_stride;
+      rp[2] = c->residual + (pix + c->w) * c->r_stride;
+      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
+    }
+    const int inside[4] = {1, dx, dy, dx && dy};
+    for (size_t co = 0; co < cout; co += 16) {
+      const float* m = M + t * cout + co;
+      float r0[4][16], r1[4][16], o[4][16];
+      for (int q = 0; q < 4; q++) {  // A^T m
+        for (int j = 0; j < 16; j++) {
+          r0[q][j] = (m[q * mp + j] + m[(4 + q) * mp + j]) + m[(8 + q) * mp + j];
+          r1[q][j] = (m[(4 + q) * mp + j] - m[(8 + q) * mp + j]) - m[(12 + q) * mp + j];
+        }
+      }
+      for (int j = 0; j < 16; j++) {  // (A^T m) A + bias
+        const float b = c->bias[co + j];
+        o[0][j] = ((r0[0][j] + r0[1][j]) + r0[2][j]) + b;
+        o[1][j] = ((r0[1][j] - r0[2][j]) - r0[3][j]) + b;
+        o[2][j] = ((r1[0][j] + r1[1][j]) + r1[2][j]) + b;
+        o[3][j] = ((r1[1][j] - r1[2][j]) - r1[3][j]) + b;
+      }
+      for (int k = 0; k < 4; k++) {
+        if (!inside[k]) {
+          continue;
+        }
+        for (int j = 0; j < 16; j++) {
+          const float v = c->silu ? silu(o[k][j]) : o[k][j];
+          yp[k][co + j] = rp[k] != NULL ? v + rp[k][co + j] : v;
+        }
+      }
+    }
+  }
+}
+
+#ifdef CARVE_SILU_X86
+// ---- AVX-512
+
+__attribute__((target("avx512f"))) static void wino_input_avx512(const wino_ctx* c, size_t t0, size_t c0,
+                                                                 size_t kc, float* U) {
+  for (size_t t = 0; t < WINO_TILES; t++) {
+    const float* p[16];
+    wino_patch(c, t0 + t, c0, p);
+    float* u = U + t * kc;
+    for (size_t ci = 0; ci < kc; ci += 16) {
+      __m512 d[16], e[16];
+      for (int i = 0; i < 16; i++) {
+        d[i] = _mm512_loadu_ps(p[i] + ci);
+      }
+      for (int q = 0; q < 4; q++) {  // B^T d
+        e[q] = _mm512_sub_ps(d[q], d[8 + q]);
+        e[4 + q] = _mm512_add_ps(d[4 + q], d[8 + q]);
+        e[8 + q] = _mm512_sub_ps(d[8 + q], d[4 + q]);
+        e[12 + q] = _mm512_sub_ps(d[4 + q], d[12 + q]);
+      }
+      for (int r = 0; r < 4; r++) {  // (B^T d) B
+        float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
+        _mm512_storeu_ps(ur, _mm512_sub_ps(e[r * 4], e[r * 4 + 2]));
+        _mm512_storeu_ps(ur + WINO_U_PLANE, _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]));
+        _mm512_storeu_ps(ur + 2 * WINO_U_PLANE, _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]));
+        _mm512_storeu_ps(ur + 3 * WINO_U_PLANE, _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3]));
+      }
+    }
+  }
+}
+
+// m[12][cout] (at co) (+)= u[12][kc] x w[kc][cout] (at co), nv * 16 channels; += unless first.
+__attribute__((target("avx512f"), always_inline)) static inline void wino_gemm_avx512(
+    const float* u, const float* w, float* m, size_t kc, size_t cout, int first, const int nv) {
+  __m512 acc[12][2];
+  for (int i = 0; i < 12; i++) {
+    acc[i][0] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(m + i * cout);
+    acc[i][1] = first || nv == 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(m + i * cout + 16);
+  }
+  for (size_t ci = 0; ci < kc; ci++) {
+    const __m512 w0 = _mm512_loadu_ps(w + ci * cout);
+    const __m512 w1 = nv == 2 ? _mm512_loadu_ps(w + ci * cout + 16) : w0;
+#pragma GCC unroll 16
+    for (int i = 0; i < 12; i++) {
+      const __m512 a = _mm512_set1_ps(u[i * kc + ci]);
+      acc[i][0] = _mm512_fmadd_ps(a, w0, acc[i][0]);
+      if (nv == 2) {
+        acc[i][1] = _mm512_fmadd_ps(a, w1, acc[i][1]);
+      }
+    }
+  }
+  for (int i = 0; i < 12; i++) {
+    _mm512_storeu_ps(m + i * cout, acc[i][0]);
+    if (nv == 2) {
+      _mm512_storeu_ps(m + i * cout + 16, acc[i][1]);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) static void wino_gemm32_avx512(const float* u, const float* w, float* m,
+                                                                  size_t kc, size_t cout, int first) {
+  wino_gemm_avx512(u, w, m, kc, cout, first, 2);
+}
+
+__attribute__((target("avx512f"))) static void wino_gemm16_avx512(const float* u, const float* w, float* m,
+                                                                  size_t kc, size_t cout, int first) {
+  wino_gemm_avx512(u, w, m, kc, cout, first, 1);
+}
+
+static void wino_gemms_avx512(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
+  const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
+  for (size_t k = 0; k < 16; k++) {
+    for (size_t co = 0; co < cout; co += 32) {
+      for (size_t i = 0; i < WINO_TILES; i += 12) {
+        const float* u = U + k * WINO_U_PLANE + i * kc;
+        const float* w = c->weights + (k * cin + c0) * cout + co;
+        float* m = M + k * mp + i * cout + co;
+        if (cout - co >= 32) {
+          wino_gemm32_avx512(u, w, m, kc, cout, c0 == 0);
+        } else {
+          wino_gemm16_avx512(u, w, m, kc, cout, c0 == 0);
+        }
+      }
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) static void wino_output_avx512(const wino_ctx* c, const float* M, size_t t0) {
+  const size_t cout = c->cout, mp = wino_m_plane(c);
+  const size_t n = min_size(WINO_TILES, c->tiles - t0);
+  for (size_t t = 0; t < n; t++) {
+    int dx, dy;
+    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
+    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
+                    c->y + (pix + c->w + 1) * c->y_stride};
+    const float* rp[4] = {NULL, NULL, NULL, NULL};
+    if (c->residual != NULL) {
+      rp[0] = c->residual + pix * c->r_stride;
+      rp[1] = c->residual + (pix + 1) * c->r_stride;
+      rp[2] = c->residual + (pix + c->w) * c->r_stride;
+      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
+    }
+    const int inside[4] = {1, dx, dy, dx && dy};
+    for (size_t co = 0; co < cout; co += 16) {
+      const float* mq = M + t * cout + co;
+      __m512 m[16], r0[4], r1[4], o[4];
+      for (int k = 0; k < 16; k++) {
+        m[k] = _mm512_loadu_ps(mq + k * mp);
+      }
+      for (int q = 0; q < 4; q++) {  // A^T m
+        r0[q] = _mm512_add_ps(_mm512_add_ps(m[q], m[4 + q]), m[8 + q]);
+        r1[q] = _mm512_sub_ps(_mm512_sub_ps(m[4 + q], m[8 + q]), m[12 + q]);
+      }
+      const __m512 b = _mm512_loadu_ps(c->bias + co);
+      o[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0[0], r0[1]), r0[2]), b);
+      o[1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r0[1], r0[2]), r0[3]), b);
+      o[2] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r1[0], r1[1]), r1[2]), b);
+      o[3] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r1[1], r1[2]), r1[3]), b);
+      for (int k = 0; k < 4; k++) {
+        if (!inside[k]) {
+          continue;
+        }
+        __m512 v = c->silu ? silu16_avx512(o[k]) : o[k];
+        if (rp[k] != NULL) {
+          v = _mm512_add_ps(v, _mm512_loadu_ps(rp[k] + co));
+        }
+        _mm512_storeu_ps(yp[k] + co, v);
+      }
+    }
+  }
+}
+
+// ---- AVX2 + FMA
+
+__attribute__((target("avx2,fma"))) static void wino_input_avx2(const wino_ctx* c, size_t t0, size_t c0,
+                                                                size_t kc, float* U) {
+  for (size_t t = 0; t < WINO_TILES; t++) {
+    const float* p[16];
+    wino_patch(c, t0 + t, c0, p);
+    float* u = U + t * kc;
+    for (size_t ci = 0; ci < kc; ci += 8) {
+      for (int r = 0; r < 4; r++) {  // row r of B^T d, then times B
+        __m256 e[4];
+        for (int q = 0; q < 4; q++) {
+          const __m256 d4 = _mm256_loadu_ps(p[4 + q] + ci), d8 = _mm256_loadu_ps(p[8 + q] + ci);
+          e[q] = r == 0   ? _mm256_sub_ps(_mm256_loadu_ps(p[q] + ci), d8)
+                 : r == 1 ? _mm256_add_ps(d4, d8)
+                 : r == 2 ? _mm256_sub_ps(d8, d4)
+                          : _mm256_sub_ps(d4, _mm256_loadu_ps(p[12 + q] + ci));
+        }
+        float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
+        _mm256_storeu_ps(ur, _mm256_sub_ps(e[0], e[2]));
+        _mm256_storeu_ps(ur + WINO_U_PLANE, _mm256_add_ps(e[1], e[2]));
+        _mm256_storeu_ps(ur + 2 * WINO_U_PLANE, _mm256_sub_ps(e[2], e[1]));
+        _mm256_storeu_ps(ur + 3 * WINO_U_PLANE, _mm256_sub_ps(e[1], e[3]));
+      }
+    }
+  }
+}
+
+// m[6][cout] (at co) (+)= u[6][kc] x w[kc][cout] (at co), 16 channels in 12 registers; += unless first.
+__attribute__((target("avx2,fma"))) static void wino_gemm_avx2(const float* u, const float* w, float* m,
+                                                               size_t kc, size_t cout, int first) {
+  __m256 lo[6], hi[6];
+  for (int i = 0; i < 6; i++) {
+    lo[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(m + i * cout);
+    hi[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(m + i * cout + 8);
+  }
+  for (size_t ci = 0; ci < kc; ci++) {
+    const __m256 w0 = _mm256_loadu_ps(w + ci * cout), w1 = _mm256_loadu_ps(w + ci * cout + 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < 6; i++) {
+      const __m256 a = _mm256_broadcast_ss(u + i * kc + ci);
+      lo[i] = _mm256_fmadd_ps(a, w0, lo[i]);
+      hi[i] = _mm256_fmadd_ps(a, w1, hi[i]);
+    }
+  }
+  for (int i = 0; i < 6; i++) {
+    _mm256_storeu_ps(m + i * cout, lo[i]);
+    _mm256_storeu_ps(m + i * cout + 8, hi[i]);
+  }
+}
+
+static void wino_gemms_avx2(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
+  const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
+  for (size_t k = 0; k < 16; k++) {
+    for (size_t co = 0; co < cout; co += 16) {
+      for (size_t i = 0; i < WINO_TILES; i += 6) {
+        wino_gemm_avx2(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
+                       M + k * mp + i * cout + co, kc, cout, c0 == 0);
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) static void wino_output_avx2(const wino_ctx* c, const float* M, size_t t0) {
+  const size_t cout = c->cout, mp = wino_m_plane(c);
+  const size_t n = min_size(WINO_TILES, c->tiles - t0);
+  for (size_t t = 0; t < n; t++) {
+    int dx, dy;
+    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
+    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
+                    c->y + (pix + c->w + 1) * c->y_stride};
+    const float* rp[4] = {NULL, NULL, NULL, NULL};
+    if (c->residual != NULL) {
+      rp[0] = c->residual + pix * c->r_stride;
+      rp[1] = c->residual + (pix + 1) * c->r_stride;
+      rp[2] = c->residual + (pix + c->w) * c->r_stride;
+      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
+    }
+    const int inside[4] = {1, dx, dy, dx && dy};
+    for (size_t co = 0; co < cout; co += 8) {
+      const float* mq = M + t * cout + co;
+      __m256 r0[4], r1[4], o[4];
+      for (int q = 0; q < 4; q++) {  // A^T m
+        const __m256 m4 = _mm256_loadu_ps(mq + (4 + q) * mp), m8 = _mm256_loadu_ps(mq + (8 + q) * mp);
+        r0[q] = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(mq + q * mp), m4), m8);
+        r1[q] = _mm256_sub_ps(_mm256_sub_ps(m4, m8), _mm256_loadu_ps(mq + (12 + q) * mp));
+      }
+      const __m256 b = _mm256_loadu_ps(c->bias + co);
+      o[0] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(r0[0], r0[1]), r0[2]), b);
+      o[1] = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(r0[1], r0[2]), r0[3]), b);
+      o[2] = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(r1[0], r1[1]), r1[2]), b);
+      o[3] = _mm256_add_ps(_mm256_sub_ps(_mm256_sub_ps(r1[1], r1[2]), r1[3]), b);
+      for (int k = 0; k < 4; k++) {
+        if (!inside[k]) {
+          continue;
+        }
+        __m256 v = c->silu ? silu8_avx2(o[k]) : o[k];
+        if (rp[k] != NULL) {
+          v = _mm256_add_ps(v, _mm256_loadu_ps(rp[k] + co));
+        }
+        _mm256_storeu_ps(yp[k] + co, v);
+      }
+    }
+  }
+}
+#endif
+
+// Slots [start, start + count): slot s computes the groups [s * groups / slots, (s + 1) * groups / slots).
+static void wino_task(void* context, size_t start, size_t count) {
+  const wino_ctx* c = context;
+  for (size_t s = start; s < start + count; s++) {
+    unsigned char* slot = c->scratch + s * CARVE_WINOGRAD_SLOT_BYTES(c->cout);
+    float* U = (float*)(void*)slot;
+    float* M = wino_m(slot);
+    const size_t g1 = (s + 1) * c->groups / c->slots;
+    for (size_t g = s * c->groups / c->slots; g < g1; g++) {
+      const size_t t0 = g * WINO_TILES;
+      for (size_t c0 = 0; c0 < c->cin; c0 += WINO_KC) {
+        const size_t kc = min_size(WINO_KC, c->cin - c0);
+#ifdef CARVE_SILU_X86
+        if (c->simd == 2) {
+          wino_input_avx512(c, t0, c0, kc, U);
+          wino_gemms_avx512(c, U, c0, kc, M);
+          continue;
+        }
+        if (c->simd == 1) {
+          wino_input_avx2(c, t0, c0, kc, U);
+          wino_gemms_avx2(c, U, c0, kc, M);
+          continue;
+        }
+#endif
+        wino_input_portable(c, t0, c0, kc, U);
+        wino_gemms_portable(c, U, c0, kc, M);
+      }
+#ifdef CARVE_SILU_X86
+      if (c->simd == 2) {
+        wino_output_avx512(c, M, t0);
+        continue;
+      }
+      if (c->simd == 1) {
+        wino_output_avx2(c, M, t0);
+        continue;
+      }
+#endif
+      wino_output_portable(c, M, t0);
+    }
+  }
+}
+
+// The kernel with its instruction set named (simd: 2 AVX-512, 1 AVX2 + FMA, 0 portable; a level the CPU
+// lacks falls back); carve_conv3x3s1_winograd picks the best.
+static carve_status wino_conv(const float* x, size_t x_stride, size_t h, size_t w, size_t cin,
+                              const float* weights, const float* bias, size_t cout, float* y, size_t y_stride,
+                              const float* residual, size_t r_stride, carve_act act, void* scratch, size_t slots,
+                              int simd, pthreadpool_t pool) {
+  if (x == NULL || weights == NULL || bias == NULL || y == NULL || scratch == NULL || h == 0 || w == 0 ||
+      cin == 0 || cout == 0 || cin % CARVE_WINOGRAD_CHANNEL_MULTIPLE != 0 ||
+      cout % CARVE_WINOGRAD_CHANNEL_MULTIPLE != 0 || x_stride < cin || y_stride < cout ||
+      (residual != NULL && r_stride < cout) || slots == 0 || (uintptr_t)scratch % 64 != 0 ||
+      (act != CARVE_ACT_NONE && act != CARVE_ACT_SILU)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+#ifdef CARVE_SILU_X86
+  const int have = silu_simd_level();
+  simd = simd < have ? simd : have;
+#else
+  simd = 0;
+#endif
+  const size_t tw = (w + 1) / 2, tiles = tw * ((h + 1) / 2);
+  const wino_ctx ctx = {.x = x, .x_stride = x_stride, .h = h, .w = w, .cin = cin, .weights = weights,
+                        .bias = bias, .cout = cout, .y = y, .y_stride = y_stride, .residual = residual,
+                        .r_stride = residual != NULL ? r_stride : 0, .tw = tw, .tiles = tiles,
+                        .groups = div_round_up(tiles, WINO_TILES), .slots = slots, .scratch = scratch,
+                        .silu = act == CARVE_ACT_SILU, .simd = simd};
+  carve_parallelize_1d_tile(pool, wino_task, (void*)&ctx, slots, 1);
+  return CARVE_OK;
+}
+
+carve_status carve_conv3x3s1_winograd(const float* x, size_t x_stride, size_t h, size_t w, size_t cin,
+                                      const float* weights, const float* bias, size_t cout, float* y,
+                                      size_t y_stride, const float* residual, size_t r_stride, carve_act act,
+                                      void* scratch, size_t slots, pthreadpool_t pool) {
+  return wino_conv(x, x_stride, h, w, cin, weights, bias, cout, y, y_stride, residual, r_stride, act, scratch,
+                   slots, 2, pool);
+}
+
 // ---- Upsample ---------------------------------------------------------------
 
 typedef struct upsample_ctx {
