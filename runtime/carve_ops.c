@@ -702,24 +702,44 @@ static void wino_input_portable(const wino_ctx* c, size_t t0, size_t c0, size_t 
   }
 }
 
-// m[4][cout] (at co) (+)= u[4][kc] x w[kc][cout] (at co), 16 channels; += unless first.
-static void wino_gemm_portable(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
-  float acc[4][16];
-  for (int i = 0; i < 4; i++) {
+// Tiles of one portable GEMM call: 2 x 16 accumulators, 8 SSE registers (x86-64's baseline has 16).
+#ifndef WINO_PORTABLE_TILES
+#define WINO_PORTABLE_TILES 2
+#endif
+
+// GCC's -O3 vectorises the loop over the input channels below (shuffling across them, 4x slower than -O2);
+// the 16 channels of each accumulator row are vectorised by SLP, which this leaves on.
+#if defined(__GNUC__) && !defined(__clang__)
+#define WINO_NO_LOOP_VECTORIZE __attribute__((optimize("no-tree-loop-vectorize")))
+#else
+#define WINO_NO_LOOP_VECTORIZE
+#endif
+
+// m[WINO_PORTABLE_TILES][cout] (at co) (+)= u[WINO_PORTABLE_TILES][kc] x w[kc][cout] (at co), 16 channels;
+// += unless first.
+WINO_NO_LOOP_VECTORIZE static void wino_gemm_portable(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+  float acc[WINO_PORTABLE_TILES][16];
+#pragma GCC unroll 4
+  for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
+#pragma GCC unroll 16
     for (int j = 0; j < 16; j++) {
       acc[i][j] = first ? 0.0f : m[i * cout + j];
     }
   }
   for (size_t ci = 0; ci < kc; ci++) {
     const float* wr = w + ci * cout;
-    for (int i = 0; i < 4; i++) {
+#pragma GCC unroll 4
+    for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
       const float a = u[i * kc + ci];
+#pragma GCC unroll 16
       for (int j = 0; j < 16; j++) {
         acc[i][j] = CARVE_MLA(a, wr[j], acc[i][j]);
       }
     }
   }
-  for (int i = 0; i < 4; i++) {
+#pragma GCC unroll 4
+  for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
+#pragma GCC unroll 16
     for (int j = 0; j < 16; j++) {
       m[i * cout + j] = acc[i][j];
     }
@@ -730,7 +750,7 @@ static void wino_gemms_portable(const wino_ctx* c, const float* U, size_t c0, si
   const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
   for (size_t k = 0; k < 16; k++) {
     for (size_t co = 0; co < cout; co += 16) {
-      for (size_t i = 0; i < WINO_TILES; i += 4) {
+      for (size_t i = 0; i < WINO_TILES; i += WINO_PORTABLE_TILES) {
         wino_gemm_portable(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
                            M + k * mp + i * cout + co, kc, cout, c0 == 0);
       }
@@ -947,6 +967,7 @@ __attribute__((target("avx2,fma"))) static void wino_input_avx2(const wino_ctx* 
 __attribute__((target("avx2,fma"))) static void wino_gemm_avx2(const float* u, const float* w, float* m,
                                                                size_t kc, size_t cout, int first) {
   __m256 lo[6], hi[6];
+#pragma GCC unroll 8
   for (int i = 0; i < 6; i++) {
     lo[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(m + i * cout);
     hi[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(m + i * cout + 8);
@@ -960,6 +981,7 @@ __attribute__((target("avx2,fma"))) static void wino_gemm_avx2(const float* u, c
       hi[i] = _mm256_fmadd_ps(a, w1, hi[i]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < 6; i++) {
     _mm256_storeu_ps(m + i * cout, lo[i]);
     _mm256_storeu_ps(m + i * cout + 8, hi[i]);
