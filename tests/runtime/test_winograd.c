@@ -7,7 +7,7 @@
 // than the channels: NaN past cin in x and in the residual (must not be read),
 // a canary past cout in y (must not be written), NaN in the scratch (its contents
 // must not matter). Every instruction set the CPU has (AVX-512, AVX2 + FMA,
-// portable) is run serially with 1 slot, and with 2 and 3 slots, with no pool
+// portable; on aarch64 NEON and portable) is run serially with 1 slot, and with 2 and 3 slots, with no pool
 // and with pools of 2 and 3 threads: all bit-identical to the serial run.
 // Bad arguments are refused with CARVE_ERR_INVALID_ARGUMENT and write nothing.
 //
@@ -27,11 +27,18 @@
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
+#ifdef CARVE_WINO_NEON
+static const char* const k_path[3] = {"portable", "NEON", "NEON"};  // aarch64: levels 1 and 2 are NEON
+#else
 static const char* const k_path[3] = {"portable", "AVX2+FMA", "AVX-512"};
+#endif
 
+// Levels run: on x86-64 each one the CPU has; on aarch64 the portable one and NEON (level 1) once.
 static int have_level(int simd) {
 #ifdef CARVE_SILU_X86
   return simd <= silu_simd_level();
+#elif defined(CARVE_WINO_NEON)
+  return simd <= 1;
 #else
   return simd == 0;
 #endif
@@ -282,11 +289,15 @@ static void test_refusals(void) {
 }
 
 int main(void) {
+#ifdef CARVE_WINO_NEON
+  printf("runtime_winograd: aarch64: checking the NEON and portable paths\n");
+#else
   for (int simd = 2; simd > 0; simd--) {
     if (!have_level(simd)) {
       printf("runtime_winograd: no %s on this CPU: that path skipped\n", k_path[simd]);
     }
   }
+#endif
   pthreadpool_t pool2 = make_pool2();
   pthreadpool_t pool3 = pthreadpool_create(3);
   CHECK(pool3 != NULL);
