@@ -96,7 +96,8 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 // transformed back (A^T m A), + bias, then SiLU as carve_epilogue computes it
 // (act CARVE_ACT_SILU; CARVE_ACT_NONE: none), then + residual. On AVX-512 and
 // AVX2 + FMA the GEMMs are FMA intrinsics, picked at run time like the SiLU
-// kernels; elsewhere portable C: the paths agree to float rounding. About as
+// kernels; on aarch64 NEON (checked under qemu only, speed not measured);
+// elsewhere portable C: the paths agree to float rounding. About as
 // accurate as a direct convolution (about 1e-6 absolute on unit-scale data).
 // scratch is `slots` slots of CARVE_WINOGRAD_SLOT_BYTES(cout) bytes, 64-byte
 // aligned, contents ignored; the groups are split into `slots` tasks over `pool`
