@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "generator"))
 
 from carve.backends import xnn_heap  # noqa: E402
-from carve.backends.xnnpack import conv_layout, stem_conv  # noqa: E402
+from carve.backends.xnnpack import LAYOUTS, runtime_conv_layout, stem_conv  # noqa: E402
 from carve.ir import op_flops  # noqa: E402
 
 STEM = dict(kernel=(3, 3), stride=2, pad=1, groups=1, cin=3, cout=16, act="silu")
@@ -41,9 +41,9 @@ def test_the_rule():
 
 def test_the_layout():
     w = np.arange(16 * 3 * 3 * 3, dtype=np.float32).reshape(16, 3, 3, 3)   # PyTorch (out, in, kh, kw)
-    k = conv_layout(w, STEM)
+    k = runtime_conv_layout(stem_conv(STEM), w)
     assert k.shape == (3, 3, 3, 16) and k[2, 1, 0, 5] == w[5, 0, 2, 1]       # (kh, kw, in, out)
-    x = conv_layout(w, dict(STEM, stride=1))
+    x = LAYOUTS.conv(w, STEM)                                                # a descriptor's, whatever the attrs
     assert x.shape == (16, 3, 3, 3) and x[5, 2, 1, 0] == w[5, 0, 2, 1]       # XNNPACK's (out, kh, kw, in)
 
 

@@ -20,7 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "generator"))
 
-from carve.backends.xnnpack import conv_layout, conv_slices, winograd_conv, winograd_slot_bytes  # noqa: E402
+from carve.backends import get_backend  # noqa: E402
+from carve.backends.xnnpack import (LAYOUTS, conv_slices, runtime_conv_layout, winograd_conv,  # noqa: E402
+                                   winograd_slot_bytes)
 from carve.ir import op_flops  # noqa: E402
 
 CONV = dict(kernel=(3, 3), stride=1, pad=1, groups=1, cin=32, cout=16, act="silu")
@@ -48,12 +50,23 @@ def test_the_rule():
 def test_the_layout():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)   # PyTorch (out, in, kh, kw)
-    u = conv_layout(w, CONV)
+    u = runtime_conv_layout(winograd_conv(CONV), w)
     assert u.shape == (16, 32, 16) and u.dtype == np.float32
     G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
     for o, i in ((0, 0), (5, 31), (15, 7)):
         want = G @ w[o, i].astype(np.float64) @ G.T                   # (a, b): position 4 * a + b
         np.testing.assert_allclose(u[:, i, o], want.reshape(16), rtol=1e-6, atol=1e-7)
+
+
+def test_descriptors_keep_xnnpack_layout():
+    """A descriptor's weights are XNNPACK's OHWI whatever its attrs: a slice of a convolution that the rule
+    refuses (cout 85, sliced into 48 + 37 channels) has a slice that the rule would take (256 -> 48), and once got
+    the Winograd layout (the pose heads' keypoint convolutions were wrong until this test)."""
+    assert get_backend("xnnpack").layouts is LAYOUTS
+    w = np.arange(48 * 256 * 9, dtype=np.float32).reshape(48, 256, 3, 3)
+    attrs = dict(CONV, cin=256, cout=48)
+    assert winograd_conv(attrs)
+    np.testing.assert_array_equal(LAYOUTS.conv(w, attrs), np.transpose(w, (0, 2, 3, 1)))
 
 
 def test_xnnpack_lowers_3x3_stride1_convs(built):
@@ -77,7 +90,7 @@ def test_xnnpack_lowers_3x3_stride1_convs(built):
             assert s["residual"] is None
         w = graph.weights[op.params["weight"]]
         got = blob[s["weight_off"]:s["weight_off"] + 16 * w.shape[1] * w.shape[0]]
-        np.testing.assert_array_equal(got, conv_layout(w, op.attrs).reshape(-1))
+        np.testing.assert_array_equal(got, runtime_conv_layout("conv3x3s1_wino", w).reshape(-1))
         b = graph.weights[op.params["bias"]]
         np.testing.assert_array_equal(blob[s["bias_off"]:s["bias_off"] + b.size], b)
     assert fused > 0

@@ -113,9 +113,12 @@ class CBackend(Backend):
     layouts: Layouts
     runtime: tuple = ()
     # runtime_conv(attrs) -> a step kind (RUNTIME_CONVS) for a conv2d this backend runs as a carve runtime
-    # kernel instead of a descriptor of its own, or None. Its Layouts.conv must give that kernel's layout
-    # for the same attrs. None: every conv is a descriptor.
+    # kernel instead of a descriptor of its own, or None; runtime_conv_layout gives its weights' layout.
+    # None: every conv is a descriptor.
     runtime_conv: Callable[[dict], str | None] | None = None
+    # runtime_conv_layout(kind, w) -> the weights of a runtime_conv step of that kind, from PyTorch's (out, in,
+    # kh, kw); Layouts.conv stays the descriptors' (a slice of a conv may match a runtime kernel's rule).
+    runtime_conv_layout: Callable[[str, np.ndarray], np.ndarray] | None = None
     # conv_slices(attrs) -> [(c0, c1), ...]: the output-channel ranges a conv2d descriptor is split into, each
     # its own descriptor writing channels c0..c1 of the same output (one weight slice each, taken from PyTorch's
     # layout before Layouts.conv), or None for one descriptor. None: no conv is split.
@@ -132,7 +135,7 @@ class CBackend(Backend):
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, op descriptor table and per-layer steps."""
         return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv, self.conv_slices,
-                     self.letterbox_bands)
+                     self.letterbox_bands, self.runtime_conv_layout)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
@@ -142,9 +145,10 @@ class CBackend(Backend):
 
 def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
           runtime_conv: Callable[[dict], str | None] | None = None,
-          conv_slices: Callable[[dict], list | None] | None = None, letterbox_bands: int = 1) -> dict:
+          conv_slices: Callable[[dict], list | None] | None = None, letterbox_bands: int = 1,
+          runtime_conv_layout: Callable[[str, np.ndarray], np.ndarray] | None = None) -> dict:
     """The program the templates render (see the module docstring); ``runtime_conv``, ``conv_slices``,
-    ``letterbox_bands``: see ``CBackend``."""
+    ``letterbox_bands``, ``runtime_conv_layout``: see ``CBackend``."""
     blob = WeightBlob()
     ops: list = []      # compute op descriptors, in run order
     layers = {layer.index: dict(index=layer.index, type=layer.type,
@@ -190,7 +194,7 @@ def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
                 fused = None
             steps.append(dict(head, kind=kind, fn=RUNTIME_CONVS[kind], x_off=off(x), x_stride=v[x].stride, h=h, w=w,
                               cin=op.attrs["cin"], cout=op.attrs["cout"],
-                              weight_off=blob.add(layouts.conv(graph.weights[op.params["weight"]], op.attrs)),
+                              weight_off=blob.add(runtime_conv_layout(kind, graph.weights[op.params["weight"]])),
                               bias_off=blob.add(graph.weights[op.params["bias"]]), y_off=off(y), y_stride=v[y].stride,
                               act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE",
                               residual=fused, epilogue=epi))

@@ -113,21 +113,23 @@ def conv_slices(attrs: dict) -> list | None:
     return [(c0, min(c0 + width, cout)) for c0 in range(0, cout, width)]
 
 
-def conv_layout(w: np.ndarray, attrs: dict) -> np.ndarray:
-    """PyTorch (out, in/g, kh, kw) -> XNNPACK's (out, kh, kw, in/g), (kh, kw, in, out) for stem_conv's, or
-    winograd_weights for winograd_conv's."""
-    if winograd_conv(attrs):
+def runtime_conv_layout(kind: str, w: np.ndarray) -> np.ndarray:
+    """PyTorch (out, in, kh, kw) -> the weights of a runtime_conv step of this kind: (kh, kw, in, out) for
+    carve_conv3x3s2_small_cin, winograd_weights' (16, in, out) for carve_conv3x3s1_winograd. (Descriptors, which
+    XNNPACK runs, keep LAYOUTS whatever their attrs: a slice of a convolution may look like a runtime kernel's.)"""
+    if kind == "conv3x3s1_wino":
         return winograd_weights(w)
-    return np.transpose(w, (2, 3, 1, 0) if stem_conv(attrs) else (0, 2, 3, 1))
+    if kind == "conv3x3s2":
+        return np.transpose(w, (2, 3, 1, 0))
+    raise AssertionError(f"no layout for runtime conv kind {kind!r}")  # pragma: no cover - a backend's bug
 
 
 # XNNPACK wants conv and deconv weights as (out, kh, kw, in / groups): PyTorch has conv (out, in/g, kh, kw),
-# deconv (in, out, kh, kw); fully connected as PyTorch's (out, in). LAYOUTS is that OHWI blob for every conv (the
-# cuda backend's too); XNN_LAYOUTS, the xnnpack backend's, differs for the runtime kernels' convs (conv_layout).
+# deconv (in, out, kh, kw); fully connected as PyTorch's (out, in). The cuda backend shares these; the runtime
+# kernels' convolutions take runtime_conv_layout's instead.
 LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
                   deconv=lambda w, a: np.transpose(w, (1, 2, 3, 0)),
                   linear=lambda w, a: w)
-XNN_LAYOUTS = Layouts(conv=conv_layout, deconv=LAYOUTS.deconv, linear=LAYOUTS.linear)
 
 
 class XnnpackBackend(CBackend):
@@ -135,8 +137,9 @@ class XnnpackBackend(CBackend):
     description = "CPU: C11 + XNNPACK operators + pthreadpool"
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
-    layouts = XNN_LAYOUTS
+    layouts = LAYOUTS
     runtime_conv = staticmethod(runtime_conv)
+    runtime_conv_layout = staticmethod(runtime_conv_layout)
     conv_slices = staticmethod(conv_slices)
     letterbox_bands = 8   # carve_letterbox runs in bands on the thread pool (CARVE_LETTERBOX_BANDS)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
