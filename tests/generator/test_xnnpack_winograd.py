@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "generator"))
 
 from carve.backends import get_backend  # noqa: E402
-from carve.backends.xnnpack import (LAYOUTS, conv_slices, runtime_conv_layout, winograd_conv,  # noqa: E402
+from carve.backends.xnnpack import (LAYOUTS, runtime_conv_layout, winograd_conv,  # noqa: E402
                                    winograd_slot_bytes)
 from carve.ir import op_flops  # noqa: E402
 
@@ -44,7 +44,6 @@ def test_the_rule():
                 dict(kernel=(1, 1), pad=0), dict(kernel=(5, 5), pad=2), dict(groups=32, cout=32),
                 dict(act="relu")):
         assert winograd_conv(dict(CONV, **bad)) is None, bad
-    assert conv_slices(dict(CONV, cin=512, cout=512)) is None  # one runtime kernel call, never sliced
 
 
 def test_the_layout():
@@ -124,3 +123,18 @@ def test_other_backends_keep_their_convs(built):
     blob = np.frombuffer(p["blob"], dtype="<f4")
     want = np.transpose(graph.weights[op.params["weight"]], (0, 2, 3, 1)).reshape(-1)
     np.testing.assert_array_equal(blob[d["weight_off"]:d["weight_off"] + want.size], want)
+
+
+def test_f16_packages_keep_xnnpack(built):
+    """--weights-dtype f16 rounds every stored weight: Winograd's transformed ones would no longer be the f16
+    convolution's, so an f16 package runs those convolutions as XNNPACK operators (from the f16 weights widened
+    at create) and has no Winograd slot."""
+    graph, _, _ = built
+    from carve.planner import plan_memory
+    be = get_backend("xnnpack")
+    p = be.lower(graph, plan_memory(graph), winograd=False)
+    assert wino_steps(p) == [] and p["wino_slot_bytes"] == 0
+    assert [s["kind"] for s in p["runtime_convs"]] == ["conv3x3s2"]
+    files = be.emit(graph, plan_memory(graph), dict(weights_dtype="f16"))
+    c = next(v for k, v in files.items() if k.endswith(".c") and "demo" not in k).decode()
+    assert "carve_conv3x3s1_winograd(" not in c and "carve_conv3x3s2_small_cin(" in c

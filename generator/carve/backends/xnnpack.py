@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import xnn_heap
+from . import lowering, xnn_heap
+from .emit_c import CPackage
 from .lowering import CPU_RULES, CBackend, Layouts
 
 # What carve_conv3x3s2_small_cin accepts (CARVE_STEM_MAX_CIN, CARVE_STEM_COUT_MULTIPLE of runtime/carve_ops.h;
@@ -97,8 +98,9 @@ SLICE_CHANNELS = 16
 def conv_slices(attrs: dict) -> list | None:
     """The output-channel ranges [(c0, c1), ...] a convolution runs as, one XNNPACK operator each, so that each
     slice's weights (float32, SLICE_WEIGHT_BYTES at most where the channel granularity allows) stay in L2; None
-    (one operator) for weights that fit, grouped convolutions and the runtime kernels' convolutions."""
-    if attrs["groups"] != 1 or runtime_conv(attrs):
+    (one operator) for weights that fit and grouped convolutions. (The lowering asks only for the convolutions
+    that XNNPACK runs: not runtime_conv's.)"""
+    if attrs["groups"] != 1:
         return None
     cout = attrs["cout"]
     kh, kw = attrs["kernel"]
@@ -149,8 +151,17 @@ class XnnpackBackend(CBackend):
                "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
     cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
 
-    def lower(self, graph, plan) -> dict:
-        program = super().lower(graph, plan)
+    def emit(self, graph, plan, options) -> dict:
+        # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be
+        # rounded, not the convolution's own, and the package would no longer compute the convolution of the
+        # f16-rounded weights (tests/firmware/f16.py): an f16 package keeps XNNPACK for those convolutions.
+        winograd = (options or {}).get("weights_dtype", "f32") == "f32"
+        return CPackage(self, graph, plan, self.lower(graph, plan, winograd=winograd), options).files()
+
+    def lower(self, graph, plan, winograd: bool = True) -> dict:
+        program = lowering.lower(graph, plan, self.name, self.prefix, self.layouts,
+                                 runtime_conv if winograd else stem_conv, self.conv_slices, self.letterbox_bands,
+                                 self.runtime_conv_layout)
         # Winograd convolutions take CARVE_WINOGRAD_SLOT_BYTES(cout) of the scratch per task: one slot in
         # <NAME>_SCRATCH_BYTES (create_with runs on one thread); create allocates one per thread.
         wino = [st["cout"] for st in program["runtime_convs"] if st["kind"] == "conv3x3s1_wino"]
