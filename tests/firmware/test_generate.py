@@ -8,7 +8,8 @@
     ABI fails to compile the package, and a package ABI (CARVE_PACKAGE_ABI) the runtime does not have fails
     to compile the runtime; the unmodified package compiles (so each refusal is the check's doing);
   * the `--weights-format file` image: header fields (magic, version, dtype, size, CRC-32, SHA-256) and a
-    payload equal to the linked blob's bytes, or to their float16 rounding;
+    payload equal to the linked blob's bytes, or to the float16 rounding of the blob lowered without the
+    Winograd convolutions (which f16 packages leave to XNNPACK);
   * --imgsz H W reaches the header; bad sizes and out-of-range f16 weights are refused by name.
 """
 
@@ -141,6 +142,21 @@ def test_abi_mismatch_fails_to_compile_both_ways(packages, tmp_path):
     assert "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI" in bad.stderr
 
 
+def _blob_without_winograd(weights) -> bytes:
+    """The float32 blob an f16 package rounds: the xnnpack lowering without the Winograd convolutions."""
+    from carve.backends import get_backend
+    from carve.planner import plan_memory
+    seen = {}
+
+    def hook(g):
+        seen["graph"] = g
+        return g
+
+    compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, graph_hook=hook)
+    graph = seen["graph"]
+    return get_backend("xnnpack").lower(graph, plan_memory(graph), winograd=False)["blob"]
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_weights_file_layout(weights, packages, dtype):
     blob = (packages["blob", "f32", ("64",)] / "yolo26n_weights.bin").read_bytes()
@@ -156,6 +172,10 @@ def test_weights_file_layout(weights, packages, dtype):
     if dtype == "f32":
         assert payload == blob
     else:
+        # an f16 package runs its 3x3 stride-1 convolutions in XNNPACK (OHWI weights), an f32 one as Winograd
+        # (transformed weights): its payload is the rounding of the blob lowered without Winograd
+        f32 = np.frombuffer(_blob_without_winograd(weights), "<f4")
+        blob = f32.tobytes()
         half = np.frombuffer(payload, "<f2")
         assert np.array_equal(half, f32.astype("<f2"))          # round to nearest even, element by element
         assert np.max(np.abs(half.astype("<f4") - f32)) <= np.max(np.abs(f32)) * 2.0 ** -11
