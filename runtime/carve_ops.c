@@ -659,12 +659,21 @@ static inline void wino_patch(const wino_ctx* c, size_t t, size_t c0, const floa
   }
 }
 
-// The output pixel (oy, ox) of tile t and whether its right column and bottom row lie inside the image.
-static inline size_t wino_out_pixel(const wino_ctx* c, size_t t, int* dx, int* dy) {
+// The 2x2 output pixels of tile t (top-left, top-right, bottom-left, bottom-right): where to store them in y,
+// their residuals (NULL without one) and which lie inside the image (the right column and bottom row of a tile
+// at an odd edge do not).
+static inline void wino_out_tile(const wino_ctx* c, size_t t, float* yp[4], const float* rp[4], int inside[4]) {
   const size_t oy = 2 * (t / c->tw), ox = 2 * (t % c->tw);
-  *dx = ox + 1 < c->w;
-  *dy = oy + 1 < c->h;
-  return oy * c->w + ox;
+  const size_t pix[4] = {oy * c->w + ox, oy * c->w + ox + 1, (oy + 1) * c->w + ox, (oy + 1) * c->w + ox + 1};
+  const int dx = ox + 1 < c->w, dy = oy + 1 < c->h;
+  inside[0] = 1;
+  inside[1] = dx;
+  inside[2] = dy;
+  inside[3] = dx && dy;
+  for (int k = 0; k < 4; k++) {
+    yp[k] = c->y + pix[k] * c->y_stride;
+    rp[k] = c->residual != NULL ? c->residual + pix[k] * c->r_stride : NULL;
+  }
 }
 
 static inline float* wino_m(unsigned char* slot) { return (float*)(void*)slot + 16 * WINO_U_PLANE; }
@@ -766,18 +775,10 @@ static void wino_output_portable(const wino_ctx* c, const float* M, size_t t0) {
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
   for (size_t t = 0; t < n; t++) {
-    int dx, dy;
-    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
-    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
-                    c->y + (pix + c->w + 1) * c->y_stride};
-    const float* rp[4] = {NULL, NULL, NULL, NULL};
-    if (c->residual != NULL) {
-      rp[0] = c->residual + pix * c->r_stride;
-      rp[1] = c->residual + (pix + 1) * c->r_stride;
-      rp[2] = c->residual + (pix + c->w) * c->r_stride;
-      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
-    }
-    const int inside[4] = {1, dx, dy, dx && dy};
+    float* yp[4];
+    const float* rp[4];
+    int inside[4];
+    wino_out_tile(c, t0 + t, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 16) {
       const float* m = M + t * cout + co;
       float r0[4][16], r1[4][16], o[4][16];
@@ -898,18 +899,10 @@ __attribute__((target("avx512f"))) static void wino_output_avx512(const wino_ctx
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
   for (size_t t = 0; t < n; t++) {
-    int dx, dy;
-    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
-    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
-                    c->y + (pix + c->w + 1) * c->y_stride};
-    const float* rp[4] = {NULL, NULL, NULL, NULL};
-    if (c->residual != NULL) {
-      rp[0] = c->residual + pix * c->r_stride;
-      rp[1] = c->residual + (pix + 1) * c->r_stride;
-      rp[2] = c->residual + (pix + c->w) * c->r_stride;
-      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
-    }
-    const int inside[4] = {1, dx, dy, dx && dy};
+    float* yp[4];
+    const float* rp[4];
+    int inside[4];
+    wino_out_tile(c, t0 + t, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 16) {
       const float* mq = M + t * cout + co;
       __m512 m[16], r0[4], r1[4], o[4];
@@ -1008,18 +1001,10 @@ __attribute__((target("avx2,fma"))) static void wino_output_avx2(const wino_ctx*
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
   for (size_t t = 0; t < n; t++) {
-    int dx, dy;
-    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
-    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
-                    c->y + (pix + c->w + 1) * c->y_stride};
-    const float* rp[4] = {NULL, NULL, NULL, NULL};
-    if (c->residual != NULL) {
-      rp[0] = c->residual + pix * c->r_stride;
-      rp[1] = c->residual + (pix + 1) * c->r_stride;
-      rp[2] = c->residual + (pix + c->w) * c->r_stride;
-      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
-    }
-    const int inside[4] = {1, dx, dy, dx && dy};
+    float* yp[4];
+    const float* rp[4];
+    int inside[4];
+    wino_out_tile(c, t0 + t, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 8) {
       const float* mq = M + t * cout + co;
       __m256 r0[4], r1[4], o[4];
@@ -1139,18 +1124,10 @@ static void wino_output_neon(const wino_ctx* c, const float* M, size_t t0) {
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
   for (size_t t = 0; t < n; t++) {
-    int dx, dy;
-    const size_t pix = wino_out_pixel(c, t0 + t, &dx, &dy);
-    float* yp[4] = {c->y + pix * c->y_stride, c->y + (pix + 1) * c->y_stride, c->y + (pix + c->w) * c->y_stride,
-                    c->y + (pix + c->w + 1) * c->y_stride};
-    const float* rp[4] = {NULL, NULL, NULL, NULL};
-    if (c->residual != NULL) {
-      rp[0] = c->residual + pix * c->r_stride;
-      rp[1] = c->residual + (pix + 1) * c->r_stride;
-      rp[2] = c->residual + (pix + c->w) * c->r_stride;
-      rp[3] = c->residual + (pix + c->w + 1) * c->r_stride;
-    }
-    const int inside[4] = {1, dx, dy, dx && dy};
+    float* yp[4];
+    const float* rp[4];
+    int inside[4];
+    wino_out_tile(c, t0 + t, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 16) {
       float o[4][16];
       for (size_t j = 0; j < 16; j += 4) {
