@@ -5,20 +5,28 @@ import numpy as np
 ref, got, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 worst = {}
 lines = []
-for name, g in (("n320", "d-n320"), ("n320-nograph", "d-n320-nograph"), ("seg320", "d-seg320")):
+for name, g in (("n320", "d-n320"), ("n320-nograph", "d-n320-nograph"), ("seg320", "d-seg320"),
+                ("n320f16", "d-n320f16"), ("n320f16-caller", "d-n320f16-caller")):
     rdir = ref / name.split("-")[0]
     for f in sorted(rdir.glob("*.npy")):
         a = np.load(f).astype(np.float64); b = np.load(got / g / f.name).astype(np.float64)
         if a.shape != b.shape:
             lines.append(f"{name} {f.name}: shape {b.shape} != {a.shape}"); worst[name] = 1e9; continue
-        if f.name.startswith("output0") and a.ndim == 3 and a.shape[-1] >= 6:  # rows: compare by rank, report class agreement
+        if a.ndim == 3 and a.shape[-1] >= 6:  # e2e rows (the head's dump and output0): compare by rank, report class agreement
             cls_same = float(np.mean(a[0, :, 5] == b[0, :, 5]))
             lines.append(f"{name} {f.name}: rows {a.shape}, same class at rank {cls_same:.3f}, top-20 max|d| {np.abs(a[0,:20,:6]-b[0,:20,:6]).max():.3g}")
             continue
         e = float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-12))
         worst[name] = max(worst.get(name, 0), e)
         lines.append(f"{name} {f.name}: shape {a.shape} max rel err {e:.3g}")
-for n in ("n320", "n640"):
+# caller-owned memory must give the same bits as create
+diff = [f.name for f in sorted((got / "d-n320f16").glob("*.npy"))
+        if not np.array_equal(np.load(f), np.load(got / "d-n320f16-caller" / f.name))]
+lines.append(f"n320f16 --caller-memory vs create: {'bit-identical' if not diff else 'DIFFERENT: ' + ', '.join(diff)}"
+             f" ({len(list((got / 'd-n320f16').glob('*.npy')))} dumps)")
+same = [json.loads((out / f).read_text())["detections"] for f in ("n320f16.json", "n320f16-caller.json")]
+lines.append(f"n320f16 --caller-memory detections: {'the same as create' if same[0] == same[1] else 'DIFFERENT'}")
+for n in ("n320", "n640", "n320f16"):
     try:
         r = json.loads((ref / f"{n}.json").read_text())["detections"]; g = json.loads((out / f"{n}.json").read_text())["detections"]
         r = [d for d in r if d["score"] > 0.3]; g = [d for d in g if d["score"] > 0.3]

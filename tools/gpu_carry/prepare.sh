@@ -1,7 +1,9 @@
 #!/bin/sh
 # Prepare a folder to carry to a GPU machine that has nvcc and CMake but no XNNPACK, Ultralytics or network (the
 # `device` tool's machines): the cuda packages (yolo26n at 320 and 640, yolo26n-seg at 320), the CPU (xnnpack)
-# package's layer dumps and detections on the same image, stb, and run.sh + compare.py. On the GPU machine:
+# package's layer dumps and detections on the same image, stb, and run.sh + compare.py; and yolo26n at 320 once more
+# with --weights-format file --weights-dtype f16 (cuda and xnnpack, the options the host emulation alone checked in
+# CI). On the GPU machine:
 #   bash DIR/run.sh        (writes compare.txt and the JSON outputs to $OUT)
 # Usage: tools/gpu_carry/prepare.sh DIR CHECKPOINTS   (CHECKPOINTS holds yolo26n.pt and yolo26n-seg.pt, e.g. made by
 #        python3 tools/oracle.py make-checkpoint --cfg yolo26n.yaml --out CHECKPOINTS/yolo26n.pt)
@@ -24,7 +26,16 @@ for spec in "yolo26n 320 n320" "yolo26n 640 n640" "yolo26n-seg 320 seg320"; do
   else "$demo" "$DIR/bus.png" --json --dump "$DIR/ref/$3" > "$DIR/ref/$3.json"; fi
   cp -r "$tmp/$3-cuda" "$DIR/pkgs/$3"
 done
-rm -f "$DIR/pkgs/n640/"*.bin "$DIR/ref/seg320.json"   # the same weights as n320 (run.sh copies them): carry less
+rm -f "$DIR/pkgs/n640/"*.bin "$DIR/ref/seg320.json" "$DIR/ref/seg320/layer_0"[0-2].npy   # n640: n320's weights (run.sh copies them); seg: the 160x160 layers n320 covers   # the same weights as n320 (run.sh copies them): carry less
+# f16 weights in a file: the CPU package with the same rounded weights is the reference
+"$here/carve" generate "$here/manifests/yolo26n.yaml" --backend cuda --weights "$CK/yolo26n.pt" --imgsz 320 \
+  --weights-format file --weights-dtype f16 --out "$tmp/n320f16-cuda"
+"$here/carve" generate "$here/manifests/yolo26n.yaml" --backend xnnpack --weights "$CK/yolo26n.pt" --imgsz 320 \
+  --weights-format file --weights-dtype f16 --out "$tmp/n320f16-xnnpack"
+cmake -S "$tmp/n320f16-xnnpack" -B "$tmp/n320f16-xnnpack/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$tmp/n320f16-xnnpack/build" -j 2 >/dev/null
+"$tmp/n320f16-xnnpack/build/yolo26n_demo" "$DIR/bus.png" --json --dump "$DIR/ref/n320f16" > "$DIR/ref/n320f16.json"
+cp -r "$tmp/n320f16-cuda" "$DIR/pkgs/n320f16"
 cp "$here/tools/gpu_carry/run.sh" "$here/tools/gpu_carry/compare.py" "$DIR/"
 rm -rf "$tmp"
 du -sh "$DIR"
