@@ -169,10 +169,10 @@ def main():
         print(__doc__)
         return 2
     tool = sys.argv[1]
-    # One torch thread: the reference must be the same on every run. With 2 threads, the load of the machine
-    # changed which elements of the OBB head's elementwise decode ran in a vector loop and which in its scalar
-    # tail (different cos/sin), and the 128x128 OBB case's reference moved by 7.3e-6 in 2 of 8 runs under load
-    # (the C rows were the same bits every time). Reproduce: run this script with two `yes > /dev/null` beside it.
+    # One torch thread: the reference must be the same on every run. With 2 threads, the 128x128 OBB case's
+    # reference moved by 7.3e-6 (relative) in 2 of 8 runs with the machine loaded, while the C rows were the same
+    # bits every time (probably torch's split of the elementwise decode between threads, vector loops and scalar
+    # tails computing cos / sin differently). Reproduce: run this script with two `yes > /dev/null` beside it.
     torch.set_num_threads(1)
     cases = [
         # task, nc, k, grids (P3, P4, P5)
