@@ -146,3 +146,37 @@ def test_runners_report_their_own_peak_rss(tmp_path, big_parent):
     py = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import peer; "
                          "print(peer.rss_kb())", str(ROOT / "bench")], capture_output=True, text=True, check=True)
     assert 0 < int(py.stdout) < 128 << 10, f"peer.py's peak RSS reads {py.stdout.strip()} KiB for a bare interpreter"
+
+
+def test_op_profile_times_every_runtime_call_of_the_layer_functions():
+    import op_profile
+
+    src = """static double now_ms(void) {
+  return 0.0;
+}
+static carve_status layer_02_c3k2(m* m) {
+  // model.2.cv1: Conv 1x1/1 32->32 SiLU  (160,160,32) -> (160,160,32)
+  TRY(carve_xnn_run(m->xnn[1], m->pool));
+  carve_epilogue(A(m, S_X), 48, NULL, 0, 25600, 32, CARVE_ACT_SILU, m->pool);
+  // model.7: Conv 3x3/2 128->256 SiLU  (40,40,128) -> (20,20,256)
+  TRY(carve_xnn_run(m->xnn[14], m->pool));  // output channels 0..127
+  TRY(carve_conv3x3s1_winograd(A(m, S_Y), 96, 80, 80, 32,
+                               m->scratch, m->pool));  // two lines
+  return CARVE_OK;
+}
+carve_status run(m* m) {
+  TRY(carve_xnn_run(m->xnn[9], m->pool));
+  return CARVE_OK;
+}
+"""
+    text, labels = op_profile.instrument(src)
+    assert len(labels) == 4  # the call in run() is outside a layer function
+    assert text.count("now_ms() - t_") == 4 and "carve_op_ms[3] += now_ms() - t_;" in text
+    assert "m->scratch, m->pool));  // two lines\n    carve_op_ms[3]" in text
+    assert '"carve_xnn_run\\tmodel.7: Conv 3x3/2 128->256 SiLU  (40,40,128) -> (20,20,256) [slice 0..127]"' in text
+    labels = [label.split("\t", 1) for label in labels]
+    assert [call for call, _ in labels] == ["carve_xnn_run", "carve_epilogue", "carve_xnn_run", "carve_conv3x3s1_winograd"]
+    assert op_profile.mflops(labels[0][1]) == 2 * 32 * 32 * 160 * 160 / 1e6
+    assert op_profile.mflops(labels[2][1]) == 2 * 9 * 128 * 128 * 20 * 20 / 1e6  # half of the output channels
+    assert op_profile.kind_of("carve_xnn_run", labels[2][1]) == "XNNPACK 3x3 stride-2 convolution"
+    assert op_profile.kind_of("carve_xnn_run", labels[0][1]) == "XNNPACK 1x1 convolution"
