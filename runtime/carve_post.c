@@ -158,6 +158,56 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
   return e2e_key_count(anchors, nc, kk) * sizeof(uint64_t) + kk * sizeof(uint32_t);  // = CARVE_E2E_SCRATCH_BYTES
 }
 
+// ---- Keys over the pool -------------------------------------------------------
+//
+// Each key depends on its own candidate only and lands in its own slot, so the
+// keys (and so the selections and rows) are the same bits whatever the split
+// and the number of threads. A task is a few hundred anchors, or a few thousand
+// scores, so that the pool's dispatch stays small next to the work.
+
+// Anchors per step-1 task: 512 x 80 classes is ~40k compares (tens of us), 17
+// tasks for the 8400 anchors of a 640 detect head.
+#define CARVE_E2E_ANCHORS_PER_TASK 512
+// Class scores (one expf each) per step-2 task: 51 ranks at nc = 80, 6 tasks for k' = 300.
+#define CARVE_E2E_SCORES_PER_TASK 4096
+
+typedef struct e2e_keys_ctx {
+  const carve_level* levels;
+  size_t num_levels, nc;
+  uint64_t* keys;
+  const uint32_t* ori;  // step 2: the k' anchors of step 1, best first
+} e2e_keys_ctx;
+
+// Step 1: keys[a] for anchors [start, start + count), walked level by level.
+static void anchor_keys_task(void* context, size_t start, size_t count) {
+  const e2e_keys_ctx* ctx = context;
+  const size_t nc = ctx->nc;
+  size_t p;
+  const carve_level* L = locate_anchor(ctx->levels, ctx->num_levels, start, &p);
+  for (size_t a = start; a < start + count; a++, p++) {
+    while (p == L->h * L->w) {  // past this level: on to the next non-empty one (a < A)
+      L++;
+      p = 0;
+    }
+    // sigmoid is monotonic, so max_c sigmoid(x[c]) = sigmoid(max_c x[c]).
+    ctx->keys[a] = make_key(sigmoid(max_ignoring_nan(L->cls + p * L->cls_stride, nc)), a);
+  }
+}
+
+// Step 2: keys[r * nc + c] for the ranks r in [start, start + count) and every class c.
+static void rank_keys_task(void* context, size_t start, size_t count) {
+  const e2e_keys_ctx* ctx = context;
+  const size_t nc = ctx->nc;
+  for (size_t r = start; r < start + count; r++) {
+    size_t pixel;
+    const carve_level* L = locate_anchor(ctx->levels, ctx->num_levels, ctx->ori[r], &pixel);
+    const float* cls = L->cls + pixel * L->cls_stride;
+    for (size_t c = 0; c < nc; c++) {
+      ctx->keys[r * nc + c] = make_key(sigmoid(cls[c]), r * nc + c);
+    }
+  }
+}
+
 // Writes row i's extras for the task, decoded as the head decodes them at
 // inference (see carve_post.h). ax, ay, s: the anchor and stride of the row's box.
 static void decode_extras(carve_e2e_task task, const float* raw, size_t extra_channels, float ax,
@@ -191,7 +241,7 @@ static void decode_rbox(const float* ltrb, float theta, float ax, float ay, floa
 
 void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
                                 size_t extra_channels, size_t k, carve_e2e_task task,
-                                void* scratch, float* rows, size_t* num_rows) {
+                                void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool) {
   if (num_rows == NULL) {
     return;
   }
@@ -233,29 +283,21 @@ void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, si
   uint64_t* keys = scratch;                                     // (max(A, k' * nc))
   uint32_t* ori = (uint32_t*)(keys + e2e_key_count(anchors, nc, kk));  // (k') anchor indices
 
-  // Step 1: the k' anchors with the best class score.
-  size_t a = 0;
-  for (size_t l = 0; l < num_levels; l++) {
-    const carve_level* L = &levels[l];
-    for (size_t p = 0; p < L->h * L->w; p++, a++) {
-      // sigmoid is monotonic, so max_c sigmoid(x[c]) = sigmoid(max_c x[c]).
-      keys[a] = make_key(sigmoid(max_ignoring_nan(L->cls + p * L->cls_stride, nc)), a);
-    }
-  }
+  // Step 1: the k' anchors with the best class score. The keys are built over
+  // the pool; the selections stay serial (about a third of the serial time at
+  // 640, but most of it is the heap's replacements and final sort, which split
+  // chunks would not share out: each chunk would need its own k' best).
+  e2e_keys_ctx ctx = {levels, num_levels, nc, keys, ori};
+  carve_parallelize_1d_tile(pool, anchor_keys_task, &ctx, anchors, CARVE_E2E_ANCHORS_PER_TASK);
   select_top_keys(keys, anchors, kk);
   for (size_t r = 0; r < kk; r++) {
     ori[r] = (uint32_t)key_index(keys[r]);
   }
 
-  // Step 2: the k' best of the k' x nc (anchor rank, class) scores.
-  for (size_t r = 0; r < kk; r++) {
-    size_t pixel;
-    const carve_level* L = locate_anchor(levels, num_levels, ori[r], &pixel);
-    const float* cls = L->cls + pixel * L->cls_stride;
-    for (size_t c = 0; c < nc; c++) {
-      keys[r * nc + c] = make_key(sigmoid(cls[c]), r * nc + c);
-    }
-  }
+  // Step 2: the k' best of the k' x nc (anchor rank, class) scores, the keys
+  // again built over the pool, whole ranks per task.
+  const size_t ranks_per_task = nc >= CARVE_E2E_SCORES_PER_TASK ? 1 : CARVE_E2E_SCORES_PER_TASK / nc;
+  carve_parallelize_1d_tile(pool, rank_keys_task, &ctx, kk, ranks_per_task);
   select_top_keys(keys, kk * nc, kk);
 
   // Rows: decoded box, score, class, decoded extras of the chosen anchor.
@@ -287,9 +329,9 @@ void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, si
 
 void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
                            size_t extra_channels, size_t k, void* scratch, float* rows,
-                           size_t* num_rows) {
+                           size_t* num_rows, pthreadpool_t pool) {
   carve_e2e_postprocess_task(levels, num_levels, nc, extra_channels, k, CARVE_E2E_DETECT,
-                             scratch, rows, num_rows);
+                             scratch, rows, num_rows, pool);
 }
 
 // ---- Classification ---------------------------------------------------------

@@ -60,10 +60,10 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
 //   [x1, y1, x2, y2, score, class, extra[0 .. extra_channels) of that anchor].
 // *num_rows = k'. Invalid arguments (NULL pointers, nc == 0, or more than
 // 2^32 - 1 candidates in a step) give *num_rows = 0.
-// Same as carve_e2e_postprocess_task(..., CARVE_E2E_DETECT, ...).
+// Same as carve_e2e_postprocess_task(..., CARVE_E2E_DETECT, ..., pool).
 void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
                            size_t extra_channels, size_t k, void* scratch, float* rows,
-                           size_t* num_rows);
+                           size_t* num_rows, pthreadpool_t pool);
 
 // ---- Task heads (Segment26, Pose26, OBB26) ----------------------------------
 
@@ -94,9 +94,13 @@ typedef enum carve_e2e_task {
 // carve_e2e_postprocess, an unknown task, POSE with extra_channels not a
 // multiple of 3 (2-value keypoints are not supported), or OBB with
 // extra_channels != 1.
+// The scores of both steps (per anchor, then per rank and class) are computed
+// over `pool` (NULL, or CARVE_RT_NO_THREADS: serially); the selections and the
+// row decode run on the calling thread. The rows are the same bits for any
+// pool and thread count.
 void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
                                 size_t extra_channels, size_t k, carve_e2e_task task,
-                                void* scratch, float* rows, size_t* num_rows);
+                                void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool);
 
 // ---- Classification ---------------------------------------------------------
 

@@ -42,7 +42,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 5
+//   #if CARVE_RT_ABI != 6
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -50,7 +50,9 @@
 // 2: weights files and f16 weights (carve_weights.h), statuses 8..12.
 // 3: carve's XNNPACK allocator and heap scopes (carve_xnn.h), for xnnpack create_with.
 // 4: carve_conv3x3s2_small_cin (carve_ops.h), the xnnpack backend's stem convolution.
-#define CARVE_RT_ABI 5
+// 5: carve_letterbox takes a pool.
+// 6: carve_e2e_postprocess and carve_e2e_postprocess_task take a pool.
+#define CARVE_RT_ABI 6
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

@@ -219,7 +219,7 @@ static void check_e2e(TestCtx& t, Head& head, size_t k, carve_e2e_task task, Tes
   std::vector<float> want(kk * width);
   size_t num = 0;
   const std::vector<carve_level> hl = head.levels(head.data.data());
-  carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, task, cs, want.data(), &num);
+  carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, task, cs, want.data(), &num, NULL);
   CHECK(num == kk);
   // Device.
   DevBuf<float> dd(head.data), drows(kk * width);
@@ -284,7 +284,7 @@ static void test_e2e(TestCtx& t) {
       std::vector<float> want(k * width);
       size_t num = 0;
       const std::vector<carve_level> hl = head.levels(head.data.data());
-      carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, CARVE_E2E_OBB, cs, want.data(), &num);
+      carve_e2e_postprocess_task(hl.data(), hl.size(), head.nc, head.extra, k, CARVE_E2E_OBB, cs, want.data(), &num, NULL);
       CHECK(num == k);
       compare_rows(drows.download(), want, k, width, "obb graph replay");
     }

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   size_t num_rows = 0;
-  carve_e2e_postprocess(levels, num_levels, nc, 0, k, scratch, rows, &num_rows);
+  carve_e2e_postprocess(levels, num_levels, nc, 0, k, scratch, rows, &num_rows, NULL);
   const size_t shape[2] = {num_rows, 6};
   const carve_status s = carve_npy_write_f32(argv[1], rows, shape, 2);
   if (s != CARVE_OK) {

@@ -107,7 +107,7 @@ static int run_e2e(int argc, char** argv) {
     return 1;
   }
   size_t num_rows = 0;
-  carve_e2e_postprocess_task(levels, num_levels, nc, extra, k, task, scratch, rows, &num_rows);
+  carve_e2e_postprocess_task(levels, num_levels, nc, extra, k, task, scratch, rows, &num_rows, NULL);
   save(argv[2], rows, num_rows, 6 + extra);
   for (size_t i = 0; i < 3 * num_levels; i++) {
     free(owned[i]);

@@ -3,7 +3,9 @@
 // lower index): three levels at odd sizes and strides wider than the channels,
 // nc = 1, 3, 80, extras 0 and 5, k = 1, 7, A, A + 5, heavy ties (logits from a
 // small set, and saturated sigmoids), NaN and +-inf logits, all-NaN anchors, a
-// full 640x640 layout (A = 8400, nc = 80, k = 300); plus carve_filter_conf.
+// full 640x640 layout (A = 8400, nc = 80, k = 300), an empty level between two
+// others; every case of every task the extras allow run serially and on pools of
+// 2 and 3 threads, bit for bit the same rows; plus carve_filter_conf.
 
 #include "carve_post.h"
 #include "test_common.h"
@@ -125,6 +127,51 @@ typedef struct level_spec {
 
 static size_t total_cases = 0;
 
+// ---- Thread pools -----------------------------------------------------------
+
+// Pools of 2 and 3 threads, made in main.
+static pthreadpool_t pools[2];
+
+// Every task the extras allow (DETECT, SEGMENT; POSE for whole keypoints, OBB for
+// one angle), serially and then on each pool: the keys of both top-k steps are
+// built over the pool, tile by tile, and the rows and their count must not depend
+// on it, bit for bit (NaN scores included). carve_e2e_postprocess passes its pool on.
+static void check_pools(const carve_level* levels, size_t num_levels, size_t nc, size_t extra,
+                        size_t k, size_t kk, void* scratch) {
+  const size_t width = 6 + extra;
+  float* want = malloc((kk * width + 1) * sizeof(float));
+  float* got = malloc((kk * width + 8) * sizeof(float));
+  CHECK(want && got);
+  for (int task = CARVE_E2E_DETECT; task <= CARVE_E2E_OBB; task++) {
+    if ((task == CARVE_E2E_POSE && extra % 3 != 0) || (task == CARVE_E2E_OBB && extra != 1)) {
+      continue;
+    }
+    size_t n_want = 0;
+    carve_e2e_postprocess_task(levels, num_levels, nc, extra, k, (carve_e2e_task)task, scratch, want,
+                               &n_want, NULL);
+    CHECK(n_want == kk);
+    for (size_t p = 0; p < 2; p++) {
+      for (int wrapper = 0; wrapper <= (task == CARVE_E2E_DETECT); wrapper++) {
+        size_t n = 12345;
+        fill_canary(got, kk * width + 8);
+        if (wrapper) {
+          carve_e2e_postprocess(levels, num_levels, nc, extra, k, scratch, got, &n, pools[p]);
+        } else {
+          carve_e2e_postprocess_task(levels, num_levels, nc, extra, k, (carve_e2e_task)task, scratch,
+                                     got, &n, pools[p]);
+        }
+        CHECK_MSG(n == n_want && memcmp(got, want, kk * width * sizeof(float)) == 0,
+                  "task %d (%s) on %zu threads, nc=%zu k=%zu: not the serial rows", task,
+                  wrapper ? "carve_e2e_postprocess" : "carve_e2e_postprocess_task",
+                  pthreadpool_get_threads_count(pools[p]), nc, k);
+        CHECK(is_canary(got[kk * width]));
+      }
+    }
+  }
+  free(want);
+  free(got);
+}
+
 static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, size_t nc,
                      size_t extra, size_t k, enum logit_mode mode, int all_nan_anchor) {
   carve_level levels[3];
@@ -133,9 +180,9 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   for (size_t l = 0; l < num_levels; l++) {
     const size_t px = spec[l].h * spec[l].w;
     const size_t box_stride = 4 + l, cls_stride = nc + 2 * l, extra_stride = extra + 3;
-    float* box = malloc(px * box_stride * sizeof(float));
-    float* cls = malloc(px * cls_stride * sizeof(float));
-    float* ext = malloc(px * extra_stride * sizeof(float));
+    float* box = malloc((px * box_stride + 1) * sizeof(float));
+    float* cls = malloc((px * cls_stride + 1) * sizeof(float));
+    float* ext = malloc((px * extra_stride + 1) * sizeof(float));
     CHECK(box && cls && ext);
     for (size_t i = 0; i < px * box_stride; i++) {
       box[i] = rng_range(rng, 0.0f, 6.0f);
@@ -170,7 +217,7 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   fill_canary(rows, kk * width + 8);
 
   size_t num_rows = 12345;
-  carve_e2e_postprocess(levels, num_levels, nc, extra, k, scratch, rows, &num_rows);
+  carve_e2e_postprocess(levels, num_levels, nc, extra, k, scratch, rows, &num_rows, NULL);
   const size_t ref_rows = brute_force(levels, num_levels, nc, extra, k, ref);
   CHECK(num_rows == kk && ref_rows == kk);
   for (size_t i = 0; i < kk * width; i++) {
@@ -181,6 +228,7 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   for (size_t i = kk * width; i < kk * width + 8; i++) {
     CHECK(is_canary(rows[i]));  // wrote exactly k' rows
   }
+  check_pools(levels, num_levels, nc, extra, k, kk, scratch);
   const uint8_t* tail = (const uint8_t*)scratch + scratch_bytes;
   for (size_t i = 0; i < 64; i++) {
     CHECK(tail[i] == 0xA5);  // stayed inside the reported scratch
@@ -230,29 +278,32 @@ static void test_invalid(void) {
   uint64_t scratch[16];
   float rows[16];
   size_t n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, &n);
+  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, &n, NULL);
   CHECK(n == 1);  // k > A gives A rows
-  carve_e2e_postprocess(&level, 1, 0, 0, 5, scratch, rows, &n);
+  carve_e2e_postprocess(&level, 1, 0, 0, 5, scratch, rows, &n, NULL);
   CHECK(n == 0);  // nc == 0
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 0, scratch, rows, &n);
+  carve_e2e_postprocess(&level, 1, 2, 0, 0, scratch, rows, &n, NULL);
   CHECK(n == 0);  // k == 0
   n = 99;
-  carve_e2e_postprocess(NULL, 1, 2, 0, 5, scratch, rows, &n);
+  carve_e2e_postprocess(NULL, 1, 2, 0, 5, scratch, rows, &n, NULL);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, NULL, rows, &n);
+  carve_e2e_postprocess(&level, 1, 2, 0, 5, NULL, rows, &n, NULL);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 3, 5, scratch, rows, &n);
+  carve_e2e_postprocess(&level, 1, 2, 3, 5, scratch, rows, &n, NULL);
   CHECK(n == 0);  // extras requested but level.extra == NULL
   n = 99;
-  carve_e2e_postprocess(&level, 0, 2, 0, 5, scratch, rows, &n);
+  carve_e2e_postprocess(&level, 0, 2, 0, 5, scratch, rows, &n, NULL);
   CHECK(n == 0);  // no anchors
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, NULL);  // no crash
+  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, NULL, NULL);  // no crash
 }
 
 int main(void) {
+  pools[0] = make_pool2();
+  pools[1] = pthreadpool_create(3);
+  CHECK(pools[1] != NULL && pthreadpool_get_threads_count(pools[1]) == 3);
   test_rng rng = {99};
   const level_spec small[3] = {{3, 5, 8.0f}, {2, 3, 16.0f}, {1, 1, 32.0f}};  // A = 22
   const size_t A = 22;
@@ -278,8 +329,19 @@ int main(void) {
   run_case(&rng, square, 3, 80, 32, 300, LOGITS_NORMAL, 0);
   run_case(&rng, square, 3, 80, 0, 300, LOGITS_TIES, 0);
   run_case(&rng, square, 3, 3, 0, 8400, LOGITS_SPECIAL, 1);  // k = A
+  // Many key tiles per step with one angle (OBB) or one keypoint (POSE) as the
+  // extras, in each logit mode; an empty level, which a tile of anchors crosses.
+  for (size_t m = 0; m < 3; m++) {
+    run_case(&rng, rect, 3, 15, 1, 300, (enum logit_mode)m, m == 2);
+    run_case(&rng, rect, 3, 80, 3, 300, (enum logit_mode)m, m == 2);
+  }
+  const level_spec gap[3] = {{30, 40, 8.0f}, {0, 20, 16.0f}, {15, 20, 32.0f}};
+  run_case(&rng, gap, 3, 80, 1, 1500, LOGITS_TIES, 0);
+  run_case(&rng, gap, 3, 7, 3, 100, LOGITS_SPECIAL, 0);
   test_filter_conf();
   test_invalid();
-  printf("runtime_e2e: %zu cases vs full sort ok, filter and argument checks ok\n", total_cases);
+  pthreadpool_destroy(pools[0]);
+  pthreadpool_destroy(pools[1]);
+  printf("runtime_e2e: %zu cases vs full sort ok, same rows on 2 and 3 threads, filter and argument checks ok\n", total_cases);
   return 0;
 }

@@ -4,7 +4,9 @@
 // them as a plain loop over the chosen anchor does (Pose26.kpts_decode and
 // dist2rbox, written out again here); odd level sizes, strides wider than the
 // channels, k = 1, k > A; argument errors (unknown task, POSE extras not a
-// multiple of 3, OBB extras != 1, NULL extras). Then carve_softmax against a
+// multiple of 3, OBB extras != 1, NULL extras). Every call of a case also runs
+// on pools of 2 and 3 threads and must give the serial rows bit for bit (NaN,
+// ties and empty levels on pools: test_e2e.c). Then carve_softmax against a
 // double-precision softmax (and its NaN / inf rules) and carve_topk_probs against
 // a full sort (ties, NaN, k = 1, k = n, k > n).
 
@@ -79,6 +81,31 @@ static const carve_level* find_anchor(const test_levels* t, const float* raw, si
 
 static size_t total_cases = 0;
 
+// Pools of 2 and 3 threads, made in main.
+static pthreadpool_t pools[2];
+
+// carve_e2e_postprocess_task serially into rows / *n, then on each pool, whose
+// rows and count must be the serial ones bit for bit (the keys of both top-k
+// steps are built over the pool).
+static void e2e_task(const test_levels* t, size_t nc, size_t extra, size_t k, carve_e2e_task task,
+                     void* scratch, float* rows, size_t* n) {
+  carve_e2e_postprocess_task(t->levels, t->num_levels, nc, extra, k, task, scratch, rows, n, NULL);
+  const size_t count = *n * (6 + extra);
+  float* got = malloc((count + 8) * sizeof(float));
+  CHECK(got);
+  for (size_t p = 0; p < 2; p++) {
+    size_t n_got = 12345;
+    fill_canary(got, count + 8);
+    carve_e2e_postprocess_task(t->levels, t->num_levels, nc, extra, k, task, scratch, got, &n_got,
+                               pools[p]);
+    CHECK_MSG(n_got == *n && memcmp(got, rows, count * sizeof(float)) == 0,
+              "task %d on %zu threads, nc=%zu extra=%zu k=%zu: not the serial rows", (int)task,
+              pthreadpool_get_threads_count(pools[p]), nc, extra, k);
+    CHECK(is_canary(got[count]));
+  }
+  free(got);
+}
+
 static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, size_t nc,
                      size_t extra, size_t k) {
   test_levels t;
@@ -92,14 +119,13 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   CHECK(scratch && raw && rows);
 
   size_t n_raw = 0, n = 0;
-  carve_e2e_postprocess(t.levels, num_levels, nc, extra, k, scratch, raw, &n_raw);
+  carve_e2e_postprocess(t.levels, num_levels, nc, extra, k, scratch, raw, &n_raw, NULL);
   CHECK(n_raw == kk);
 
   // DETECT and SEGMENT: the same rows as carve_e2e_postprocess.
   for (int task = CARVE_E2E_DETECT; task <= CARVE_E2E_SEGMENT; task++) {
     fill_canary(rows, kk * width + 8);
-    carve_e2e_postprocess_task(t.levels, num_levels, nc, extra, k, (carve_e2e_task)task, scratch,
-                               rows, &n);
+    e2e_task(&t, nc, extra, k, (carve_e2e_task)task, scratch, rows, &n);
     CHECK(n == kk);
     CHECK(memcmp(rows, raw, kk * width * sizeof(float)) == 0);
     CHECK(is_canary(rows[kk * width]));
@@ -108,8 +134,7 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   // POSE: boxes, scores, classes as DETECT; keypoints decoded from the anchor.
   if (extra % 3 == 0) {
     fill_canary(rows, kk * width + 8);
-    carve_e2e_postprocess_task(t.levels, num_levels, nc, extra, k, CARVE_E2E_POSE, scratch, rows,
-                               &n);
+    e2e_task(&t, nc, extra, k, CARVE_E2E_POSE, scratch, rows, &n);
     CHECK(n == kk);
     for (size_t i = 0; i < kk; i++) {
       const float* r = raw + i * width;
@@ -130,8 +155,7 @@ static void run_case(test_rng* rng, const level_spec* spec, size_t num_levels, s
   // OBB: xywh from dist2rbox (checked in double against 1e-5 relative), angle raw.
   if (extra == 1) {
     fill_canary(rows, kk * width + 8);
-    carve_e2e_postprocess_task(t.levels, num_levels, nc, extra, k, CARVE_E2E_OBB, scratch, rows,
-                               &n);
+    e2e_task(&t, nc, extra, k, CARVE_E2E_OBB, scratch, rows, &n);
     CHECK(n == kk);
     for (size_t i = 0; i < kk; i++) {
       const float* r = raw + i * width;
@@ -168,36 +192,36 @@ static void test_invalid(void) {
   uint64_t scratch[64];
   float rows[6 * 57];
   size_t n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 51, 6, CARVE_E2E_POSE, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 51, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
   CHECK(n == 6);
-  carve_e2e_postprocess_task(t.levels, 1, 2, 50, 6, CARVE_E2E_POSE, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 50, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
   CHECK(n == 0);  // not (x, y, v) triples
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 2, 6, CARVE_E2E_OBB, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 2, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
   CHECK(n == 0);  // one angle only
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_OBB, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)4, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)4, scratch, rows, &n, NULL);
   CHECK(n == 0);  // unknown task
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)-1, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)-1, scratch, rows, &n, NULL);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_POSE, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
   CHECK(n == 6);  // zero keypoints is a valid (if odd) pose head
   t.levels[0].extra = NULL;
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, CARVE_E2E_OBB, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
   CHECK(n == 0);  // extras needed but missing
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 0, CARVE_E2E_DETECT, scratch, rows, &n);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 0, CARVE_E2E_DETECT, scratch, rows, &n, NULL);
   CHECK(n == 0);  // k == 0
   n = 99;
-  carve_e2e_postprocess_task(NULL, 1, 2, 0, 3, CARVE_E2E_SEGMENT, scratch, rows, &n);
+  carve_e2e_postprocess_task(NULL, 1, 2, 0, 3, CARVE_E2E_SEGMENT, scratch, rows, &n, NULL);
   CHECK(n == 0);
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 3, CARVE_E2E_DETECT, scratch, rows, NULL);
+  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 3, CARVE_E2E_DETECT, scratch, rows, NULL, NULL);
   free_levels(&t);
 }
 
@@ -316,6 +340,9 @@ static void test_topk(void) {
 }
 
 int main(void) {
+  pools[0] = make_pool2();
+  pools[1] = pthreadpool_create(3);
+  CHECK(pools[1] != NULL && pthreadpool_get_threads_count(pools[1]) == 3);
   test_rng rng = {2024};
   const level_spec small[3] = {{3, 5, 8.0f}, {2, 3, 16.0f}, {1, 1, 32.0f}};  // A = 22
   const size_t ks[] = {1, 7, 22, 40};
@@ -333,7 +360,9 @@ int main(void) {
   test_invalid();
   test_softmax();
   test_topk();
-  printf("runtime_e2e_task: %zu cases ok (detect/segment/pose/obb), errors, softmax, top-k ok\n",
+  pthreadpool_destroy(pools[0]);
+  pthreadpool_destroy(pools[1]);
+  printf("runtime_e2e_task: %zu cases ok (detect/segment/pose/obb, serial = 2 and 3 threads), errors, softmax, top-k ok\n",
          total_cases);
   return 0;
 }

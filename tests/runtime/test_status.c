@@ -4,8 +4,8 @@
 #include "carve_rt.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 5
-#error "test written for carve runtime ABI 5"
+#if CARVE_RT_ABI != 6
+#error "test written for carve runtime ABI 6"
 #endif
 
 int main(void) {
