@@ -165,11 +165,14 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
 // and the number of threads. A task is a few hundred anchors, or a few thousand
 // scores, so that the pool's dispatch stays small next to the work.
 
-// Anchors per step-1 task: 512 x 80 classes is ~40k compares (tens of us), 17
+// Anchors per step-1 task: 512 x 80 classes is ~40k compares (about 10 us), 17
 // tasks for the 8400 anchors of a 640 detect head.
 #define CARVE_E2E_ANCHORS_PER_TASK 512
-// Class scores (one expf each) per step-2 task: 51 ranks at nc = 80, 6 tasks for k' = 300.
-#define CARVE_E2E_SCORES_PER_TASK 4096
+// Class scores (one expf each) per step-2 task: 25 ranks at nc = 80, 12 tasks for
+// k' = 300. On 2 threads 256 to 2100 anchors and 2048 or 4096 scores per task time
+// the same (bench/e2e_post.c); 8192 (3 tasks) is slower, and 12 tasks leave room
+// for more threads.
+#define CARVE_E2E_SCORES_PER_TASK 2048
 
 typedef struct e2e_keys_ctx {
   const carve_level* levels;
