@@ -6,7 +6,7 @@
 #   checkpoints are shared with the oracle tests in ${CARVE_WORK}/checkpoints).
 # oracle_yolo26n_portable: yolo26n at 640 through the portable package against Ultralytics.
 add_executable(portable_kernels ${CARVE_ROOT}/tests/portable/test_kernels.c ${CARVE_ROOT}/runtime/carve_portable.c
-               ${CARVE_ROOT}/runtime/carve_post.c)
+               ${CARVE_ROOT}/runtime/carve_post.c ${CARVE_ROOT}/runtime/carve_rt.c)  # carve_rt.c: the (serial) parallel loop
 target_include_directories(portable_kernels PRIVATE ${CARVE_ROOT}/runtime)
 target_compile_definitions(portable_kernels PRIVATE CARVE_RT_NO_THREADS)
 target_link_libraries(portable_kernels PRIVATE m)
