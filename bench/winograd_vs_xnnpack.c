@@ -7,10 +7,13 @@
 // the tests (tests/runtime/test_winograd.c checks the kernel).
 //
 //   cc -O3 -march=x86-64-v3 -Iruntime bench/winograd_vs_xnnpack.c runtime/carve_rt.c -o /tmp/winograd -lXNNPACK -lpthreadpool -lcpuinfo -lm
-//   /tmp/winograd H W CIN COUT      (e.g. 40 40 32 32; cin and cout multiples of 16)
+//   /tmp/winograd H W CIN COUT [res] [RUNS]   (e.g. 40 40 32 32; cin and cout multiples of 8)
 //
-// GF/s counts the direct convolution's FLOPs (2*H*W*cin*cout*9) for both. Best of 15 runs each; the kernel picks
-// the best path the CPU has (AVX-512, AVX2 + FMA, portable) as in a package.
+// With "res" both add a residual (h, w, cout) after the SiLU, as a C3k2 bottleneck's second conv does: the
+// Winograd kernel in its output transform, XNNPACK's package in its epilogue pass (carve_epilogue, SiLU and the
+// addition in one pass). GF/s counts the direct convolution's FLOPs (2*H*W*cin*cout*9) for both. Best of RUNS
+// (default 15) runs each, alternating; the kernel picks the best path the CPU has (AVX-512, AVX2 + FMA,
+// portable) as in a package.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -28,8 +31,8 @@ static double now(void) {
 // The runtime: carve_conv3x3s1_winograd and the SiLU pass (carve_epilogue).
 #include "../runtime/carve_ops.c"
 
-// The package's SiLU pass after an XNNPACK convolution: carve_epilogue on one thread.
-static void silu_pass(float* y, size_t n) { carve_epilogue(y, n, NULL, 0, 1, n, CARVE_ACT_SILU, NULL); }
+// The package's SiLU (+ residual) pass after an XNNPACK convolution: carve_epilogue on one thread.
+static void silu_pass(float* y, size_t n, const float* r) { carve_epilogue(y, n, r, n, 1, n, CARVE_ACT_SILU, NULL); }
 
 // ohwi (cout, 3, 3, cin) -> wt (16, cin, cout).
 static void wino_weights(const float* ohwi, size_t cin, size_t cout, float* wt) {
@@ -66,11 +69,19 @@ static void errors(const float* y, const double* ref, size_t n, double* mabs, do
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5 || !__builtin_cpu_supports("avx512f")) {
-    fprintf(stderr, "usage: winograd_vs_xnnpack H W CIN COUT (needs AVX-512F)\n");
+  if (argc < 5 || argc > 7 || !__builtin_cpu_supports("avx512f")) {
+    fprintf(stderr, "usage: winograd_vs_xnnpack H W CIN COUT [res] [RUNS] (needs AVX-512F)\n");
     return 2;
   }
   const size_t H = atol(argv[1]), W = atol(argv[2]), CI = atol(argv[3]), CO = atol(argv[4]);
+  int with_res = 0, runs = 15;
+  for (int a = 5; a < argc; a++) {
+    if (strcmp(argv[a], "res") == 0) {
+      with_res = 1;
+    } else {
+      runs = atoi(argv[a]);
+    }
+  }
   if (!H || !W || !CI || !CO || CO % CARVE_WINOGRAD_CHANNEL_MULTIPLE || CI % CARVE_WINOGRAD_CHANNEL_MULTIPLE) {
     fprintf(stderr, "%zux%zux%zu -> %zu: unsupported (cin and cout must be multiples of %d)\n", H, W, CI, CO,
             CARVE_WINOGRAD_CHANNEL_MULTIPLE);
@@ -84,8 +95,10 @@ int main(int argc, char** argv) {
   float* y1 = aligned_alloc(64, NY * 4);
   float* y2 = aligned_alloc(64, NY * 4);
   float* scratch = aligned_alloc(64, CARVE_WINOGRAD_SLOT_BYTES(CO));
+  float* res = with_res ? aligned_alloc(64, NY * 4) : NULL;
   double* ref = malloc(NY * sizeof(double));
   for (size_t i = 0; i < H * W * CI; i++) x[i] = (float)(2 * uniform() - 1);
+  for (size_t i = 0; with_res && i < NY; i++) res[i] = (float)(2 * uniform() - 1);
   const double sd = 1 / sqrt(9.0 * CI);
   for (size_t i = 0; i < CO * 9 * CI; i++)
     ohwi[i] = (float)(sd * sqrt(-2 * log(uniform())) * cos(6.283185307179586 * uniform()));
@@ -104,7 +117,7 @@ int main(int argc, char** argv) {
             const float* wp = ohwi + ((o * 3 + ky) * 3 + kx) * CI;
             for (size_t i = 0; i < CI; i++) s += (double)xp[i] * wp[i];
           }
-        ref[(oy * W + ox) * CO + o] = s / (1 + exp(-s));
+        ref[(oy * W + ox) * CO + o] = s / (1 + exp(-s)) + (with_res ? res[(oy * W + ox) * CO + o] : 0.0);
       }
 
   xnn_initialize(NULL);
@@ -116,15 +129,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   double bx = 1e9, bo = 1e9;
-  for (int r = 0; r < 15; r++) {
+  for (int r = 0; r < runs; r++) {
     double t0 = now();
     xnn_run_operator(op, NULL);
-    silu_pass(y2, NY);
+    silu_pass(y2, NY, res);
     double t = now() - t0;
     if (t < bx) bx = t;
     t0 = now();
-    if (carve_conv3x3s1_winograd(x, CI, H, W, CI, wt, bias, CO, y1, CO, NULL, 0, CARVE_ACT_SILU, scratch, 1, NULL) !=
-        CARVE_OK) {
+    if (carve_conv3x3s1_winograd(x, CI, H, W, CI, wt, bias, CO, y1, CO, res, CO, CARVE_ACT_SILU, scratch, 1,
+                                 NULL) != CARVE_OK) {
       fprintf(stderr, "carve_conv3x3s1_winograd failed\n");
       return 1;
     }
@@ -139,8 +152,8 @@ int main(int argc, char** argv) {
   errors(y2, ref, NY, &xa, &xr);
   errors(y1, ref, NY, &wa, &wr);
   const double fl = 2.0 * H * W * CO * CI * 9 * 1e-6;
-  printf("%zux%zux%zu -> %zu: xnn+silu %.3f ms %.0f GF/s | wino %.3f ms %.0f GF/s | x%.2f | "
+  printf("%zux%zux%zu -> %zu%s: xnn+silu %.3f ms %.0f GF/s | wino %.3f ms %.0f GF/s | x%.2f | "
          "vs f64: xnn abs %.2g rel %.2g, wino abs %.2g rel %.2g | xnn-wino %.2g\n",
-         H, W, CI, CO, bx, fl / bx, bo, fl / bo, bx / bo, xa, xr, wa, wr, md);
+         H, W, CI, CO, with_res ? " +res" : "", bx, fl / bx, bo, fl / bo, bx / bo, xa, xr, wa, wr, md);
   return 0;
 }

@@ -647,13 +647,42 @@ typedef struct wino_ctx {
   int simd;                // 2 AVX-512, 1 AVX2 + FMA (aarch64: NEON), 0 portable
 } wino_ctx;
 
+// A tile's number and its row and column in the grid of tiles, stepped one tile at a time: a division per
+// tile (t / tw) cost some 8% of a 160x160x8 -> 16 layer, whose tiles carry little work each.
+typedef struct wino_pos {
+  size_t t, ty, tx;
+} wino_pos;
+
+static inline wino_pos wino_pos_at(const wino_ctx* c, size_t t) {
+  const wino_pos q = {t, t / c->tw, t % c->tw};
+  return q;
+}
+
+static inline void wino_pos_next(const wino_ctx* c, wino_pos* q) {
+  q->t++;
+  if (++q->tx == c->tw) {
+    q->tx = 0;
+    q->ty++;
+  }
+}
+
 // p[r * 4 + q]: channels [c0, c0 + kc) of the input pixel (2 ty + r - 1, 2 tx + q - 1) of tile t, or zeros.
-static inline void wino_patch(const wino_ctx* c, size_t t, size_t c0, const float* p[16]) {
-  const size_t ty = t / c->tw, tx = t % c->tw;
+static inline void wino_patch(const wino_ctx* c, const wino_pos* t, size_t c0, const float* p[16]) {
+  const size_t ty = t->ty, tx = t->tx;
+  if (t->t < c->tiles && ty >= 1 && tx >= 1 && 2 * ty + 3 <= c->h && 2 * tx + 3 <= c->w) {
+    // inside the image (most tiles): 16 pixels at fixed offsets from the first
+    const float* p0 = c->x + ((2 * ty - 1) * c->w + (2 * tx - 1)) * c->x_stride + c0;
+    for (size_t r = 0; r < 4; r++) {
+      for (size_t q = 0; q < 4; q++) {
+        p[r * 4 + q] = p0 + (r * c->w + q) * c->x_stride;
+      }
+    }
+    return;
+  }
   for (size_t r = 0; r < 4; r++) {
     for (size_t q = 0; q < 4; q++) {
       const size_t iy = 2 * ty + r, ix = 2 * tx + q;  // plus one
-      const int inside = t < c->tiles && iy >= 1 && ix >= 1 && iy <= c->h && ix <= c->w;
+      const int inside = t->t < c->tiles && iy >= 1 && ix >= 1 && iy <= c->h && ix <= c->w;
       p[r * 4 + q] = inside ? c->x + ((iy - 1) * c->w + (ix - 1)) * c->x_stride + c0 : wino_zeros;
     }
   }
@@ -662,8 +691,9 @@ static inline void wino_patch(const wino_ctx* c, size_t t, size_t c0, const floa
 // The 2x2 output pixels of tile t (top-left, top-right, bottom-left, bottom-right): where to store them in y,
 // their residuals (NULL without one) and which lie inside the image (the right column and bottom row of a tile
 // at an odd edge do not).
-static inline void wino_out_tile(const wino_ctx* c, size_t t, float* yp[4], const float* rp[4], int inside[4]) {
-  const size_t oy = 2 * (t / c->tw), ox = 2 * (t % c->tw);
+static inline void wino_out_tile(const wino_ctx* c, const wino_pos* t, float* yp[4], const float* rp[4],
+                                 int inside[4]) {
+  const size_t oy = 2 * t->ty, ox = 2 * t->tx;
   const size_t pix[4] = {oy * c->w + ox, oy * c->w + ox + 1, (oy + 1) * c->w + ox, (oy + 1) * c->w + ox + 1};
   const int dx = ox + 1 < c->w, dy = oy + 1 < c->h;
   inside[0] = 1;
@@ -682,35 +712,53 @@ static inline size_t wino_m_plane(const wino_ctx* c) { return WINO_TILES * c->co
 
 // ---- portable
 
+// Inlined with a constant channel count (16 or 8), so that each width is a loop the compiler vectorises.
+#if defined(__GNUC__)
+#define WINO_INLINE __attribute__((always_inline)) static inline
+#else
+#define WINO_INLINE static inline
+#endif
+
+// n (16 or 8) channels from ci of one tile's input transform; u is the tile's row of plane 0 (at channel 0).
+WINO_INLINE void wino_input_block_portable(const float* const p[16], size_t ci, float* u, const int n) {
+  float d[16][16], e[16][16];
+  for (int i = 0; i < 16; i++) {
+    for (int j = 0; j < n; j++) {
+      d[i][j] = p[i][ci + j];
+    }
+  }
+  for (int q = 0; q < 4; q++) {  // B^T d
+    for (int j = 0; j < n; j++) {
+      e[q][j] = d[q][j] - d[8 + q][j];
+      e[4 + q][j] = d[4 + q][j] + d[8 + q][j];
+      e[8 + q][j] = d[8 + q][j] - d[4 + q][j];
+      e[12 + q][j] = d[4 + q][j] - d[12 + q][j];
+    }
+  }
+  for (int r = 0; r < 4; r++) {  // (B^T d) B
+    float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
+    for (int j = 0; j < n; j++) {
+      ur[j] = e[r * 4][j] - e[r * 4 + 2][j];
+      ur[WINO_U_PLANE + j] = e[r * 4 + 1][j] + e[r * 4 + 2][j];
+      ur[2 * WINO_U_PLANE + j] = e[r * 4 + 2][j] - e[r * 4 + 1][j];
+      ur[3 * WINO_U_PLANE + j] = e[r * 4 + 1][j] - e[r * 4 + 3][j];
+    }
+  }
+}
+
+// kc is a multiple of 8: blocks of 16 channels, then one of 8 (constant widths, which the compiler vectorises).
 static void wino_input_portable(const wino_ctx* c, size_t t0, size_t c0, size_t kc, float* U) {
-  for (size_t t = 0; t < WINO_TILES; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < WINO_TILES; t++, wino_pos_next(c, &pos)) {
     const float* p[16];
-    wino_patch(c, t0 + t, c0, p);
+    wino_patch(c, &pos, c0, p);
     float* u = U + t * kc;
-    for (size_t ci = 0; ci < kc; ci += 16) {
-      float d[16][16], e[16][16];
-      for (int i = 0; i < 16; i++) {
-        for (int j = 0; j < 16; j++) {
-          d[i][j] = p[i][ci + j];
-        }
-      }
-      for (int q = 0; q < 4; q++) {  // B^T d
-        for (int j = 0; j < 16; j++) {
-          e[q][j] = d[q][j] - d[8 + q][j];
-          e[4 + q][j] = d[4 + q][j] + d[8 + q][j];
-          e[8 + q][j] = d[8 + q][j] - d[4 + q][j];
-          e[12 + q][j] = d[4 + q][j] - d[12 + q][j];
-        }
-      }
-      for (int r = 0; r < 4; r++) {  // (B^T d) B
-        float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
-        for (int j = 0; j < 16; j++) {
-          ur[j] = e[r * 4][j] - e[r * 4 + 2][j];
-          ur[WINO_U_PLANE + j] = e[r * 4 + 1][j] + e[r * 4 + 2][j];
-          ur[2 * WINO_U_PLANE + j] = e[r * 4 + 2][j] - e[r * 4 + 1][j];
-          ur[3 * WINO_U_PLANE + j] = e[r * 4 + 1][j] - e[r * 4 + 3][j];
-        }
-      }
+    size_t ci = 0;
+    for (; ci + 16 <= kc; ci += 16) {
+      wino_input_block_portable(p, ci, u, 16);
+    }
+    if (ci < kc) {
+      wino_input_block_portable(p, ci, u, 8);
     }
   }
 }
@@ -728,14 +776,15 @@ static void wino_input_portable(const wino_ctx* c, size_t t0, size_t c0, size_t 
 #define WINO_NO_LOOP_VECTORIZE
 #endif
 
-// m[WINO_PORTABLE_TILES][cout] (at co) (+)= u[WINO_PORTABLE_TILES][kc] x w[kc][cout] (at co), 16 channels;
-// += unless first.
-WINO_NO_LOOP_VECTORIZE static void wino_gemm_portable(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+// m[WINO_PORTABLE_TILES][cout] (at co) (+)= u[WINO_PORTABLE_TILES][kc] x w[kc][cout] (at co), n (16 or 8)
+// channels; += unless first.
+WINO_NO_LOOP_VECTORIZE WINO_INLINE void wino_gemm_portable(const float* u, const float* w, float* m, size_t kc,
+                                                           size_t cout, int first, const int n) {
   float acc[WINO_PORTABLE_TILES][16];
 #pragma GCC unroll 4
   for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < n; j++) {
       acc[i][j] = first ? 0.0f : m[i * cout + j];
     }
   }
@@ -745,7 +794,7 @@ WINO_NO_LOOP_VECTORIZE static void wino_gemm_portable(const float* u, const floa
     for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
       const float a = u[i * kc + ci];
 #pragma GCC unroll 16
-      for (int j = 0; j < 16; j++) {
+      for (int j = 0; j < n; j++) {
         acc[i][j] = CARVE_MLA(a, wr[j], acc[i][j]);
       }
     }
@@ -753,57 +802,86 @@ WINO_NO_LOOP_VECTORIZE static void wino_gemm_portable(const float* u, const floa
 #pragma GCC unroll 4
   for (int i = 0; i < WINO_PORTABLE_TILES; i++) {
 #pragma GCC unroll 16
-    for (int j = 0; j < 16; j++) {
+    for (int j = 0; j < n; j++) {
       m[i * cout + j] = acc[i][j];
     }
   }
 }
 
+WINO_NO_LOOP_VECTORIZE static void wino_gemm16_portable(const float* u, const float* w, float* m, size_t kc,
+                                                        size_t cout, int first) {
+  wino_gemm_portable(u, w, m, kc, cout, first, 16);
+}
+
+WINO_NO_LOOP_VECTORIZE static void wino_gemm8_portable(const float* u, const float* w, float* m, size_t kc,
+                                                       size_t cout, int first) {
+  wino_gemm_portable(u, w, m, kc, cout, first, 8);
+}
+
+// cout is a multiple of 8: blocks of 16 output channels, the last one 8 if cout is an odd multiple of 8.
 static void wino_gemms_portable(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
   const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
   for (size_t k = 0; k < 16; k++) {
     for (size_t co = 0; co < cout; co += 16) {
       for (size_t i = 0; i < WINO_TILES; i += WINO_PORTABLE_TILES) {
-        wino_gemm_portable(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
-                           M + k * mp + i * cout + co, kc, cout, c0 == 0);
+        const float* u = U + k * WINO_U_PLANE + i * kc;
+        const float* w = c->weights + (k * cin + c0) * cout + co;
+        float* m = M + k * mp + i * cout + co;
+        if (cout - co >= 16) {
+          wino_gemm16_portable(u, w, m, kc, cout, c0 == 0);
+        } else {
+          wino_gemm8_portable(u, w, m, kc, cout, c0 == 0);
+        }
       }
     }
   }
 }
 
+// n (16 or 8) output channels from co of tile t (M at the tile's row, channel 0).
+WINO_INLINE void wino_output_block_portable(const wino_ctx* c, const float* M, size_t co, float* const yp[4],
+                                            const float* const rp[4], const int inside[4], const int n) {
+  const size_t mp = wino_m_plane(c);
+  const float* m = M + co;
+  float r0[4][16], r1[4][16], o[4][16];
+  for (int q = 0; q < 4; q++) {  // A^T m
+    for (int j = 0; j < n; j++) {
+      r0[q][j] = (m[q * mp + j] + m[(4 + q) * mp + j]) + m[(8 + q) * mp + j];
+      r1[q][j] = (m[(4 + q) * mp + j] - m[(8 + q) * mp + j]) - m[(12 + q) * mp + j];
+    }
+  }
+  for (int j = 0; j < n; j++) {  // (A^T m) A + bias
+    const float b = c->bias[co + j];
+    o[0][j] = ((r0[0][j] + r0[1][j]) + r0[2][j]) + b;
+    o[1][j] = ((r0[1][j] - r0[2][j]) - r0[3][j]) + b;
+    o[2][j] = ((r1[0][j] + r1[1][j]) + r1[2][j]) + b;
+    o[3][j] = ((r1[1][j] - r1[2][j]) - r1[3][j]) + b;
+  }
+  for (int k = 0; k < 4; k++) {
+    if (!inside[k]) {
+      continue;
+    }
+    for (int j = 0; j < n; j++) {
+      const float v = c->silu ? silu(o[k][j]) : o[k][j];
+      yp[k][co + j] = rp[k] != NULL ? v + rp[k][co + j] : v;
+    }
+  }
+}
+
 static void wino_output_portable(const wino_ctx* c, const float* M, size_t t0) {
-  const size_t cout = c->cout, mp = wino_m_plane(c);
+  const size_t cout = c->cout;
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
-  for (size_t t = 0; t < n; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < n; t++, wino_pos_next(c, &pos)) {
     float* yp[4];
     const float* rp[4];
     int inside[4];
-    wino_out_tile(c, t0 + t, yp, rp, inside);
-    for (size_t co = 0; co < cout; co += 16) {
-      const float* m = M + t * cout + co;
-      float r0[4][16], r1[4][16], o[4][16];
-      for (int q = 0; q < 4; q++) {  // A^T m
-        for (int j = 0; j < 16; j++) {
-          r0[q][j] = (m[q * mp + j] + m[(4 + q) * mp + j]) + m[(8 + q) * mp + j];
-          r1[q][j] = (m[(4 + q) * mp + j] - m[(8 + q) * mp + j]) - m[(12 + q) * mp + j];
-        }
-      }
-      for (int j = 0; j < 16; j++) {  // (A^T m) A + bias
-        const float b = c->bias[co + j];
-        o[0][j] = ((r0[0][j] + r0[1][j]) + r0[2][j]) + b;
-        o[1][j] = ((r0[1][j] - r0[2][j]) - r0[3][j]) + b;
-        o[2][j] = ((r1[0][j] + r1[1][j]) + r1[2][j]) + b;
-        o[3][j] = ((r1[1][j] - r1[2][j]) - r1[3][j]) + b;
-      }
-      for (int k = 0; k < 4; k++) {
-        if (!inside[k]) {
-          continue;
-        }
-        for (int j = 0; j < 16; j++) {
-          const float v = c->silu ? silu(o[k][j]) : o[k][j];
-          yp[k][co + j] = rp[k] != NULL ? v + rp[k][co + j] : v;
-        }
-      }
+    wino_out_tile(c, &pos, yp, rp, inside);
+    size_t co = 0;
+    for (; co + 16 <= cout; co += 16) {
+      wino_output_block_portable(c, M + t * cout, co, yp, rp, inside, 16);
+    }
+    if (co < cout) {
+      wino_output_block_portable(c, M + t * cout, co, yp, rp, inside, 8);
     }
   }
 }
@@ -811,30 +889,47 @@ static void wino_output_portable(const wino_ctx* c, const float* M, size_t t0) {
 #ifdef CARVE_SILU_X86
 // ---- AVX-512
 
+// 16 channels from ci of one tile's input transform (u: the tile's row of plane 0), or with full == 0 the 8 of
+// a block's last 8 channels, by masked loads and stores (plain ones would read past cin, at the end of x).
+__attribute__((target("avx512f"), always_inline)) static inline void wino_input_block_avx512(
+    const float* const p[16], size_t ci, float* u, const int full) {
+  __m512 d[16], e[16];
+  for (int i = 0; i < 16; i++) {
+    d[i] = full ? _mm512_loadu_ps(p[i] + ci) : _mm512_maskz_loadu_ps(0x00ff, p[i] + ci);
+  }
+  for (int q = 0; q < 4; q++) {  // B^T d
+    e[q] = _mm512_sub_ps(d[q], d[8 + q]);
+    e[4 + q] = _mm512_add_ps(d[4 + q], d[8 + q]);
+    e[8 + q] = _mm512_sub_ps(d[8 + q], d[4 + q]);
+    e[12 + q] = _mm512_sub_ps(d[4 + q], d[12 + q]);
+  }
+  for (int r = 0; r < 4; r++) {  // (B^T d) B
+    float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
+    const __m512 v[4] = {_mm512_sub_ps(e[r * 4], e[r * 4 + 2]), _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]),
+                         _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]), _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3])};
+    for (int k = 0; k < 4; k++) {
+      if (full) {
+        _mm512_storeu_ps(ur + k * WINO_U_PLANE, v[k]);
+      } else {
+        _mm512_mask_storeu_ps(ur + k * WINO_U_PLANE, 0x00ff, v[k]);
+      }
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) static void wino_input_avx512(const wino_ctx* c, size_t t0, size_t c0,
                                                                  size_t kc, float* U) {
-  for (size_t t = 0; t < WINO_TILES; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < WINO_TILES; t++, wino_pos_next(c, &pos)) {
     const float* p[16];
-    wino_patch(c, t0 + t, c0, p);
+    wino_patch(c, &pos, c0, p);
     float* u = U + t * kc;
-    for (size_t ci = 0; ci < kc; ci += 16) {
-      __m512 d[16], e[16];
-      for (int i = 0; i < 16; i++) {
-        d[i] = _mm512_loadu_ps(p[i] + ci);
-      }
-      for (int q = 0; q < 4; q++) {  // B^T d
-        e[q] = _mm512_sub_ps(d[q], d[8 + q]);
-        e[4 + q] = _mm512_add_ps(d[4 + q], d[8 + q]);
-        e[8 + q] = _mm512_sub_ps(d[8 + q], d[4 + q]);
-        e[12 + q] = _mm512_sub_ps(d[4 + q], d[12 + q]);
-      }
-      for (int r = 0; r < 4; r++) {  // (B^T d) B
-        float* ur = u + (size_t)(r * 4) * WINO_U_PLANE + ci;
-        _mm512_storeu_ps(ur, _mm512_sub_ps(e[r * 4], e[r * 4 + 2]));
-        _mm512_storeu_ps(ur + WINO_U_PLANE, _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]));
-        _mm512_storeu_ps(ur + 2 * WINO_U_PLANE, _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]));
-        _mm512_storeu_ps(ur + 3 * WINO_U_PLANE, _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3]));
-      }
+    size_t ci = 0;
+    for (; ci + 16 <= kc; ci += 16) {
+      wino_input_block_avx512(p, ci, u, 1);
+    }
+    if (ci < kc) {
+      wino_input_block_avx512(p, ci, u, 0);
     }
   }
 }
@@ -877,6 +972,11 @@ __attribute__((target("avx512f"))) static void wino_gemm16_avx512(const float* u
   wino_gemm_avx512(u, w, m, kc, cout, first, 1);
 }
 
+__attribute__((target("avx2,fma"))) static void wino_gemm8_avx2(const float* u, const float* w, float* m,
+                                                                size_t kc, size_t cout, int first);
+
+// cout is a multiple of 8: blocks of 32 output channels, the last one 16, 24 (16 + 8) or 8 (wino_gemm8_avx2:
+// 12 tiles x 8 channels in 256-bit registers; every CPU with AVX-512F has AVX2 and FMA).
 static void wino_gemms_avx512(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
   const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
   for (size_t k = 0; k < 16; k++) {
@@ -887,47 +987,71 @@ static void wino_gemms_avx512(const wino_ctx* c, const float* U, size_t c0, size
         float* m = M + k * mp + i * cout + co;
         if (cout - co >= 32) {
           wino_gemm32_avx512(u, w, m, kc, cout, c0 == 0);
-        } else {
+        } else if (cout - co >= 16) {
           wino_gemm16_avx512(u, w, m, kc, cout, c0 == 0);
+          if (cout - co == 24) {
+            wino_gemm8_avx2(u, w + 16, m + 16, kc, cout, c0 == 0);
+          }
+        } else {
+          wino_gemm8_avx2(u, w, m, kc, cout, c0 == 0);
         }
       }
     }
   }
 }
 
+// 16 output channels from co of one tile (M at the tile's row, channel 0), or with full == 0 the last 8 of
+// cout by masked loads and stores.
+__attribute__((target("avx512f"), always_inline)) static inline void wino_output_block_avx512(
+    const wino_ctx* c, const float* M, size_t co, float* const yp[4], const float* const rp[4],
+    const int inside[4], const int full) {
+  const size_t mp = wino_m_plane(c);
+  const __mmask16 mk = full ? 0xffff : 0x00ff;
+  const float* mq = M + co;
+  __m512 m[16], r0[4], r1[4], o[4];
+  for (int k = 0; k < 16; k++) {
+    m[k] = full ? _mm512_loadu_ps(mq + k * mp) : _mm512_maskz_loadu_ps(mk, mq + k * mp);
+  }
+  for (int q = 0; q < 4; q++) {  // A^T m
+    r0[q] = _mm512_add_ps(_mm512_add_ps(m[q], m[4 + q]), m[8 + q]);
+    r1[q] = _mm512_sub_ps(_mm512_sub_ps(m[4 + q], m[8 + q]), m[12 + q]);
+  }
+  const __m512 b = full ? _mm512_loadu_ps(c->bias + co) : _mm512_maskz_loadu_ps(mk, c->bias + co);
+  o[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0[0], r0[1]), r0[2]), b);
+  o[1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r0[1], r0[2]), r0[3]), b);
+  o[2] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r1[0], r1[1]), r1[2]), b);
+  o[3] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r1[1], r1[2]), r1[3]), b);
+  for (int k = 0; k < 4; k++) {
+    if (!inside[k]) {
+      continue;
+    }
+    __m512 v = c->silu ? silu16_avx512(o[k]) : o[k];
+    if (rp[k] != NULL) {
+      v = _mm512_add_ps(v, full ? _mm512_loadu_ps(rp[k] + co) : _mm512_maskz_loadu_ps(mk, rp[k] + co));
+    }
+    if (full) {
+      _mm512_storeu_ps(yp[k] + co, v);
+    } else {
+      _mm512_mask_storeu_ps(yp[k] + co, mk, v);
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) static void wino_output_avx512(const wino_ctx* c, const float* M, size_t t0) {
-  const size_t cout = c->cout, mp = wino_m_plane(c);
+  const size_t cout = c->cout;
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
-  for (size_t t = 0; t < n; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < n; t++, wino_pos_next(c, &pos)) {
     float* yp[4];
     const float* rp[4];
     int inside[4];
-    wino_out_tile(c, t0 + t, yp, rp, inside);
-    for (size_t co = 0; co < cout; co += 16) {
-      const float* mq = M + t * cout + co;
-      __m512 m[16], r0[4], r1[4], o[4];
-      for (int k = 0; k < 16; k++) {
-        m[k] = _mm512_loadu_ps(mq + k * mp);
-      }
-      for (int q = 0; q < 4; q++) {  // A^T m
-        r0[q] = _mm512_add_ps(_mm512_add_ps(m[q], m[4 + q]), m[8 + q]);
-        r1[q] = _mm512_sub_ps(_mm512_sub_ps(m[4 + q], m[8 + q]), m[12 + q]);
-      }
-      const __m512 b = _mm512_loadu_ps(c->bias + co);
-      o[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0[0], r0[1]), r0[2]), b);
-      o[1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r0[1], r0[2]), r0[3]), b);
-      o[2] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r1[0], r1[1]), r1[2]), b);
-      o[3] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r1[1], r1[2]), r1[3]), b);
-      for (int k = 0; k < 4; k++) {
-        if (!inside[k]) {
-          continue;
-        }
-        __m512 v = c->silu ? silu16_avx512(o[k]) : o[k];
-        if (rp[k] != NULL) {
-          v = _mm512_add_ps(v, _mm512_loadu_ps(rp[k] + co));
-        }
-        _mm512_storeu_ps(yp[k] + co, v);
-      }
+    wino_out_tile(c, &pos, yp, rp, inside);
+    size_t co = 0;
+    for (; co + 16 <= cout; co += 16) {
+      wino_output_block_avx512(c, M + t * cout, co, yp, rp, inside, 1);
+    }
+    if (co < cout) {
+      wino_output_block_avx512(c, M + t * cout, co, yp, rp, inside, 0);
     }
   }
 }
@@ -936,9 +1060,10 @@ __attribute__((target("avx512f"))) static void wino_output_avx512(const wino_ctx
 
 __attribute__((target("avx2,fma"))) static void wino_input_avx2(const wino_ctx* c, size_t t0, size_t c0,
                                                                 size_t kc, float* U) {
-  for (size_t t = 0; t < WINO_TILES; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < WINO_TILES; t++, wino_pos_next(c, &pos)) {
     const float* p[16];
-    wino_patch(c, t0 + t, c0, p);
+    wino_patch(c, &pos, c0, p);
     float* u = U + t * kc;
     for (size_t ci = 0; ci < kc; ci += 8) {
       for (int r = 0; r < 4; r++) {  // row r of B^T d, then times B
@@ -985,13 +1110,41 @@ __attribute__((target("avx2,fma"))) static void wino_gemm_avx2(const float* u, c
   }
 }
 
+// m[12][cout] (at co) (+)= u[12][kc] x w[kc][cout] (at co), 8 channels in 12 registers; += unless first. The
+// last 8 channels of a cout that is an odd multiple of 8, on the AVX2 and the AVX-512 paths.
+__attribute__((target("avx2,fma"))) static void wino_gemm8_avx2(const float* u, const float* w, float* m,
+                                                                size_t kc, size_t cout, int first) {
+  __m256 acc[12];
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) {
+    acc[i] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(m + i * cout);
+  }
+  for (size_t ci = 0; ci < kc; ci++) {
+    const __m256 w0 = _mm256_loadu_ps(w + ci * cout);
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; i++) {
+      acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(u + i * kc + ci), w0, acc[i]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < 12; i++) {
+    _mm256_storeu_ps(m + i * cout, acc[i]);
+  }
+}
+
+// cout is a multiple of 8: blocks of 16 output channels, the last one 8 (wino_gemm8_avx2) if cout is an odd
+// multiple of 8.
 static void wino_gemms_avx2(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
   const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
   for (size_t k = 0; k < 16; k++) {
     for (size_t co = 0; co < cout; co += 16) {
+      const float* w = c->weights + (k * cin + c0) * cout + co;
+      if (cout - co < 16) {
+        wino_gemm8_avx2(U + k * WINO_U_PLANE, w, M + k * mp + co, kc, cout, c0 == 0);
+        continue;
+      }
       for (size_t i = 0; i < WINO_TILES; i += 6) {
-        wino_gemm_avx2(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
-                       M + k * mp + i * cout + co, kc, cout, c0 == 0);
+        wino_gemm_avx2(U + k * WINO_U_PLANE + i * kc, w, M + k * mp + i * cout + co, kc, cout, c0 == 0);
       }
     }
   }
@@ -1000,11 +1153,12 @@ static void wino_gemms_avx2(const wino_ctx* c, const float* U, size_t c0, size_t
 __attribute__((target("avx2,fma"))) static void wino_output_avx2(const wino_ctx* c, const float* M, size_t t0) {
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
-  for (size_t t = 0; t < n; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < n; t++, wino_pos_next(c, &pos)) {
     float* yp[4];
     const float* rp[4];
     int inside[4];
-    wino_out_tile(c, t0 + t, yp, rp, inside);
+    wino_out_tile(c, &pos, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 8) {
       const float* mq = M + t * cout + co;
       __m256 r0[4], r1[4], o[4];
@@ -1039,9 +1193,10 @@ __attribute__((target("avx2,fma"))) static void wino_output_avx2(const wino_ctx*
 #include <arm_neon.h>
 
 static void wino_input_neon(const wino_ctx* c, size_t t0, size_t c0, size_t kc, float* U) {
-  for (size_t t = 0; t < WINO_TILES; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < WINO_TILES; t++, wino_pos_next(c, &pos)) {
     const float* p[16];
-    wino_patch(c, t0 + t, c0, p);
+    wino_patch(c, &pos, c0, p);
     float* u = U + t * kc;
     for (size_t ci = 0; ci < kc; ci += 4) {
       for (int r = 0; r < 4; r++) {  // row r of B^T d, then times B
@@ -1063,14 +1218,16 @@ static void wino_input_neon(const wino_ctx* c, size_t t0, size_t c0, size_t kc, 
   }
 }
 
-// m[4][cout] (at co) (+)= u[4][kc] x w[kc][cout] (at co), 16 channels; += unless first. 16 accumulators,
-// 4 registers of u (4 input channels of each tile, used by lane) and 4 of w: 24 of the 32. kc % 4 == 0.
-static void wino_gemm_neon(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+// m[4][cout] (at co) (+)= u[4][kc] x w[kc][cout] (at co), 4 * nv channels (nv 4 or 2); += unless first. nv 4:
+// 16 accumulators, 4 registers of u (4 input channels of each tile, used by lane) and 4 of w: 24 of the 32.
+// kc % 4 == 0.
+__attribute__((always_inline)) static inline void wino_gemm_neon(const float* u, const float* w, float* m,
+                                                                 size_t kc, size_t cout, int first, const int nv) {
   float32x4_t acc[4][4];
 #pragma GCC unroll 4
   for (int i = 0; i < 4; i++) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < nv; j++) {
       acc[i][j] = first ? vdupq_n_f32(0.0f) : vld1q_f32(m + i * cout + 4 * j);
     }
   }
@@ -1080,17 +1237,18 @@ static void wino_gemm_neon(const float* u, const float* w, float* m, size_t kc, 
     for (int i = 0; i < 4; i++) {
       a[i] = vld1q_f32(u + i * kc + ci);
     }
-#define WINO_NEON_STEP(L)                                              \
-  do {                                                                 \
-    const float* wr = w + (ci + (L)) * cout;                           \
-    const float32x4_t w0 = vld1q_f32(wr), w1 = vld1q_f32(wr + 4);      \
-    const float32x4_t w2 = vld1q_f32(wr + 8), w3 = vld1q_f32(wr + 12); \
-    for (int i = 0; i < 4; i++) {                                      \
-      acc[i][0] = vfmaq_laneq_f32(acc[i][0], w0, a[i], (L));           \
-      acc[i][1] = vfmaq_laneq_f32(acc[i][1], w1, a[i], (L));           \
-      acc[i][2] = vfmaq_laneq_f32(acc[i][2], w2, a[i], (L));           \
-      acc[i][3] = vfmaq_laneq_f32(acc[i][3], w3, a[i], (L));           \
-    }                                                                  \
+#define WINO_NEON_STEP(L)                                                \
+  do {                                                                   \
+    const float* wr = w + (ci + (L)) * cout;                             \
+    float32x4_t wv[4];                                                   \
+    for (int j = 0; j < nv; j++) {                                       \
+      wv[j] = vld1q_f32(wr + 4 * j);                                     \
+    }                                                                    \
+    for (int i = 0; i < 4; i++) {                                        \
+      for (int j = 0; j < nv; j++) {                                     \
+        acc[i][j] = vfmaq_laneq_f32(acc[i][j], wv[j], a[i], (L));        \
+      }                                                                  \
+    }                                                                    \
   } while (0)
     WINO_NEON_STEP(0);
     WINO_NEON_STEP(1);
@@ -1101,19 +1259,34 @@ static void wino_gemm_neon(const float* u, const float* w, float* m, size_t kc, 
 #pragma GCC unroll 4
   for (int i = 0; i < 4; i++) {
 #pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < nv; j++) {
       vst1q_f32(m + i * cout + 4 * j, acc[i][j]);
     }
   }
 }
 
+static void wino_gemm16_neon(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+  wino_gemm_neon(u, w, m, kc, cout, first, 4);
+}
+
+static void wino_gemm8_neon(const float* u, const float* w, float* m, size_t kc, size_t cout, int first) {
+  wino_gemm_neon(u, w, m, kc, cout, first, 2);
+}
+
+// cout is a multiple of 8: blocks of 16 output channels, the last one 8 if cout is an odd multiple of 8.
 static void wino_gemms_neon(const wino_ctx* c, const float* U, size_t c0, size_t kc, float* M) {
   const size_t cin = c->cin, cout = c->cout, mp = wino_m_plane(c);
   for (size_t k = 0; k < 16; k++) {
     for (size_t co = 0; co < cout; co += 16) {
       for (size_t i = 0; i < WINO_TILES; i += 4) {
-        wino_gemm_neon(U + k * WINO_U_PLANE + i * kc, c->weights + (k * cin + c0) * cout + co,
-                       M + k * mp + i * cout + co, kc, cout, c0 == 0);
+        const float* u = U + k * WINO_U_PLANE + i * kc;
+        const float* w = c->weights + (k * cin + c0) * cout + co;
+        float* m = M + k * mp + i * cout + co;
+        if (cout - co >= 16) {
+          wino_gemm16_neon(u, w, m, kc, cout, c0 == 0);
+        } else {
+          wino_gemm8_neon(u, w, m, kc, cout, c0 == 0);
+        }
       }
     }
   }
@@ -1123,14 +1296,16 @@ static void wino_gemms_neon(const wino_ctx* c, const float* U, size_t c0, size_t
 static void wino_output_neon(const wino_ctx* c, const float* M, size_t t0) {
   const size_t cout = c->cout, mp = wino_m_plane(c);
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
-  for (size_t t = 0; t < n; t++) {
+  wino_pos pos = wino_pos_at(c, t0);
+  for (size_t t = 0; t < n; t++, wino_pos_next(c, &pos)) {
     float* yp[4];
     const float* rp[4];
     int inside[4];
-    wino_out_tile(c, t0 + t, yp, rp, inside);
+    wino_out_tile(c, &pos, yp, rp, inside);
     for (size_t co = 0; co < cout; co += 16) {
+      const size_t nb = min_size(16, cout - co);  // 16, or 8 for the last block of an odd multiple of 8
       float o[4][16];
-      for (size_t j = 0; j < 16; j += 4) {
+      for (size_t j = 0; j < nb; j += 4) {
         const float* mq = M + t * cout + co + j;
         float32x4_t r0[4], r1[4];
         for (int q = 0; q < 4; q++) {  // A^T m
@@ -1148,7 +1323,7 @@ static void wino_output_neon(const wino_ctx* c, const float* M, size_t t0) {
         if (!inside[k]) {
           continue;
         }
-        for (int j = 0; j < 16; j++) {
+        for (size_t j = 0; j < nb; j++) {
           const float v = c->silu ? silu(o[k][j]) : o[k][j];
           yp[k][co + j] = rp[k] != NULL ? v + rp[k][co + j] : v;
         }

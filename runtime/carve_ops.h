@@ -66,8 +66,10 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 
 // ---- Winograd convolution ------------------------------------------------------
 
-// What carve_conv3x3s1_winograd accepts: cin and cout multiples of this.
-#define CARVE_WINOGRAD_CHANNEL_MULTIPLE 16
+// What carve_conv3x3s1_winograd accepts: cin and cout multiples of this (8: the
+// kernels work in blocks of 16 or 32 channels and finish an odd multiple of 8 with
+// one 8-channel block, so yolo26n's 16 -> 8 and 8 -> 16 convolutions qualify).
+#define CARVE_WINOGRAD_CHANNEL_MULTIPLE 8
 // 2x2 output tiles per group (a task's unit of work) and input channels per block.
 #define CARVE_WINOGRAD_TILES 12
 #define CARVE_WINOGRAD_KC 128
@@ -89,14 +91,16 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 // G = {{1, 0, 0}, {1/2, 1/2, 1/2}, {1/2, -1/2, 1/2}, {0, 0, 1}}; its element
 // (a, b) is at weights[((4 * a + b) * cin + ci) * cout + co] (computed once, in
 // double, rounded to float). bias is (cout). cin and cout are multiples of
-// CARVE_WINOGRAD_CHANNEL_MULTIPLE; h and w any (odd sizes give partial tiles).
+// CARVE_WINOGRAD_CHANNEL_MULTIPLE (8); h and w any (odd sizes give partial tiles).
 // The output is cut into 2x2 tiles, numbered row by row, in groups of
 // CARVE_WINOGRAD_TILES; each group is transformed (B^T d B), multiplied by the
 // weights over blocks of CARVE_WINOGRAD_KC input channels (16 GEMMs) and
 // transformed back (A^T m A), + bias, then SiLU as carve_epilogue computes it
 // (act CARVE_ACT_SILU; CARVE_ACT_NONE: none), then + residual. On AVX-512 and
 // AVX2 + FMA the GEMMs are FMA intrinsics, picked at run time like the SiLU
-// kernels; on aarch64 NEON (checked under qemu only, speed not measured);
+// kernels (channels past the last multiple of 16: an 8-channel GEMM in 256-bit
+// registers, masked AVX-512 transforms); on aarch64 NEON (checked under qemu
+// only, speed not measured);
 // elsewhere portable C: the paths agree to float rounding. About as
 // accurate as a direct convolution (about 1e-6 absolute on unit-scale data).
 // scratch is `slots` slots of CARVE_WINOGRAD_SLOT_BYTES(cout) bytes, 64-byte
@@ -105,7 +109,7 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 // groups), and the result does not depend on slots or the number of threads.
 // x and y must not overlap. CARVE_ERR_INVALID_ARGUMENT (nothing written) for
 // NULL pointers (x, weights, bias, y, scratch), empty sizes, cin or cout not
-// multiples of 16, strides below the channels, slots == 0, a scratch not 64-byte
+// multiples of 8, strides below the channels, slots == 0, a scratch not 64-byte
 // aligned or an unknown act.
 carve_status carve_conv3x3s1_winograd(const float* x, size_t x_stride, size_t h, size_t w, size_t cin,
                                       const float* weights, const float* bias, size_t cout, float* y,

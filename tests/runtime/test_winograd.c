@@ -3,7 +3,11 @@
 // (cout, cin, 3, 3) weights, + bias, act none / SiLU, + residual or not; the
 // Winograd weights are transformed here (G g G^T in double). Sizes from 1x1 up,
 // odd ones (partial tiles), cin 16 to 272 (two channel blocks, the second
-// partial), cout 16 to 80 (the 16-channel AVX-512 kernel), pixel strides wider
+// partial), cout 16 to 80 (the 16-channel AVX-512 kernel), and channel counts
+// that are multiples of 8 but not of 16, alone and mixed with multiples of 16
+// (cin 8 to 136, the last block 8 channels: the masked AVX-512 input transform,
+// the 8-channel tails of the portable and NEON loops; cout 8 to 56: the 8-channel
+// GEMMs and the masked AVX-512 output transform), pixel strides wider
 // than the channels: NaN past cin in x and in the residual (must not be read),
 // a canary past cout in y (must not be written), NaN in the scratch (its contents
 // must not matter). Every instruction set the CPU has (AVX-512, AVX2 + FMA,
@@ -241,8 +245,19 @@ static void test_shapes(pthreadpool_t pool2, pthreadpool_t pool3) {
       }
     }
   }
+  // multiples of 8 that are not multiples of 16 (cin or cout or both): 8 (one 8-channel block), 24 (16 + 8),
+  // 40 (32 + 8), 56 (32 + 16 + 8), 136 (a 128-channel block, then 8)
+  static const size_t pairs[][2] = {{8, 8},   {8, 16},  {16, 8},  {24, 40}, {40, 24},  {8, 24},
+                                    {24, 8},  {40, 40}, {8, 56},  {32, 24}, {136, 8},  {48, 40}};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+      const wino_case k = {sizes[si][0], sizes[si][1], pairs[pi][0], pairs[pi][1]};
+      run_case(&k, pool2, pool3, &rng);
+      n++;
+    }
+  }
   // more groups than threads and slots, odd both ways
-  const wino_case big[] = {{33, 47, 48, 64}, {40, 40, 64, 96}};
+  const wino_case big[] = {{33, 47, 48, 64}, {40, 40, 64, 96}, {33, 47, 8, 16}, {41, 29, 16, 8}, {19, 37, 24, 40}};
   for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
     run_case(&big[i], pool2, pool3, &rng);
     n++;
@@ -270,9 +285,11 @@ static void test_refusals(void) {
   CHECK(carve_conv3x3s1_winograd(x, 16, 0, 2, 16, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // h
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 0, 16, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // w
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 0, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);   // cin
-  CHECK(carve_conv3x3s1_winograd(x, 24, 2, 2, 24, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // cin
+  CHECK(carve_conv3x3s1_winograd(x, 12, 2, 2, 12, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // cin
+  CHECK(carve_conv3x3s1_winograd(x, 20, 2, 2, 20, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // cin
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 0, y, 16, NULL, 0, silu, s, 1, NULL) == bad);   // cout
-  CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 8, y, 16, NULL, 0, silu, s, 1, NULL) == bad);   // cout
+  CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 4, y, 16, NULL, 0, silu, s, 1, NULL) == bad);   // cout
+  CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 12, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // cout
   CHECK(carve_conv3x3s1_winograd(x, 15, 2, 2, 16, wt, b, 16, y, 16, NULL, 0, silu, s, 1, NULL) == bad);  // x_stride
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 16, y, 15, NULL, 0, silu, s, 1, NULL) == bad);  // y_stride
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 16, y, 16, r, 15, silu, s, 1, NULL) == bad);    // r_stride
@@ -285,6 +302,13 @@ static void test_refusals(void) {
   // accepted: zeros in, silu(0) = 0 out; r_stride ignored without a residual; more slots than groups
   CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 16, wt, b, 32, y, 32, NULL, 0, silu, s, 2, NULL) == CARVE_OK);
   CHECK(y[0] == 0.0f && y[31] == 0.0f && y[3 * 32 + 31] == 0.0f);
+  // multiples of 8 (CARVE_WINOGRAD_CHANNEL_MULTIPLE) are taken: 8 -> 8 writes 8 channels of each pixel
+  _Static_assert(CARVE_WINOGRAD_CHANNEL_MULTIPLE == 8, "the kernel takes multiples of 8 channels");
+  fill_canary(y, 4 * 32);
+  CHECK(carve_conv3x3s1_winograd(x, 16, 2, 2, 8, wt, b, 8, y, 16, NULL, 0, silu, s, 1, NULL) == CARVE_OK);
+  for (size_t i = 0; i < 4 * 16; i++) {
+    CHECK(i % 16 < 8 ? y[i] == 0.0f : is_canary(y[i]));
+  }
   free(s);
 }
 
