@@ -1,4 +1,4 @@
-"""The xnnpack backend runs the 3x3 stride-1 convolutions whose channels are multiples of 16 as the runtime's
+"""The xnnpack backend runs the 3x3 stride-1 convolutions whose channels are multiples of 8 as the runtime's
 carve_conv3x3s1_winograd (Winograd F(2x2, 3x3)), not as XNNPACK operators + SiLU / residual epilogues.
 
 The choice is the backend's lowering (``XnnpackBackend.runtime_conv``): the IR is the same for every backend,
@@ -40,7 +40,11 @@ def wino_steps(p):
 def test_the_rule():
     assert winograd_conv(CONV) == "conv3x3s1_wino"
     assert winograd_conv(dict(CONV, act="none", cin=16, cout=1024)) == "conv3x3s1_wino"
-    for bad in (dict(cin=8), dict(cout=8), dict(cin=24), dict(cout=4), dict(stride=2), dict(pad=0),
+    # multiples of 8 (CARVE_WINOGRAD_CHANNEL_MULTIPLE): yolo26n's model.2.m.0.cv1 (16 -> 8) and cv2 (8 -> 16)
+    for good in (dict(cin=16, cout=8), dict(cin=8, cout=16), dict(cin=8, cout=8), dict(cin=24, cout=40)):
+        assert winograd_conv(dict(CONV, **good)) == "conv3x3s1_wino", good
+    for bad in (dict(cin=12), dict(cout=12), dict(cin=4), dict(cout=4), dict(cin=20, cout=24), dict(cout=1),
+                dict(stride=2), dict(pad=0),
                 dict(kernel=(1, 1), pad=0), dict(kernel=(5, 5), pad=2), dict(groups=32, cout=32),
                 dict(act="relu")):
         assert winograd_conv(dict(CONV, **bad)) is None, bad
@@ -93,7 +97,12 @@ def test_xnnpack_lowers_3x3_stride1_convs(built):
         b = graph.weights[op.params["bias"]]
         np.testing.assert_array_equal(blob[s["bias_off"]:s["bias_off"] + b.size], b)
     assert fused > 0
-    # every other 3x3 stride-1 conv with groups 1 is one that the rule refuses (8 channels, ...)
+    # model.2's bottleneck (16 -> 8, then 8 -> 16 + the residual) is among them since the kernel takes multiples
+    # of 8
+    eight = [s for s in steps if s["cin"] % 16 or s["cout"] % 16]
+    assert any(s["cin"] == 16 and s["cout"] == 8 for s in eight), [(s["cin"], s["cout"]) for s in steps]
+    assert any(s["cin"] == 8 and s["cout"] == 16 and s["residual"] is not None for s in eight)
+    # every other 3x3 stride-1 conv with groups 1 is one that the rule refuses
     for o in graph.ops:
         if o.kind == "conv2d" and o.attrs["kernel"] == (3, 3) and o.attrs["stride"] == 1 and o.attrs["groups"] == 1:
             assert (o.name in [s["name"] for s in steps]) == bool(winograd_conv(o.attrs))

@@ -8,7 +8,7 @@ are carve runtime kernels on the same thread pool. So is the stem (``model.0``,
 that ``carve_conv3x3s2_small_cin`` runs with bias + SiLU in registers, where
 XNNPACK's igemm, with a reduction of 27, runs at a fifth of the FMA peak and
 needs a second pass for the SiLU; they get no XNNPACK operator (nor heap).
-The 3x3 stride-1 convolutions with channels in multiples of 16 run as
+The 3x3 stride-1 convolutions with channels in multiples of 8 run as
 ``carve_conv3x3s1_winograd`` (``winograd_conv``): Winograd F(2x2, 3x3), 16
 multiplications per 2x2 outputs and input channel where a direct convolution
 does 36, with the bias, SiLU and residual applied before the store; their
@@ -44,16 +44,17 @@ def stem_conv(attrs: dict) -> str | None:
 
 # What carve_conv3x3s1_winograd accepts (CARVE_WINOGRAD_* of runtime/carve_ops.h; the generated code
 # _Static_asserts the scratch against CARVE_WINOGRAD_SLOT_BYTES).
-WINOGRAD_CHANNEL_MULTIPLE = 16
+WINOGRAD_CHANNEL_MULTIPLE = 8
 WINOGRAD_TILES = 12
 WINOGRAD_KC = 128
 
 
 def winograd_conv(attrs: dict) -> str | None:
     """The step kind "conv3x3s1_wino" for a conv that carve_conv3x3s1_winograd runs: groups 1, 3x3, stride 1,
-    pad 1, cin and cout multiples of 16, act SiLU or none (the bottlenecks' and the heads' 3x3 convolutions);
-    None for the rest. bench/winograd_vs_xnnpack.c: 1.25x (16 -> 16 channels) to 2.35x XNNPACK's convolution
-    + SiLU pass on one thread, and closer to a float64 reference than XNNPACK."""
+    pad 1, cin and cout multiples of 8, act SiLU or none (the bottlenecks' and the heads' 3x3 convolutions,
+    yolo26n's 8-channel ones in model.2 included); None for the rest. bench/winograd_vs_xnnpack.c: 1.25x
+    (16 -> 16 channels) to 2.35x XNNPACK's convolution + SiLU pass on one thread (160x160 16 -> 8: about 1.3x,
+    8 -> 16 + residual: about 1.05x), and closer to a float64 reference than XNNPACK."""
     ok = (attrs["groups"] == 1 and tuple(attrs["kernel"]) == (3, 3) and attrs["stride"] == 1 and attrs["pad"] == 1
           and attrs["cin"] % WINOGRAD_CHANNEL_MULTIPLE == 0 and attrs["cout"] % WINOGRAD_CHANNEL_MULTIPLE == 0
           and attrs.get("act", "none") in ("silu", "none"))
