@@ -619,6 +619,13 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 // unmeasured. One thread, 40x40x64 -> 64:
 // 0.41 ms on AVX-512, 0.75 ms on AVX2 + FMA, 3.2 ms portable (SSE2); 80x80x32 -> 32: 0.54, 0.88, 4.0 ms. A tile's result depends only on its own data, so neither the split of the groups
 // over the slots nor the number of threads changes a bit.
+// Channels come in multiples of 8 (CARVE_WINOGRAD_CHANNEL_MULTIPLE): every path keeps its blocks of 16 (or 32)
+// and ends an odd multiple of 8 with one 8-channel block, so the multiples of 16 run as before. On AVX-512 the
+// transforms of that block load and store with the mask 0x00ff (a plain 512-bit load would read past the last
+// pixel's channels) and the GEMM of the last 8 output channels is wino_gemm8_avx2 (12 tiles x 8 channels in
+// 256-bit registers, shared with the AVX2 path); the portable and NEON loops have 8-channel instances. This is
+// for yolo26n's model.2 bottleneck (160x160, 16 -> 8, then 8 -> 16 + residual), XNNPACK's until then: one
+// thread, 1.39x and 1.04x XNNPACK + its SiLU (+ residual) pass (docs/performance.md).
 
 #define WINO_TILES CARVE_WINOGRAD_TILES
 #define WINO_KC CARVE_WINOGRAD_KC
