@@ -896,13 +896,22 @@ static void wino_output_portable(const wino_ctx* c, const float* M, size_t t0) {
 #ifdef CARVE_SILU_X86
 // ---- AVX-512
 
-// 16 channels from ci of one tile's input transform (u: the tile's row of plane 0), or with full == 0 the 8 of
-// a block's last 8 channels, by masked loads and stores (plain ones would read past cin, at the end of x).
+// The input transform of one tile's 16 channels from ci (mode 1; u: the tile's row of plane 0), of a block's
+// last 8 channels by masked loads and stores (mode 0: plain ones would read past cin, at the end of x), or of
+// two tiles' 8 channels when the block has 8 (mode 2, ci 0): tile t (p) in the low half of each register and
+// t + 1 (p1) in the high half, whose rows of U are adjacent, for half the arithmetic and stores of mode 0.
 __attribute__((target("avx512f"), always_inline)) static inline void wino_input_block_avx512(
-    const float* const p[16], size_t ci, float* u, const int full) {
+    const float* const p[16], const float* const p1[16], size_t ci, float* u, const int mode) {
   __m512 d[16], e[16];
   for (int i = 0; i < 16; i++) {
-    d[i] = full ? _mm512_loadu_ps(p[i] + ci) : _mm512_maskz_loadu_ps(0x00ff, p[i] + ci);
+    if (mode == 1) {
+      d[i] = _mm512_loadu_ps(p[i] + ci);
+    } else if (mode == 0) {
+      d[i] = _mm512_maskz_loadu_ps(0x00ff, p[i] + ci);
+    } else {
+      d[i] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(p[i]))),
+                                                 _mm256_castps_pd(_mm256_loadu_ps(p1[i])), 1));
+    }
   }
   for (int q = 0; q < 4; q++) {  // B^T d
     e[q] = _mm512_sub_ps(d[q], d[8 + q]);
@@ -915,7 +924,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void wino_input_
     const __m512 v[4] = {_mm512_sub_ps(e[r * 4], e[r * 4 + 2]), _mm512_add_ps(e[r * 4 + 1], e[r * 4 + 2]),
                          _mm512_sub_ps(e[r * 4 + 2], e[r * 4 + 1]), _mm512_sub_ps(e[r * 4 + 1], e[r * 4 + 3])};
     for (int k = 0; k < 4; k++) {
-      if (full) {
+      if (mode != 0) {
         _mm512_storeu_ps(ur + k * WINO_U_PLANE, v[k]);
       } else {
         _mm512_mask_storeu_ps(ur + k * WINO_U_PLANE, 0x00ff, v[k]);
@@ -927,16 +936,29 @@ __attribute__((target("avx512f"), always_inline)) static inline void wino_input_
 __attribute__((target("avx512f"))) static void wino_input_avx512(const wino_ctx* c, size_t t0, size_t c0,
                                                                  size_t kc, float* U) {
   wino_pos pos = wino_pos_at(c, t0);
+  if (kc == 8) {  // an 8-channel block (cin 8, or the last of an odd multiple of 8): pairs of tiles
+    _Static_assert(WINO_TILES % 2 == 0, "tiles are paired");
+    for (size_t t = 0; t < WINO_TILES; t += 2) {
+      const float* p[16];
+      const float* p1[16];
+      wino_patch(c, &pos, c0, p);
+      wino_pos_next(c, &pos);
+      wino_patch(c, &pos, c0, p1);
+      wino_pos_next(c, &pos);
+      wino_input_block_avx512(p, p1, 0, U + t * kc, 2);
+    }
+    return;
+  }
   for (size_t t = 0; t < WINO_TILES; t++, wino_pos_next(c, &pos)) {
     const float* p[16];
     wino_patch(c, &pos, c0, p);
     float* u = U + t * kc;
     size_t ci = 0;
     for (; ci + 16 <= kc; ci += 16) {
-      wino_input_block_avx512(p, ci, u, 1);
+      wino_input_block_avx512(p, p, ci, u, 1);
     }
     if (ci < kc) {
-      wino_input_block_avx512(p, ci, u, 0);
+      wino_input_block_avx512(p, p, ci, u, 0);
     }
   }
 }
@@ -1044,11 +1066,61 @@ __attribute__((target("avx512f"), always_inline)) static inline void wino_output
   }
 }
 
+// Two tiles of 8 output channels (cout == 8): tile t in the low half of each register, t + 1 in the high half
+// (their rows of M are adjacent), so that the loads of M, the transform and the SiLU are half those of two
+// masked 16-lane blocks. A pixel outside the image reads no residual and stores nothing.
+__attribute__((target("avx512f"))) static void wino_output_pair8_avx512(const wino_ctx* c, const float* M,
+                                                                        const wino_pos* pos) {
+  const size_t mp = wino_m_plane(c);
+  wino_pos next = *pos;
+  wino_pos_next(c, &next);
+  float* yp[2][4];
+  const float* rp[2][4];
+  int inside[2][4];
+  wino_out_tile(c, pos, yp[0], rp[0], inside[0]);
+  wino_out_tile(c, &next, yp[1], rp[1], inside[1]);
+  __m512 m[16], r0[4], r1[4], o[4];
+  for (int k = 0; k < 16; k++) {
+    m[k] = _mm512_loadu_ps(M + k * mp);
+  }
+  for (int q = 0; q < 4; q++) {  // A^T m
+    r0[q] = _mm512_add_ps(_mm512_add_ps(m[q], m[4 + q]), m[8 + q]);
+    r1[q] = _mm512_sub_ps(_mm512_sub_ps(m[4 + q], m[8 + q]), m[12 + q]);
+  }
+  const __m256 b8 = _mm256_loadu_ps(c->bias);
+  const __m512 b = _mm512_insertf32x4(_mm512_insertf32x4(_mm512_castps256_ps512(b8), _mm256_castps256_ps128(b8), 2),
+                                      _mm256_extractf128_ps(b8, 1), 3);
+  o[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r0[0], r0[1]), r0[2]), b);
+  o[1] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r0[1], r0[2]), r0[3]), b);
+  o[2] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(r1[0], r1[1]), r1[2]), b);
+  o[3] = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(r1[1], r1[2]), r1[3]), b);
+  for (int k = 0; k < 4; k++) {
+    if (!inside[0][k] && !inside[1][k]) {
+      continue;
+    }
+    __m512 v = c->silu ? silu16_avx512(o[k]) : o[k];
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    if (inside[0][k]) {
+      _mm256_storeu_ps(yp[0][k], rp[0][k] != NULL ? _mm256_add_ps(lo, _mm256_loadu_ps(rp[0][k])) : lo);
+    }
+    if (inside[1][k]) {
+      _mm256_storeu_ps(yp[1][k], rp[1][k] != NULL ? _mm256_add_ps(hi, _mm256_loadu_ps(rp[1][k])) : hi);
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) static void wino_output_avx512(const wino_ctx* c, const float* M, size_t t0) {
   const size_t cout = c->cout;
   const size_t n = min_size(WINO_TILES, c->tiles - t0);
   wino_pos pos = wino_pos_at(c, t0);
-  for (size_t t = 0; t < n; t++, wino_pos_next(c, &pos)) {
+  size_t t = 0;
+  if (cout == 8) {  // pairs of tiles; an odd last tile below
+    for (; t + 2 <= n; t += 2, wino_pos_next(c, &pos), wino_pos_next(c, &pos)) {
+      wino_output_pair8_avx512(c, M + t * cout, &pos);
+    }
+  }
+  for (; t < n; t++, wino_pos_next(c, &pos)) {
     float* yp[4];
     const float* rp[4];
     int inside[4];
