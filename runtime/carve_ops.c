@@ -623,9 +623,11 @@ carve_status carve_conv3x3s2_small_cin(const float* x, size_t x_stride, size_t h
 // and ends an odd multiple of 8 with one 8-channel block, so the multiples of 16 run as before. On AVX-512 the
 // transforms of that block load and store with the mask 0x00ff (a plain 512-bit load would read past the last
 // pixel's channels) and the GEMM of the last 8 output channels is wino_gemm8_avx2 (12 tiles x 8 channels in
-// 256-bit registers, shared with the AVX2 path); the portable and NEON loops have 8-channel instances. This is
-// for yolo26n's model.2 bottleneck (160x160, 16 -> 8, then 8 -> 16 + residual), XNNPACK's until then: one
-// thread, 1.39x and 1.04x XNNPACK + its SiLU (+ residual) pass (docs/performance.md).
+// 256-bit registers, shared with the AVX2 path); the portable and NEON loops have 8-channel instances. With
+// exactly 8 channels the AVX-512 transforms take two tiles per register instead (input when the block has 8
+// channels, output when cout is 8): their rows of U or M are adjacent. This is for yolo26n's model.2
+// bottleneck (160x160, 16 -> 8, then 8 -> 16 + residual), XNNPACK's until then: one thread, 1.66x and 1.15x
+// XNNPACK + its SiLU (+ residual) pass (docs/performance.md).
 
 #define WINO_TILES CARVE_WINOGRAD_TILES
 #define WINO_KC CARVE_WINOGRAD_KC

@@ -53,8 +53,8 @@ def winograd_conv(attrs: dict) -> str | None:
     """The step kind "conv3x3s1_wino" for a conv that carve_conv3x3s1_winograd runs: groups 1, 3x3, stride 1,
     pad 1, cin and cout multiples of 8, act SiLU or none (the bottlenecks' and the heads' 3x3 convolutions,
     yolo26n's 8-channel ones in model.2 included); None for the rest. bench/winograd_vs_xnnpack.c: 1.25x
-    (16 -> 16 channels) to 2.35x XNNPACK's convolution + SiLU pass on one thread (160x160 16 -> 8: about 1.3x,
-    8 -> 16 + residual: about 1.05x), and closer to a float64 reference than XNNPACK."""
+    (16 -> 16 channels) to 2.35x XNNPACK's convolution + SiLU pass on one thread (160x160 16 -> 8: 1.66x,
+    8 -> 16 + residual: 1.15x), and closer to a float64 reference than XNNPACK."""
     ok = (attrs["groups"] == 1 and tuple(attrs["kernel"]) == (3, 3) and attrs["stride"] == 1 and attrs["pad"] == 1
           and attrs["cin"] % WINOGRAD_CHANNEL_MULTIPLE == 0 and attrs["cout"] % WINOGRAD_CHANNEL_MULTIPLE == 0
           and attrs.get("act", "none") in ("silu", "none"))
