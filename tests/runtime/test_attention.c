@@ -5,15 +5,62 @@
 // accumulation chunk, strides wider than the channels for qkv, out and v_out,
 // writes confined to each head's slice, scratch used only up to
 // carve_attention_scratch_floats, and identical results with 0 or 2 threads.
+// Every path the CPU has runs each case: the portable kernel (its target_clones)
+// and, on x86-64 with AVX-512, the intrinsics kernel, whose 64-key score blocks
+// (and a last block of 32), 64-channel weighted sums (masked tails of 1 to 63
+// channels) and 16-lane softmax get n, key counts and head_dims around those
+// sizes; carve_attention itself (the path it picks) must equal the best path.
+// The path is chosen by the static attention_run, so this file includes
+// carve_ops.c itself (and links only carve_rt.c of the runtime).
 
-#include "carve_ops.h"
+#include "../../runtime/carve_ops.c"
+
 #include "test_common.h"
 
-static double worst = 0.0;      // largest error / its float-rounding bound seen
-static double worst_rel = 0.0;  // largest error / sum_j attn_j |v_j| seen
+#ifdef CARVE_SILU_X86
+static const int k_levels = 3;
+static int have_level(int simd) { return simd != 1 && simd <= silu_simd_level(); }  // 1: the clones' AVX2
+#else
+static const int k_levels = 1;
+static int have_level(int simd) { return simd == 0; }
+#endif
+static const char* const k_path[3] = {"portable", "-", "AVX-512"};
+
+static double worst[3];      // largest error / its float-rounding bound seen, per path
+static double worst_rel[3];  // largest error / sum_j attn_j |v_j| seen, per path
+
+static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t heads, size_t kd, size_t hd,
+                     size_t qkv_pad, size_t out_pad, size_t v_pad, int simd, float* best_out);
 
 static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads, size_t kd,
                      size_t hd, size_t qkv_pad, size_t out_pad, size_t v_pad, float amplitude) {
+  const size_t qkv_stride = heads * (2 * kd + hd) + qkv_pad, out_stride = heads * hd + out_pad;
+  float* qkv = malloc(n * qkv_stride * sizeof(float));
+  float* best = malloc(n * out_stride * sizeof(float));
+  float* api = malloc(n * out_stride * sizeof(float));
+  float* scratch = malloc(carve_attention_scratch_floats(n, heads, kd) * sizeof(float));
+  CHECK(qkv && best && api && scratch);
+  for (size_t i = 0; i < n * qkv_stride; i++) {
+    qkv[i] = rng_normal(rng) * amplitude;
+  }
+  for (int simd = 0; simd < k_levels; simd++) {
+    if (have_level(simd)) {
+      run_path(qkv, pool2, n, heads, kd, hd, qkv_pad, out_pad, v_pad, simd, best);
+    }
+  }
+  // The public entry point runs the best path.
+  fill_canary(api, n * out_stride);
+  carve_attention(qkv, qkv_stride, n, heads, kd, hd, 1.0f / sqrtf((float)kd), api, out_stride, NULL, 0,
+                  scratch, NULL);
+  CHECK(memcmp(api, best, n * out_stride * sizeof(float)) == 0);
+  free(qkv);
+  free(best);
+  free(api);
+  free(scratch);
+}
+
+static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t heads, size_t kd, size_t hd,
+                     size_t qkv_pad, size_t out_pad, size_t v_pad, int simd, float* best_out) {
   const size_t per_head = 2 * kd + hd;
   const size_t qkv_stride = heads * per_head + qkv_pad;
   const size_t out_stride = heads * hd + out_pad, v_stride = heads * hd + v_pad;
@@ -21,7 +68,6 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
   const size_t scratch_floats = carve_attention_scratch_floats(n, heads, kd);
   CHECK(scratch_floats >= n * heads);
 
-  float* qkv = malloc(n * qkv_stride * sizeof(float));
   float* out0 = malloc(n * out_stride * sizeof(float));
   float* out2 = malloc(n * out_stride * sizeof(float));
   float* v0 = malloc(n * v_stride * sizeof(float));
@@ -29,23 +75,20 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
   float* scratch = malloc((scratch_floats + 16) * sizeof(float));
   double* s = malloc(n * sizeof(double));
   double* err_s = malloc(n * sizeof(double));
-  CHECK(qkv && out0 && out2 && v0 && v2 && scratch && s && err_s);
-  for (size_t i = 0; i < n * qkv_stride; i++) {
-    qkv[i] = rng_normal(rng) * amplitude;
-  }
+  CHECK(out0 && out2 && v0 && v2 && scratch && s && err_s);
   fill_canary(out0, n * out_stride);
   fill_canary(out2, n * out_stride);
   fill_canary(v0, n * v_stride);
   fill_canary(v2, n * v_stride);
   fill_canary(scratch, scratch_floats + 16);
 
-  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out0, out_stride, v0, v_stride,
-                  scratch, NULL);
+  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out0, out_stride, v0, v_stride, scratch, simd,
+                NULL);
   for (size_t i = scratch_floats; i < scratch_floats + 16; i++) {
     CHECK(is_canary(scratch[i]));
   }
-  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, v2, v_stride,
-                  scratch, pool2);
+  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, v2, v_stride, scratch, simd,
+                pool2);
   CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
   CHECK(memcmp(v0, v2, n * v_stride * sizeof(float)) == 0);
 
@@ -93,13 +136,13 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
         const float got = out0[i * out_stride + h * hd + e];
         const double err = fabs((double)got - ref);
         const double tol = magnitude * (2.0 * e_max + (2.0 * (double)n + 8.0) * u) + 1e-30;
-        CHECK_MSG(err <= tol, "n=%zu heads=%zu kd=%zu hd=%zu h=%zu i=%zu e=%zu got=%.9g ref=%.9g",
-                  n, heads, kd, hd, h, i, e, (double)got, ref);
-        if (err / tol > worst) {
-          worst = err / tol;
+        CHECK_MSG(err <= tol, "%s: n=%zu heads=%zu kd=%zu hd=%zu h=%zu i=%zu e=%zu got=%.9g ref=%.9g",
+                  k_path[simd], n, heads, kd, hd, h, i, e, (double)got, ref);
+        if (err / tol > worst[simd]) {
+          worst[simd] = err / tol;
         }
-        if (err / (magnitude + 1e-30) > worst_rel) {
-          worst_rel = err / (magnitude + 1e-30);
+        if (err / (magnitude + 1e-30) > worst_rel[simd]) {
+          worst_rel[simd] = err / (magnitude + 1e-30);
         }
         CHECK(v0[i * v_stride + h * hd + e] == base[i * qkv_stride + 2 * kd + e]);
       }
@@ -117,11 +160,10 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
 
   // v_out may be NULL; out must not change.
   fill_canary(out2, n * out_stride);
-  carve_attention(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, NULL, 0, scratch,
-                  pool2);
+  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, NULL, 0, scratch, simd, pool2);
   CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
+  memcpy(best_out, out0, n * out_stride * sizeof(float));
 
-  free(qkv);
   free(out0);
   free(out2);
   free(v0);
@@ -145,8 +187,20 @@ int main(void) {
   run_case(&rng, pool2, 17, 1, 2, 130, 4, 3, 2, 1.0f), cases++;   // 8 chunks of v and 2 channels
   run_case(&rng, pool2, 100, 2, 32, 64, 64, 0, 0, 3.0f), cases++;  // peaky softmax
   run_case(&rng, pool2, 400, 2, 32, 64, 0, 128, 0, 1.0f), cases++; // 20x20 P5 at 640
+  run_case(&rng, pool2, 400, 4, 32, 64, 5, 0, 3, 1.0f), cases++;   // yolo26s/m/l
+  run_case(&rng, pool2, 100, 6, 32, 64, 0, 0, 0, 2.0f), cases++;   // yolo26x at 320
+  run_case(&rng, pool2, 64, 1, 16, 32, 1, 1, 1, 1.0f), cases++;    // n a multiple of 64: no 32-key block
+  run_case(&rng, pool2, 65, 2, 16, 128, 0, 0, 0, 1.0f), cases++;   // 96 padded keys: 64 + 32
+  run_case(&rng, pool2, 97, 1, 32, 48, 2, 0, 0, 1.0f), cases++;    // 3 channel vectors
+  run_case(&rng, pool2, 31, 2, 8, 17, 0, 3, 0, 1.0f), cases++;     // 2 vectors, the second 1 lane
+  run_case(&rng, pool2, 129, 1, 32, 127, 0, 0, 0, 1.0f), cases++;  // 64 + 63 channels
+  run_case(&rng, pool2, 36, 1, 4, 16, 0, 0, 0, 30.0f), cases++;    // scores far apart: exp underflows to 0
   pthreadpool_destroy(pool2);
-  printf("runtime_attention: %zu cases ok, worst error = %.3f of the float-rounding bound, "
-         "%.3g relative to sum_j attn_j |v_j|\n", cases, worst, worst_rel);
+  for (int simd = 0; simd < k_levels; simd++) {
+    if (have_level(simd)) {
+      printf("runtime_attention: %s: %zu cases ok, worst error = %.3f of the float-rounding bound, "
+             "%.3g relative to sum_j attn_j |v_j|\n", k_path[simd], cases, worst[simd], worst_rel[simd]);
+    }
+  }
   return 0;
 }
