@@ -8,7 +8,7 @@
 //
 //   cc -O3 -Iruntime bench/attention_bench.c runtime/carve_rt.c -o /tmp/attn-new -lpthreadpool -lm
 //   cc -O3 -I/path/to/old/runtime bench/attention_bench.c /path/to/old/runtime/carve_rt.c -o /tmp/attn-old -lpthreadpool -lm
-//   /tmp/attn-old [RUNS]; /tmp/attn-new [RUNS]
+//   /tmp/attn-old [RUNS]; /tmp/attn-new [RUNS]   (or RUNS N HEADS [KEY_DIM HEAD_DIM]: that shape alone)
 //
 // (-O3 and no -march: the flags of a CMake Release build of a package; the kernel picks AVX-512, AVX2 + FMA or the portable
 // path at run time.) Prints, per shape and thread count (1, 2), the best of RUNS calls (default 200) in
@@ -64,6 +64,14 @@ static void bench(size_t n, size_t heads, size_t kd, size_t hd, int runs, pthrea
 int main(int argc, char** argv) {
   const int runs = argc > 1 ? atoi(argv[1]) : 200;
   pthreadpool_t pool2 = pthreadpool_create(2);
+  if (argc > 3) {  // one shape: RUNS N HEADS [KEY_DIM HEAD_DIM]
+    const size_t n = (size_t)atoi(argv[2]), heads = (size_t)atoi(argv[3]);
+    const size_t kd = argc > 5 ? (size_t)atoi(argv[4]) : 32, hd = argc > 5 ? (size_t)atoi(argv[5]) : 64;
+    bench(n, heads, kd, hd, runs, NULL, 1);
+    bench(n, heads, kd, hd, runs, pool2, 2);
+    pthreadpool_destroy(pool2);
+    return 0;
+  }
   static const size_t shapes[][4] = {{400, 2, 32, 64}, {400, 4, 32, 64}, {400, 6, 32, 64},
                                      {100, 2, 32, 64}, {1600, 2, 32, 64}, {399, 2, 32, 64}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {

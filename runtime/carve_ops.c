@@ -1562,17 +1562,22 @@ typedef struct attention_ctx {
   float* scores;     // (heads * blocks, CARVE_ATTN_GROUP, n_pad)
 } attention_ctx;
 
-_Static_assert(CARVE_ATTN_GROUP == 4, "attention_scores and attention_weighted_sum are written for 4 rows");
+// The portable kernels take ATTN_ROWS query rows at a time (using the first
+// ATTN_ROWS of a task's CARVE_ATTN_GROUP rows of scores, which the AVX-512 kernel
+// fills): 4 rows x 32 keys or channels of accumulators.
+#define ATTN_ROWS 4
+_Static_assert(ATTN_ROWS == 4 && ATTN_ROWS <= CARVE_ATTN_GROUP,
+               "attention_scores and attention_weighted_sum are written for 4 rows");
 
-// Scores of CARVE_ATTN_GROUP query rows against every key, in float as PyTorch
+// Scores of ATTN_ROWS query rows against every key, in float as PyTorch
 // computes (q^T k) * scale:
 //   p[g][j] = (sum_d q_g[d] k_t[d][j]) * scale,   j < n_pad.
 // Keys go CARVE_ATTN_KEY_BLOCK at a time: for each d the block's k_t[d][j0..] is
 // one contiguous vector, multiplied by each row's q_g[d] (a broadcast) and added
 // to that row's accumulators, which stay in registers over the whole sum.
-static inline void attention_scores(const float* const q[CARVE_ATTN_GROUP], const float* k_t,
+static inline void attention_scores(const float* const q[ATTN_ROWS], const float* k_t,
                                     size_t n_pad, size_t kd, float scale,
-                                    float* const p[CARVE_ATTN_GROUP]) {
+                                    float* const p[ATTN_ROWS]) {
   for (size_t j0 = 0; j0 < n_pad; j0 += CARVE_ATTN_KEY_BLOCK) {
     float acc0[CARVE_ATTN_KEY_BLOCK] = {0.0f}, acc1[CARVE_ATTN_KEY_BLOCK] = {0.0f};
     float acc2[CARVE_ATTN_KEY_BLOCK] = {0.0f}, acc3[CARVE_ATTN_KEY_BLOCK] = {0.0f};
@@ -1640,16 +1645,16 @@ static inline float attention_softmax(float* p, size_t n) {
 }
 
 // out_g[e] = inv_sum[g] * sum_j p[g][j] v[j][e] for e < ne (ne <= CARVE_ATTN_V_CHUNK)
-// of CARVE_ATTN_GROUP rows: for each key j, v's row chunk (contiguous channels)
+// of ATTN_ROWS rows: for each key j, v's row chunk (contiguous channels)
 // times each row's weight p[g][j] (a broadcast), accumulated in registers. The
 // products of CARVE_ATTN_SUM_BLOCK keys are summed on their own and then added to
 // the running sums (a two-level sum: its rounding error grows with n / block +
 // block rather than with n). Only the first `rows` outputs are stored (a short
 // group repeats its last row).
-static inline void attention_weighted_sum(const float* const p[CARVE_ATTN_GROUP],
-                                          const float inv_sum[CARVE_ATTN_GROUP], const float* v,
+static inline void attention_weighted_sum(const float* const p[ATTN_ROWS],
+                                          const float inv_sum[ATTN_ROWS], const float* v,
                                           size_t v_stride, size_t n, size_t ne,
-                                          float* const o[CARVE_ATTN_GROUP], size_t rows) {
+                                          float* const o[ATTN_ROWS], size_t rows) {
   float sum0[CARVE_ATTN_V_CHUNK] = {0.0f}, sum1[CARVE_ATTN_V_CHUNK] = {0.0f};
   float sum2[CARVE_ATTN_V_CHUNK] = {0.0f}, sum3[CARVE_ATTN_V_CHUNK] = {0.0f};
   for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_SUM_BLOCK) {
@@ -1673,7 +1678,7 @@ static inline void attention_weighted_sum(const float* const p[CARVE_ATTN_GROUP]
       sum3[e] += acc3[e];
     }
   }
-  const float* sum[CARVE_ATTN_GROUP] = {sum0, sum1, sum2, sum3};
+  const float* sum[ATTN_ROWS] = {sum0, sum1, sum2, sum3};
   for (size_t g = 0; g < rows; g++) {
     for (size_t e = 0; e < ne; e++) {
       o[g][e] = sum[g][e] * inv_sum[g];
@@ -1682,7 +1687,7 @@ static inline void attention_weighted_sum(const float* const p[CARVE_ATTN_GROUP]
 }
 
 // Task t = head * blocks + b: query rows [b*R, b*R + R) of one head, R =
-// CARVE_ATTN_ROWS_PER_TASK, taken CARVE_ATTN_GROUP at a time so that each k and
+// CARVE_ATTN_ROWS_PER_TASK, taken ATTN_ROWS at a time so that each k and
 // v vector loaded serves four queries:
 //   out[i][e] = sum_j p[i][j] v[j][e] / sum_j p[i][j].
 // A short last group repeats its last row; the copies are computed, not stored.
@@ -1699,30 +1704,30 @@ CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t
     const float* k_t = ctx->k_t + head * kd * n_pad;
     float* task_scores = ctx->scores + t * CARVE_ATTN_GROUP * n_pad;
 
-    for (size_t i0 = row0; i0 < row1; i0 += CARVE_ATTN_GROUP) {
-      const size_t rows = min_size(CARVE_ATTN_GROUP, row1 - i0);
-      const float* q[CARVE_ATTN_GROUP];
-      float* p[CARVE_ATTN_GROUP];  // (n_pad) scores, then softmax numerators, of row i0 + g
-      float inv_sum[CARVE_ATTN_GROUP];
-      float* o[CARVE_ATTN_GROUP];
-      for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+    for (size_t i0 = row0; i0 < row1; i0 += ATTN_ROWS) {
+      const size_t rows = min_size(ATTN_ROWS, row1 - i0);
+      const float* q[ATTN_ROWS];
+      float* p[ATTN_ROWS];  // (n_pad) scores, then softmax numerators, of row i0 + g
+      float inv_sum[ATTN_ROWS];
+      float* o[ATTN_ROWS];
+      for (size_t g = 0; g < ATTN_ROWS; g++) {
         q[g] = q_base + (i0 + min_size(g, rows - 1)) * stride;
         p[g] = task_scores + g * n_pad;
       }
       attention_scores(q, k_t, n_pad, kd, ctx->scale, p);
-      for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+      for (size_t g = 0; g < ATTN_ROWS; g++) {
         inv_sum[g] = attention_softmax(p[g], n);
       }
       const float* const* pc = (const float* const*)p;
       size_t e0 = 0;
       for (; e0 + CARVE_ATTN_V_CHUNK <= hd; e0 += CARVE_ATTN_V_CHUNK) {
-        for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+        for (size_t g = 0; g < ATTN_ROWS; g++) {
           o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
         }
         attention_weighted_sum(pc, inv_sum, v_base + e0, stride, n, CARVE_ATTN_V_CHUNK, o, rows);
       }
       if (e0 < hd) {
-        for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+        for (size_t g = 0; g < ATTN_ROWS; g++) {
           o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
         }
         attention_weighted_sum(pc, inv_sum, v_base + e0, stride, n, hd - e0, o, rows);
@@ -1742,18 +1747,21 @@ CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t
 //
 // The portable kernel above, compiled for AVX-512 by target_clones, ran at about
 // 50 GFLOP/s on the 400-token, 2-head yolo26n attention (a third of the FMA peak):
-// no FMA (ISO C does not contract), the accumulators of four rows x 32 keys only
-// 8 vectors (as many as the FMA latency needs, no slack), and the softmax's
-// exp_u10 some 45 instructions per 16 floats. Here the same algorithm runs as
-// intrinsics: FMAs with the q / p factor broadcast from memory, 4 query rows x 64
-// keys (16 accumulators) for q k^T with each row's maximum taken as the scores
-// are stored, silu16_avx512's exp (FMA polynomial, VSCALEFPS) for the softmax,
-// and 4 rows x 64 v channels (16 accumulators) for the weighted sums, with the
-// same two-level sum over blocks of CARVE_ATTN_SUM_BLOCK keys and the 1 / sum
-// applied at the store. FMA rounds once where the portable loop rounds twice and
-// the sums run in 16 lanes, so the last bits can differ from the portable path
-// (as SiLU's do); the error against the exact result stays within the same
-// bound (tests/runtime/test_attention.c runs both paths).
+// no FMA (ISO C does not contract), 4 rows x 32 keys of accumulators (8 vectors:
+// no more than the FMA latency needs, and each k / v vector loaded from L2 serves
+// only 4 rows), and the softmax's exp_u10 some 45 instructions per 16 floats. Here
+// the same algorithm runs as intrinsics, ATTN_R = 8 query rows at a time (a
+// task's CARVE_ATTN_GROUP rows of scores): q k^T as 8 rows x 32 keys of FMAs (16
+// accumulators, q broadcast), each row's maximum taken as its scores are stored;
+// the softmax with silu16_avx512's exp (FMA polynomial, VSCALEFPS), summed in 16
+// lanes; the weighted sums as 8 rows x 32 v channels of FMAs (p broadcast) with
+// the portable kernel's two-level sum over CARVE_ATTN_SUM_BLOCK keys, times
+// 1 / sum at the store. 1178 -> about 520 us per call on one thread (2.3x; 4 rows
+// x 64 keys / channels: 620 us; bench/attention_bench.c). FMA rounds once where
+// the portable loop rounds twice and the sums run in 16 lanes, so the last bits
+// can differ from the portable path's (as SiLU's do); the error against the
+// exact result stays within the same bound (tests/runtime/test_attention.c runs
+// both paths).
 #ifdef CARVE_SILU_X86
 #define CARVE_ATTN_AVX512 __attribute__((target("avx512f")))
 #define CARVE_ATTN_INLINE __attribute__((target("avx512f"), always_inline)) static inline
@@ -1782,14 +1790,29 @@ CARVE_ATTN_INLINE __mmask16 attn_mask16(size_t count) {
   return count >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << count) - 1u);
 }
 
-// Scores of 4 query rows against keys [j0, j0 + 16 NV) (NV = 2 or 4, a constant
-// after inlining), p[g][j] = (sum_d q_g[d] k_t[d][j]) * scale as in the portable
-// attention_scores, and mx[g] = max(mx[g], p[g][j]) lane-wise over the keys < n.
-CARVE_ATTN_INLINE void attn_scores_avx512(const float* const q[4], const float* k_t, size_t n_pad,
+// Rows, vectors of 16 keys per q k^T block, vectors of 16 channels per weighted
+// sum: 8 x 2 x 2 (16 accumulators of the 32 registers) measured best of 4x4x4,
+// 6x4x4, 8x2x4 and 8x4x2 (16 to 32 accumulators: those spill). Macros so that bench/attention_bench.c can
+// try others (n_pad, a multiple of 32, takes a last block of 2 key vectors).
+#ifndef ATTN_R
+#define ATTN_R 8
+#endif
+#ifndef ATTN_KEY_V
+#define ATTN_KEY_V 2
+#endif
+#ifndef ATTN_CH_V
+#define ATTN_CH_V 2
+#endif
+_Static_assert(ATTN_R <= CARVE_ATTN_GROUP, "R rows of scores per task");
+
+// Scores of R query rows (R = ATTN_R, a constant) against keys [j0, j0 + 16 nv)
+// (nv a constant after inlining), p[g][j] = (sum_d q_g[d] k_t[d][j]) * scale as in
+// the portable attention_scores, and mx[g] = max(mx[g], p[g][j]) lane-wise over the keys < n.
+CARVE_ATTN_INLINE void attn_scores_avx512(const float* const q[ATTN_R], const float* k_t, size_t n_pad,
                                           size_t kd, __m512 scale, size_t j0, size_t n, const int nv,
-                                          float* const p[4], __m512 mx[4]) {
-  __m512 acc[4][4];
-  for (int g = 0; g < 4; g++) {
+                                          float* const p[ATTN_R], __m512 mx[ATTN_R]) {
+  __m512 acc[ATTN_R][4];
+  for (int g = 0; g < ATTN_R; g++) {
     for (int c = 0; c < nv; c++) {
       acc[g][c] = _mm512_setzero_ps();
     }
@@ -1800,7 +1823,7 @@ CARVE_ATTN_INLINE void attn_scores_avx512(const float* const q[4], const float* 
     for (int c = 0; c < nv; c++) {
       kv[c] = _mm512_loadu_ps(k + 16 * c);
     }
-    for (int g = 0; g < 4; g++) {
+    for (int g = 0; g < ATTN_R; g++) {
       const __m512 qg = _mm512_set1_ps(q[g][d]);
       for (int c = 0; c < nv; c++) {
         acc[g][c] = _mm512_fmadd_ps(qg, kv[c], acc[g][c]);
@@ -1810,7 +1833,7 @@ CARVE_ATTN_INLINE void attn_scores_avx512(const float* const q[4], const float* 
   for (int c = 0; c < nv; c++) {
     const size_t j = j0 + 16 * (size_t)c;
     const __mmask16 valid = j < n ? attn_mask16(n - j) : 0;
-    for (int g = 0; g < 4; g++) {
+    for (int g = 0; g < ATTN_R; g++) {
       const __m512 s = _mm512_mul_ps(acc[g][c], scale);
       _mm512_storeu_ps(p[g] + j, s);
       mx[g] = _mm512_mask_max_ps(mx[g], valid, mx[g], s);
@@ -1837,26 +1860,27 @@ CARVE_ATTN_INLINE float attn_softmax_avx512(float* p, size_t n, float max_s) {
   return 1.0f / _mm512_reduce_add_ps(sum);
 }
 
-// o[g][e] = inv_sum[g] * sum_j p[g][j] v[j][e] for e < ne <= 16 NV (NV = 1..4, a
-// constant after inlining), g < rows: the portable attention_weighted_sum with 4
-// rows x 16 NV channels of accumulators.
-CARVE_ATTN_INLINE void attn_weighted_sum_avx512(const float* const p[4], const float inv_sum[4],
+// o[g][e] = inv_sum[g] * sum_j p[g][j] v[j][e] for e < ne <= 16 nv (nv and masked
+// constants after inlining; masked: ne may be short of 16 nv), g < rows: the
+// portable attention_weighted_sum with R rows x 16 nv channels of accumulators.
+CARVE_ATTN_INLINE void attn_weighted_sum_avx512(const float* const p[ATTN_R], const float inv_sum[ATTN_R],
                                                 const float* v, size_t v_stride, size_t n, size_t ne,
-                                                const int nv, float* const o[4], size_t rows) {
+                                                const int nv, const int masked, float* const o[ATTN_R],
+                                                size_t rows) {
   __mmask16 mk[4];
   for (int c = 0; c < nv; c++) {
-    mk[c] = attn_mask16(ne - 16 * (size_t)c);
+    mk[c] = masked ? attn_mask16(ne - 16 * (size_t)c) : (__mmask16)0xFFFF;
   }
-  __m512 sum[4][4];
-  for (int g = 0; g < 4; g++) {
+  __m512 sum[ATTN_R][4];
+  for (int g = 0; g < ATTN_R; g++) {
     for (int c = 0; c < nv; c++) {
       sum[g][c] = _mm512_setzero_ps();
     }
   }
   for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_SUM_BLOCK) {
     const size_t j1 = min_size(n, j0 + CARVE_ATTN_SUM_BLOCK);
-    __m512 acc[4][4];
-    for (int g = 0; g < 4; g++) {
+    __m512 acc[ATTN_R][4];
+    for (int g = 0; g < ATTN_R; g++) {
       for (int c = 0; c < nv; c++) {
         acc[g][c] = _mm512_setzero_ps();
       }
@@ -1865,16 +1889,16 @@ CARVE_ATTN_INLINE void attn_weighted_sum_avx512(const float* const p[4], const f
       const float* vj = v + j * v_stride;
       __m512 vv[4];
       for (int c = 0; c < nv; c++) {
-        vv[c] = _mm512_maskz_loadu_ps(mk[c], vj + 16 * c);
+        vv[c] = masked ? _mm512_maskz_loadu_ps(mk[c], vj + 16 * c) : _mm512_loadu_ps(vj + 16 * c);
       }
-      for (int g = 0; g < 4; g++) {
+      for (int g = 0; g < ATTN_R; g++) {
         const __m512 pg = _mm512_set1_ps(p[g][j]);
         for (int c = 0; c < nv; c++) {
           acc[g][c] = _mm512_fmadd_ps(pg, vv[c], acc[g][c]);
         }
       }
     }
-    for (int g = 0; g < 4; g++) {
+    for (int g = 0; g < ATTN_R; g++) {
       for (int c = 0; c < nv; c++) {
         sum[g][c] = _mm512_add_ps(sum[g][c], acc[g][c]);
       }
@@ -1888,7 +1912,7 @@ CARVE_ATTN_INLINE void attn_weighted_sum_avx512(const float* const p[4], const f
   }
 }
 
-// attention_task on AVX-512: the same tasks, rows and scratch.
+// attention_task on AVX-512: the same tasks and scratch, R rows at a time.
 CARVE_ATTN_AVX512 static void attention_task_avx512(void* context, size_t start, size_t count) {
   const attention_ctx* ctx = context;
   const size_t n = ctx->n, n_pad = ctx->n_pad, kd = ctx->key_dim, hd = ctx->head_dim;
@@ -1903,43 +1927,41 @@ CARVE_ATTN_AVX512 static void attention_task_avx512(void* context, size_t start,
     const float* k_t = ctx->k_t + head * kd * n_pad;
     float* task_scores = ctx->scores + t * CARVE_ATTN_GROUP * n_pad;
 
-    for (size_t i0 = row0; i0 < row1; i0 += CARVE_ATTN_GROUP) {
-      const size_t rows = min_size(CARVE_ATTN_GROUP, row1 - i0);
-      const float* q[CARVE_ATTN_GROUP];
-      float* p[CARVE_ATTN_GROUP];
-      float inv_sum[CARVE_ATTN_GROUP];
-      float* o[CARVE_ATTN_GROUP];
-      __m512 mx[CARVE_ATTN_GROUP];
-      for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+    for (size_t i0 = row0; i0 < row1; i0 += ATTN_R) {
+      const size_t rows = min_size(ATTN_R, row1 - i0);
+      const float* q[ATTN_R];
+      float* p[ATTN_R];
+      float inv_sum[ATTN_R];
+      float* o[ATTN_R];
+      __m512 mx[ATTN_R];
+      for (size_t g = 0; g < ATTN_R; g++) {
         q[g] = q_base + (i0 + min_size(g, rows - 1)) * stride;
         p[g] = task_scores + g * n_pad;
         mx[g] = _mm512_set1_ps(-INFINITY);
       }
       size_t j0 = 0;
-      for (; j0 + 64 <= n_pad; j0 += 64) {
-        attn_scores_avx512(q, k_t, n_pad, kd, scale, j0, n, 4, p, mx);
+      for (; j0 + 16 * ATTN_KEY_V <= n_pad; j0 += 16 * ATTN_KEY_V) {
+        attn_scores_avx512(q, k_t, n_pad, kd, scale, j0, n, ATTN_KEY_V, p, mx);
       }
       if (j0 < n_pad) {  // n_pad is a multiple of 32
         attn_scores_avx512(q, k_t, n_pad, kd, scale, j0, n, 2, p, mx);
       }
-      for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+      for (size_t g = 0; g < ATTN_R; g++) {
         inv_sum[g] = attn_softmax_avx512(p[g], n, _mm512_reduce_max_ps(mx[g]));
       }
       const float* const* pc = (const float* const*)p;
-      for (size_t e0 = 0; e0 < hd; e0 += 64) {
-        const size_t ne = min_size(64, hd - e0);
-        for (size_t g = 0; g < CARVE_ATTN_GROUP; g++) {
+      for (size_t e0 = 0; e0 < hd; e0 += 16 * ATTN_CH_V) {
+        const size_t ne = min_size(16 * ATTN_CH_V, hd - e0);
+        for (size_t g = 0; g < ATTN_R; g++) {
           o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
         }
         const float* v = v_base + e0;
-        if (ne > 48) {
-          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, 4, o, rows);
-        } else if (ne > 32) {
-          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, 3, o, rows);
+        if (ne == 16 * ATTN_CH_V) {
+          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, ATTN_CH_V, 0, o, rows);
         } else if (ne > 16) {
-          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, 2, o, rows);
+          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, (int)((ne + 15) / 16), 1, o, rows);
         } else {
-          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, 1, o, rows);
+          attn_weighted_sum_avx512(pc, inv_sum, v, stride, n, ne, 1, 1, o, rows);
         }
       }
 

@@ -15,9 +15,10 @@
 #define CARVE_ATTN_ROWS_PER_TASK 32
 #endif
 
-// Attention: query rows that share each load of k and v, and keys whose scores
-// are accumulated side by side (vector lanes); both size the scratch.
-#define CARVE_ATTN_GROUP 4
+// Attention: query rows whose scores a task holds at once (the rows that share
+// each load of k and v: 8 in the AVX-512 kernel, 4 in the portable one), and keys
+// whose scores are accumulated side by side (vector lanes); both size the scratch.
+#define CARVE_ATTN_GROUP 8
 #define CARVE_ATTN_KEY_BLOCK 32
 
 #ifdef __cplusplus
@@ -129,7 +130,7 @@ void carve_upsample_nearest2x(const float* x, size_t x_stride, size_t h, size_t 
 // and key_dim: k of every head transposed, heads * key_dim * n_pad floats, and
 // CARVE_ATTN_GROUP rows of n_pad scores per (head, block of
 // CARVE_ATTN_ROWS_PER_TASK rows), n_pad = n rounded up to CARVE_ATTN_KEY_BLOCK
-// (about heads * n * (key_dim + n / 8): 26,624 + 43,264 floats for the 20x20,
+// (about heads * n * (key_dim + n / 4): 26,624 + 86,528 floats for the 20x20,
 // 2-head, key_dim 32 P5 attention at 640).
 size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim);
 
@@ -150,11 +151,12 @@ size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim);
 // softmax with the row maximum subtracted (exp as in carve_epilogue), its sum, and
 // the weighted sums of v, divided by the softmax sum at the end; the results agree
 // with PyTorch's to float rounding. k is transposed per head into scratch, so that
-// the scores of CARVE_ATTN_GROUP query rows accumulate over the key dimension with
-// CARVE_ATTN_KEY_BLOCK keys side by side (vector lanes), and the weighted sums run
+// the scores of a group of query rows (8 on AVX-512, else 4) accumulate over the
+// key dimension with keys side by side (vector lanes), and the weighted sums run
 // along v's contiguous channels. Work is split over `pool` in tasks of
 // CARVE_ATTN_ROWS_PER_TASK query rows of one head; the result does not depend on
-// the number of threads or the instruction set.
+// the number of threads. On x86-64 CPUs with AVX-512 an intrinsics kernel with
+// FMA runs, whose last bits can differ from the portable kernel's (as SiLU's do).
 // out and v_out must not overlap qkv. scratch holds
 // carve_attention_scratch_floats(n, heads, key_dim) floats.
 void carve_attention(const float* qkv, size_t qkv_stride, size_t n, size_t heads, size_t key_dim,
