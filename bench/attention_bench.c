@@ -10,6 +10,7 @@
 //   cc -O3 -I/path/to/old/runtime bench/attention_bench.c /path/to/old/runtime/carve_rt.c -o /tmp/attn-old -lpthreadpool -lm
 //   /tmp/attn-old [RUNS]; /tmp/attn-new [RUNS]   (or RUNS N HEADS [KEY_DIM HEAD_DIM]: that shape alone)
 //
+// -DBENCH_SIMD=0/1/2 times the portable kernel (its best target_clones clone), the AVX2 + FMA or the AVX-512 one.
 // (-O3 and no -march: the flags of a CMake Release build of a package; the kernel picks AVX-512, AVX2 + FMA or the portable
 // path at run time.) Prints, per shape and thread count (1, 2), the best of RUNS calls (default 200) in
 // microseconds and GFLOP/s counting the two matrix products' multiply-adds as 2 FLOPs (2 * heads * n^2 * (key_dim + head_dim)), and a
@@ -44,7 +45,12 @@ static void bench(size_t n, size_t heads, size_t kd, size_t hd, int runs, pthrea
   double best = 1e30;
   for (int r = 0; r < runs; r++) {
     const double t0 = now_us();
+#ifdef BENCH_SIMD  // a path by name (attention_run: 0 portable, 1 AVX2 + FMA, 2 AVX-512; not in older trees)
+    attention_run(qkv, stride, n, heads, kd, hd, scale, out, heads * hd, v_out, heads * hd, scratch, BENCH_SIMD,
+                  pool);
+#else
     carve_attention(qkv, stride, n, heads, kd, hd, scale, out, heads * hd, v_out, heads * hd, scratch, pool);
+#endif
     const double t = now_us() - t0;
     best = t < best ? t : best;
   }

@@ -1974,14 +1974,242 @@ CARVE_ATTN_AVX512 static void attention_task_avx512(void* context, size_t start,
     }
   }
 }
+
+// ---- Attention on AVX2 + FMA ------------------------------------------------------
+//
+// The AVX-512 kernel's algorithm in 8-lane vectors for CPUs without AVX-512: 16
+// registers hold 4 query rows x 24 keys (or v channels) of accumulators, 3 k (v)
+// vectors and a broadcast; silu8_avx2's exp. Keys go 24 at a time with a last
+// block of 8 or 16 (n_pad is a multiple of 32), channels 24 at a time with a
+// shorter, masked last chunk. On the AVX-512 machine of docs/performance.md,
+// limited to AVX2: 1780 us per yolo26n call for the portable kernel's x86-64-v3
+// clone, 1240 us for this (bench/attention_bench.c -DBENCH_SIMD=1).
+#define ATTN2_R 4
+_Static_assert(ATTN2_R <= CARVE_ATTN_GROUP, "R rows of scores per task");
+#define CARVE_ATTN_AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
+
+// Lanes [0, count) of 8 as an AVX2 mask (all lanes for count >= 8).
+CARVE_ATTN_AVX2_INLINE __m256i attn_mask8(size_t count) {
+  const int c = count >= 8 ? 8 : (int)count;
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(c), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// exp(d) for d <= 0 or NaN, as attn_exp16_avx512 (max keeps a NaN second operand).
+CARVE_ATTN_AVX2_INLINE __m256 attn_exp8_avx2(__m256 d) {
+  d = _mm256_max_ps(_mm256_set1_ps(-104.0f), d);
+  const __m256 q = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 s = _mm256_fmadd_ps(q, _mm256_set1_ps(-0.693145751953125f), d);
+  s = _mm256_fmadd_ps(q, _mm256_set1_ps(-1.428606765330187045e-06f), s);
+  __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(0.000198527617612853646278381f), s,
+                             _mm256_set1_ps(0.00139304355252534151077271f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.00833336077630519866943359f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.0416664853692054748535156f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.166666671633720397949219f));
+  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.5f));
+  u = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_mul_ps(s, s), u, s));
+  // times 2^q as 2^h * 2^(q - h), h = floor(q / 2), as silu8_avx2.
+  const __m256i qi = _mm256_cvtps_epi32(q);
+  const __m256i h = _mm256_srai_epi32(qi, 1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(qi, h), bias), 23));
+  return _mm256_mul_ps(_mm256_mul_ps(u, p1), p2);
+}
+
+// attn_scores_avx512 in 8 lanes: keys [j0, j0 + 8 nv), nv <= 3.
+CARVE_ATTN_AVX2_INLINE void attn_scores_avx2(const float* const q[ATTN2_R], const float* k_t, size_t n_pad,
+                                             size_t kd, __m256 scale, size_t j0, size_t n, const int nv,
+                                             float* const p[ATTN2_R], __m256 mx[ATTN2_R]) {
+  __m256 acc[ATTN2_R][3];
+  for (int g = 0; g < ATTN2_R; g++) {
+    for (int c = 0; c < nv; c++) {
+      acc[g][c] = _mm256_setzero_ps();
+    }
+  }
+  for (size_t d = 0; d < kd; d++) {
+    const float* k = k_t + d * n_pad + j0;
+    __m256 kv[3];
+    for (int c = 0; c < nv; c++) {
+      kv[c] = _mm256_loadu_ps(k + 8 * c);
+    }
+    for (int g = 0; g < ATTN2_R; g++) {
+      const __m256 qg = _mm256_broadcast_ss(q[g] + d);
+      for (int c = 0; c < nv; c++) {
+        acc[g][c] = _mm256_fmadd_ps(qg, kv[c], acc[g][c]);
+      }
+    }
+  }
+  for (int c = 0; c < nv; c++) {
+    const size_t j = j0 + 8 * (size_t)c;
+    const __m256 valid = _mm256_castsi256_ps(attn_mask8(j < n ? n - j : 0));
+    for (int g = 0; g < ATTN2_R; g++) {
+      const __m256 s = _mm256_mul_ps(acc[g][c], scale);
+      _mm256_storeu_ps(p[g] + j, s);
+      mx[g] = _mm256_blendv_ps(mx[g], _mm256_max_ps(mx[g], s), valid);
+    }
+  }
+}
+
+// attn_softmax_avx512 in 8 lanes.
+CARVE_ATTN_AVX2_INLINE float attn_softmax_avx2(float* p, size_t n, float max_s) {
+  const __m256 m = _mm256_set1_ps(max_s);
+  __m256 sum = _mm256_setzero_ps();
+  size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = attn_exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + j), m));
+    _mm256_storeu_ps(p + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < n) {
+    const __m256i k = attn_mask8(n - j);
+    const __m256 e = _mm256_and_ps(attn_exp8_avx2(_mm256_sub_ps(_mm256_maskload_ps(p + j, k), m)),
+                                   _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(p + j, k, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return 1.0f / _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+CARVE_ATTN_AVX2_INLINE float attn_hmax_avx2(__m256 v) {
+  const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm_cvtss_f32(_mm_max_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+// attn_weighted_sum_avx512 in 8 lanes: e < ne <= 8 nv, nv <= 3.
+CARVE_ATTN_AVX2_INLINE void attn_weighted_sum_avx2(const float* const p[ATTN2_R], const float inv_sum[ATTN2_R],
+                                                   const float* v, size_t v_stride, size_t n, size_t ne,
+                                                   const int nv, const int masked, float* const o[ATTN2_R],
+                                                   size_t rows) {
+  __m256i mk[3];
+  for (int c = 0; c < nv; c++) {
+    mk[c] = attn_mask8(ne - 8 * (size_t)c);
+  }
+  __m256 sum[ATTN2_R][3];
+  for (int g = 0; g < ATTN2_R; g++) {
+    for (int c = 0; c < nv; c++) {
+      sum[g][c] = _mm256_setzero_ps();
+    }
+  }
+  for (size_t j0 = 0; j0 < n; j0 += CARVE_ATTN_SUM_BLOCK) {
+    const size_t j1 = min_size(n, j0 + CARVE_ATTN_SUM_BLOCK);
+    __m256 acc[ATTN2_R][3];
+    for (int g = 0; g < ATTN2_R; g++) {
+      for (int c = 0; c < nv; c++) {
+        acc[g][c] = _mm256_setzero_ps();
+      }
+    }
+    for (size_t j = j0; j < j1; j++) {
+      const float* vj = v + j * v_stride;
+      __m256 vv[3];
+      for (int c = 0; c < nv; c++) {
+        vv[c] = masked ? _mm256_maskload_ps(vj + 8 * c, mk[c]) : _mm256_loadu_ps(vj + 8 * c);
+      }
+      for (int g = 0; g < ATTN2_R; g++) {
+        const __m256 pg = _mm256_broadcast_ss(p[g] + j);
+        for (int c = 0; c < nv; c++) {
+          acc[g][c] = _mm256_fmadd_ps(pg, vv[c], acc[g][c]);
+        }
+      }
+    }
+    for (int g = 0; g < ATTN2_R; g++) {
+      for (int c = 0; c < nv; c++) {
+        sum[g][c] = _mm256_add_ps(sum[g][c], acc[g][c]);
+      }
+    }
+  }
+  for (size_t g = 0; g < rows; g++) {
+    const __m256 inv = _mm256_set1_ps(inv_sum[g]);
+    for (int c = 0; c < nv; c++) {
+      const __m256 r = _mm256_mul_ps(sum[g][c], inv);
+      if (masked) {
+        _mm256_maskstore_ps(o[g] + 8 * c, mk[c], r);
+      } else {
+        _mm256_storeu_ps(o[g] + 8 * c, r);
+      }
+    }
+  }
+}
+
+// attention_task on AVX2 + FMA: the same tasks and scratch, 4 rows at a time.
+__attribute__((target("avx2,fma"))) static void attention_task_avx2(void* context, size_t start, size_t count) {
+  const attention_ctx* ctx = context;
+  const size_t n = ctx->n, n_pad = ctx->n_pad, kd = ctx->key_dim, hd = ctx->head_dim;
+  const size_t stride = ctx->qkv_stride;
+  const __m256 scale = _mm256_set1_ps(ctx->scale);
+  for (size_t t = start; t < start + count; t++) {
+    const size_t head = t / ctx->blocks;
+    const size_t row0 = (t % ctx->blocks) * CARVE_ATTN_ROWS_PER_TASK;
+    const size_t row1 = min_size(n, row0 + CARVE_ATTN_ROWS_PER_TASK);
+    const float* q_base = ctx->qkv + head * (2 * kd + hd);
+    const float* v_base = q_base + 2 * kd;
+    const float* k_t = ctx->k_t + head * kd * n_pad;
+    float* task_scores = ctx->scores + t * CARVE_ATTN_GROUP * n_pad;
+
+    for (size_t i0 = row0; i0 < row1; i0 += ATTN2_R) {
+      const size_t rows = min_size(ATTN2_R, row1 - i0);
+      const float* q[ATTN2_R];
+      float* p[ATTN2_R];
+      float inv_sum[ATTN2_R];
+      float* o[ATTN2_R];
+      __m256 mx[ATTN2_R];
+      for (size_t g = 0; g < ATTN2_R; g++) {
+        q[g] = q_base + (i0 + min_size(g, rows - 1)) * stride;
+        p[g] = task_scores + g * n_pad;
+        mx[g] = _mm256_set1_ps(-INFINITY);
+      }
+      size_t j0 = 0;
+      for (; j0 + 24 <= n_pad; j0 += 24) {
+        attn_scores_avx2(q, k_t, n_pad, kd, scale, j0, n, 3, p, mx);
+      }
+      if (j0 + 16 == n_pad) {  // n_pad is a multiple of 8
+        attn_scores_avx2(q, k_t, n_pad, kd, scale, j0, n, 2, p, mx);
+      } else if (j0 < n_pad) {
+        attn_scores_avx2(q, k_t, n_pad, kd, scale, j0, n, 1, p, mx);
+      }
+      for (size_t g = 0; g < ATTN2_R; g++) {
+        inv_sum[g] = attn_softmax_avx2(p[g], n, attn_hmax_avx2(mx[g]));
+      }
+      const float* const* pc = (const float* const*)p;
+      for (size_t e0 = 0; e0 < hd; e0 += 24) {
+        const size_t ne = min_size(24, hd - e0);
+        for (size_t g = 0; g < ATTN2_R; g++) {
+          o[g] = ctx->out + (i0 + g) * ctx->out_stride + head * hd + e0;
+        }
+        const float* v = v_base + e0;
+        if (ne == 24) {
+          attn_weighted_sum_avx2(pc, inv_sum, v, stride, n, ne, 3, 0, o, rows);
+        } else if (ne > 16) {
+          attn_weighted_sum_avx2(pc, inv_sum, v, stride, n, ne, 3, 1, o, rows);
+        } else if (ne == 16) {
+          attn_weighted_sum_avx2(pc, inv_sum, v, stride, n, ne, 2, 0, o, rows);
+        } else if (ne > 8) {
+          attn_weighted_sum_avx2(pc, inv_sum, v, stride, n, ne, 2, 1, o, rows);
+        } else {
+          attn_weighted_sum_avx2(pc, inv_sum, v, stride, n, ne, 1, 1, o, rows);
+        }
+      }
+
+      if (ctx->v_out != NULL) {
+        for (size_t g = 0; g < rows; g++) {
+          memcpy(ctx->v_out + (i0 + g) * ctx->v_stride + head * hd,
+                 v_base + (i0 + g) * stride, hd * sizeof(float));
+        }
+      }
+    }
+  }
+}
 #endif
 
 size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim) {
   return CARVE_ATTENTION_SCRATCH_FLOATS(n, heads, key_dim);
 }
 
-// carve_attention with its instruction set named (simd: 2 AVX-512, else the
-// portable kernel in its target_clones; a level the CPU lacks falls back).
+// carve_attention with its instruction set named (simd: 2 AVX-512, 1 AVX2 + FMA,
+// 0 the portable kernel in its target_clones; a level the CPU lacks falls back).
 static void attention_run(const float* qkv, size_t qkv_stride, size_t n, size_t heads, size_t key_dim,
                           size_t head_dim, float scale, float* out, size_t out_stride, float* v_out,
                           size_t v_stride, float* scratch, int simd, pthreadpool_t pool) {
@@ -2023,8 +2251,14 @@ static void attention_run(const float* qkv, size_t qkv_stride, size_t n, size_t 
       .scores = k_t + heads * key_dim * n_pad,
   };
 #ifdef CARVE_SILU_X86
-  if (simd >= 2 && silu_simd_level() >= 2) {
+  const int have = silu_simd_level();
+  simd = simd < have ? simd : have;
+  if (simd == 2) {
     carve_parallelize_1d_tile(pool, attention_task_avx512, &ctx, heads * ctx.blocks, 1);
+    return;
+  }
+  if (simd == 1) {
+    carve_parallelize_1d_tile(pool, attention_task_avx2, &ctx, heads * ctx.blocks, 1);
     return;
   }
 #else

@@ -6,10 +6,11 @@
 // writes confined to each head's slice, scratch used only up to
 // carve_attention_scratch_floats, and identical results with 0 or 2 threads.
 // Every path the CPU has runs each case: the portable kernel (its target_clones)
-// and, on x86-64 with AVX-512, the intrinsics kernel, whose 64-key score blocks
-// (and a last block of 32), 64-channel weighted sums (masked tails of 1 to 63
-// channels) and 16-lane softmax get n, key counts and head_dims around those
-// sizes; carve_attention itself (the path it picks) must equal the best path.
+// and, on x86-64, the AVX2 + FMA and AVX-512 intrinsics kernels, whose score
+// blocks (24 keys + a last 8 or 16; 32 keys), weighted-sum chunks (24 or 32
+// channels, masked tails) and 8 / 16-lane softmax get n, key counts and
+// head_dims around those sizes; carve_attention itself (the path it picks) must
+// equal the best path.
 // The path is chosen by the static attention_run, so this file includes
 // carve_ops.c itself (and links only carve_rt.c of the runtime).
 
@@ -19,12 +20,12 @@
 
 #ifdef CARVE_SILU_X86
 static const int k_levels = 3;
-static int have_level(int simd) { return simd != 1 && simd <= silu_simd_level(); }  // 1: the clones' AVX2
+static int have_level(int simd) { return simd <= silu_simd_level(); }
 #else
 static const int k_levels = 1;
 static int have_level(int simd) { return simd == 0; }
 #endif
-static const char* const k_path[3] = {"portable", "-", "AVX-512"};
+static const char* const k_path[3] = {"portable", "AVX2+FMA", "AVX-512"};
 
 static double worst[3];      // largest error / its float-rounding bound seen, per path
 static double worst_rel[3];  // largest error / sum_j attn_j |v_j| seen, per path
