@@ -12,11 +12,11 @@
 #include "carve_rt.h"
 
 #ifndef CARVE_ATTN_ROWS_PER_TASK
-#define CARVE_ATTN_ROWS_PER_TASK 32
+#define CARVE_ATTN_ROWS_PER_TASK 64
 #endif
 
 // Attention: query rows whose scores a task holds at once (the rows that share
-// each load of k and v: 8 in the AVX-512 kernel, 4 in the portable one), and keys
+// each load of k and v: 8 in the AVX-512 kernel, 4 in the AVX2 and portable ones), and keys
 // whose scores are accumulated side by side (vector lanes); both size the scratch.
 #define CARVE_ATTN_GROUP 8
 #define CARVE_ATTN_KEY_BLOCK 32
@@ -130,7 +130,7 @@ void carve_upsample_nearest2x(const float* x, size_t x_stride, size_t h, size_t 
 // and key_dim: k of every head transposed, heads * key_dim * n_pad floats, and
 // CARVE_ATTN_GROUP rows of n_pad scores per (head, block of
 // CARVE_ATTN_ROWS_PER_TASK rows), n_pad = n rounded up to CARVE_ATTN_KEY_BLOCK
-// (about heads * n * (key_dim + n / 4): 26,624 + 86,528 floats for the 20x20,
+// (about heads * n * (key_dim + n / 8): 26,624 + 46,592 floats for the 20x20,
 // 2-head, key_dim 32 P5 attention at 640).
 size_t carve_attention_scratch_floats(size_t n, size_t heads, size_t key_dim);
 

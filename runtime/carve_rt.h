@@ -30,7 +30,7 @@
 //                              never call pthreadpool, so the runtime itself does
 //                              not need libpthreadpool (XNNPACK still does).
 //   CARVE_ATTN_ROWS_PER_TASK   query rows handled by one attention task (default
-//                              32); it sets carve_attention_scratch_floats().
+//                              64); it sets carve_attention_scratch_floats().
 //   CARVE_RT_NO_FILE           no stdio: carve_weights_read_file() returns
 //                              CARVE_ERR_UNSUPPORTED (bare metal; pass the bytes).
 //   CARVE_RT_NO_HEAP           no allocator at all: <name>_create() returns

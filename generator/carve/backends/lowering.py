@@ -339,9 +339,9 @@ def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors:
     """<NAME>_SCRATCH_BYTES: the largest of the runtime kernels' scratch, as the runtime's
     CARVE_ATTENTION_SCRATCH_FLOATS / CARVE_E2E_SCRATCH_BYTES / CARVE_LETTERBOX_SCRATCH_BYTES
     compute it (the generated code _Static_asserts that this is enough), rounded up to 64, + 64."""
-    # attention: k transposed (key_dim rows) and 8 score rows per block of 32 query rows, per head, each row of
+    # attention: k transposed (key_dim rows) and 8 score rows per block of 64 query rows, per head, each row of
     # n rounded up to 32 floats (CARVE_ATTN_ROWS_PER_TASK, CARVE_ATTN_GROUP, CARVE_ATTN_KEY_BLOCK)
-    need = attn_heads * (attn_key_dim + -(-attn_n // 32) * 8) * (-(-attn_n // 32) * 32) * 4
+    need = attn_heads * (attn_key_dim + -(-attn_n // 64) * 8) * (-(-attn_n // 32) * 32) * 4
     if e2e:
         kk = min(e2e["k"], anchors)
         # letterbox: the column plan (3 int32 per column) + 2 rows of 3 int32 per column for each of the
