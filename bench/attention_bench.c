@@ -7,14 +7,16 @@
 // once against this tree and once against another checkout (e.g. the commit before a change) and alternate:
 //
 //   cc -O3 -Iruntime bench/attention_bench.c runtime/carve_rt.c -o /tmp/attn-new -lpthreadpool -lm
-//   cc -O3 -I/path/to/old/runtime bench/attention_bench.c /path/to/old/runtime/carve_rt.c -o /tmp/attn-old -lpthreadpool -lm
+//   OLD=/path/to/old/runtime
+//   cc -O3 -I$OLD bench/attention_bench.c $OLD/carve_rt.c -o /tmp/attn-old -lpthreadpool -lm
 //   /tmp/attn-old [RUNS]; /tmp/attn-new [RUNS]   (or RUNS N HEADS [KEY_DIM HEAD_DIM]: that shape alone)
 //
-// -DBENCH_SIMD=0/1/2 times the portable kernel (its best target_clones clone), the AVX2 + FMA or the AVX-512 one.
-// (-O3 and no -march: the flags of a CMake Release build of a package; the kernel picks AVX-512, AVX2 + FMA or the portable
-// path at run time.) Prints, per shape and thread count (1, 2), the best of RUNS calls (default 200) in
-// microseconds and GFLOP/s counting the two matrix products' multiply-adds as 2 FLOPs (2 * heads * n^2 * (key_dim + head_dim)), and a
-// checksum of the output so that two builds can be compared.
+// -DBENCH_SIMD=0/1/2 times the portable kernel (its best target_clones clone), the AVX2 + FMA or the AVX-512 one;
+// -DCARVE_ATTN_ROWS_PER_TASK=N or -DATTN_R=R -DATTN_KEY_V=K -DATTN_CH_V=C try other task sizes and AVX-512 tiles.
+// (-O3 and no -march: the flags of a CMake Release build of a package; the kernel picks AVX-512, AVX2 + FMA or
+// the portable path at run time.) Prints, per shape and thread count (1, 2), the best of RUNS calls (default
+// 200) in microseconds and GFLOP/s counting the two matrix products' multiply-adds as 2 FLOPs
+// (2 * heads * n^2 * (key_dim + head_dim)), and a checksum of the output so that two builds can be compared.
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
