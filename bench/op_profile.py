@@ -147,7 +147,8 @@ def main() -> int:
     for ms, call, what in rows:
         k = kinds[kind_of(call, what)]
         k[0] += ms
-        k[1] += mflops(what) if call in ("carve_xnn_run", "carve_conv3x3s1_winograd", "carve_conv3x3s2_small_cin") else 0.0
+        k[1] += mflops(what) if call in ("carve_xnn_run", "carve_conv3x3s1_winograd", "carve_conv3x3s2_small_cin",
+                                                    "carve_dwconv3x3") else 0.0
         k[2] += 1
     print(f"{'kind':44s} {'calls':>5s} {'ms':>8s} {'share':>6s} {'MFLOPs':>8s} {'GFLOP/s':>8s}")
     for name, (ms, mf, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):

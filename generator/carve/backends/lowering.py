@@ -13,7 +13,7 @@ and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
   the latter as C expressions over the storage constants);
 * ``layers``: per Ultralytics layer, the C function name and its steps (``op``
   with an optional SiLU / residual ``epilogue``, ``view``, ``upsample``,
-  ``attention``, ``e2e``, and ``conv3x3s2`` / ``conv3x3s1_wino``: a convolution
+  ``attention``, ``e2e``, and ``conv3x3s2`` / ``conv3x3s1_wino`` / ``dwconv3x3``: a convolution
   the backend runs as a runtime kernel (``RUNTIME_CONVS``) rather than a
   descriptor, see ``CBackend.runtime_conv``), each with FLOPs and a shape comment;
 * ``blob``: the weights (little-endian float32, each tensor 64-byte aligned);
@@ -84,7 +84,8 @@ CPU_RULES = {
 
 
 # Convolution step kinds a backend may choose with CBackend.runtime_conv -> the runtime function that runs them.
-RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin", "conv3x3s1_wino": "carve_conv3x3s1_winograd"}
+RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin", "conv3x3s1_wino": "carve_conv3x3s1_winograd",
+                 "dwconv3x3": "carve_dwconv3x3"}
 # Those of them that add a residual before the store (the others get an epilogue step after them).
 RESIDUAL_RUNTIME_CONVS = {"conv3x3s1_wino"}
 

@@ -13,6 +13,10 @@ The 3x3 stride-1 convolutions with channels in multiples of 8 run as
 multiplications per 2x2 outputs and input channel where a direct convolution
 does 36, with the bias, SiLU and residual applied before the store; their
 weights are stored transformed, (16, cin, cout), and get no XNNPACK operator.
+The depthwise 3x3 stride-1 convolutions (the heads' DWConvs, the PSA blocks'
+positional conv) run as ``carve_dwconv3x3`` (``dw_conv``), bias + SiLU before
+the store instead of XNNPACK's depthwise convolution + a SiLU pass; weights
+(3, 3, c).
 The lowering is ``lowering.lower``, shared with the other C backends;
 ``xnn_heap`` adds the size of the caller's XNNPACK heap for
 ``<name>_create_with``.
@@ -68,9 +72,27 @@ def winograd_slot_bytes(cout: int) -> int:
     return -(-floats * 4 // 64) * 64
 
 
+def dw_conv(attrs: dict) -> str | None:
+    """The step kind "dwconv3x3" for a conv that carve_dwconv3x3 runs: depthwise (groups = cin = cout), 3x3,
+    stride 1, pad 1, act SiLU or none, any channel count (yolo26n's head DWConvs, one2one_cv3.*.*.0, and the
+    PSA blocks' attn.pe); None for the rest. bench/dwconv_vs_xnnpack.c: 1.05x to 1.5x XNNPACK's depthwise
+    convolution + SiLU pass on yolo26n's shapes (the SiLU itself, compute-bound, is most of the time)."""
+    ok = (attrs["groups"] == attrs["cin"] == attrs["cout"] and attrs["cin"] >= 1
+          and tuple(attrs["kernel"]) == (3, 3) and attrs["stride"] == 1 and attrs["pad"] == 1
+          and attrs.get("act", "none") in ("silu", "none"))
+    return "dwconv3x3" if ok else None
+
+
+def exact_runtime_conv(attrs: dict) -> str | None:
+    """The runtime kernels that compute the convolution of the stored weights themselves (stem_conv, then
+    dw_conv): what an f16-weights package keeps; None for an XNNPACK operator."""
+    return stem_conv(attrs) or dw_conv(attrs)
+
+
 def runtime_conv(attrs: dict) -> str | None:
-    """The runtime kernel a conv runs as (stem_conv, then winograd_conv), or None for an XNNPACK operator."""
-    return stem_conv(attrs) or winograd_conv(attrs)
+    """The runtime kernel a conv runs as (stem_conv, dw_conv, then winograd_conv), or None for an XNNPACK
+    operator."""
+    return exact_runtime_conv(attrs) or winograd_conv(attrs)
 
 
 # Winograd F(2x2, 3x3)'s kernel transform: the 4x4 G g G^T of each 3x3 kernel g.
@@ -118,10 +140,13 @@ def conv_slices(attrs: dict) -> list | None:
 
 def runtime_conv_layout(kind: str, w: np.ndarray) -> np.ndarray:
     """PyTorch (out, in, kh, kw) -> the weights of a runtime_conv step of this kind: (kh, kw, in, out) for
-    carve_conv3x3s2_small_cin, winograd_weights' (16, in, out) for carve_conv3x3s1_winograd. (Descriptors, which
-    XNNPACK runs, keep LAYOUTS whatever their attrs: a slice of a convolution may look like a runtime kernel's.)"""
+    carve_conv3x3s2_small_cin, winograd_weights' (16, in, out) for carve_conv3x3s1_winograd, (kh, kw, c) for
+    carve_dwconv3x3 (from (c, 1, 3, 3)). (Descriptors, which XNNPACK runs, keep LAYOUTS whatever their attrs: a
+    slice of a convolution may look like a runtime kernel's.)"""
     if kind == "conv3x3s1_wino":
         return winograd_weights(w)
+    if kind == "dwconv3x3":
+        return np.ascontiguousarray(np.transpose(w[:, 0], (1, 2, 0)))
     if kind == "conv3x3s2":
         return np.transpose(w, (2, 3, 1, 0))
     raise AssertionError(f"no layout for runtime conv kind {kind!r}")  # pragma: no cover - a backend's bug
@@ -155,13 +180,15 @@ class XnnpackBackend(CBackend):
     def emit(self, graph, plan, options) -> dict:
         # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be
         # rounded, not the convolution's own, and the package would no longer compute the convolution of the
-        # f16-rounded weights (tests/firmware/f16.py): an f16 package keeps XNNPACK for those convolutions.
+        # f16-rounded weights (tests/firmware/f16.py): an f16 package keeps XNNPACK for those convolutions. The
+        # stem and depthwise kernels only reorder the weights (exact_runtime_conv): f16 packages run them too.
         winograd = (options or {}).get("weights_dtype", "f32") == "f32"
         return CPackage(self, graph, plan, self.lower(graph, plan, winograd=winograd), options).files()
 
     def lower(self, graph, plan, winograd: bool = True) -> dict:
         program = lowering.lower(graph, plan, self.name, self.prefix, self.layouts,
-                                 runtime_conv if winograd else stem_conv, self.conv_slices, self.letterbox_bands,
+                                 runtime_conv if winograd else exact_runtime_conv, self.conv_slices,
+                                 self.letterbox_bands,
                                  self.runtime_conv_layout)
         # Winograd convolutions take CARVE_WINOGRAD_SLOT_BYTES(cout) of the scratch per task: one slot in
         # <NAME>_SCRATCH_BYTES (create_with runs on one thread); create allocates one per thread.
