@@ -16,16 +16,14 @@
 
 #include "../../runtime/carve_ops.c"
 
+#include "simd_paths.h"
 #include "test_common.h"
 
 #ifdef CARVE_SILU_X86
 static const int k_levels = 3;
-static int have_level(int simd) { return simd <= silu_simd_level(); }
 #else
 static const int k_levels = 1;
-static int have_level(int simd) { return simd == 0; }
 #endif
-static const char* const k_path[3] = {"portable", "AVX2+FMA", "AVX-512"};
 
 static double worst[3];      // largest error / its float-rounding bound seen, per path
 static double worst_rel[3];  // largest error / sum_j attn_j |v_j| seen, per path

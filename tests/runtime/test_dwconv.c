@@ -12,6 +12,7 @@
 
 #include "../../runtime/carve_ops.c"
 
+#include "simd_paths.h"
 #include "test_common.h"
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
@@ -40,15 +41,6 @@ static double ref_out(const float* x, size_t xs, size_t h, size_t w, size_t c, c
   return s;
 }
 
-static const char* const k_path[3] = {"portable", "AVX2+FMA", "AVX-512"};
-
-static int have_level(int simd) {
-#ifdef CARVE_SILU_X86
-  return simd <= silu_simd_level();
-#else
-  return simd == 0;
-#endif
-}
 
 typedef struct dw_case {
   size_t h, w, c, xs, ys;
