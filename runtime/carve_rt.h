@@ -4,8 +4,9 @@
 // kernels are in carve_ops.h (tensor ops), carve_pre.h (letterbox, classify
 // preprocessing, mapping back to the source image), carve_post.h (end-to-end
 // rows of the detect / segment / pose / obb heads, softmax and top-k),
-// carve_mask.h (instance masks, RLE) and carve_io.h (demo-side file and drawing
-// helpers).
+// carve_mask.h (instance masks, RLE), carve_model.h (the create / run / destroy
+// lifecycle the generated code of the CPU backends forwards to) and carve_io.h
+// (demo-side file and drawing helpers).
 //
 // Conventions shared by every file of the runtime:
 //   * activations are NHWC float32 with batch 1; pixel p, channel c of a tensor
@@ -42,7 +43,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 6
+//   #if CARVE_RT_ABI != 7
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -52,7 +53,8 @@
 // 4: carve_conv3x3s2_small_cin (carve_ops.h), the xnnpack backend's stem convolution.
 // 5: carve_letterbox takes a pool.
 // 6: carve_e2e_postprocess and carve_e2e_postprocess_task take a pool.
-#define CARVE_RT_ABI 6
+// 7: carve_model.h: the generated code's create / create_with / destroy / runs / masks.
+#define CARVE_RT_ABI 7
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

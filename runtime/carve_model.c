@@ -1,0 +1,359 @@
+// carve runtime: the model lifecycle every CPU package shares (see carve_model.h).
+
+#include "carve_model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "carve_ops.h"
+#include "carve_post.h"
+
+#define TRY(expr)                  \
+  do {                             \
+    carve_status status_ = (expr); \
+    if (status_ != CARVE_OK) {     \
+      return status_;              \
+    }                              \
+  } while (0)
+
+// A descriptor carve_model_create can work from: sizes, hooks and tables that the generated code always
+// fills. (A NULL here is a bug of the caller, not of the generator's output.)
+static int desc_ok(const carve_model_desc* d) {
+  if (d == NULL || d->context_size < sizeof(carve_model) || d->context_bytes < d->context_size ||
+      d->layer_ms_offset < sizeof(carve_model) || d->arena_bytes == 0 || d->scratch_bytes == 0 ||
+      d->run_network == NULL || d->num_layers <= 0 || d->layer_types == NULL || d->class_names == NULL ||
+      d->num_classes == 0 || d->input_h <= 0 || d->input_w <= 0) {
+    return 0;
+  }
+  if (d->layer_ms_offset % sizeof(double) != 0 ||
+      d->layer_ms_offset + (size_t)d->num_layers * sizeof(double) > d->context_size) {
+    return 0;
+  }
+  if (d->weights_dtype != CARVE_WEIGHTS_F32 && d->weights_dtype != CARVE_WEIGHTS_F16) {
+    return 0;
+  }
+  if (d->weights_dtype == CARVE_WEIGHTS_F16 && d->wide_weight_bytes < d->weight_floats * sizeof(float)) {
+    return 0;
+  }
+  if (d->task == CARVE_TASK_CLASSIFY) {
+    return d->store_class != NULL && d->topk <= CARVE_MODEL_MAX_TOPK;
+  }
+  return d->store_detection != NULL && d->row_len >= 6 && d->row_len <= CARVE_MODEL_MAX_ROW_LEN &&
+         (d->task != CARVE_TASK_POSE || 6 + 3 * d->num_keypoints <= d->row_len);
+}
+
+// ---- Lifecycle ------------------------------------------------------------------
+
+carve_status carve_model_resolve_options(const carve_model_options* options, carve_model_options* out) {
+  if (out == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  memset(out, 0, sizeof(*out));  // every field not named below: 0 / NULL
+  out->threads = 1;
+  if (options != NULL) {
+    *out = *options;
+  }
+  if (out->threads < 0 || out->threads > 1024) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (out->threads == 0) {
+    out->threads = 1;
+  }
+  return CARVE_OK;
+}
+
+// m->weights: the float32 weights the layers read. linked: the linked blob (NULL: a weights file, from
+// opt->weights_data or, when may_allocate (create), read from opt->weights_path). f16 weights are widened
+// into m->wide_weights, which create allocates (may_allocate) and create_with takes from the caller.
+static carve_status bind_weights(carve_model* m, const void* linked, const carve_model_options* opt,
+                                 int may_allocate) {
+  const carve_model_desc* d = m->desc;
+  const void* stored = linked;
+  if (d->weights_file != NULL) {
+    const void* data = opt->weights_data;
+    size_t bytes = opt->weights_size;
+    if (data == NULL) {
+      if (opt->weights_path == NULL || !may_allocate) {
+        return CARVE_ERR_INVALID_ARGUMENT;
+      }
+      TRY(carve_weights_read_file(opt->weights_path, &m->weights_file, &bytes));
+      data = m->weights_file;
+    }
+    TRY(carve_weights_check(data, bytes, d->weights_file, &stored));
+    if (d->weights_dtype == CARVE_WEIGHTS_F32 && (uintptr_t)stored % sizeof(float) != 0) {
+      return CARVE_ERR_INVALID_ARGUMENT;  // the caller's bytes must be (64-byte) aligned
+    }
+  } else if (linked == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (d->weights_dtype == CARVE_WEIGHTS_F32) {
+    m->weights = stored;
+    return CARVE_OK;
+  }
+  if (m->wide_weights == NULL) {
+    if (!may_allocate) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+#ifdef CARVE_RT_NO_HEAP
+    return CARVE_ERR_UNSUPPORTED;
+#else
+    m->wide_weights = aligned_alloc(64, d->wide_weight_bytes);
+    if (m->wide_weights == NULL) {
+      return CARVE_ERR_OUT_OF_MEMORY;
+    }
+#endif
+  }
+  carve_f16_to_f32(stored, m->wide_weights, d->weight_floats);  // exact: every half is a float
+  m->weights = m->wide_weights;
+  return CARVE_OK;
+}
+
+// What both create functions do once the context, arena and scratch exist: the arena zeroed, the weights
+// bound, then the backend's own setup.
+static carve_status init(carve_model* m, const void* linked, const carve_model_options* opt,
+                         const carve_model_buffers* buffers) {
+  memset(m->arena, 0, m->desc->arena_bytes);
+  TRY(bind_weights(m, linked, opt, buffers == NULL));
+  if (m->desc->init != NULL) {
+    TRY(m->desc->init(m, opt, buffers));
+  }
+  return CARVE_OK;
+}
+
+// What both create functions check first (*out = NULL): out, the descriptor, then the options (opt: with
+// the defaults filled in).
+static carve_status begin_create(const carve_model_desc* desc, const carve_model_options* options,
+                                 carve_model_options* opt, carve_model** out) {
+  if (out == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *out = NULL;
+  if (!desc_ok(desc)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return carve_model_resolve_options(options, opt);
+}
+
+carve_status carve_model_create(const carve_model_desc* desc, const void* linked_weights,
+                                const carve_model_options* options, carve_model** out) {
+  carve_model_options opt;
+  carve_status status = begin_create(desc, options, &opt, out);
+  if (status != CARVE_OK) {
+    return status;
+  }
+#ifdef CARVE_RT_NO_HEAP
+  (void)linked_weights;
+  return CARVE_ERR_UNSUPPORTED;  // built without a heap: use <name>_create_with
+#else
+  carve_model* m = calloc(1, desc->context_size);
+  if (m == NULL) {
+    return CARVE_ERR_OUT_OF_MEMORY;
+  }
+  m->desc = desc;
+  m->owned = 1;
+  m->layer_ms = (double*)((char*)m + desc->layer_ms_offset);
+  status = CARVE_ERR_OUT_OF_MEMORY;
+  m->arena = aligned_alloc(64, desc->arena_bytes);
+  // The Winograd convolutions split their work into one task per thread, each with its own scratch slot.
+  m->scratch_slots = opt.threads > 1 ? (size_t)opt.threads : 1;
+  const size_t slots_bytes = m->scratch_slots * desc->winograd_slot_bytes;
+  m->scratch = aligned_alloc(64, slots_bytes > desc->scratch_bytes ? slots_bytes : desc->scratch_bytes);
+  if (m->arena == NULL || m->scratch == NULL) {
+    goto error;
+  }
+  status = init(m, linked_weights, &opt, NULL);
+  if (status != CARVE_OK) {
+    goto error;
+  }
+  *out = m;
+  return CARVE_OK;
+
+error:
+  carve_model_destroy(m);
+  return status;
+#endif
+}
+
+static int fits(const void* p, size_t bytes, size_t need) { return p != NULL && bytes >= need && (uintptr_t)p % 64 == 0; }
+
+carve_status carve_model_create_with(const carve_model_desc* desc, const void* linked_weights,
+                                     const carve_model_options* options, const carve_model_buffers* buffers,
+                                     carve_model** out) {
+  carve_model_options opt;
+  carve_status status = begin_create(desc, options, &opt, out);
+  if (status != CARVE_OK) {
+    return status;
+  }
+  if (buffers == NULL || opt.threads > 1 || !fits(buffers->context, buffers->context_bytes, desc->context_bytes) ||
+      !fits(buffers->arena, buffers->arena_bytes, desc->arena_bytes) ||
+      !fits(buffers->scratch, buffers->scratch_bytes, desc->scratch_bytes) ||
+      (desc->wide_weight_bytes > 0 && !fits(buffers->weights, buffers->weights_bytes, desc->wide_weight_bytes)) ||
+      (desc->backend_buffer_min > 0 && !fits(buffers->backend, buffers->backend_bytes, desc->backend_buffer_min))) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  carve_model* m = buffers->context;
+  memset(m, 0, desc->context_size);
+  m->desc = desc;
+  m->layer_ms = (double*)((char*)m + desc->layer_ms_offset);
+  m->arena = buffers->arena;
+  m->scratch = buffers->scratch;
+  m->scratch_slots = 1;  // one thread
+  if (desc->wide_weight_bytes > 0) {
+    m->wide_weights = buffers->weights;
+  }
+  status = init(m, linked_weights, &opt, buffers);
+  if (status != CARVE_OK) {
+    carve_model_destroy(m);
+    return status;
+  }
+  *out = m;
+  return CARVE_OK;
+}
+
+void carve_model_destroy(carve_model* m) {
+  if (m == NULL) {
+    return;
+  }
+  if (m->desc != NULL && m->desc->destroy != NULL) {
+    m->desc->destroy(m);
+  }
+#ifndef CARVE_RT_NO_HEAP
+  free(m->weights_file);  // NULL unless create read a weights file
+  if (m->owned) {
+    if (m->desc != NULL && m->desc->wide_weight_bytes > 0) {
+      free(m->wide_weights);
+    }
+    free(m->scratch);
+    free(m->arena);
+    free(m);
+  }
+#endif
+}
+
+// ---- Runs -----------------------------------------------------------------------
+
+carve_status carve_model_layer_done(carve_model* m, int layer, size_t off, size_t h, size_t w, size_t c,
+                                    size_t stride, double ms) {
+  if (m == NULL || layer < 0 || layer >= m->desc->num_layers) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  m->layer_ms[layer] = ms;
+  if (m->layer_fn != NULL) {
+    const carve_view view = {m->arena + off, h, w, c, stride};
+    m->layer_fn(m->layer_user, layer, m->desc->layer_types[layer], &view);
+  }
+  return CARVE_OK;
+}
+
+carve_status carve_model_set_layer_callback(carve_model* m, carve_model_layer_fn fn, void* user) {
+  if (m == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  m->layer_fn = fn;
+  m->layer_user = user;
+  return CARVE_OK;
+}
+
+static carve_status run_network(carve_model* m) {
+  TRY(m->desc->run_network(m));
+  m->has_run = 1;
+  return CARVE_OK;
+}
+
+static int is_detector(const carve_model* m) { return m->desc->task != CARVE_TASK_CLASSIFY; }
+
+carve_status carve_model_collect_detections(const carve_model* m, float conf, const carve_letterbox_info* info,
+                                            void* dets, size_t max_dets, size_t* num_dets) {
+  if (num_dets != NULL) {
+    *num_dets = 0;
+  }
+  if (m == NULL || num_dets == NULL || (dets == NULL && max_dets > 0) || !is_detector(m)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const carve_model_desc* d = m->desc;
+  const float* rows = m->arena + d->output0_off;
+  size_t n = 0;
+  for (size_t i = 0; i < m->num_rows && n < max_dets; i++) {
+    float r[CARVE_MODEL_MAX_ROW_LEN];
+    memcpy(r, rows + i * d->row_len, d->row_len * sizeof(float));
+    if (!(r[4] > conf)) {
+      continue;
+    }
+    if (info != NULL) {
+      if (d->task == CARVE_TASK_OBB) {
+        carve_scale_boxes_xywhr(r, 1, d->row_len, info);
+      } else {
+        carve_scale_boxes_xyxy(r, 1, d->row_len, info);
+        if (d->task == CARVE_TASK_POSE) {
+          carve_scale_coords(r + 6, d->num_keypoints, 3, info);
+        }
+      }
+    }
+    d->store_detection(dets, n, r, i);
+    n++;
+  }
+  *num_dets = n;
+  return CARVE_OK;
+}
+
+carve_status carve_model_detect_image(carve_model* m, const uint8_t* rgb, int width, int height, size_t stride_bytes,
+                                      float conf, void* dets, size_t max_dets, size_t* num_dets) {
+  if (m == NULL || rgb == NULL || num_dets == NULL || (dets == NULL && max_dets > 0) || !is_detector(m)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *num_dets = 0;
+  const carve_model_desc* d = m->desc;
+  TRY(carve_letterbox(rgb, width, height, stride_bytes, d->input_w, d->input_h, m->arena + d->input_off, m->scratch,
+                      &m->letterbox, m->pool));
+  TRY(run_network(m));
+  return carve_model_collect_detections(m, conf, &m->letterbox, dets, max_dets, num_dets);
+}
+
+carve_status carve_model_detect_tensor(carve_model* m, const float* input_nchw, float conf, void* dets,
+                                       size_t max_dets, size_t* num_dets) {
+  if (m == NULL || input_nchw == NULL || num_dets == NULL || (dets == NULL && max_dets > 0) || !is_detector(m)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *num_dets = 0;
+  const carve_model_desc* d = m->desc;
+  carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3);
+  TRY(run_network(m));
+  return carve_model_collect_detections(m, conf, NULL, dets, max_dets, num_dets);
+}
+
+carve_status carve_model_top_classes(const carve_model* m, void* top, size_t k) {
+  if (m == NULL || (top == NULL && k > 0) || k > m->desc->topk || is_detector(m)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  int idx[CARVE_MODEL_MAX_TOPK];
+  float val[CARVE_MODEL_MAX_TOPK];
+  const size_t n = carve_topk_probs(m->arena + m->desc->output0_off, m->desc->num_classes, k, idx, val);
+  for (size_t j = 0; j < n; j++) {
+    m->desc->store_class(top, j, idx[j], val[j]);
+  }
+  return CARVE_OK;
+}
+
+carve_status carve_model_classify_image(carve_model* m, const uint8_t* rgb, int width, int height,
+                                        size_t stride_bytes, void* top, size_t k, void* scratch,
+                                        size_t scratch_bytes) {
+  if (m == NULL || rgb == NULL || (top == NULL && k > 0) || k > m->desc->topk || scratch == NULL ||
+      is_detector(m) || scratch_bytes < carve_classify_scratch_bytes(width, height, m->desc->input_w)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const carve_model_desc* d = m->desc;
+  TRY(carve_classify_preprocess(rgb, width, height, stride_bytes, d->input_w, m->arena + d->input_off, scratch,
+                                m->pool));
+  TRY(run_network(m));
+  return carve_model_top_classes(m, top, k);
+}
+
+carve_status carve_model_classify_tensor(carve_model* m, const float* input_nchw, void* top, size_t k) {
+  if (m == NULL || input_nchw == NULL || (top == NULL && k > 0) || k > m->desc->topk || is_detector(m)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const carve_model_desc* d = m->desc;
+  carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3);
+  TRY(run_network(m));
+  return carve_model_top_classes(m, top, k);
+}
