@@ -164,6 +164,8 @@ class CPackage:
         runtime = list(self.backend.runtime_files(g))
         if (fmt == "file" or dtype == "f16") and "carve_weights.c" not in runtime:
             runtime += ["carve_weights.h", "carve_weights.c"]
+        if "carve_model.c" in runtime and "carve_mask.c" in runtime:
+            runtime.append("carve_model_mask.c")  # carve_model's masks, over carve_mask.c (segmentation packages)
         runtime_sources = [f for f in runtime if f.endswith(".c") and f != "carve_io.c"]
         weights = dict(
             format=fmt, dtype=dtype, linked=fmt != "file", floats=floats, payload_bytes=len(payload),

@@ -62,7 +62,8 @@ class PortableBackend(CBackend):
     template_vars = dict(pool="NULL", desc_type="carve_pt_desc", ops_what="compute ops (carve_pt_run)",
                          op_prefix=prefix, oc=OC, multithreaded=False)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
-               "carve_pre.c", "carve_post.h", "carve_post.c",
+               "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
+               "carve_weights.c",
                "carve_portable.h", "carve_portable.c", "carve_io.h", "carve_io.c")
     cc_defines = ("CARVE_RT_NO_THREADS",)   # the README's plain cc command (as its CMakeLists.txt)
 

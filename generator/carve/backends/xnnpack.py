@@ -173,7 +173,8 @@ class XnnpackBackend(CBackend):
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
-               "carve_pre.c", "carve_post.h", "carve_post.c",
+               "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
+               "carve_weights.c",
                "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
     cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
 
