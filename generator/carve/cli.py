@@ -13,14 +13,15 @@ from pathlib import Path
 from . import __version__, faults
 from .errors import CarveError
 
-ROOT = Path(__file__).resolve().parents[2]
 EPILOG = """examples:
+  ./carve generate yolo26n.pt --backend xnnpack    # the manifest picked from the checkpoint's task and scale
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --imgsz 320 --out /tmp/pkg
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \\
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve list
 
+(installed with pip, the command is `carve`; manifests/ is then the copy inside the package.)
 --weights takes either a weights format (blob, c-array, file) or, as a shorthand for --checkpoint, the
 checkpoint's path: `--weights yolo26n.pt` and `--checkpoint yolo26n.pt` are the same.
 """
@@ -102,17 +103,32 @@ def write_package(files: dict, out: Path, force: bool) -> None:
 
 
 def cmd_generate(args) -> int:
-    from .compiler import compile_model
-    from .manifest import load_manifest
+    """Checks that need no compile come first, in this order, so that the first error a user sees is the
+    real one: the arguments, the manifest (given, or picked from the checkpoint), the backend and input
+    size, then the output folder; then the compile."""
+    from .checkpoint import read_checkpoint
+    from .compiler import check_backend, compile_model, infer_manifest
+    from .manifest import load_manifest, looks_like_checkpoint
     say = _progress()
+    if args.manifest and looks_like_checkpoint(args.manifest) and not args.checkpoint and not any(
+            w not in WEIGHT_FORMATS for w in args.weights or []):
+        args.checkpoint, args.manifest = args.manifest, None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
     options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
-    out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
+    weights = checkpoint
+    if args.manifest is None:
+        say(f"reading weights {checkpoint}")
+        weights = read_checkpoint(checkpoint)
+        args.manifest = infer_manifest(weights)
+        say(f"no manifest given: {args.manifest} (the checkpoint's task and scale)")
+    manifest = load_manifest(args.manifest)
+    check_backend(manifest, args.backend)
+    out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
-    result = compile_model(args.manifest, args.backend, checkpoint, args.imgsz, options, progress=say)
+    result = compile_model(args.manifest, args.backend, weights, args.imgsz, options, progress=say)
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
@@ -148,11 +164,11 @@ def resolve_weights_args(args) -> tuple:
 
 def cmd_list(args) -> int:
     from .backends import available_backends
-    from .manifest import format_hw, load_manifest
+    from .manifest import format_hw, load_manifest, manifests_dir
     backends = [b.name for b in available_backends()]
     all_names = ["xnnpack", "cuda", "portable"]
     rows = []
-    for path in sorted((ROOT / "manifests").glob("*.yaml")):
+    for path in sorted(manifests_dir().glob("*.yaml")):
         m = load_manifest(path)
         rows.append((m.name, m.task, format_hw(m.imgsz), [
             ("yes" if b in m.backends and b in backends else
@@ -173,7 +189,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     g = sub.add_parser("generate", help="generate a package for one model and backend",
                        description="Generate a standalone package from a manifest and an Ultralytics checkpoint.")
-    g.add_argument("manifest", help="model manifest (manifests/*.yaml)")
+    g.add_argument("manifest", nargs="?",
+                   help="model manifest (manifests/*.yaml); a checkpoint here (or none, with --checkpoint) picks the "
+                        "shipped manifest from the checkpoint's task and scale")
     g.add_argument("--backend", required=True, help="target backend (see 'carve list')")
     g.add_argument("--checkpoint", metavar="PT",
                    help="Ultralytics .pt checkpoint or .safetensors: the trained weights (read, never executed)")
@@ -181,7 +199,7 @@ def parser() -> argparse.ArgumentParser:
                    help="how the package carries its weights: blob (an assembler .incbin, default), c-array (a C "
                         "array), or file (<name>.weights, read at create from a path or a caller's buffer: magic, "
                         "version, size, CRC-32 checked); any other value is the checkpoint (= --checkpoint)")
-    g.add_argument("--out", help="output folder (default: generated/<model>-<backend>)")
+    g.add_argument("--out", help="output folder (default: generated/<model>-<backend> in the current directory)")
     g.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                    help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
     g.add_argument("--weights-format", choices=WEIGHT_FORMATS, help="the same as --weights FORMAT")
