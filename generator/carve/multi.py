@@ -67,7 +67,8 @@ def check_specs(specs: list) -> list:
     for s in specs:
         key = Path(s.manifest).resolve()
         if key in seen_paths:
-            problems.append(f"{s.manifest}: given twice (also as {seen_paths[key]})")
+            also = f" (also as {seen_paths[key]})" if seen_paths[key] != s.manifest else ""
+            problems.append(f"{s.manifest}: given twice{also}")
         seen_paths.setdefault(key, s.manifest)
     manifests = [load_manifest(s.manifest) for s in specs]
     by_name: dict = {}
