@@ -192,7 +192,8 @@ def parser() -> argparse.ArgumentParser:
                    help="how the package carries its weights: blob (an assembler .incbin, default), c-array (a C "
                         "array), or file (<name>.weights, read at create from a path or a caller's buffer: magic, "
                         "version, size, CRC-32 checked); any other value is the checkpoint (= --checkpoint)")
-    g.add_argument("--out", help="output folder (default: generated/<model>-<backend>)")
+    g.add_argument("--out", help="output folder (default: generated/<model>-<backend>; several models: "
+                   "generated/<model>+<model>...-<backend>)")
     g.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                    help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
     g.add_argument("--weights-format", choices=WEIGHT_FORMATS, help="the same as --weights FORMAT")
