@@ -84,7 +84,7 @@ def prepare(model: str, imgsz: int) -> dict:
     exe.parent.mkdir(parents=True, exist_ok=True)
     run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "bench/carve_runner.c", pkg / "runtime" / "carve_io.c",
          f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-DCARVE_MODEL={cname}", f"-DCARVE_NAME={cname.upper()}",
-         f'-DCARVE_HEADER="{cname}.h"', pkg / "build" / f"lib{cname}.a",
+         f'-DCARVE_HEADER="{cname}.h"', pkg / "build" / f"lib{cname}.a", pkg / "build" / "libcarve_runtime.a",
          "-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
     header = (pkg / f"{cname}.h").read_text()
     const = lambda n: int(re.search(rf"#define {cname.upper()}_{n} (\d+)", header).group(1))  # noqa: E731

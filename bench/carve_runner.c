@@ -1,6 +1,6 @@
 // carve side of the benchmark: one generated package behind the same line protocol as bench/peer.py.
 //
-//   carve_runner IMAGE THREADS      (built by bench/bench.py against a package's lib<name>.a:
+//   carve_runner IMAGE THREADS      (built by bench/bench.py against a package's lib<name>.a and libcarve_runtime.a:
 //                                    -DCARVE_MODEL=yolo26n -DCARVE_HEADER='"yolo26n.h"')
 //
 // Decodes IMAGE once (not timed), then creates the model (timed: init). Reads commands on stdin:
