@@ -190,7 +190,7 @@ def main() -> None:
             sys.exit(f"threads.py: --peers: unknown system '{p}' (known: {', '.join(PEERS)})")
     results = OUT / "results.json"
     if not a.report:
-        prep = bench.prepare(a.model, a.imgsz, formats=peers)
+        prep = bench.prepare(a.model, a.imgsz, formats=[{"onnxruntime": "onnx"}.get(p, p) for p in peers])
         before_exe = prepare_before(a.before.resolve(), a.model, prep, a.imgsz) if a.before else None
         image = bench.bench_image()
         cpus = subprocess.run([str(prep["carve_exe"]), str(image), "0"], input="quit\n", capture_output=True,
