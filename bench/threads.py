@@ -105,14 +105,16 @@ def cell(prep: dict, before_exe: Path | None, image: Path, systems: list[str], t
 
 def render(res: dict) -> str:
     systems = res["systems"]
-    head = ["scenario", "threads"] + [f"{s} median / p90 (ms)" for s in systems]
+    head = ["scenario", "threads", "load"] + [f"{s} median / p90 (ms)" for s in systems]
     lines = [f"yolo26n at {res['imgsz']}, {res['runs']} runs per cell after {res['warmup']} warm-up rounds, systems in "
              f"turns; {res['machine']['cpu']}, {res['cpus']} CPU(s) for this process; load average before "
-             f"{res['load_before']:.2f}. carve: options.threads as asked (clamped to the CPUs); carve-over: "
-             f"allow_oversubscribe (that many threads run).", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * len(systems)]
+             f"{res['load_before']:.2f}, and per cell (load: the mean 1-minute load average while it ran, its own "
+             f"processes included). carve: options.threads as asked (clamped to the CPUs; `(N run)`: the threads it "
+             f"used); carve-over: allow_oversubscribe (that many threads run).", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (1 + len(systems))]
     for c in res["cells"]:
-        row = [f"{c['scenario']}. {dict((k, d) for k, d, _ in SCENARIOS)[c['scenario']]}", str(c["threads"])]
+        row = [f"{c['scenario']}. {dict((k, d) for k, d, _ in SCENARIOS)[c['scenario']]}", str(c["threads"]),
+               f"{c['load_mean']:.1f}"]
         for s in systems:
             v = c["systems"].get(s)
             if v is None:
