@@ -437,7 +437,7 @@ static void run_chunks(struct pthreadpool* pool) {
     const size_t first = (size_t)chunk * s->per_chunk;
     const size_t left = s->items - first;
     run_items(s, first, left < s->per_chunk ? left : s->per_chunk);
-    if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1 &&
+    if (atomic_fetch_sub(&pool->pending, 1) == 1 &&  // seq_cst: pairs with caller_waiting (Dekker)
         atomic_load(&pool->caller_waiting) != 0) {
       wake(pool, &pool->pending, 1);
     }
