@@ -5,6 +5,8 @@ built with its own CMakeLists.txt, and its demo run on a fixed random input tens
     threads.py --work build/work [--imgsz 160] [--max-threads 8]
 
 Checks, each printed:
+  * the demo executable exports every pthreadpool_* function libXNNPACK.so imports (runtime/carve_pool.c), so the
+    dynamic linker binds XNNPACK to carve's pool;
   * the default and --threads 0 run on the CPUs this process may use (its affinity mask, capped by its cgroup CPU
     quota, computed here in Python from /proc and /sys), and so does the API's default (the JSON "threads");
   * --threads above that is clamped to it with exactly one notice line on stderr; --oversubscribe keeps it, quietly;
@@ -127,6 +129,20 @@ def main() -> int:
         log(f"{'ok  ' if ok else 'FAIL'}  {what}")
         if not ok:
             failed.append(what)
+
+    # ---- XNNPACK's pthreadpool_* imports resolve to the package's carve_pool.c ----
+    nm = shutil.which("nm")
+    libs = sorted(Path("/usr/lib").glob("*/libXNNPACK.so*")) + sorted(Path("/usr/lib").glob("libXNNPACK.so*"))
+    if nm and libs:
+        imports = {line.split()[-1] for line in run([nm, "-D", "--undefined-only", libs[0]]).stdout.splitlines()
+                   if "pthreadpool_" in line}
+        exported = {line.split()[-1] for line in run([nm, "-D", "--defined-only", exe]).stdout.splitlines()
+                    if " T " in line}
+        check(len(imports) >= 13 and imports <= exported,
+              f"the demo exports all {len(imports)} pthreadpool_* functions libXNNPACK.so imports "
+              f"(missing: {sorted(imports - exported)})")
+    else:
+        log("skip  no nm or no /usr/lib/*/libXNNPACK.so: the exported pthreadpool_* check")
 
     cpus = cpu_count()
     log(f"this process may run on {cpus} CPU(s) (affinity {len(os.sched_getaffinity(0))}, cgroup quota "
