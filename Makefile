@@ -18,7 +18,8 @@ endif
 # BACKEND=portable builds the plain C11 package (no XNNPACK, no threads) instead.
 BACKEND ?= xnnpack
 PKG ?= generated/$(MODEL)-$(BACKEND)
-DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,0)   # 0: the CPUs this process may run on
+# --threads 0: the CPUs this process may run on (the portable package runs on one thread)
+DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,0)
 DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 
 .PHONY: demo test install install-test clean help bench
