@@ -40,7 +40,7 @@ def build_side(label: str, root: Path, model: str, imgsz: int, pt: Path) -> Path
     bench.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", root / "bench" / "carve_runner.c",
                pkg / "runtime" / "carve_io.c", f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-I{root / 'bench'}",
                f"-DCARVE_MODEL={cname}", f'-DCARVE_HEADER="{cname}.h"', *libs,
-               "-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
+               "-lXNNPACK", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
     return exe
 
 

@@ -27,8 +27,8 @@
 //   CARVE_RT_NO_ERROR_STRINGS  carve_status_str() returns "" for every status
 //                              instead of a sentence, saving the string table.
 //   CARVE_RT_NO_THREADS        the runtime kernels ignore their pool argument and
-//                              never call pthreadpool, so the runtime itself does
-//                              not need libpthreadpool (XNNPACK still does).
+//                              run serially; carve_pool.{h,c} (the thread pool) is
+//                              then not needed (the portable and cuda packages).
 //   CARVE_ATTN_ROWS_PER_TASK   query rows handled by one attention task (default
 //                              64); it sets carve_attention_scratch_floats().
 //   CARVE_RT_NO_FILE           no stdio: carve_weights_read_file() returns
@@ -42,7 +42,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 6
+//   #if CARVE_RT_ABI != 7
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -52,7 +52,8 @@
 // 4: carve_conv3x3s2_small_cin (carve_ops.h), the xnnpack backend's stem convolution.
 // 5: carve_letterbox takes a pool.
 // 6: carve_e2e_postprocess and carve_e2e_postprocess_task take a pool.
-#define CARVE_RT_ABI 6
+// 7: carve_pool.h: carve's own thread pool (the pthreadpool_* functions), carve_cpu_count.
+#define CARVE_RT_ABI 7
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"
@@ -62,10 +63,10 @@
 #include <stdint.h>
 
 #ifdef CARVE_RT_NO_THREADS
-// Same declaration as <pthreadpool.h>; C11 allows the repeated typedef.
+// Same declaration as carve_pool.h and <pthreadpool.h>; C11 allows the repeated typedef.
 typedef struct pthreadpool* pthreadpool_t;
 #else
-#include <pthreadpool.h>
+#include "carve_pool.h"  // carve's thread pool: pthreadpool_t and the pthreadpool_* functions
 #endif
 
 #ifdef __cplusplus

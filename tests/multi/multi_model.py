@@ -168,7 +168,7 @@ def main() -> int:
     # 2d. two packages, docs/firmware.md's plain cc line
     cmd = doc_cc_line()
     if be == "portable":
-        cmd = cmd.replace("-xnnpack", "-portable").replace("-lXNNPACK -lpthreadpool -lpthread", "")
+        cmd = cmd.replace("-xnnpack", "-portable").replace("-lXNNPACK -lpthread", "")
         cmd = cmd.replace("cc -std=c11", "cc -std=c11 -DCARVE_RT_NO_THREADS")
     log(f"docs/firmware.md: {cmd}")
     shutil.copy(APP, work / "vendor" / "app.c")

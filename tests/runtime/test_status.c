@@ -4,8 +4,8 @@
 #include "carve_rt.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 6
-#error "test written for carve runtime ABI 6"
+#if CARVE_RT_ABI != 7
+#error "test written for carve runtime ABI 7"
 #endif
 
 int main(void) {

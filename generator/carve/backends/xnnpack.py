@@ -162,7 +162,7 @@ LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
 
 class XnnpackBackend(CBackend):
     name = "xnnpack"
-    description = "CPU: C11 + XNNPACK operators + pthreadpool"
+    description = "CPU: C11 + XNNPACK operators + carve's thread pool"
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
@@ -174,8 +174,8 @@ class XnnpackBackend(CBackend):
                          op_prefix=prefix, multithreaded=True)
     runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
                "carve_pre.c", "carve_post.h", "carve_post.c",
-               "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
-    cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
+               "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c", "carve_pool.h", "carve_pool.c")
+    cc_libs = ("XNNPACK", "pthread")   # the README's plain cc command links these (carve_pool.c: the pthreadpool_*)
 
     def emit(self, graph, plan, options) -> dict:
         # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be
