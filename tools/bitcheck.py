@@ -190,30 +190,195 @@ def readme_cc_command(pkg: Path) -> str | None:
     return m.group(1).strip() if m else None
 
 
-def build_package(pkg: Path, backend: str, build: str, root: Path, emu_header: Path, jobs: int) -> tuple:
-    """Builds the package's demo; returns (demo path, the build commands as text)."""
+class ObjectCache:
+    """Objects of a package's runtime/ sources, cached by content: every package of a checkout carries the same
+    runtime files, so each is compiled once per compile command, not once per package.
+
+    The key is the compile command (package and build paths replaced by placeholders, the object and dependency
+    file names dropped), the compiler's --version, and the bytes of the source, of every header it reaches
+    through #include "..." (resolved like the compiler: its own folder, then -iquote / -I) and of -include files.
+    Only sources under the package's runtime/ folder are cached; the model, its demo and its weights are compiled
+    every time. The command that runs is the package's own, so the object is the one the package would build."""
+
+    SRC_EXT = (".c", ".cc", ".cpp", ".cxx", ".cu", ".S", ".s")
+
+    def __init__(self, d: Path | None):
+        self.dir = d
+        self.versions: dict = {}
+        self.hits = self.misses = 0
+        self.lock = threading.Lock()
+
+    def _version(self, compiler: str) -> str:
+        with self.lock:
+            if compiler not in self.versions:
+                p = subprocess.run([compiler, "--version"], text=True, capture_output=True)
+                self.versions[compiler] = p.stdout + p.stderr
+            return self.versions[compiler]
+
+    @staticmethod
+    def _strip_outputs(args: list) -> tuple:
+        """(args without -o/-MF/-MT/-MQ and their values and without -MD/-MMD, the -o value)."""
+        out, obj, skip = [], None, None
+        for a in args:
+            if skip:
+                if skip == "-o":
+                    obj = a
+                skip = None
+            elif a in ("-o", "-MF", "-MT", "-MQ"):
+                skip = a
+            elif a in ("-MD", "-MMD"):
+                continue
+            else:
+                out.append(a)
+        return out, obj
+
+    @staticmethod
+    def _include_dirs(args: list, cwd: Path) -> tuple:
+        dirs, forced = [], []
+        it = iter(range(len(args)))
+        for i in it:
+            a = args[i]
+            for flag, into in (("-iquote", dirs), ("-I", dirs), ("-include", forced)):
+                if a == flag and i + 1 < len(args):
+                    into.append(cwd / args[i + 1])
+                    next(it, None)
+                    break
+                if a.startswith(flag) and len(a) > len(flag) and flag != "-include":
+                    into.append(cwd / a[len(flag):])
+                    break
+        return dirs, forced
+
+    def _deps(self, src: Path, dirs: list, forced: list) -> list:
+        """(name, bytes) of the source, its forced includes and every quoted #include it reaches."""
+        seen, out, todo = set(), [], [src, *forced]
+        while todo:
+            f = todo.pop(0).resolve()
+            if f in seen or not f.is_file():
+                continue
+            seen.add(f)
+            data = f.read_bytes()
+            out.append((f.name, data))
+            for inc in re.findall(rb'^\s*#\s*include\s*"([^"]+)"', data, re.M):
+                inc = inc.decode()
+                for d in [f.parent, *dirs]:
+                    if (d / inc).is_file():
+                        todo.append(d / inc)
+                        break
+        return out
+
+    def compile(self, args: list, cwd: Path, src: Path, pkg: Path, build: Path | None) -> bool:
+        """Runs the compile command args (in cwd) or copies its object from the cache; False: not cacheable."""
+        if self.dir is None or (pkg / "runtime").resolve() not in (cwd / src).resolve().parents:
+            return False
+        plain, obj = self._strip_outputs(args)
+        if obj is None:
+            return False
+        dirs, forced = self._include_dirs(plain, cwd)
+        h = hashlib.sha256()
+        norm = []
+        for a in plain:
+            a = a.replace(str(pkg.resolve()), "<PKG>").replace(str(pkg), "<PKG>")
+            if build is not None:
+                a = a.replace(str(build), "<BUILD>")
+            norm.append(a)
+        h.update("\0".join(norm).encode() + b"\0" + self._version(args[0]).encode())
+        for name, data in self._deps(cwd / src, dirs, forced):
+            h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(data).digest())
+        cached = self.dir / f"{h.hexdigest()}.o"
+        target = cwd / obj
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if cached.is_file():
+            shutil.copyfile(cached, target)
+            with self.lock:
+                self.hits += 1
+            return True
+        _cmd([*plain, "-o", target], cwd=cwd)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(f"{cached.name}.tmp{os.getpid()}.{threading.get_ident()}")
+        shutil.copyfile(target, tmp)
+        tmp.rename(cached)
+        with self.lock:
+            self.misses += 1
+        return True
+
+
+def split_cc_line(line: str) -> tuple | None:
+    """A one-line `cc ... a.c b.S ... -o demo -lx` as (compiler, compile flags, sources, output, link flags);
+    None when it is not that simple (shell syntax, -c, several outputs)."""
+    if re.search(r"[;&|<>`$()]", line):
+        return None
+    toks = shlex.split(line)
+    if len(toks) < 3 or "-c" in toks or toks.count("-o") != 1:
+        return None
+    compiler, flags, srcs, link, out = toks[0], [], [], [], None
+    it = iter(toks[1:])
+    for t in it:
+        if t == "-o":
+            out = next(it)
+        elif t.startswith(("-l", "-L", "-Wl,")) or t in ("-pthread", "-static"):
+            link.append(t)
+        elif not t.startswith("-") and t.endswith(ObjectCache.SRC_EXT):
+            srcs.append(t)
+        elif t in ("-I", "-include", "-iquote", "-D", "-U", "-x"):
+            flags += [t, next(it)]
+        elif t.startswith("-"):
+            flags.append(t)
+        else:
+            return None  # an object or library file given by path: not a plain line
+    return (compiler, flags, srcs, out, link) if srcs and out else None
+
+
+def build_cc(pkg: Path, cc: str, objects: ObjectCache) -> None:
+    """The package's cc line, source by source with the same flags (runtime objects from the cache), then
+    linked in the same order: the same objects and the same program as the line itself builds."""
+    parts = split_cc_line(cc)
+    if parts is None or objects.dir is None:
+        _cmd(["sh", "-c", cc], cwd=pkg)
+        return
+    compiler, flags, srcs, out, link = parts
+    objdir = pkg / "bitcheck-obj"
+    objs = []
+    for i, s in enumerate(srcs):
+        o = objdir / f"{i:02d}-{Path(s).name}.o"
+        args = [compiler, *flags, "-c", s, "-o", str(o.relative_to(pkg))]
+        if not objects.compile(args, pkg, Path(s), pkg, None):
+            o.parent.mkdir(parents=True, exist_ok=True)
+            _cmd(args, cwd=pkg)
+        objs.append(str(o.relative_to(pkg)))
+    _cmd([compiler, *flags, *objs, "-o", out, *link], cwd=pkg)
+
+
+def build_cmake(pkg: Path, b: Path, defs: list, jobs: int, objects: ObjectCache) -> list:
+    """The package's CMakeLists.txt (Release); runtime objects compiled first from compile_commands.json (or
+    copied from the cache), so that the build itself compiles the model and demo and links."""
+    cmds = [["cmake", "-S", pkg, "-B", b, "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *defs],
+            ["cmake", "--build", b, "-j", jobs]]
+    _cmd(cmds[0])
+    cc_json = b / "compile_commands.json"
+    if objects.dir is not None and cc_json.is_file():
+        for e in json.loads(cc_json.read_text()):
+            args = e.get("arguments") or shlex.split(e["command"])
+            objects.compile(args, Path(e["directory"]), Path(e["file"]), pkg, b)
+    _cmd(cmds[1])
+    return cmds
+
+
+def build_package(pkg: Path, backend: str, build: str, emu_header: Path, jobs: int, objects: ObjectCache) -> tuple:
+    """Builds the package's demo; returns (demo path, the build as text)."""
     name = next(pkg.glob("*_demo.c*"), None)
     if name is None:
         raise BitcheckError(f"{pkg}: no <model>_demo.c / .cu in the package")
     demo_name = name.name.split(".")[0]
-    if backend == "cuda-emu":
-        b = pkg / "build-emu"
-        cmds = [["cmake", "-S", pkg, "-B", b, "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DCARVE_CUDA_EMULATION_HEADER={emu_header}"], ["cmake", "--build", b, "-j", jobs]]
-        for c in cmds:
-            _cmd(c)
+    if backend == "cuda-emu" or build == "cmake":
+        b = pkg / ("build-emu" if backend == "cuda-emu" else "build")
+        defs = [f"-DCARVE_CUDA_EMULATION_HEADER={emu_header}"] if backend == "cuda-emu" else []
+        cmds = build_cmake(pkg, b, defs, jobs, objects)
         return b / demo_name, " && ".join(shlex.join(map(str, c)) for c in cmds)
-    if build == "cc":
-        cc = readme_cc_command(pkg)
-        if cc is None:
-            raise BitcheckError(f"{pkg}/README.md: no '<!-- carve:cc -->' block (use --build cmake)")
-        _cmd(["sh", "-c", cc], cwd=pkg)
-        return pkg / demo_name, cc
-    b = pkg / "build"
-    cmds = [["cmake", "-S", pkg, "-B", b, "-DCMAKE_BUILD_TYPE=Release"], ["cmake", "--build", b, "-j", jobs]]
-    for c in cmds:
-        _cmd(c)
-    return b / demo_name, " && ".join(shlex.join(map(str, c)) for c in cmds)
+    cc = readme_cc_command(pkg)
+    if cc is None:
+        raise BitcheckError(f"{pkg}/README.md: no '<!-- carve:cc -->' block (use --build cmake)")
+    build_cc(pkg, cc, objects)
+    return pkg / demo_name, cc
 
 
 def hash_dump(d: Path) -> dict:
@@ -261,8 +426,10 @@ def run_entry(args, ckpts: Checkpoints, variant: str, imgsz: int, backend: str, 
         t["generate"] = time.time() - t0
         rec["package_files"] = sorted(str(p.relative_to(pkg)) for p in pkg.rglob("*") if p.is_file())
         t0 = time.time()
-        demo, rec["build"] = build_package(pkg, backend, args.build, args.root, args.emu_header, args.build_jobs)
+        demo, rec["build"] = build_package(pkg, backend, args.build, args.emu_header, args.build_jobs,
+                                               args.objects)
         t["build"] = time.time() - t0
+        rec["runtime_objects_cached"] = args.objects.dir is not None
         threads = 1 if backend == "cuda-emu" else args.threads
         dump = args.out / "dumps" / key
         t0 = time.time()
@@ -328,7 +495,7 @@ def cmd_run(args) -> int:
     (args.out / "entries").mkdir(parents=True, exist_ok=True)
     settings = {"threads": args.threads, "conf": args.conf, "build": args.build, "seed": args.seed,
                 "image": args.image.name, "image_sha256": sha256_file(args.image)}
-    run_info = {"tool": "bitcheck", "format": FORMAT, "root": str(args.root), "git": git_state(args.root),
+    run_info = {"tool": "bitcheck", "tool_sha256": sha256_file(Path(__file__)), "format": FORMAT, "root": str(args.root), "git": git_state(args.root),
                 "host": host_info(), "settings": settings, "cache": str(cache),
                 "emu_header": str(args.emu_header), "started": datetime.datetime.now().isoformat(timespec="seconds"),
                 "argv": sys.argv[1:]}
@@ -347,6 +514,7 @@ def cmd_run(args) -> int:
         f" -> {args.out}; {len(items)} entries, {len(items) - len(todo)} already done; image {args.image.name}; "
         f"checkpoints {cache / 'checkpoints'}; jobs {args.jobs}")
     ckpts = Checkpoints(cache, args.seed)
+    args.objects = ObjectCache(None if args.no_object_cache else cache / "objects")
     t_start = time.time()
     failed = []
     done = [0]
@@ -583,6 +751,8 @@ def main(argv=None) -> int:
     r.add_argument("--seed", type=int, default=0, help="checkpoint seed")
     r.add_argument("--cache", type=Path, help="checkpoint cache (default: build/bitcheck-cache of this tool's repo)")
     r.add_argument("--emu-header", type=Path, help="CUDA emulation header (default: ROOT/tests/cuda/cuda_emu.h)")
+    r.add_argument("--no-object-cache", action="store_true",
+                   help="compile every package's runtime files (default: runtime objects cached in --cache/objects)")
     r.add_argument("--timeout", type=int, default=3600, help="seconds one demo run may take")
     r.add_argument("--keep", action="store_true", help="keep the generated packages and builds (OUT/work/)")
     r.add_argument("--redo", action="store_true", help="run entries again that OUT already holds")
