@@ -160,8 +160,11 @@ def host_info() -> dict:
 class Checkpoints:
     """Cached random-weight checkpoints, one per (variant, seed); made by tools/oracle.py make-checkpoint."""
 
-    def __init__(self, cache: Path, seed: int):
+    def __init__(self, cache: Path, seed: int, root: Path):
         self.dir = cache / "checkpoints"
+        # this tool's oracle (the same file on both sides of a comparison), else the checkout's
+        self.oracle = next((p for p in (TOOLS / "oracle.py", root / "tools" / "oracle.py") if p.is_file()),
+                           TOOLS / "oracle.py")
         self.seed = seed
         self.locks: dict = {}
         self.guard = threading.Lock()
@@ -175,7 +178,7 @@ class Checkpoints:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 tmp = pt.with_name(f"{pt.stem}.tmp{os.getpid()}.pt")
                 log(f"  checkpoint {variant} (seed {self.seed}): tools/oracle.py make-checkpoint")
-                _cmd([sys.executable, TOOLS / "oracle.py", "make-checkpoint", "--cfg", f"{variant}.yaml",
+                _cmd([sys.executable, self.oracle, "make-checkpoint", "--cfg", f"{variant}.yaml",
                       "--out", tmp, "--seed", self.seed])
                 tmp.rename(pt)
             return pt
@@ -195,8 +198,10 @@ class ObjectCache:
     runtime files, so each is compiled once per compile command, not once per package.
 
     The key is the compile command (package and build paths replaced by placeholders, the object and dependency
-    file names dropped), the compiler's --version, and the bytes of the source, of every header it reaches
-    through #include "..." (resolved like the compiler: its own folder, then -iquote / -I) and of -include files.
+    file names dropped), the compiler's --version, the bytes of every file in the package's runtime/ folder, and
+    those of every header the source reaches through #include "..." or <...> found in the package (resolved like
+    the compiler: its own folder for "...", then -iquote / -I) and of -include files: a hit needs the same
+    command on the same runtime folder, whichever checkout generated it.
     Only sources under the package's runtime/ folder are cached; the model, its demo and its weights are compiled
     every time. The command that runs is the package's own, so the object is the one the package would build."""
 
@@ -258,9 +263,9 @@ class ObjectCache:
             seen.add(f)
             data = f.read_bytes()
             out.append((f.name, data))
-            for inc in re.findall(rb'^\s*#\s*include\s*"([^"]+)"', data, re.M):
+            for quote, inc in re.findall(rb'^\s*#\s*include\s*(["<])([^">]+)[">]', data, re.M):
                 inc = inc.decode()
-                for d in [f.parent, *dirs]:
+                for d in ([f.parent] if quote == b'"' else []) + dirs:
                     if (d / inc).is_file():
                         todo.append(d / inc)
                         break
@@ -282,6 +287,9 @@ class ObjectCache:
                 a = a.replace(str(build), "<BUILD>")
             norm.append(a)
         h.update("\0".join(norm).encode() + b"\0" + self._version(args[0]).encode())
+        for f in sorted((pkg / "runtime").rglob("*")):
+            if f.is_file():
+                h.update(b"\0" + str(f.relative_to(pkg)).encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
         for name, data in self._deps(cwd / src, dirs, forced):
             h.update(b"\0" + name.encode() + b"\0" + hashlib.sha256(data).digest())
         cached = self.dir / f"{h.hexdigest()}.o"
@@ -513,7 +521,7 @@ def cmd_run(args) -> int:
     log(f"bitcheck run: {args.root} ({run_info['git']['describe']}{', dirty' if run_info['git']['dirty'] else ''})"
         f" -> {args.out}; {len(items)} entries, {len(items) - len(todo)} already done; image {args.image.name}; "
         f"checkpoints {cache / 'checkpoints'}; jobs {args.jobs}")
-    ckpts = Checkpoints(cache, args.seed)
+    ckpts = Checkpoints(cache, args.seed, args.root)
     args.objects = ObjectCache(None if args.no_object_cache else cache / "objects")
     t_start = time.time()
     failed = []

@@ -168,3 +168,33 @@ def test_cli_lists():
     assert bitcheck.parse_extra("none") == []
     with pytest.raises(SystemExit):
         bitcheck.main(["run", "--root", ".", "--out", "x", "--backends", "cuda"])
+
+
+def test_object_cache_follows_the_runtime(tmp_path):
+    """The cc line built source by source with runtime objects from the cache: a second package with the same
+    runtime hits the cache; a changed runtime header (included with <...>) or flag misses, and the program sees it."""
+    import shutil
+    import subprocess
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+
+    def package(d: Path, value: int, flag: str = "") -> Path:
+        (d / "runtime").mkdir(parents=True)
+        (d / "runtime" / "rt.h").write_text(f"#define RT_VALUE {value}\nint rt(void);\n")
+        (d / "runtime" / "rt.c").write_text("#include <rt.h>\nint rt(void) { return RT_VALUE; }\n")
+        (d / "main.c").write_text('#include <stdio.h>\n#include "rt.h"\nint main(void) { printf("%d\\n", rt()); }\n')
+        (d / "README.md").write_text(f"<!-- carve:cc -->\n```sh\ncc -std=c11 -O2{flag} -I. -Iruntime main.c "
+                                     "runtime/rt.c -o m_demo -lm\n```\n")
+        return d
+
+    cache = bitcheck.ObjectCache(tmp_path / "objects")
+
+    def build(d: Path) -> str:
+        bitcheck.build_cc(d, bitcheck.readme_cc_command(d), cache)
+        return subprocess.run([str(d / "m_demo")], capture_output=True, text=True, check=True).stdout.strip()
+
+    assert build(package(tmp_path / "a", 1)) == "1" and (cache.hits, cache.misses) == (0, 1)
+    assert build(package(tmp_path / "b", 1)) == "1" and (cache.hits, cache.misses) == (1, 1)
+    assert build(package(tmp_path / "c", 2)) == "2" and (cache.hits, cache.misses) == (1, 2)
+    assert build(package(tmp_path / "d", 2, " -DX=1")) == "2" and (cache.hits, cache.misses) == (1, 3)
+    assert bitcheck.split_cc_line("cc -O2 a.c -o a && ./a") is None
