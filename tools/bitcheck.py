@@ -157,6 +157,20 @@ def host_info() -> dict:
     return {"machine": platform.machine(), "cpu": model, "isa": isa, "cc": cc, "cxx": cxx}
 
 
+def checkpoint_digest(pt: Path) -> str:
+    """SHA-256 of a checkpoint's content: torch.save's zip members without their root folder (named after the
+    file torch.save wrote, so the file's own hash changes with its name); the file's hash if it is no zip."""
+    import zipfile
+
+    if not zipfile.is_zipfile(pt):
+        return sha256_file(pt)
+    h = hashlib.sha256()
+    with zipfile.ZipFile(pt) as z:
+        for name in sorted(z.namelist(), key=lambda n: n.split("/", 1)[-1]):
+            h.update(name.split("/", 1)[-1].encode() + b"\0" + sha256_bytes(z.read(name)).encode() + b"\0")
+    return h.hexdigest()
+
+
 class Checkpoints:
     """Cached random-weight checkpoints, one per (variant, seed); made by tools/oracle.py make-checkpoint."""
 
@@ -178,8 +192,11 @@ class Checkpoints:
                 self.dir.mkdir(parents=True, exist_ok=True)
                 tmp = pt.with_name(f"{pt.stem}.tmp{os.getpid()}.pt")
                 log(f"  checkpoint {variant} (seed {self.seed}): tools/oracle.py make-checkpoint")
+                # one torch thread: the same file whatever the host (the oracle promises its bits for a given
+                # thread count) and no OpenMP threads spinning on a loaded machine
+                env = dict(os.environ, CARVE_ORACLE_THREADS="1", OMP_NUM_THREADS="1")
                 _cmd([sys.executable, self.oracle, "make-checkpoint", "--cfg", f"{variant}.yaml",
-                      "--out", tmp, "--seed", self.seed])
+                      "--out", tmp, "--seed", self.seed], env=env)
                 tmp.rename(pt)
             return pt
 
@@ -421,7 +438,7 @@ def run_entry(args, ckpts: Checkpoints, variant: str, imgsz: int, backend: str, 
     try:
         t0 = time.time()
         pt = ckpts.get(variant)
-        rec["checkpoint"] = {"path": str(pt), "sha256": sha256_file(pt)}
+        rec["checkpoint"] = {"path": str(pt), "sha256": checkpoint_digest(pt), "file_sha256": sha256_file(pt)}
         t["checkpoint"] = time.time() - t0
         manifest = args.root / "manifests" / f"{variant}.yaml"
         if not manifest.is_file():

@@ -198,3 +198,21 @@ def test_object_cache_follows_the_runtime(tmp_path):
     assert build(package(tmp_path / "c", 2)) == "2" and (cache.hits, cache.misses) == (1, 2)
     assert build(package(tmp_path / "d", 2, " -DX=1")) == "2" and (cache.hits, cache.misses) == (1, 3)
     assert bitcheck.split_cc_line("cc -O2 a.c -o a && ./a") is None
+
+
+def test_checkpoint_digest_ignores_the_zip_root_name(tmp_path):
+    """torch.save names the zip's root folder after the file: the same weights saved under two names are one
+    checkpoint; a changed byte is another."""
+    import zipfile
+
+    def save(path: Path, root: str, data: bytes) -> Path:
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{root}/data.pkl", b"pickle")
+            z.writestr(f"{root}/data/0", data)
+        return path
+
+    a = save(tmp_path / "a.pt", "a", b"\x00\x01")
+    b = save(tmp_path / "b.pt", "b.tmp", b"\x00\x01")
+    c = save(tmp_path / "c.pt", "a", b"\x00\x02")
+    assert bitcheck.sha256_file(a) != bitcheck.sha256_file(b)
+    assert bitcheck.checkpoint_digest(a) == bitcheck.checkpoint_digest(b) != bitcheck.checkpoint_digest(c)
