@@ -332,7 +332,7 @@ def split_cc_line(line: str) -> tuple | None:
     None when it is not that simple (shell syntax, -c, several outputs)."""
     if re.search(r"[;&|<>`$()]", line):
         return None
-    toks = shlex.split(line)
+    toks = shlex.split(line.replace("\\\n", " "))
     if len(toks) < 3 or "-c" in toks or toks.count("-o") != 1:
         return None
     compiler, flags, srcs, link, out = toks[0], [], [], [], None
