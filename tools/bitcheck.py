@@ -30,7 +30,8 @@ run
 compare
   Per variant/backend: identical, or which files differ (for float dumps: max |a-b| and max |a-b| / max|a|),
   the JSON's first differing fields, or missing / failed entries. Prints a summary table; exit status 0 only
-  when every entry of BEFORE is present in AFTER and identical (and AFTER has no failed entries).
+  when every entry of BEFORE is present in AFTER and identical (and AFTER has no failed entries); --partial
+  compares only the entries AFTER holds.
 
 Only the standard library and numpy; stdlib + numpy are also all that compare needs.
 """
@@ -697,8 +698,13 @@ def cmd_compare(args) -> int:
         raise BitcheckError(f"{args.before}: no entries")
     rows = []
     for key in sorted(ea, key=_sort_key):
+        if args.partial and key not in eb:
+            rows.append((key, "skipped", ["not in after (--partial)"]))
+            continue
         verdict, details = compare_entry(key, ea[key], eb.get(key), args.before, args.after)
         rows.append((key, verdict, details))
+    if args.partial and all(r[1] == "skipped" for r in rows):
+        raise BitcheckError(f"{args.after}: none of the entries of {args.before} (--partial)")
     for key in sorted(set(eb) - set(ea), key=_sort_key):
         if eb[key].get("status") != "ok":
             rows.append((key, "FAILED", [f"after only: {eb[key].get('error', 'failed')[:300]}"]))
@@ -784,6 +790,8 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare", help="compare two result folders; exit 1 on any difference or missing entry")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--partial", action="store_true",
+                   help="compare only the entries AFTER holds (a rerun of some variants); the others are 'skipped'")
     c.add_argument("-v", "--verbose", action="store_true", help="list every differing file")
     args = ap.parse_args(argv)
     try:

@@ -216,3 +216,15 @@ def test_checkpoint_digest_ignores_the_zip_root_name(tmp_path):
     c = save(tmp_path / "c.pt", "a", b"\x00\x02")
     assert bitcheck.sha256_file(a) != bitcheck.sha256_file(b)
     assert bitcheck.checkpoint_digest(a) == bitcheck.checkpoint_digest(b) != bitcheck.checkpoint_digest(c)
+
+
+def test_partial(tmp_path, capsys):
+    """--partial: a rerun of some entries is compared on those; a missing one is skipped, a differing one fails."""
+    before = write_result(tmp_path / "a")
+    rc = bitcheck.main(["compare", "--partial", str(before), str(write_result(tmp_path / "b", keys=KEYS[:1]))])
+    out = capsys.readouterr().out
+    assert rc == 0 and "skipped" in row(out, KEYS[1]) and "identical" in row(out, KEYS[0])
+    after = write_result(tmp_path / "c", layers(1), keys=KEYS[:1])
+    assert bitcheck.main(["compare", "--partial", str(before), str(after)]) == 1
+    assert "DIFFERENT" in row(capsys.readouterr().out, KEYS[0])
+    assert bitcheck.main(["compare", "--partial", str(before), str(write_result(tmp_path / "d", keys=["x@64-xnnpack"]))]) == 2
