@@ -710,6 +710,9 @@ def cmd_compare(args) -> int:
             rows.append((key, "FAILED", [f"after only: {eb[key].get('error', 'failed')[:300]}"]))
         else:
             rows.append((key, "extra", ["only in after (not compared)"]))
+    hosts = [_hosts(d) for d in (args.before, args.after)]
+    if hosts[0] and hosts[1] and hosts[0] != hosts[1]:
+        print(f"note: the two folders were made on different hosts or compilers (ISA, cc): {hosts[0]} vs {hosts[1]}")
     width = max(len(r[0]) for r in rows)
     print(f"{'variant@imgsz-backend':<{width}}  verdict    files  details")
     for key, verdict, details in rows:
@@ -729,6 +732,15 @@ def cmd_compare(args) -> int:
           f" of {len(ea)} entries in {args.before}")
     print("RESULT: " + ("all identical" if bad == 0 else f"{bad} entries differ, are missing or failed"))
     return 0 if bad == 0 else 1
+
+
+def _hosts(d: Path) -> list:
+    """The (ISA, cc, c++) of every run that wrote into a result folder (run.json), deduplicated."""
+    try:
+        runs = json.loads((d / "run.json").read_text()).get("runs", [])
+    except (OSError, json.JSONDecodeError):
+        return []
+    return sorted({(" ".join(r["host"]["isa"]), r["host"]["cc"], r["host"]["cxx"]) for r in runs if "host" in r})
 
 
 def _sort_key(key: str):
