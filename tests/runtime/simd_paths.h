@@ -21,6 +21,25 @@ static inline int have_isa(carve_isa isa) {
   return isa <= cpu;
 }
 
+// The initializer of k_variant for kernel `fn`: fn__portable, and the x86-64 / NEON variants where this build
+// has them (CARVE_TEST_NEON_VARIANT for a kernel with a NEON variant).
+#ifdef CARVE_HAVE_X86_SIMD
+#define CARVE_TEST_X86_VARIANTS(fn) [CARVE_ISA_AVX2] = fn##__avx2, [CARVE_ISA_AVX512] = fn##__avx512,
+#else
+#define CARVE_TEST_X86_VARIANTS(fn)
+#endif
+#ifdef CARVE_HAVE_NEON
+#define CARVE_TEST_NEON_VARIANT(fn) [CARVE_ISA_NEON] = fn##__neon,
+#else
+#define CARVE_TEST_NEON_VARIANT(fn)
+#endif
+#define CARVE_TEST_VARIANTS(fn) {[CARVE_ISA_PORTABLE] = fn##__portable, CARVE_TEST_X86_VARIANTS(fn)}
+#define CARVE_TEST_VARIANTS_NEON(fn) \
+  {[CARVE_ISA_PORTABLE] = fn##__portable, CARVE_TEST_X86_VARIANTS(fn) CARVE_TEST_NEON_VARIANT(fn)}
+
+// Whether this build (table: the test's k_variant) and this CPU have the variant of instruction set isa.
+#define HAVE_VARIANT(table, isa) ((table)[(isa)] != NULL && have_isa((carve_isa)(isa)))
+
 // Checks a kernel's selector against its table: for every instruction set, the variant of that set where the
 // build has one, else the portable one; and the CPU's own.
 #define CHECK_SELECT(select, k_variant)                                                                    \

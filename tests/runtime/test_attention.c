@@ -19,16 +19,7 @@
 #include "test_common.h"
 
 // The variants this build has, by carve_isa (NULL: none).
-static const carve_attention_fn k_variant[CARVE_TEST_ISAS] = {
-    [CARVE_ISA_PORTABLE] = carve_attention__portable,
-#ifdef CARVE_HAVE_X86_SIMD
-    [CARVE_ISA_AVX2] = carve_attention__avx2,
-    [CARVE_ISA_AVX512] = carve_attention__avx512,
-#endif
-};
-
-// Whether this build and this CPU have the variant of that instruction set.
-static int have_level(int simd) { return k_variant[simd] != NULL && have_isa((carve_isa)simd); }
+static const carve_attention_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_attention);
 
 static const int k_levels = 3;  // the x86-64 levels; elsewhere only the portable one exists
 
@@ -50,7 +41,7 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
     qkv[i] = rng_normal(rng) * amplitude;
   }
   for (int simd = 0; simd < k_levels; simd++) {
-    if (have_level(simd)) {
+    if (HAVE_VARIANT(k_variant, simd)) {
       run_path(qkv, pool2, n, heads, kd, hd, qkv_pad, out_pad, v_pad, simd, best);
     }
   }
@@ -230,7 +221,7 @@ int main(void) {
   run_case(&rng, pool2, 36, 1, 4, 16, 0, 0, 0, 30.0f), cases++;    // scores far apart: exp underflows to 0
   pthreadpool_destroy(pool2);
   for (int simd = 0; simd < k_levels; simd++) {
-    if (have_level(simd)) {
+    if (HAVE_VARIANT(k_variant, simd)) {
       printf("runtime_attention: %s: %zu cases ok, worst error = %.3f of the float-rounding bound, "
              "%.3g relative to sum_j attn_j |v_j|\n", carve_isa_name((carve_isa)simd), cases, worst[simd], worst_rel[simd]);
     }

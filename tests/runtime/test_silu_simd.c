@@ -190,8 +190,7 @@ int main(void) {
   CHECK(carve_isa_detect() == (__builtin_cpu_supports("avx512f") ? CARVE_ISA_AVX512
                                : ran > 0                         ? CARVE_ISA_AVX2
                                                                  : CARVE_ISA_PORTABLE));
-  static const carve_epilogue_fn k_variant[CARVE_TEST_ISAS] = {carve_epilogue__portable, carve_epilogue__avx2,
-                                                               carve_epilogue__avx512, NULL};
+  static const carve_epilogue_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_epilogue);
   CHECK_SELECT(carve_epilogue_select, k_variant);
   printf("runtime_silu_simd: %d SIMD path(s) checked\n", ran);
   return ran > 0 ? 0 : 77;

@@ -16,16 +16,8 @@
 #include "test_common.h"
 
 // The variants this build has, by carve_isa (NULL: none).
-static const carve_conv3x3s2_small_cin_fn k_variant[CARVE_TEST_ISAS] = {
-    [CARVE_ISA_PORTABLE] = carve_conv3x3s2_small_cin__portable,
-#ifdef CARVE_HAVE_X86_SIMD
-    [CARVE_ISA_AVX2] = carve_conv3x3s2_small_cin__avx2,
-    [CARVE_ISA_AVX512] = carve_conv3x3s2_small_cin__avx512,
-#endif
-};
-
-// Whether this build and this CPU have the variant of that instruction set.
-static int have_level(int simd) { return k_variant[simd] != NULL && have_isa((carve_isa)simd); }
+static const carve_conv3x3s2_small_cin_fn k_variant[CARVE_TEST_ISAS] =
+    CARVE_TEST_VARIANTS(carve_conv3x3s2_small_cin);
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
@@ -83,7 +75,7 @@ static void run_case(const stem_case* k, pthreadpool_t pool, int all_rows, test_
   for (int simd = 0; simd < 3; simd++) {
     for (int t = 0; t < 2; t++) {
       y[simd][t] = NULL;
-      if (!have_level(simd)) {
+      if (!HAVE_VARIANT(k_variant, simd)) {
         continue;
       }
       y[simd][t] = malloc(ny * sizeof(float));
@@ -201,7 +193,7 @@ static void test_refusals(void) {
 
 int main(void) {
   for (int simd = 2; simd > 0; simd--) {
-    if (!have_level(simd)) {
+    if (!HAVE_VARIANT(k_variant, simd)) {
       printf("runtime_stem_conv: no %s on this CPU: that path skipped\n", carve_isa_name((carve_isa)simd));
     }
   }

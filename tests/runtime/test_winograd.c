@@ -32,19 +32,8 @@
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
 // The variants this build has, by carve_isa (NULL: none).
-static const carve_conv3x3s1_winograd_fn k_variant[CARVE_TEST_ISAS] = {
-    [CARVE_ISA_PORTABLE] = carve_conv3x3s1_winograd__portable,
-#ifdef CARVE_HAVE_X86_SIMD
-    [CARVE_ISA_AVX2] = carve_conv3x3s1_winograd__avx2,
-    [CARVE_ISA_AVX512] = carve_conv3x3s1_winograd__avx512,
-#endif
-#ifdef CARVE_HAVE_NEON
-    [CARVE_ISA_NEON] = carve_conv3x3s1_winograd__neon,
-#endif
-};
-
-// Whether this build and this CPU have the variant of that instruction set.
-static int have_level(int simd) { return k_variant[simd] != NULL && have_isa((carve_isa)simd); }
+static const carve_conv3x3s1_winograd_fn k_variant[CARVE_TEST_ISAS] =
+    CARVE_TEST_VARIANTS_NEON(carve_conv3x3s1_winograd);
 
 // (cout, cin, 3, 3) -> (16, cin, cout): G g G^T in double, rounded to float.
 static void transform_weights(const float* oihw, size_t cin, size_t cout, float* wt) {
@@ -177,7 +166,7 @@ static void run_case(const wino_case* k, pthreadpool_t pool2, pthreadpool_t pool
     float* y1 = malloc(ny * sizeof(float));
     CHECK(y0 != NULL && y1 != NULL);
     for (int simd = 0; simd < CARVE_TEST_ISAS; simd++) {
-      if (!have_level(simd)) {
+      if (!HAVE_VARIANT(k_variant, simd)) {
         continue;
       }
       fill_canary(y0, ny);
@@ -262,7 +251,7 @@ static void test_shapes(pthreadpool_t pool2, pthreadpool_t pool3) {
   }
   printf("runtime_winograd: %zu shapes x 4 variants\n", n);
   for (int simd = 0; simd < CARVE_TEST_ISAS; simd++) {
-    if (have_level(simd)) {
+    if (HAVE_VARIANT(k_variant, simd)) {
       printf("runtime_winograd: %s: max |y - ref| / max(1, max |ref|) = %.3g\n", carve_isa_name((carve_isa)simd), g_worst[simd]);
     }
   }
@@ -312,7 +301,7 @@ static void test_refusals(void) {
 
 int main(void) {
   for (int simd = 1; simd < CARVE_TEST_ISAS; simd++) {
-    if (k_variant[simd] != NULL && !have_level(simd)) {
+    if (k_variant[simd] != NULL && !HAVE_VARIANT(k_variant, simd)) {
       printf("runtime_winograd: no %s on this CPU: that path skipped\n", carve_isa_name((carve_isa)simd));
     }
   }
