@@ -9,7 +9,7 @@
 #include "carve_simd.h"
 
 // Attention: query rows that share one pass over k and v (CARVE_ATTN_GROUP, in
-// carve_ops.h), and v channels whose weighted sums are accumulated at a time.
+// carve_attention.h), and v channels whose weighted sums are accumulated at a time.
 #define CARVE_ATTN_V_CHUNK 32
 // Keys whose weighted v products are summed before joining the running sums.
 #define CARVE_ATTN_SUM_BLOCK 64

@@ -23,7 +23,7 @@
 #include "carve_pre_math.h"  // the arithmetic shared with carve_cuda_pre.cu
 
 // The letterbox's vertical pass is compiled for AVX-512, AVX2 and the baseline,
-// the loader picking the best (target_clones, as in carve_ops.c); integer and
+// the loader picking the best (target_clones, as in the kernel families, carve_simd.h); integer and
 // single float operations only, so every clone gives the same bits.
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
