@@ -1,8 +1,11 @@
 // Checks carve_epilogue (y = act(y) + residual) against a double-precision loop
 // at odd sizes, strides wider than the channels, with and without residual,
-// special values (+-inf, NaN, huge), and identical results with 0 or 2 threads.
+// special values (+-inf, NaN, huge), and identical results with 0 or 2 threads;
+// the selector carve_epilogue_select.
 
+#include "carve_epilogue_isa.h"
 #include "carve_ops.h"
+#include "simd_paths.h"
 #include "test_common.h"
 
 // SiLU in double, the exact value the float kernel should round to.
@@ -83,6 +86,9 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t pixels, size_t c
 }
 
 int main(void) {
+  // carve_epilogue_select picks each instruction set's variant (the portable one where the build has none).
+  static const carve_epilogue_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_epilogue);
+  CHECK_SELECT(carve_epilogue_select, k_variant);
   test_rng rng = {12345};
   pthreadpool_t pool2 = make_pool2();
   const size_t pixel_counts[] = {1, 35, 1000, 6400};
