@@ -70,7 +70,7 @@ def test_the_package_holds_every_model_and_one_runtime(two):
         assert f"target_link_libraries({name} PUBLIC carve_runtime)" in cm
     cc = re.search(r"<!-- carve:cc -->\n```sh\n(.+?)\n```", files["README.md"].decode(), re.S).group(1)
     words = cc.split()
-    assert words.count("runtime/carve_ops.c") == 1 and "yolo26n_shapes.c" in words and "shapes_b.c" in words
+    assert words.count("runtime/carve_epilogue.c") == 1 and "yolo26n_shapes.c" in words and "shapes_b.c" in words
     assert words[words.index("-o") + 1] == "app"
 
 
