@@ -656,8 +656,9 @@ def json_diff(a: str, b: str, limit: int = 3) -> list:
     return out or ["text differs"]
 
 
-def compare_entry(key: str, a: dict, b: dict | None, dir_a: Path, dir_b: Path) -> tuple:
-    """(verdict, details): verdict is 'identical', 'DIFFERENT', 'MISSING' or 'FAILED'."""
+def compare_entry(key: str, a: dict, b: dict | None, dir_a: Path, dir_b: Path, ignore_json: tuple = ()) -> tuple:
+    """(verdict, details): verdict is 'identical', 'DIFFERENT', 'MISSING' or 'FAILED'. ``ignore_json``: JSON
+    paths (e.g. /threads) whose change is expected and not counted (said in the details as 'ignored')."""
     if b is None:
         return "MISSING", [f"no entry {key} in {dir_b}"]
     if a.get("status") != "ok":
@@ -684,11 +685,19 @@ def compare_entry(key: str, a: dict, b: dict | None, dir_a: Path, dir_b: Path) -
                 "hash differs (dump files not kept)"
             details.append(f"{name}: {how}")
     if a.get("json_sha256") != b.get("json_sha256"):
-        details.append("json: " + "; ".join(json_diff(a.get("json", ""), b.get("json", ""))))
+        diffs = json_diff(a.get("json", ""), b.get("json", ""))
+        kept = [d for d in diffs if d.split(":", 1)[0] not in ignore_json]
+        if kept:
+            details.append("json: " + "; ".join(kept))
+        ignored = [d for d in diffs if d not in kept]
+    else:
+        ignored = []
     for side, rec in (("before", a), ("after", b)):
         th = rec.get("threads_1_vs_n")
         if th and th["differ"]:
             details.append(f"{side}: threads 1 vs {th['threads'][1]} differ in {', '.join(th['differ'][:5])}")
+    if not details and ignored:
+        return "identical", ["json (ignored): " + "; ".join(ignored)]
     return ("identical" if not details else "DIFFERENT"), details
 
 
@@ -701,7 +710,8 @@ def cmd_compare(args) -> int:
         if args.partial and key not in eb:
             rows.append((key, "skipped", ["not in after (--partial)"]))
             continue
-        verdict, details = compare_entry(key, ea[key], eb.get(key), args.before, args.after)
+        verdict, details = compare_entry(key, ea[key], eb.get(key), args.before, args.after,
+                                         tuple(args.ignore_json or ()))
         rows.append((key, verdict, details))
     if args.partial and all(r[1] == "skipped" for r in rows):
         raise BitcheckError(f"{args.after}: none of the entries of {args.before} (--partial)")
@@ -804,6 +814,9 @@ def main(argv=None) -> int:
     c.add_argument("after", type=Path)
     c.add_argument("--partial", action="store_true",
                    help="compare only the entries AFTER holds (a rerun of some variants); the others are 'skipped'")
+    c.add_argument("--ignore-json", action="append", metavar="PATH",
+                   help="a JSON path whose change is expected (e.g. /threads: the portable demo reports the one "
+                        "thread it uses since issue 17); repeatable; the change is still printed, as 'ignored'")
     c.add_argument("-v", "--verbose", action="store_true", help="list every differing file")
     args = ap.parse_args(argv)
     try:

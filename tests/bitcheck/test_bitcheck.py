@@ -138,6 +138,21 @@ def test_json_field(tmp_path, capsys):
     assert "json: /detections[0]/box[2]: 300.5 -> 300.501" in row(out, KEYS[0])
 
 
+def test_ignore_json_path(tmp_path, capsys):
+    """--ignore-json /threads passes an expected change of that path only; any other change still fails."""
+    before = write_result(tmp_path / "a")
+    after = write_result(tmp_path / "b", demo_json=DEMO_JSON.replace('"threads": 2', '"threads": 1'))
+    rc = bitcheck.main(["compare", "--ignore-json", "/threads", str(before), str(after)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "json (ignored): /threads: 2 -> 1" in row(out, KEYS[0])
+    both = write_result(tmp_path / "c", demo_json=DEMO_JSON.replace('"threads": 2', '"threads": 1')
+                        .replace("300.500", "300.501"))
+    rc = bitcheck.main(["compare", "--ignore-json", "/threads", str(before), str(both)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "json: /detections[0]/box[2]: 300.5 -> 300.501" in row(out, KEYS[0])
+    assert compare(before, after, capsys)[0] == 1  # not ignored unless asked
+
+
 def test_other_weights(tmp_path, capsys):
     rc, out = compare(write_result(tmp_path / "a"), write_result(tmp_path / "b", checkpoint={"sha256": "cd" * 32}),
                       capsys)
