@@ -18,7 +18,8 @@ endif
 # BACKEND=portable builds the plain C11 package (no XNNPACK, no threads) instead.
 BACKEND ?= xnnpack
 PKG ?= generated/$(MODEL)-$(BACKEND)
-DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,2)
+# --threads 0: the CPUs this process may run on (the portable package runs on one thread)
+DEMO_THREADS = $(if $(filter portable,$(BACKEND)),1,0)
 DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 
 .PHONY: demo test install install-test clean help bench
@@ -30,6 +31,7 @@ help:
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points, seg/cls functions"
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
 	@echo "make bench  carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch; writes docs/performance.md (slow)"
+	@echo "make bench-threads  carve, ONNX Runtime and OpenVINO idle, over-asked and beside a busy process; docs/performance.md"
 
 install:
 	@sh tools/install.sh
@@ -104,3 +106,11 @@ $(BENCH_VENV)/.installed: bench/requirements.txt
 
 bench: install-test $(BENCH_VENV)/.installed
 	PATH="$(abspath $(BENCH_VENV))/bin:$$PATH" JOBS=$(JOBS) $(BENCH_VENV)/bin/python bench/bench.py $(BENCH_ARGS)
+
+# Threads under contention (issue 17, bench/threads.py): yolo26n at 640, carve / ONNX Runtime / OpenVINO idle at 1-2
+# threads, at 3, 4, 8 threads, and beside a CPU-bound process; prints the table, writes it into docs/performance.md.
+# THREADS_ARGS is passed on, e.g. `make bench-threads THREADS_ARGS="--before ../carve-old --runs 50"`.
+THREADS_ARGS ?=
+.PHONY: bench-threads
+bench-threads: install-test $(BENCH_VENV)/.installed
+	PATH="$(abspath $(BENCH_VENV))/bin:$$PATH" JOBS=$(JOBS) $(BENCH_VENV)/bin/python bench/threads.py --docs $(THREADS_ARGS)

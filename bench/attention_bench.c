@@ -3,15 +3,18 @@
 // s/m/l and 6 in x; 320 gives n = 100, 1280 gives n = 1600. Not part of the package or the tests
 // (tests/runtime/test_attention.c checks the kernel).
 //
-// The bench includes runtime/carve_ops.c itself, so the kernel to time is picked by the include path; build it
-// once against this tree and once against another checkout (e.g. the commit before a change) and alternate:
+// The kernel to time is picked by the runtime directory; build the bench once against this tree and once against
+// another checkout (e.g. the commit before a change) and alternate:
 //
-//   cc -O3 -Iruntime bench/attention_bench.c runtime/carve_rt.c -o /tmp/attn-new -lpthreadpool -lm
+//   cc -O3 -Iruntime bench/attention_bench.c runtime/carve_rt.c runtime/carve_isa.c runtime/carve_attention.c \
+//      -o /tmp/attn-new -lpthreadpool -lm
 //   OLD=/path/to/old/runtime
-//   cc -O3 -I$OLD bench/attention_bench.c $OLD/carve_rt.c -o /tmp/attn-old -lpthreadpool -lm
+//   cc -O3 -I$OLD bench/attention_bench.c $OLD/carve_rt.c $OLD/carve_isa.c $OLD/carve_attention.c \
+//      -o /tmp/attn-old -lpthreadpool -lm
 //   /tmp/attn-old [RUNS]; /tmp/attn-new [RUNS]   (or RUNS N HEADS [KEY_DIM HEAD_DIM]: that shape alone)
 //
-// -DBENCH_SIMD=0/1/2 times the portable kernel (its best target_clones clone), the AVX2 + FMA or the AVX-512 one;
+// -DBENCH_SIMD=0/1/2 (a carve_isa) times the portable kernel (its best target_clones clone), the AVX2 + FMA or
+// the AVX-512 one (carve_attention_select: the CPU must have it);
 // -DCARVE_ATTN_ROWS_PER_TASK=N or -DATTN_R=R -DATTN_KEY_V=K -DATTN_CH_V=C try other task sizes and AVX-512 tiles.
 // (-O3 and no -march: the flags of a CMake Release build of a package; the kernel picks AVX-512, AVX2 + FMA or
 // the portable path at run time.) Prints, per shape and thread count (1, 2), the best of RUNS calls (default
@@ -24,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "carve_ops.c"
+#include "carve_attention.h"
 
 static double now_us(void) {
   struct timespec t;
@@ -47,9 +50,9 @@ static void bench(size_t n, size_t heads, size_t kd, size_t hd, int runs, pthrea
   double best = 1e30;
   for (int r = 0; r < runs; r++) {
     const double t0 = now_us();
-#ifdef BENCH_SIMD  // a path by name (attention_run: 0 portable, 1 AVX2 + FMA, 2 AVX-512; not in older trees)
-    attention_run(qkv, stride, n, heads, kd, hd, scale, out, heads * hd, v_out, heads * hd, scratch, BENCH_SIMD,
-                  pool);
+#ifdef BENCH_SIMD  // a variant by instruction set (0 portable, 1 AVX2 + FMA, 2 AVX-512)
+    carve_attention_select((carve_isa)BENCH_SIMD)(qkv, stride, n, heads, kd, hd, scale, out, heads * hd, v_out,
+                                                  heads * hd, scratch, pool);
 #else
     carve_attention(qkv, stride, n, heads, kd, hd, scale, out, heads * hd, v_out, heads * hd, scratch, pool);
 #endif

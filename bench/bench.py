@@ -68,13 +68,15 @@ def bench_image() -> Path:
     return png
 
 
-def prepare(model: str, imgsz: int) -> dict:
+def prepare(model: str, imgsz: int, formats: list[str] | None = None) -> dict:
+    """The checkpoint, its exports (formats: bench/export.py's, default all), the carve package and its runner."""
     cfg, manifest, cname = MODELS[model]
     WORK.mkdir(parents=True, exist_ok=True)
     pt = WORK / f"{model}.pt"
     if not pt.exists():
         run([sys.executable, "tools/oracle.py", "make-checkpoint", "--cfg", cfg, "--out", pt])
-    run([sys.executable, "bench/export.py", "--pt", pt, "--imgsz", str(imgsz)])
+    run([sys.executable, "bench/export.py", "--pt", pt, "--imgsz", str(imgsz),
+         *(["--formats", ",".join(formats)] if formats else [])])
     pkg = BUILD / f"pkg-{model}"
     run(["./carve", "generate", manifest, "--backend", "xnnpack", "--weights", pt, "--imgsz", str(imgsz),
          "--out", pkg, "--force"])
@@ -84,8 +86,8 @@ def prepare(model: str, imgsz: int) -> dict:
     exe.parent.mkdir(parents=True, exist_ok=True)
     run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "bench/carve_runner.c", pkg / "runtime" / "carve_io.c",
          f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-DCARVE_MODEL={cname}", f"-DCARVE_NAME={cname.upper()}",
-         f'-DCARVE_HEADER="{cname}.h"', pkg / "build" / f"lib{cname}.a",
-         "-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
+         f'-DCARVE_HEADER="{cname}.h"', pkg / "build" / f"lib{cname}.a", pkg / "build" / "libcarve_runtime.a",
+         "-lXNNPACK", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])  # the pool: the package's carve_pool.c
     header = (pkg / f"{cname}.h").read_text()
     const = lambda n: int(re.search(rf"#define {cname.upper()}_{n} (\d+)", header).group(1))  # noqa: E731
     stem = WORK / model
@@ -135,10 +137,11 @@ def fma_peak() -> dict:
 class Worker:
     """One system's process: started (init measured inside it), then driven by 'run K' lines."""
 
-    def __init__(self, system: str, model: str, prep: dict, image: Path, threads: int, imgsz: int):
+    def __init__(self, system: str, model: str, prep: dict, image: Path, threads: int, imgsz: int,
+                 carve_args: tuple = ()):
         self.system = system
         if system == "carve":
-            cmd = [str(prep["carve_exe"]), str(image), str(threads)]
+            cmd = [str(prep["carve_exe"]), str(image), str(threads), *carve_args]
         else:
             cmd = [sys.executable, str(ROOT / "bench" / "peer.py"), "--system", system,
                    "--artifact", str(prep["artifacts"][system][0]), "--pt", str(prep["pt"]),

@@ -1,13 +1,16 @@
 // carve side of the benchmark: one generated package behind the same line protocol as bench/peer.py.
 //
-//   carve_runner IMAGE THREADS      (built by bench/bench.py against a package's lib<name>.a:
-//                                    -DCARVE_MODEL=yolo26n -DCARVE_HEADER='"yolo26n.h"')
+//   carve_runner IMAGE THREADS [oversubscribe]   (built by bench/bench.py against a package's lib<name>.a and
+//                                                 libcarve_runtime.a: -DCARVE_MODEL=yolo26n -DCARVE_HEADER='"yolo26n.h"')
+// THREADS as options.threads (0: the CPUs this process may run on; more is clamped to those unless
+// `oversubscribe` is given: options.allow_oversubscribe).
 //
 // Decodes IMAGE once (not timed), then creates the model (timed: init). Reads commands on stdin:
 //   run K   runs K times; prints {"e2e_ms": [...], "net_ms": [...]}: run_image (letterbox + network + rows above
 //           conf 0.25 mapped to image pixels) and the network alone (the sum of the per-layer times of that run)
 //   quit    prints {"maxrss_kb": ...} (this process's peak resident set size, VmHWM: bench/peak_rss.h) and exits
-// At start it prints {"init_ms": ..., "baseline_rss_kb": ..., "detections": N, "rows": [[x1,y1,x2,y2,score,cls],...]}
+// At start it prints {"init_ms": ..., "baseline_rss_kb": ..., "threads": T (those the model uses), "detections": N,
+// "rows": [[x1,y1,x2,y2,score,cls],...]}
 // (the first 5 detections of one run, for the agreement check between systems).
 
 #define _POSIX_C_SOURCE 200809L
@@ -34,8 +37,8 @@ static double now_ms(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s IMAGE THREADS\n", argv[0]);
+  if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "oversubscribe") != 0)) {
+    fprintf(stderr, "usage: %s IMAGE THREADS [oversubscribe]\n", argv[0]);
     return 2;
   }
   const int threads = atoi(argv[2]);
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
   F(_options) opt;
   F(_default_options)(&opt);
   opt.threads = threads;
+  opt.allow_oversubscribe = argc == 4;
   F()* model = NULL;
   carve_status s = F(_create)(&opt, &model);
   const double init_ms = now_ms() - t0;
@@ -70,7 +74,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "carve_runner: run: %s\n", carve_status_str(s));
     return 1;
   }
-  printf("{\"init_ms\": %.3f, \"baseline_rss_kb\": %ld, \"detections\": %zu, \"rows\": [", init_ms, baseline, n);
+  printf("{\"init_ms\": %.3f, \"baseline_rss_kb\": %ld, \"threads\": %d, \"detections\": %zu, \"rows\": [", init_ms,
+         baseline, F(_threads)(model), n);
   for (size_t i = 0; i < n && i < 5; i++) {
     printf("%s[%.3f, %.3f, %.3f, %.3f, %.5f, %d]", i ? ", " : "", dets[i].x1, dets[i].y1, dets[i].x2, dets[i].y2,
            dets[i].score, dets[i].class_id);

@@ -4,7 +4,7 @@
 // pixels do not leave a ragged tile) x 32 output channels in 24 AVX-512 registers; weights are (kh, kw, cin,
 // cout), read 32 channels at a time. Not part of the package or the tests.
 //
-//   cc -O3 -march=x86-64-v3 -Iruntime bench/conv_vs_xnnpack.c runtime/carve_rt.c -o /tmp/conv_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/conv_vs_xnnpack.c runtime/carve_rt.c runtime/carve_isa.c runtime/carve_epilogue.c -o /tmp/conv_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   /tmp/conv_vs_xnnpack H W CIN COUT K STRIDE      (e.g. 40 40 32 32 3 1)
 //
 // Best of 15 runs each; needs a CPU with AVX-512F.
@@ -24,7 +24,8 @@ static double now(void) {
 }
 
 // The runtime's own SiLU (silu16_avx512, as the package's kernels use it) and SiLU pass (carve_epilogue).
-#include "../runtime/carve_ops.c"
+#include "../runtime/carve_epilogue.h"
+#include "../runtime/carve_simd.h"
 #define silu16 silu16_avx512
 
 // The package's SiLU pass after an XNNPACK convolution: carve_epilogue on one thread.

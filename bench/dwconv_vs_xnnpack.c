@@ -1,10 +1,10 @@
 // Depthwise 3x3 convolution against XNNPACK: the runtime's carve_dwconv3x3 (stride 1, pad 1, NHWC, batch 1,
-// bias + SiLU before the store; runtime/carve_ops.h) against XNNPACK 2022's depthwise convolution (groups = c)
+// bias + SiLU before the store; runtime/carve_dwconv.h) against XNNPACK 2022's depthwise convolution (groups = c)
 // followed by carve's SiLU pass (carve_epilogue), on 1 and 2 threads, for one layer shape, and how accurate
 // each is against a double-precision depthwise conv + bias + SiLU (relative error |y - ref| / max(|ref|,
 // 0.01)). Not part of the package or the tests (tests/runtime/test_dwconv.c checks the kernel).
 //
-//   cc -O3 -march=x86-64-v3 -Iruntime bench/dwconv_vs_xnnpack.c runtime/carve_rt.c -o /tmp/dwconv -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/dwconv_vs_xnnpack.c runtime/carve_rt.c runtime/carve_isa.c runtime/carve_epilogue.c runtime/carve_dwconv.c -o /tmp/dwconv -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   /tmp/dwconv H W C [none] [THREADS] [RUNS]   (e.g. 80 80 64; "none": no SiLU, as the PSA's attn.pe)
 //
 // Best of RUNS (default 30) runs each, alternating; the kernel picks the best path the CPU has (AVX-512,
@@ -23,7 +23,8 @@ static double now(void) {
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
-#include "../runtime/carve_ops.c"
+#include "../runtime/carve_dwconv.h"
+#include "../runtime/carve_epilogue.h"
 
 static unsigned long long rng = 88172645463325252ull;
 static double uniform(void) {  // (0, 1)

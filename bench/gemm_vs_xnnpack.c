@@ -6,7 +6,7 @@
 // GEMM (M pixels, K input and N output channels, as yolo26n's 1x1 layers), and
 // checks both give the same numbers. Not part of the package or the tests.
 //
-//   cc -O3 -march=x86-64-v3 -Iruntime bench/gemm_vs_xnnpack.c runtime/carve_rt.c -o /tmp/gemm_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/gemm_vs_xnnpack.c runtime/carve_rt.c runtime/carve_isa.c runtime/carve_epilogue.c -o /tmp/gemm_vs_xnnpack -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   for s in "6400 96 64" "6400 256 64" "1600 384 128" "400 512 256" "25600 48 64"; do
 //     /tmp/gemm_vs_xnnpack $s; done
 //
@@ -21,7 +21,8 @@
 #include <math.h>
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1e3+t.tv_nsec*1e-6;}
 // The runtime's own SiLU (silu16_avx512, as the package's kernels use it) and SiLU pass (carve_epilogue).
-#include "../runtime/carve_ops.c"
+#include "../runtime/carve_epilogue.h"
+#include "../runtime/carve_simd.h"
 #define silu16 silu16_avx512
 #define MR 12
 // C[m][0..32) for MR rows: A (rows lda apart), B panel (K x 32), bias 32

@@ -1,12 +1,12 @@
 // Winograd F(2x2,3x3) against XNNPACK: the runtime's carve_conv3x3s1_winograd (3x3, stride 1, pad 1, NHWC,
-// batch 1, bias + SiLU in its output transform; runtime/carve_ops.h) against XNNPACK 2022's direct convolution
+// batch 1, bias + SiLU in its output transform; runtime/carve_winograd.h) against XNNPACK 2022's direct convolution
 // followed by carve's SiLU pass, on one thread (slots 1, no pool), for one layer shape, and how accurate each is
 // against a double-precision conv + bias + SiLU (relative error |y - ref| / max(|ref|, 0.01)). Weights are
 // transformed here as the generator does (G g G^T in double, rounded to float, (16, cin, cout)). This began as the
 // experiment the kernel was built from (docs/performance.md, "Winograd F(2x2, 3x3)"). Not part of the package or
 // the tests (tests/runtime/test_winograd.c checks the kernel).
 //
-//   cc -O3 -march=x86-64-v3 -Iruntime bench/winograd_vs_xnnpack.c runtime/carve_rt.c -o /tmp/winograd -lXNNPACK -lpthreadpool -lcpuinfo -lm
+//   cc -O3 -march=x86-64-v3 -Iruntime bench/winograd_vs_xnnpack.c runtime/carve_rt.c runtime/carve_isa.c runtime/carve_epilogue.c runtime/carve_winograd.c -o /tmp/winograd -lXNNPACK -lpthreadpool -lcpuinfo -lm
 //   /tmp/winograd H W CIN COUT [res] [RUNS]   (e.g. 40 40 32 32; cin and cout multiples of 8)
 //
 // With "res" both add a residual (h, w, cout) after the SiLU, as a C3k2 bottleneck's second conv does: the
@@ -29,7 +29,8 @@ static double now(void) {
 }
 
 // The runtime: carve_conv3x3s1_winograd and the SiLU pass (carve_epilogue).
-#include "../runtime/carve_ops.c"
+#include "../runtime/carve_epilogue.h"
+#include "../runtime/carve_winograd.h"
 
 // The package's SiLU (+ residual) pass after an XNNPACK convolution: carve_epilogue on one thread.
 static void silu_pass(float* y, size_t n, const float* r) { carve_epilogue(y, n, r, n, 1, n, CARVE_ACT_SILU, NULL); }

@@ -10,7 +10,7 @@
 //     shapes) or CARVE_ERR_BACKEND (a launch or cuBLAS error).
 // Activations are NHWC float32, batch 1, with a pixel stride >= channels (the
 // carve_view convention of carve_rt.h), so concat and split are strided views.
-// Numerics follow the CPU runtime (carve_ops.h, carve_pre.h, carve_post.h):
+// Numerics follow the CPU runtime (carve_ops.h and its family headers, carve_pre.h, carve_post.h):
 // the same formulas and order rules; float results agree to rounding (GEMM
 // summation order differs), integer and index results exactly.
 //
@@ -188,7 +188,7 @@ carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* 
 
 // ---- Attention ----------------------------------------------------------------------
 
-// carve_attention of carve_ops.h on the device (same layout and meaning): per head,
+// carve_attention of carve_attention.h on the device (same layout and meaning): per head,
 // S = scale * Q K^T and O = softmax_rows(S) V through strided-batched cuBLAS GEMMs
 // (heads are the batch), a row-softmax kernel between them; v_out (may be NULL)
 // receives V for the pe conv.

@@ -7,7 +7,9 @@
 
 #include "carve_io.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,25 +263,241 @@ error:
 
 // ---- Images -----------------------------------------------------------------
 
-carve_status carve_image_load_rgb(const char* path, uint8_t** rgb, int* w, int* h) {
+// Largest file carve_image_load_rgb reads (stb_image takes an int length).
+#define IMAGE_MAX_FILE_BYTES ((size_t)INT32_MAX)
+
+static void set_msg(char* msg, size_t msg_size, const char* fmt, const char* a, const char* b) {
+  if (msg != NULL && msg_size > 0) {
+    snprintf(msg, msg_size, fmt, a, b);
+  }
+}
+
+static int starts_with(const uint8_t* data, size_t size, size_t at, const char* magic, size_t n) {
+  return size >= at + n && memcmp(data + at, magic, n) == 0;
+}
+
+// The format the first bytes name: one stb_image decodes, or one it does not
+// (*supported = 0), or NULL when they name none carve knows.
+static const char* sniff_format(const uint8_t* d, size_t n, int* supported) {
+  *supported = 1;
+  if (starts_with(d, n, 0, "\xFF\xD8\xFF", 3)) return "JPEG";
+  if (starts_with(d, n, 0, "\x89PNG\r\n\x1A\n", 8)) return "PNG";
+  if (starts_with(d, n, 0, "BM", 2)) return "BMP";
+  if (starts_with(d, n, 0, "GIF8", 4)) return "GIF";
+  if (starts_with(d, n, 0, "8BPS", 4)) return "PSD";
+  if (starts_with(d, n, 0, "#?RADIANCE", 10) || starts_with(d, n, 0, "#?RGBE", 6)) return "HDR";
+  if (n >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7') {
+    if (d[1] == '5' || d[1] == '6') return "PNM";
+    *supported = 0;
+    return "PNM (only binary P5 / P6 are read)";
+  }
+  *supported = 0;
+  if (starts_with(d, n, 0, "RIFF", 4) && starts_with(d, n, 8, "WEBP", 4)) return "WebP";
+  if (starts_with(d, n, 0, "II*\0", 4) || starts_with(d, n, 0, "MM\0*", 4)) return "TIFF";
+  if (starts_with(d, n, 4, "ftypavif", 8) || starts_with(d, n, 4, "ftypavis", 8)) return "AVIF";
+  if (starts_with(d, n, 4, "ftyphei", 7) || starts_with(d, n, 4, "ftyphev", 7) ||
+      starts_with(d, n, 4, "ftypmif1", 8) || starts_with(d, n, 4, "ftypmsf1", 8)) {
+    return "HEIF/HEIC";
+  }
+  if (starts_with(d, n, 0, "\0\0\0\x0CjP  ", 8) || starts_with(d, n, 0, "\xFF\x4F\xFF\x51", 4)) return "JPEG 2000";
+  if (starts_with(d, n, 0, "\xFF\x0A", 2) || starts_with(d, n, 0, "\0\0\0\x0CJXL ", 8)) return "JPEG XL";
+  if (starts_with(d, n, 0, "%PDF", 4)) return "PDF";
+  if (starts_with(d, n, 0, "<svg", 4) || starts_with(d, n, 0, "<?xml", 5)) return "SVG/XML";
+  return NULL;
+}
+
+static uint32_t exif_u16(const uint8_t* p, int little) {
+  return little ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : (uint32_t)p[0] << 8 | (uint32_t)p[1];
+}
+
+static uint32_t exif_u32(const uint8_t* p, int little) {
+  return little ? exif_u16(p, 1) | exif_u16(p + 2, 1) << 16 : exif_u16(p, 0) << 16 | exif_u16(p + 2, 0);
+}
+
+// Orientation tag (0x0112) of IFD0 in a TIFF block; 1 when absent or invalid.
+static int tiff_orientation(const uint8_t* t, size_t n) {
+  int little;
+  if (starts_with(t, n, 0, "II*\0", 4)) {
+    little = 1;
+  } else if (starts_with(t, n, 0, "MM\0*", 4)) {
+    little = 0;
+  } else {
+    return 1;
+  }
+  if (n < 8) return 1;
+  const size_t ifd = exif_u32(t + 4, little);
+  if (ifd < 8 || ifd > n - 2) return 1;
+  const size_t count = exif_u16(t + ifd, little);
+  for (size_t i = 0; i < count; i++) {
+    const size_t e = ifd + 2 + i * 12;  // tag u16, type u16, count u32, value / offset 4 bytes
+    if (n < 12 || e > n - 12) return 1;
+    if (exif_u16(t + e, little) != 0x0112) continue;
+    const uint32_t type = exif_u16(t + e + 2, little), cnt = exif_u32(t + e + 4, little);
+    if (type != 3 || cnt < 1) return 1;  // SHORT, stored in the first 2 value bytes
+    const uint32_t v = exif_u16(t + e + 8, little);
+    return v >= 1 && v <= 8 ? (int)v : 1;
+  }
+  return 1;
+}
+
+int carve_jpeg_exif_orientation(const void* data, size_t size) {
+  const uint8_t* d = (const uint8_t*)data;
+  if (d == NULL || !starts_with(d, size, 0, "\xFF\xD8", 2)) return 1;
+  size_t p = 2;
+  while (p < size) {
+    if (d[p] != 0xFF) return 1;  // not at a marker: damaged stream
+    while (p < size && d[p] == 0xFF) p++;  // fill bytes
+    if (p >= size) return 1;
+    const uint8_t m = d[p++];
+    if (m == 0xD9 || m == 0xDA) return 1;               // end of image, start of scan: no Exif before the data
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;  // markers without a length
+    if (size - p < 2) return 1;
+    const size_t len = exif_u16(d + p, 0);  // includes its own 2 bytes
+    if (len < 2 || len > size - p) return 1;
+    if (m == 0xE1 && starts_with(d + p + 2, len - 2, 0, "Exif\0\0", 6)) {
+      return tiff_orientation(d + p + 8, len - 8);
+    }
+    p += len;
+  }
+  return 1;
+}
+
+// Turns the (w, h) RGB image in `pixels` upright for an Exif orientation
+// (TIFF 6.0 / Exif 2.3: 2 mirror left-right, 3 rotate 180, 4 mirror top-bottom,
+// 5 transpose, 6 rotate 90 clockwise, 7 transverse, 8 rotate 90 counter-clockwise);
+// swaps *w and *h for 5..8. `copy` is scratch of w * h * 3 bytes.
+static void apply_orientation(uint8_t* pixels, uint8_t* copy, int* w, int* h, int orientation) {
+  const size_t sw = (size_t)*w, sh = (size_t)*h;
+  memcpy(copy, pixels, sw * sh * 3);
+  const int swap = orientation >= 5;
+  const size_t ow = swap ? sh : sw, oh = swap ? sw : sh;
+  for (size_t y = 0; y < oh; y++) {
+    for (size_t x = 0; x < ow; x++) {
+      size_t sx, sy;  // the source pixel shown at (x, y)
+      switch (orientation) {
+        case 2: sx = sw - 1 - x; sy = y; break;
+        case 3: sx = sw - 1 - x; sy = sh - 1 - y; break;
+        case 4: sx = x; sy = sh - 1 - y; break;
+        case 5: sx = y; sy = x; break;
+        case 6: sx = y; sy = sh - 1 - x; break;
+        case 7: sx = sw - 1 - y; sy = sh - 1 - x; break;
+        case 8: sx = sw - 1 - y; sy = x; break;
+        default: sx = x; sy = y; break;
+      }
+      memcpy(pixels + (y * ow + x) * 3, copy + (sy * sw + sx) * 3, 3);
+    }
+  }
+  *w = (int)ow;
+  *h = (int)oh;
+}
+
+carve_status carve_image_decode_rgb(const void* data, size_t size, uint8_t** rgb, int* w, int* h,
+                                    char* msg, size_t msg_size) {
+  if (msg != NULL && msg_size > 0) msg[0] = '\0';
+  if (data == NULL || rgb == NULL || w == NULL || h == NULL) {
+    set_msg(msg, msg_size, "%s%s", "invalid argument", "");
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *rgb = NULL;
+  *w = *h = 0;
+  int supported = 0;
+  const char* format = sniff_format((const uint8_t*)data, size, &supported);
+  if (size == 0) {
+    set_msg(msg, msg_size, "%s%s", "empty file", "");
+    return CARVE_ERR_BAD_IMAGE;
+  }
+  if (format != NULL && !supported) {
+    set_msg(msg, msg_size, "unsupported format: %s%s", format,
+            " (readable: JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM P5/P6)");
+    return CARVE_ERR_UNSUPPORTED;
+  }
+  if (size > IMAGE_MAX_FILE_BYTES) {
+    set_msg(msg, msg_size, "%s%s", "file too large for stb_image (2 GiB at most)", "");
+    return CARVE_ERR_UNSUPPORTED;
+  }
+  int channels_in_file = 0;
+  uint8_t* pixels = stbi_load_from_memory((const stbi_uc*)data, (int)size, w, h, &channels_in_file, 3);
+  if (pixels == NULL || *w <= 0 || *h <= 0 || (size_t)*w > SIZE_MAX / 3 / (size_t)*h) {
+    const char* why = stbi_failure_reason();
+    stbi_image_free(pixels);
+    *w = *h = 0;
+    if (format == NULL) {  // nothing recognised it (TGA has no magic: stb_image tried it last)
+      set_msg(msg, msg_size, "unsupported format: not an image stb_image reads%s%s",
+              " (JPEG, PNG, BMP, GIF, TGA, PSD, HDR, PNM P5/P6)", "");
+      return CARVE_ERR_UNSUPPORTED;
+    }
+    set_msg(msg, msg_size, "corrupt or truncated %s: %s", format, why ? why : "cannot decode");
+    return CARVE_ERR_BAD_IMAGE;
+  }
+  const int orientation = format != NULL && !strcmp(format, "JPEG") ? carve_jpeg_exif_orientation(data, size) : 1;
+  if (orientation != 1) {
+    uint8_t* copy = malloc((size_t)*w * (size_t)*h * 3);
+    if (copy == NULL) {
+      stbi_image_free(pixels);
+      *w = *h = 0;
+      set_msg(msg, msg_size, "%s%s", "out of memory", "");
+      return CARVE_ERR_OUT_OF_MEMORY;
+    }
+    apply_orientation(pixels, copy, w, h, orientation);
+    free(copy);
+  }
+  *rgb = pixels;
+  return CARVE_OK;
+}
+
+carve_status carve_image_load_rgb_msg(const char* path, uint8_t** rgb, int* w, int* h, char* msg,
+                                      size_t msg_size) {
+  if (msg != NULL && msg_size > 0) msg[0] = '\0';
   if (path == NULL || rgb == NULL || w == NULL || h == NULL) {
+    set_msg(msg, msg_size, "%s%s", "invalid argument", "");
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   *rgb = NULL;
   *w = *h = 0;
   FILE* f = fopen(path, "rb");
   if (f == NULL) {
+    set_msg(msg, msg_size, "cannot open: %s%s", strerror(errno), "");
     return CARVE_ERR_IO;
   }
-  int channels_in_file = 0;
-  uint8_t* pixels = stbi_load_from_file(f, w, h, &channels_in_file, 3);
-  fclose(f);
-  if (pixels == NULL) {
-    *w = *h = 0;
-    return CARVE_ERR_BAD_IMAGE;
+  carve_status status = CARVE_ERR_IO;
+  uint8_t* data = NULL;
+  size_t size = 0, cap = 0;
+  for (;;) {  // read to the end (works for pipes too), doubling the buffer
+    if (size == cap) {
+      if (cap >= IMAGE_MAX_FILE_BYTES) {
+        set_msg(msg, msg_size, "%s%s", "file too large for stb_image (2 GiB at most)", "");
+        status = CARVE_ERR_UNSUPPORTED;
+        goto done;
+      }
+      const size_t grown = cap == 0 ? (size_t)1 << 16 : cap * 2;
+      uint8_t* bigger = realloc(data, grown);
+      if (bigger == NULL) {
+        set_msg(msg, msg_size, "%s%s", "out of memory", "");
+        status = CARVE_ERR_OUT_OF_MEMORY;
+        goto done;
+      }
+      data = bigger;
+      cap = grown;
+    }
+    const size_t got = fread(data + size, 1, cap - size, f);
+    size += got;
+    if (got == 0) {
+      if (ferror(f)) {
+        set_msg(msg, msg_size, "cannot read: %s%s", strerror(errno), "");
+        goto done;
+      }
+      break;
+    }
   }
-  *rgb = pixels;
-  return CARVE_OK;
+  status = carve_image_decode_rgb(data, size, rgb, w, h, msg, msg_size);
+done:
+  free(data);
+  fclose(f);
+  return status;
+}
+
+carve_status carve_image_load_rgb(const char* path, uint8_t** rgb, int* w, int* h) {
+  return carve_image_load_rgb_msg(path, rgb, w, h, NULL, 0);
 }
 
 void carve_image_free(uint8_t* rgb) {
@@ -293,6 +511,42 @@ carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, 
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   return stbi_write_png(path, w, h, 3, rgb, w * 3) ? CARVE_OK : CARVE_ERR_IO;
+}
+
+// Case-insensitive: does path end with ext (".png")?
+static int has_extension(const char* path, const char* ext) {
+  const size_t n = strlen(path), m = strlen(ext);
+  if (n <= m) return 0;
+  for (size_t i = 0; i < m; i++) {
+    char c = path[n - m + i];
+    if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+    if (c != ext[i]) return 0;
+  }
+  return 1;
+}
+
+carve_image_format carve_image_format_for_path(const char* path) {
+  if (path == NULL) return CARVE_IMAGE_UNKNOWN;
+  if (has_extension(path, ".png")) return CARVE_IMAGE_PNG;
+  if (has_extension(path, ".jpg") || has_extension(path, ".jpeg")) return CARVE_IMAGE_JPEG;
+  if (has_extension(path, ".bmp")) return CARVE_IMAGE_BMP;
+  if (has_extension(path, ".tga")) return CARVE_IMAGE_TGA;
+  return CARVE_IMAGE_UNKNOWN;
+}
+
+carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int h) {
+  if (path == NULL || rgb == NULL || w <= 0 || h <= 0 || w > INT32_MAX / 3) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  int ok = 0;
+  switch (carve_image_format_for_path(path)) {
+    case CARVE_IMAGE_PNG: ok = stbi_write_png(path, w, h, 3, rgb, w * 3); break;
+    case CARVE_IMAGE_JPEG: ok = stbi_write_jpg(path, w, h, 3, rgb, CARVE_IMAGE_JPEG_QUALITY); break;
+    case CARVE_IMAGE_BMP: ok = stbi_write_bmp(path, w, h, 3, rgb); break;
+    case CARVE_IMAGE_TGA: ok = stbi_write_tga(path, w, h, 3, rgb); break;
+    default: return CARVE_ERR_UNSUPPORTED;
+  }
+  return ok ? CARVE_OK : CARVE_ERR_IO;
 }
 
 // ---- Drawing ----------------------------------------------------------------

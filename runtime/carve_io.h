@@ -32,16 +32,58 @@ carve_status carve_npy_read_f32(const char* path, float** data_out,
 
 // ---- Images -----------------------------------------------------------------
 
-// Loads any format stb_image reads as (h, w, 3) RGB uint8, rows w*3 bytes apart.
-// Free with carve_image_free. CARVE_ERR_IO: cannot open; CARVE_ERR_BAD_IMAGE:
-// cannot decode.
+// Loads any format stb_image reads (JPEG, PNG, BMP, GIF, TGA, PSD, HDR, binary
+// PNM) as (h, w, 3) RGB uint8, rows w*3 bytes apart. A JPEG is turned upright
+// by its Exif Orientation tag (APP1, IFD0 tag 0x0112, values 2..8 mirror and
+// rotate, 5..8 swap w and h), as cv2.imread and so Ultralytics do.
+// Free with carve_image_free. CARVE_ERR_IO: cannot open or read;
+// CARVE_ERR_UNSUPPORTED: a format stb_image does not read (WebP, TIFF, HEIC,
+// AVIF, ... or none it recognises); CARVE_ERR_BAD_IMAGE: a format it reads,
+// but the file is corrupt or truncated (or empty).
 carve_status carve_image_load_rgb(const char* path, uint8_t** rgb, int* w, int* h);
+
+// As carve_image_load_rgb, and writes why it failed into msg (msg_size bytes,
+// NUL-terminated; "" on success; msg may be NULL), e.g.
+// "unsupported format: WebP (readable: ...)", "corrupt or truncated PNG: ...",
+// "cannot open: No such file or directory".
+carve_status carve_image_load_rgb_msg(const char* path, uint8_t** rgb, int* w, int* h, char* msg,
+                                      size_t msg_size);
+
+// As carve_image_load_rgb_msg, from the file's bytes in memory.
+carve_status carve_image_decode_rgb(const void* data, size_t size, uint8_t** rgb, int* w, int* h,
+                                    char* msg, size_t msg_size);
+
+// Exif orientation (1..8) of a JPEG file's bytes: the Orientation tag of the
+// first APP1 "Exif" segment's IFD0, either byte order. 1 (as stored) when the
+// bytes are not a JPEG, hold no Exif or no tag, or anything is out of bounds
+// or out of range: every read is bounds-checked against size.
+int carve_jpeg_exif_orientation(const void* data, size_t size);
 
 // Frees an image from carve_image_load_rgb (NULL is fine).
 void carve_image_free(uint8_t* rgb);
 
 // Writes (h, w, 3) RGB uint8, rows w*3 bytes apart, as PNG.
 carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, int h);
+
+// Output formats carve_image_write picks from a path's extension (any case).
+typedef enum carve_image_format {
+  CARVE_IMAGE_UNKNOWN = 0,
+  CARVE_IMAGE_PNG = 1,   // .png
+  CARVE_IMAGE_JPEG = 2,  // .jpg, .jpeg (quality CARVE_IMAGE_JPEG_QUALITY)
+  CARVE_IMAGE_BMP = 3,   // .bmp
+  CARVE_IMAGE_TGA = 4,   // .tga
+} carve_image_format;
+
+#define CARVE_IMAGE_JPEG_QUALITY 95
+
+// The format carve_image_write uses for path; CARVE_IMAGE_UNKNOWN for another
+// extension (or none) and NULL.
+carve_image_format carve_image_format_for_path(const char* path);
+
+// Writes (h, w, 3) RGB uint8 in the format the path's extension names (see
+// carve_image_format). CARVE_ERR_UNSUPPORTED for another extension (nothing
+// written), CARVE_ERR_INVALID_ARGUMENT, CARVE_ERR_IO if writing fails.
+carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int h);
 
 // ---- Drawing ----------------------------------------------------------------
 //

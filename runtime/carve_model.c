@@ -44,21 +44,24 @@ static int desc_ok(const carve_model_desc* d) {
 
 // ---- Lifecycle ------------------------------------------------------------------
 
-carve_status carve_model_resolve_options(const carve_model_options* options, carve_model_options* out) {
-  if (out == NULL) {
+carve_status carve_model_resolve_options(const carve_model_desc* desc, const carve_model_options* options,
+                                         int one_thread, carve_model_options* out) {
+  if (desc == NULL || out == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  memset(out, 0, sizeof(*out));  // every field not named below: 0 / NULL
-  out->threads = 1;
+  memset(out, 0, sizeof(*out));  // every field 0 / NULL: threads 0, the descriptor's default
   if (options != NULL) {
     *out = *options;
   }
-  if (out->threads < 0 || out->threads > 1024) {
+  if (out->threads < 0 || out->threads > 1024 || (one_thread && out->threads > 1)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  if (out->threads == 0) {
-    out->threads = 1;
+  if (one_thread || desc->threads_for == NULL) {
+    out->threads = 1;  // create_with, or a package that runs on the calling thread whatever was asked
+    return CARVE_OK;
   }
+  const size_t threads = desc->threads_for((size_t)out->threads, out->allow_oversubscribe);
+  out->threads = threads < 1 ? 1 : threads > 1024 ? 1024 : (int)threads;
   return CARVE_OK;
 }
 
@@ -113,6 +116,7 @@ static carve_status bind_weights(carve_model* m, const void* linked, const carve
 static carve_status init(carve_model* m, const void* linked, const carve_model_options* opt,
                          const carve_model_buffers* buffers) {
   memset(m->arena, 0, m->desc->arena_bytes);
+  m->threads = opt->threads;
   TRY(bind_weights(m, linked, opt, buffers == NULL));
   if (m->desc->init != NULL) {
     TRY(m->desc->init(m, opt, buffers));
@@ -121,8 +125,8 @@ static carve_status init(carve_model* m, const void* linked, const carve_model_o
 }
 
 // What both create functions check first (*out = NULL): out, the descriptor, then the options (opt: with
-// the defaults filled in).
-static carve_status begin_create(const carve_model_desc* desc, const carve_model_options* options,
+// the defaults filled in and the threads resolved; one_thread: create_with).
+static carve_status begin_create(const carve_model_desc* desc, const carve_model_options* options, int one_thread,
                                  carve_model_options* opt, carve_model** out) {
   if (out == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -131,13 +135,13 @@ static carve_status begin_create(const carve_model_desc* desc, const carve_model
   if (!desc_ok(desc)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  return carve_model_resolve_options(options, opt);
+  return carve_model_resolve_options(desc, options, one_thread, opt);
 }
 
 carve_status carve_model_create(const carve_model_desc* desc, const void* linked_weights,
                                 const carve_model_options* options, carve_model** out) {
   carve_model_options opt;
-  carve_status status = begin_create(desc, options, &opt, out);
+  carve_status status = begin_create(desc, options, 0, &opt, out);
   if (status != CARVE_OK) {
     return status;
   }
@@ -154,8 +158,10 @@ carve_status carve_model_create(const carve_model_desc* desc, const void* linked
   m->layer_ms = (double*)((char*)m + desc->layer_ms_offset);
   status = CARVE_ERR_OUT_OF_MEMORY;
   m->arena = aligned_alloc(64, desc->arena_bytes);
-  // The Winograd convolutions split their work into one task per thread, each with its own scratch slot.
-  m->scratch_slots = opt.threads > 1 ? (size_t)opt.threads : 1;
+  // The Winograd convolutions split their work into one task per scratch slot: a few per thread, so that a
+  // thread the OS preempts holds a small share (the result does not depend on the number of slots).
+  const size_t per_thread = desc->winograd_slots_per_thread > 0 ? desc->winograd_slots_per_thread : 1;
+  m->scratch_slots = opt.threads > 1 ? (size_t)opt.threads * per_thread : 1;
   const size_t slots_bytes = m->scratch_slots * desc->winograd_slot_bytes;
   m->scratch = aligned_alloc(64, slots_bytes > desc->scratch_bytes ? slots_bytes : desc->scratch_bytes);
   if (m->arena == NULL || m->scratch == NULL) {
@@ -180,11 +186,11 @@ carve_status carve_model_create_with(const carve_model_desc* desc, const void* l
                                      const carve_model_options* options, const carve_model_buffers* buffers,
                                      carve_model** out) {
   carve_model_options opt;
-  carve_status status = begin_create(desc, options, &opt, out);
+  carve_status status = begin_create(desc, options, 1, &opt, out);
   if (status != CARVE_OK) {
     return status;
   }
-  if (buffers == NULL || opt.threads > 1 || !fits(buffers->context, buffers->context_bytes, desc->context_bytes) ||
+  if (buffers == NULL || !fits(buffers->context, buffers->context_bytes, desc->context_bytes) ||
       !fits(buffers->arena, buffers->arena_bytes, desc->arena_bytes) ||
       !fits(buffers->scratch, buffers->scratch_bytes, desc->scratch_bytes) ||
       (desc->wide_weight_bytes > 0 && !fits(buffers->weights, buffers->weights_bytes, desc->wide_weight_bytes)) ||
@@ -254,6 +260,8 @@ carve_status carve_model_set_layer_callback(carve_model* m, carve_model_layer_fn
   return CARVE_OK;
 }
 
+int carve_model_threads(const carve_model* m) { return m != NULL ? m->threads : 0; }
+
 static carve_status run_network(carve_model* m) {
   TRY(m->desc->run_network(m));
   m->has_run = 1;
@@ -281,11 +289,11 @@ carve_status carve_model_collect_detections(const carve_model* m, float conf, co
     }
     if (info != NULL) {
       if (d->task == CARVE_TASK_OBB) {
-        carve_scale_boxes_xywhr(r, 1, d->row_len, info);
+        TRY(carve_scale_boxes_xywhr(r, 1, d->row_len, info));
       } else {
-        carve_scale_boxes_xyxy(r, 1, d->row_len, info);
+        TRY(carve_scale_boxes_xyxy(r, 1, d->row_len, info));
         if (d->task == CARVE_TASK_POSE) {
-          carve_scale_coords(r + 6, d->num_keypoints, 3, info);
+          TRY(carve_scale_coords(r + 6, d->num_keypoints, 3, info));
         }
       }
     }
@@ -316,7 +324,7 @@ carve_status carve_model_detect_tensor(carve_model* m, const float* input_nchw, 
   }
   *num_dets = 0;
   const carve_model_desc* d = m->desc;
-  carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3);
+  TRY(carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3));
   TRY(run_network(m));
   return carve_model_collect_detections(m, conf, NULL, dets, max_dets, num_dets);
 }
@@ -353,7 +361,7 @@ carve_status carve_model_classify_tensor(carve_model* m, const float* input_nchw
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const carve_model_desc* d = m->desc;
-  carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3);
+  TRY(carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3));
   TRY(run_network(m));
   return carve_model_top_classes(m, top, k);
 }

@@ -13,6 +13,7 @@
 //
 //   generated <name>_create(options, &m)
 //     -> carve_model_create(&k_model, <name>_weights, options, &m)
+//          resolves the threads (desc->threads_for; xnnpack: carve_threads_for),
 //          allocates desc->context_size bytes, the arena and the scratch,
 //          binds the weights, calls desc->init (XNNPACK: the thread pool and
 //          the operators), or on failure carve_model_destroy
@@ -49,7 +50,10 @@ extern "C" {
 
 // What <name>_options holds; the generated code copies its own struct into one.
 typedef struct carve_model_options {
-  int threads;               // worker threads (>= 1); 0 means 1; create_with: 0 or 1
+  // Threads a run uses, the caller included, 0..1024. 0 (the default) and above the CPU count are the
+  // descriptor's to resolve (desc->threads_for); create_with: 0 or 1, and 1 it is.
+  int threads;
+  int allow_oversubscribe;   // nonzero: desc->threads_for keeps a threads above the CPU count
   const void* weights_data;  // --weights-format file: the file's bytes (64-byte aligned), or NULL
   size_t weights_size;
   const char* weights_path;  // --weights-format file, create only: a path create reads, or NULL
@@ -99,7 +103,8 @@ typedef struct carve_model_desc {
   size_t layer_ms_offset;      // offsetof the context's double[num_layers] of per-layer timings
   size_t arena_bytes;          // <NAME>_ARENA_BYTES
   size_t scratch_bytes;        // <NAME>_SCRATCH_BYTES
-  size_t winograd_slot_bytes;  // one Winograd task's scratch (create: one per thread), or 0
+  size_t winograd_slot_bytes;  // one Winograd task's scratch, or 0 (create: winograd_slots_per_thread per thread)
+  size_t winograd_slots_per_thread;  // create with threads > 1 (xnnpack: CARVE_POOL_SLOTS_PER_THREAD); 0 means 1
   size_t backend_buffer_min;   // create_with's buffers->backend: 0 not used, else at least this many bytes
 
   // Weights: linked (carve_model_create's linked_weights) or a weights file (weights_file != NULL).
@@ -126,6 +131,11 @@ typedef struct carve_model_desc {
   const char* const* class_names;  // num_classes
 
   // Hooks: the model's and its backend's code.
+  // The threads a run uses for options.threads (0: the default) and allow_oversubscribe (xnnpack:
+  // carve_threads_for, carve_pool.h: 0 -> the CPUs this process may run on, more clamped to those unless
+  // allow_oversubscribe). NULL: the package runs on the calling thread, 1 whatever was asked. Not called
+  // by create_with (1 thread).
+  size_t (*threads_for)(size_t requested, int allow_oversubscribe);
   carve_status (*run_network)(carve_model* m);  // every layer in order, carve_model_layer_done after each
   // The backend's part of create and create_with, once the arena, scratch and weights are in place
   // (buffers: create_with's, NULL for create); NULL: nothing to do.
@@ -145,7 +155,8 @@ typedef struct carve_model_desc {
   const carve_model_desc* desc; /* the model's constants and hooks */                              \
   float* arena;                 /* desc->arena_bytes, 64-byte aligned: activations */              \
   void* scratch;                /* desc->scratch_bytes or more: runtime kernels' scratch */         \
-  size_t scratch_slots;         /* Winograd slots in scratch: one per thread (create), 1 (create_with) */ \
+  size_t scratch_slots;         /* Winograd slots: desc->winograd_slots_per_thread per thread, 1 (one thread) */ \
+  int threads;                  /* threads a run uses, the caller included (the options resolved) */ \
   const float* weights;         /* the float32 weights the layers read */                          \
   pthreadpool_t pool;           /* the runtime kernels' (and XNNPACK's) pool; NULL: this thread */  \
   size_t num_rows;              /* end-to-end rows of the last run */                              \
@@ -164,19 +175,22 @@ struct carve_model {
 
 // ---- Lifecycle --------------------------------------------------------------------
 
-// The options with defaults filled in (options NULL: all defaults); CARVE_ERR_INVALID_ARGUMENT when
-// threads is outside 0..1024 (0 becomes 1).
-carve_status carve_model_resolve_options(const carve_model_options* options, carve_model_options* out);
+// The options with defaults filled in (options NULL: all defaults) and threads resolved: one_thread
+// (create_with) 1, else desc->threads_for(threads, allow_oversubscribe), or 1 where the descriptor has
+// none. CARVE_ERR_INVALID_ARGUMENT when desc or out is NULL, threads is outside 0..1024, or one_thread
+// and threads > 1.
+carve_status carve_model_resolve_options(const carve_model_desc* desc, const carve_model_options* options,
+                                         int one_thread, carve_model_options* out);
 
-// Creates a context: desc->context_size bytes, the arena and the scratch (one Winograd slot per thread
-// where more), the weights bound (linked_weights: the linked blob, NULL for a weights file), then
+// Creates a context: desc->context_size bytes, the arena and the scratch (desc->winograd_slots_per_thread
+// Winograd slots per thread where more than one thread), the weights bound (linked_weights: the linked blob, NULL for a weights file), then
 // desc->init. On failure *out is NULL and everything is freed. CARVE_ERR_UNSUPPORTED with
 // CARVE_RT_NO_HEAP.
 carve_status carve_model_create(const carve_model_desc* desc, const void* linked_weights,
                                 const carve_model_options* options, carve_model** out);
 
 // The same in the caller's buffers (checked: each non-NULL, 64-byte aligned, at least the size the
-// descriptor names; threads 0 or 1); nothing allocates (desc->init gets the buffers).
+// descriptor names; threads 0 or 1: one thread); nothing allocates (desc->init gets the buffers).
 carve_status carve_model_create_with(const carve_model_desc* desc, const void* linked_weights,
                                      const carve_model_options* options, const carve_model_buffers* buffers,
                                      carve_model** out);
@@ -192,6 +206,9 @@ carve_status carve_model_layer_done(carve_model* m, int layer, size_t off, size_
                                     size_t stride, double ms);
 
 carve_status carve_model_set_layer_callback(carve_model* m, carve_model_layer_fn fn, void* user);
+
+// The threads a run uses, the caller included (the options resolved at create); 0 for NULL.
+int carve_model_threads(const carve_model* m);
 
 // Detect, segment, pose, obb. Letterboxes an 8-bit RGB image (rows stride_bytes apart) into the input,
 // runs the network and writes up to max_dets rows with score > conf to dets (desc->store_detection),

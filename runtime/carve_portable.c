@@ -304,35 +304,43 @@ static void copy_channels(const carve_pt_desc* d, const float* restrict x, float
 
 // ---- Dispatch -------------------------------------------------------------------
 
-void carve_pt_run(const carve_pt_desc* d, const float* weights, float* arena, const float* zeros) {
+carve_status carve_pt_run(const carve_pt_desc* d, const float* weights, float* arena, const float* zeros) {
+  if (d == NULL || arena == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const int weighted = d->kind == CARVE_PT_CONV || d->kind == CARVE_PT_DECONV || d->kind == CARVE_PT_FC;
+  const int padded = d->kind == CARVE_PT_CONV || d->kind == CARVE_PT_DECONV;
+  if ((weighted && weights == NULL) || (padded && zeros == NULL)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
   const float* x = arena + d->in_off;
   float* y = arena + d->out_off;
-  const float* w = weights + d->weight_off;
-  const float* b = weights + d->bias_off;
+  const float* w = weighted ? weights + d->weight_off : NULL;
+  const float* b = weighted ? weights + d->bias_off : NULL;
   switch (d->kind) {
     case CARVE_PT_CONV:
       conv2d(d, w, b, x, y, zeros);
-      break;
+      return CARVE_OK;
     case CARVE_PT_DECONV:
       deconv2d(d, w, b, x, y, zeros);
-      break;
+      return CARVE_OK;
     case CARVE_PT_MAXPOOL:
       maxpool2d(d, x, y);
-      break;
+      return CARVE_OK;
     case CARVE_PT_COPY:
       copy_channels(d, x, y);
-      break;
+      return CARVE_OK;
     case CARVE_PT_ADD:
       add(x, arena + d->in2_off, y, (size_t)d->h * d->w * d->cin);
-      break;
+      return CARVE_OK;
     case CARVE_PT_GAP:
       global_avgpool(d, x, y);
-      break;
+      return CARVE_OK;
     case CARVE_PT_FC:
       fully_connected(d, w, b, x, y);
-      break;
+      return CARVE_OK;
     case CARVE_PT_SOFTMAX:
-      carve_softmax(x, d->cin, y);  // carve_post.c: as torch.softmax in float32
-      break;
+      return carve_softmax(x, d->cin, y);  // carve_post.c: as torch.softmax in float32
   }
+  return CARVE_ERR_INVALID_ARGUMENT;  // an unknown kind
 }

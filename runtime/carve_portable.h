@@ -67,8 +67,12 @@ typedef carve_op_desc carve_pt_desc;
 // Runs one op on `arena` with the weights of `weights`. `zeros` holds at least
 // as many zero floats as the largest cin / groups of a CARVE_PT_CONV (the
 // padding rows of the convolutions read it). The output must not overlap the
-// inputs (carve's memory plan guarantees it).
-void carve_pt_run(const carve_pt_desc* d, const float* weights, float* arena, const float* zeros);
+// inputs (carve's memory plan guarantees it). weights may be NULL for the kinds
+// without weights (all but CONV, DECONV and FC), zeros for all but CONV and
+// DECONV. CARVE_ERR_INVALID_ARGUMENT (nothing written) for a NULL d or arena, a
+// NULL weights or zeros that the kind needs, or an unknown kind. The descriptor's
+// sizes and offsets are the generator's, and not checked again here.
+carve_status carve_pt_run(const carve_pt_desc* d, const float* weights, float* arena, const float* zeros);
 
 #ifdef __cplusplus
 }  // extern "C"

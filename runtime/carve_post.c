@@ -242,16 +242,16 @@ static void decode_rbox(const float* ltrb, float theta, float ax, float ay, floa
   out[3] = (ltrb[1] + ltrb[3]) * s;
 }
 
-void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
-                                size_t extra_channels, size_t k, carve_e2e_task task,
-                                void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool) {
+carve_status carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
+                                        size_t extra_channels, size_t k, carve_e2e_task task,
+                                        void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool) {
   if (num_rows == NULL) {
-    return;
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   *num_rows = 0;
   if (levels == NULL || scratch == NULL || rows == NULL || nc == 0 ||
       (uintptr_t)scratch % _Alignof(uint64_t) != 0) {
-    return;
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   switch (task) {
     case CARVE_E2E_DETECT:
@@ -259,28 +259,31 @@ void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, si
       break;
     case CARVE_E2E_POSE:
       if (extra_channels % 3 != 0) {
-        return;
+        return CARVE_ERR_INVALID_ARGUMENT;
       }
       break;
     case CARVE_E2E_OBB:
       if (extra_channels != 1) {
-        return;
+        return CARVE_ERR_INVALID_ARGUMENT;
       }
       break;
     default:
-      return;
+      return CARVE_ERR_INVALID_ARGUMENT;
   }
   size_t anchors = 0;
   for (size_t l = 0; l < num_levels; l++) {
     const carve_level* L = &levels[l];
     if (L->box == NULL || L->cls == NULL || (extra_channels != 0 && L->extra == NULL)) {
-      return;
+      return CARVE_ERR_INVALID_ARGUMENT;
     }
     anchors += L->h * L->w;
   }
   const size_t kk = k < anchors ? k : anchors;
-  if (kk == 0 || anchors > UINT32_MAX || kk > UINT32_MAX / nc) {
-    return;
+  if (anchors > UINT32_MAX || kk > UINT32_MAX / nc) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (kk == 0) {
+    return CARVE_OK;  // k == 0 or no anchors: no rows
   }
 
   uint64_t* keys = scratch;                                     // (max(A, k' * nc))
@@ -328,20 +331,21 @@ void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, si
     decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
   }
   *num_rows = kk;
+  return CARVE_OK;
 }
 
-void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
-                           size_t extra_channels, size_t k, void* scratch, float* rows,
-                           size_t* num_rows, pthreadpool_t pool) {
-  carve_e2e_postprocess_task(levels, num_levels, nc, extra_channels, k, CARVE_E2E_DETECT,
-                             scratch, rows, num_rows, pool);
+carve_status carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
+                                   size_t extra_channels, size_t k, void* scratch, float* rows,
+                                   size_t* num_rows, pthreadpool_t pool) {
+  return carve_e2e_postprocess_task(levels, num_levels, nc, extra_channels, k, CARVE_E2E_DETECT,
+                                    scratch, rows, num_rows, pool);
 }
 
 // ---- Classification ---------------------------------------------------------
 
-void carve_softmax(const float* x, size_t n, float* y) {
+carve_status carve_softmax(const float* x, size_t n, float* y) {
   if (x == NULL || y == NULL || n == 0) {
-    return;
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   // m = max(x); a NaN anywhere makes m NaN and so every output NaN, as in torch.
   float m = x[0];
@@ -364,6 +368,7 @@ void carve_softmax(const float* x, size_t n, float* y) {
   for (size_t i = 0; i < n; i++) {
     y[i] *= inv;
   }
+  return CARVE_OK;
 }
 
 // Restores the min-heap order (by make_key of p[heap[.]]) of heap[0 .. n) below i.

@@ -58,12 +58,14 @@ size_t carve_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
 //   2. take the k' best of their k' * nc (anchor rank * nc + class) scores;
 // and write k' rows of (6 + extra_channels) floats, best first:
 //   [x1, y1, x2, y2, score, class, extra[0 .. extra_channels) of that anchor].
-// *num_rows = k'. Invalid arguments (NULL pointers, nc == 0, or more than
-// 2^32 - 1 candidates in a step) give *num_rows = 0.
+// *num_rows = k' (0 when k or the number of anchors is 0: CARVE_OK). Invalid
+// arguments (NULL pointers, nc == 0, a scratch not 8-byte aligned, or more than
+// 2^32 - 1 candidates in a step) give CARVE_ERR_INVALID_ARGUMENT, no rows
+// written and *num_rows = 0 (when num_rows is not NULL).
 // Same as carve_e2e_postprocess_task(..., CARVE_E2E_DETECT, ..., pool).
-void carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
-                           size_t extra_channels, size_t k, void* scratch, float* rows,
-                           size_t* num_rows, pthreadpool_t pool);
+carve_status carve_e2e_postprocess(const carve_level* levels, size_t num_levels, size_t nc,
+                                   size_t extra_channels, size_t k, void* scratch, float* rows,
+                                   size_t* num_rows, pthreadpool_t pool);
 
 // ---- Task heads (Segment26, Pose26, OBB26) ----------------------------------
 
@@ -90,17 +92,17 @@ typedef enum carve_e2e_task {
 //           cy = (xf * sin(theta) + yf * cos(theta) + ay) * s,
 //           w = (l + r) * s, h = (t + b) * s, angle = theta.
 // Scratch: carve_e2e_scratch_bytes(A, nc, k) bytes, 8-byte aligned; rows hold
-// k' * (6 + extra_channels) floats. *num_rows = 0 for the invalid arguments of
-// carve_e2e_postprocess, an unknown task, POSE with extra_channels not a
-// multiple of 3 (2-value keypoints are not supported), or OBB with
-// extra_channels != 1.
+// k' * (6 + extra_channels) floats. CARVE_ERR_INVALID_ARGUMENT (*num_rows = 0,
+// no rows written) for the invalid arguments of carve_e2e_postprocess, an
+// unknown task, POSE with extra_channels not a multiple of 3 (2-value keypoints
+// are not supported), or OBB with extra_channels != 1.
 // The scores of both steps (per anchor, then per rank and class) are computed
 // over `pool` (NULL, or CARVE_RT_NO_THREADS: serially); the selections and the
 // row decode run on the calling thread. The rows are the same bits for any
 // pool and thread count.
-void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
-                                size_t extra_channels, size_t k, carve_e2e_task task,
-                                void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool);
+carve_status carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
+                                        size_t extra_channels, size_t k, carve_e2e_task task,
+                                        void* scratch, float* rows, size_t* num_rows, pthreadpool_t pool);
 
 // ---- Classification ---------------------------------------------------------
 
@@ -108,9 +110,9 @@ void carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, si
 // e[i] = expf(x[i] - m), y[i] = e[i] * (1 / sum(e)) with the sum taken in double
 // (within 2e-7 of torch, tests/runtime/classify_vs_ultralytics.py). As in torch,
 // a NaN or +inf anywhere, or all entries -inf, gives NaN everywhere; -inf
-// entries next to finite ones give 0. x and y may be the same array. No-op for
-// NULL pointers or n == 0.
-void carve_softmax(const float* x, size_t n, float* y);
+// entries next to finite ones give 0. x and y may be the same array.
+// CARVE_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers or n == 0.
+carve_status carve_softmax(const float* x, size_t n, float* y);
 
 // The min(k, n) largest of p[0 .. n), best first: their indices into idx and
 // (when val is not NULL) their values into val; returns min(k, n). Ties go to

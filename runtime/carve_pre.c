@@ -23,7 +23,7 @@
 #include "carve_pre_math.h"  // the arithmetic shared with carve_cuda_pre.cu
 
 // The letterbox's vertical pass is compiled for AVX-512, AVX2 and the baseline,
-// the loader picking the best (target_clones, as in carve_ops.c); integer and
+// the loader picking the best (target_clones, as in the kernel families, carve_simd.h); integer and
 // single float operations only, so every clone gives the same bits.
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
@@ -359,10 +359,10 @@ static float clamp_keep_nan(float v, float lo, float hi) {
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
-void carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
+carve_status carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
                             const carve_letterbox_info* info) {
-  if (rows == NULL || info == NULL) {
-    return;
+  if (rows == NULL || info == NULL || (n > 0 && row_stride < 4)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   const float w = (float)info->src_w, h = (float)info->src_h;
   for (size_t i = 0; i < n; i++) {
@@ -371,25 +371,25 @@ void carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
     b[1] = clamp_keep_nan((b[1] - info->pad_y) / info->gain_y, 0.0f, h);
     b[2] = clamp_keep_nan((b[2] - info->pad_x) / info->gain_x, 0.0f, w);
     b[3] = clamp_keep_nan((b[3] - info->pad_y) / info->gain_y, 0.0f, h);
-  }
+  }  return CARVE_OK;
 }
 
-void carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info) {
-  if (coords == NULL || info == NULL) {
-    return;
+carve_status carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info) {
+  if (coords == NULL || info == NULL || (n > 0 && stride < 2)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   const float w = (float)info->src_w, h = (float)info->src_h;
   for (size_t i = 0; i < n; i++) {
     float* p = coords + i * stride;
     p[0] = clamp_keep_nan((p[0] - info->pad_x) / info->gain_x, 0.0f, w);
     p[1] = clamp_keep_nan((p[1] - info->pad_y) / info->gain_y, 0.0f, h);
-  }
+  }  return CARVE_OK;
 }
 
-void carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
+carve_status carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
                              const carve_letterbox_info* info) {
-  if (rows == NULL || info == NULL) {
-    return;
+  if (rows == NULL || info == NULL || (n > 0 && row_stride < 4)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < n; i++) {
     float* b = rows + i * row_stride;
@@ -397,5 +397,5 @@ void carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
     b[1] = (b[1] - info->pad_y) / info->gain_y;
     b[2] = b[2] / info->gain_x;
     b[3] = b[3] / info->gain_y;
-  }
+  }  return CARVE_OK;
 }

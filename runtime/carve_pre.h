@@ -104,25 +104,28 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
 // ops.scale_boxes(padding=True) then clip_boxes, on the first four floats
 // (x1, y1, x2, y2) of each of n rows:
 //   x = clamp((x - pad_x) / gain_x, 0, src_w), y = clamp((y - pad_y) / gain_y, 0, src_h).
-// NaN coordinates stay NaN.
-void carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
-                            const carve_letterbox_info* info);
+// NaN coordinates stay NaN. CARVE_ERR_INVALID_ARGUMENT (nothing written) for
+// NULL pointers or, with n > 0, row_stride < 4.
+carve_status carve_scale_boxes_xyxy(float* rows, size_t n, size_t row_stride,
+                                    const carve_letterbox_info* info);
 
 // ops.scale_coords(padding=True) (clip_coords included) on n points, point i
 // being (x, y) = coords[i * stride], coords[i * stride + 1]; the other values
 // (a keypoint's visibility) are left as they are:
 //   x = clamp((x - pad_x) / gain_x, 0, src_w), y = clamp((y - pad_y) / gain_y, 0, src_h).
 // For the (nk, 3) keypoints of a pose row: coords = row + 6, n = nk, stride = 3.
-// NaN coordinates stay NaN. No-op for NULL pointers.
-void carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info);
+// NaN coordinates stay NaN. CARVE_ERR_INVALID_ARGUMENT (nothing written) for
+// NULL pointers or, with n > 0, stride < 2.
+carve_status carve_scale_coords(float* coords, size_t n, size_t stride, const carve_letterbox_info* info);
 
 // ops.scale_boxes(padding=True, xywh=True) on the first four floats
 // (cx, cy, w, h) of each of n rows (OBB rows [cx, cy, w, h, score, class, angle]):
 //   cx = (cx - pad_x) / gain_x, cy = (cy - pad_y) / gain_y, w = w / gain_x, h = h / gain_y,
 // with no clipping; the angle and everything after the fourth float are left
-// as they are. No-op for NULL pointers.
-void carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
-                             const carve_letterbox_info* info);
+// as they are. CARVE_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers
+// or, with n > 0, row_stride < 4.
+carve_status carve_scale_boxes_xywhr(float* rows, size_t n, size_t row_stride,
+                                     const carve_letterbox_info* info);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,4 +1,4 @@
-// carve runtime: status strings and the thread-pool glue (see carve_rt.h).
+// carve runtime: status strings and the thread-pool glue (see carve_rt.h; the pool: carve_pool.c).
 
 #include "carve_rt.h"
 

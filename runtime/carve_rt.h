@@ -1,7 +1,9 @@
 // carve runtime: the small C library that every generated package copies in.
 //
 // Status codes, the strided NHWC view and the thread-pool glue live here; the
-// kernels are in carve_ops.h (tensor ops), carve_pre.h (letterbox, classify
+// kernels are in one header per family (carve_epilogue.h, carve_stem.h,
+// carve_dwconv.h, carve_winograd.h, carve_attention.h, carve_layout.h; all of
+// them through carve_ops.h; their instruction sets in carve_isa.h), carve_pre.h (letterbox, classify
 // preprocessing, mapping back to the source image), carve_post.h (end-to-end
 // rows of the detect / segment / pose / obb heads, softmax and top-k),
 // carve_mask.h (instance masks, RLE), carve_model.h (the create / run / destroy
@@ -28,8 +30,8 @@
 //   CARVE_RT_NO_ERROR_STRINGS  carve_status_str() returns "" for every status
 //                              instead of a sentence, saving the string table.
 //   CARVE_RT_NO_THREADS        the runtime kernels ignore their pool argument and
-//                              never call pthreadpool, so the runtime itself does
-//                              not need libpthreadpool (XNNPACK still does).
+//                              run serially; carve_pool.{h,c} (the thread pool) is
+//                              then not needed (the portable and cuda packages).
 //   CARVE_ATTN_ROWS_PER_TASK   query rows handled by one attention task (default
 //                              64); it sets carve_attention_scratch_floats().
 //   CARVE_RT_NO_FILE           no stdio: carve_weights_read_file() returns
@@ -39,7 +41,7 @@
 //                              malloc / free; use <name>_create_with().
 //
 // Do not compile the runtime with -ffast-math: the letterbox and exp rely on
-// IEEE rounding of each operation (see carve_pre.c and carve_ops.c).
+// IEEE rounding of each operation (see carve_pre.c and carve_simd.h).
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
@@ -50,10 +52,15 @@
 // for) for every translation unit, runtime included, which is checked below.
 // 2: weights files and f16 weights (carve_weights.h), statuses 8..12.
 // 3: carve's XNNPACK allocator and heap scopes (carve_xnn.h), for xnnpack create_with.
-// 4: carve_conv3x3s2_small_cin (carve_ops.h), the xnnpack backend's stem convolution.
+// 4: carve_conv3x3s2_small_cin (carve_stem.h), the xnnpack backend's stem convolution.
 // 5: carve_letterbox takes a pool.
 // 6: carve_e2e_postprocess and carve_e2e_postprocess_task take a pool.
-// 7: carve_model.h: the generated code's create / create_with / destroy / runs / masks.
+// 7: one error contract: every entry point returns carve_status (carve_epilogue,
+//    carve_attention, carve_upsample_nearest2x, the layout transposes,
+//    carve_e2e_postprocess(_task), ... were void); the kernels by family, each with
+//    its instruction-set variants and a selector (carve_isa.h).
+//    carve_pool.h: carve's own thread pool (the pthreadpool_* functions), carve_cpu_count.
+//    carve_model.h: the generated code's create / create_with / destroy / runs / masks.
 #define CARVE_RT_ABI 7
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
@@ -64,10 +71,10 @@
 #include <stdint.h>
 
 #ifdef CARVE_RT_NO_THREADS
-// Same declaration as <pthreadpool.h>; C11 allows the repeated typedef.
+// Same declaration as carve_pool.h and <pthreadpool.h>; C11 allows the repeated typedef.
 typedef struct pthreadpool* pthreadpool_t;
 #else
-#include <pthreadpool.h>
+#include "carve_pool.h"  // carve's thread pool: pthreadpool_t and the pthreadpool_* functions
 #endif
 
 #ifdef __cplusplus
@@ -104,6 +111,15 @@ typedef struct carve_view {
   float* data;
   size_t h, w, c, stride;
 } carve_view;
+
+// ---- Activation -------------------------------------------------------------
+
+// The activation a kernel applies before its store (carve_epilogue, the stem,
+// depthwise and Winograd convolutions).
+typedef enum carve_act {
+  CARVE_ACT_NONE = 0,
+  CARVE_ACT_SILU = 1,  // x / (1 + exp(-x))
+} carve_act;
 
 // ---- Op descriptor ------------------------------------------------------------
 

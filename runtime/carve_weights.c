@@ -179,9 +179,13 @@ static float half_to_float(uint16_t h) {
   return f;
 }
 
-void carve_f16_to_f32(const void* src, float* dst, size_t count) {
+carve_status carve_f16_to_f32(const void* src, float* dst, size_t count) {
+  if (count > 0 && (src == NULL || dst == NULL)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
   const uint8_t* p = src;
   for (size_t i = 0; i < count; i++) {
     dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
   }
+  return CARVE_OK;
 }

@@ -79,7 +79,8 @@ uint32_t carve_crc32(const void* data, size_t bytes);
 
 // dst[i] = the IEEE binary16 value src[i] as float32 (exact: every half is a
 // float). src is read as little-endian 16-bit words; src and dst must not overlap.
-void carve_f16_to_f32(const void* src, float* dst, size_t count);
+// CARVE_ERR_INVALID_ARGUMENT (nothing written) for NULL pointers with count > 0.
+carve_status carve_f16_to_f32(const void* src, float* dst, size_t count);
 
 #ifdef __cplusplus
 }  // extern "C"

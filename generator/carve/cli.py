@@ -13,14 +13,17 @@ from pathlib import Path
 from . import __version__, faults
 from .errors import CarveError
 
-ROOT = Path(__file__).resolve().parents[2]
 EPILOG = """examples:
+  ./carve generate yolo26n.pt --backend xnnpack    # the manifest picked from the checkpoint's task and scale
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --imgsz 320 --out /tmp/pkg
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \\
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
+  ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
+      --checkpoint shapes.pt --checkpoint cls.pt --out /tmp/two-models
   ./carve list
 
+(installed with pip, the command is `carve`; manifests/ is then the copy inside the package.)
 --weights takes either a weights format (blob, c-array, file) or, as a shorthand for --checkpoint, the
 checkpoint's path: `--weights yolo26n.pt` and `--checkpoint yolo26n.pt` are the same.
 """
@@ -102,17 +105,36 @@ def write_package(files: dict, out: Path, force: bool) -> None:
 
 
 def cmd_generate(args) -> int:
-    from .compiler import compile_model
-    from .manifest import load_manifest
+    """Checks that need no compile come first, in this order, so that the first error a user sees is the
+    real one: the arguments, the manifest (given, or picked from the checkpoint), the backend and input
+    size, then the output folder; then the compile."""
+    from .checkpoint import read_checkpoint
+    from .compiler import check_backend, compile_model, infer_manifest
+    from .manifest import load_manifest, looks_like_checkpoint
     say = _progress()
+    if len(args.manifest) > 1:  # several models in one package: carve.multi
+        from .multi import cmd_generate_multi
+        return cmd_generate_multi(args, say)
+    args.manifest = args.manifest[0] if args.manifest else None
+    if args.manifest and looks_like_checkpoint(args.manifest) and not args.checkpoint and not any(
+            w not in WEIGHT_FORMATS for w in args.weights or []):
+        args.checkpoint, args.manifest = [args.manifest], None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
     options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
-    out = Path(args.out) if args.out else ROOT / "generated" / f"{load_manifest(args.manifest).name}-{args.backend}"
+    weights = checkpoint
+    if args.manifest is None:
+        say(f"reading weights {checkpoint}")
+        weights = read_checkpoint(checkpoint)
+        args.manifest = infer_manifest(weights)
+        say(f"no manifest given: {args.manifest} (the checkpoint's task and scale)")
+    manifest = load_manifest(args.manifest)
+    check_backend(manifest, args.backend)
+    out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
-    result = compile_model(args.manifest, args.backend, checkpoint, args.imgsz, options, progress=say)
+    result = compile_model(args.manifest, args.backend, weights, args.imgsz, options, progress=say)
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
@@ -122,10 +144,11 @@ def cmd_generate(args) -> int:
     return 0
 
 
-def resolve_weights_args(args) -> tuple:
+def resolve_weights_args(args, models: int = 1) -> tuple:
     """(checkpoint path, weights format) from --checkpoint, --weights (a format or a checkpoint path) and
-    --weights-format; a value given twice in different ways is an error, not a silent pick."""
-    checkpoints = [args.checkpoint] if args.checkpoint else []
+    --weights-format; a value given twice in different ways is an error, not a silent pick. With ``models``
+    > 1 manifests: (the list of their checkpoints, one per manifest in order, weights format)."""
+    checkpoints = list(args.checkpoint or [])
     formats = [args.weights_format] if args.weights_format else []
     for value in args.weights or []:
         if value in WEIGHT_FORMATS:
@@ -138,21 +161,24 @@ def resolve_weights_args(args) -> tuple:
             checkpoints.append(value)
     if not checkpoints:
         raise CarveError("no checkpoint given", hint="pass --checkpoint MODEL.pt (or --weights MODEL.pt)")
-    if len(set(checkpoints)) > 1:
+    if models > 1 and len(checkpoints) != models:
+        raise CarveError(f"{models} manifests and {len(checkpoints)} checkpoint(s) given",
+                         hint="pass one --checkpoint per manifest, in the manifests' order")
+    if models == 1 and len(set(checkpoints)) > 1:
         raise CarveError(f"two checkpoints given: {', '.join(checkpoints)}", hint="pass one --checkpoint")
     if len(set(formats)) > 1:
         raise CarveError(f"two weights formats given: {', '.join(formats)}",
                          hint=f"pass one of {', '.join(WEIGHT_FORMATS)}")
-    return checkpoints[0], formats[0] if formats else "blob"
+    return checkpoints[0] if models == 1 else checkpoints, formats[0] if formats else "blob"
 
 
 def cmd_list(args) -> int:
     from .backends import available_backends
-    from .manifest import format_hw, load_manifest
+    from .manifest import format_hw, load_manifest, manifests_dir
     backends = [b.name for b in available_backends()]
     all_names = ["xnnpack", "cuda", "portable"]
     rows = []
-    for path in sorted((ROOT / "manifests").glob("*.yaml")):
+    for path in sorted(manifests_dir().glob("*.yaml")):
         m = load_manifest(path)
         rows.append((m.name, m.task, format_hw(m.imgsz), [
             ("yes" if b in m.backends and b in backends else
@@ -173,15 +199,19 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     g = sub.add_parser("generate", help="generate a package for one model and backend",
                        description="Generate a standalone package from a manifest and an Ultralytics checkpoint.")
-    g.add_argument("manifest", help="model manifest (manifests/*.yaml)")
+    g.add_argument("manifest", nargs="*",
+                   help="model manifest (manifests/*.yaml); a checkpoint here (or none, with --checkpoint) picks the "
+                        "shipped manifest from the checkpoint's task and scale; several manifests: one package of "
+                        "several models sharing one runtime (one --checkpoint each, in order; docs/firmware.md)")
     g.add_argument("--backend", required=True, help="target backend (see 'carve list')")
-    g.add_argument("--checkpoint", metavar="PT",
+    g.add_argument("--checkpoint", metavar="PT", action="append",
                    help="Ultralytics .pt checkpoint or .safetensors: the trained weights (read, never executed)")
     g.add_argument("--weights", action="append", metavar="FORMAT|PT",
                    help="how the package carries its weights: blob (an assembler .incbin, default), c-array (a C "
                         "array), or file (<name>.weights, read at create from a path or a caller's buffer: magic, "
                         "version, size, CRC-32 checked); any other value is the checkpoint (= --checkpoint)")
-    g.add_argument("--out", help="output folder (default: generated/<model>-<backend>)")
+    g.add_argument("--out", help="output folder (default: generated/<model>-<backend> in the current directory; "
+                   "several models: generated/<model>+<model>...-<backend>)")
     g.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                    help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
     g.add_argument("--weights-format", choices=WEIGHT_FORMATS, help="the same as --weights FORMAT")

@@ -9,16 +9,17 @@ lower) happen before anything is written; only the CLI touches the disk.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
 from . import faults
 from .backends import get_backend
-from .checkpoint import read_checkpoint
+from .checkpoint import Checkpoint, read_checkpoint
 from .errors import CarveError
 from .frontend.yolo26 import build_graph
 from .backends.emit_c import normalize_options
-from .manifest import Manifest, format_hw, input_hw, load_architecture, load_manifest
+from .manifest import SCALES, Manifest, format_hw, input_hw, load_architecture, load_manifest, manifest_for
 from .passes import optimize
 from .planner import plan_memory
 
@@ -42,10 +43,46 @@ def check_backend(manifest: Manifest, backend: str):
     return get_backend(backend)
 
 
-def compile_model(manifest_path: str, backend: str, weights: str, imgsz=None,
+def checkpoint_scale(ckpt: Checkpoint) -> str | None:
+    """The YOLO26 scale (n, s, m, l, x) the checkpoint's embedded model yaml records: its ``scale``, else the
+    scale letter of its ``yaml_file`` (``yolo26s-seg.yaml``); None when it records neither."""
+    y = ckpt.yaml or {}
+    scale = y.get("scale")
+    if isinstance(scale, str) and scale in SCALES:
+        return scale
+    m = re.fullmatch(r"yolo26([nslmx])(-\w+)?\.yaml", str(y.get("yaml_file") or ""))
+    return m.group(1) if m else None
+
+
+def infer_manifest(ckpt: Checkpoint) -> str:
+    """The shipped manifest for a checkpoint given without one: its task (model class or metadata) and
+    scale (embedded model yaml) pick manifests/yolo26<scale><task suffix>.yaml, or the manifest whose class
+    list is the checkpoint's (the demo model's)."""
+    scale = checkpoint_scale(ckpt)
+    family = str((ckpt.yaml or {}).get("yaml_file") or "")
+    if family and not family.startswith("yolo26"):
+        raise CarveError(f"the checkpoint's model is '{family}', not a YOLO26 variant", location=ckpt.path,
+                         hint="carve compiles the yolo26 family")
+    if not ckpt.task or not scale:
+        missing = " and ".join(x for x, v in (("task", ckpt.task), ("scale", scale)) if not v)
+        raise CarveError(f"cannot tell the model's {missing} from the checkpoint", location=ckpt.path,
+                         hint="name the manifest: carve generate manifests/yolo26n.yaml --checkpoint MODEL.pt ...")
+    path = manifest_for(ckpt.task, scale, ckpt.names)
+    if path is None:
+        raise CarveError(f"no shipped manifest for a '{ckpt.task}' model of scale '{scale}'", location=ckpt.path,
+                         hint="write one (docs/manifest.md) and pass it before --checkpoint")
+    return str(path)
+
+
+def _mismatch_hint(ckpt: Checkpoint, manifest: Manifest) -> str:
+    path = manifest_for(ckpt.task, checkpoint_scale(ckpt) or manifest.scale, ckpt.names, near=manifest.path)
+    return f"use {path}" if path else "the checkpoint does not match this manifest"
+
+
+def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
                   options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
     """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
-    (height, width). ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16).
+    (height, width). ``weights``: a checkpoint's path, or a Checkpoint already read. ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16).
     ``graph_hook`` (tests) may rewrite the optimised graph."""
     t0 = time.perf_counter()
     manifest = load_manifest(manifest_path)
@@ -57,12 +94,15 @@ def compile_model(manifest_path: str, backend: str, weights: str, imgsz=None,
                 raise CarveError(f"--imgsz {format_hw(hw)}: {v} is not a positive multiple of 32 (the largest stride)")
         imgsz = hw
     options = normalize_options(options, be)
-    progress(f"reading weights {weights}")
-    faults.point("read")
-    ckpt = read_checkpoint(weights)
+    if isinstance(weights, Checkpoint):
+        ckpt = weights
+    else:
+        progress(f"reading weights {weights}")
+        faults.point("read")
+        ckpt = read_checkpoint(weights)
     if ckpt.task and ckpt.task != manifest.task:
         raise CarveError(f"checkpoint is a '{ckpt.task}' model but {manifest.path} is '{manifest.task}'",
-                         location=ckpt.path)
+                         location=ckpt.path, hint=_mismatch_hint(ckpt, manifest))
     progress(f"building the IR of {manifest.name}")
     faults.point("build")
     graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz)

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from .errors import CarveError
+from .paths import data_dir
 
 SCHEMA_VERSION = 1
 TASKS = ("detect", "segment", "pose", "obb", "classify")
@@ -36,6 +37,9 @@ _TOP_FIELDS = {
     "provenance": (False, dict),
 }
 DEFAULT_CONF = 0.25  # Ultralytics' predict default
+# The manifest file of each task: manifests/yolo26<scale><suffix>.yaml
+TASK_SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
 _ARCH_FIELDS = {"config": (True, str), "scale": (True, str)}
 _INPUT_FIELDS = {"imgsz": (True, (int, list))}
 
@@ -148,9 +152,54 @@ def _check_fields(data: dict, spec: dict, prefix: str, path: str, lines: dict) -
             raise CarveError(f"{prefix}{key}: expected {_type_name(typ)}, found {value!r}", location=loc(key))
 
 
+def manifests_dir() -> Path:
+    """The shipped manifests: the installed package's copy, else the checkout's manifests/."""
+    return data_dir("manifests")
+
+
+def looks_like_checkpoint(path: str | os.PathLike) -> bool:
+    """A .pt / .pth / .safetensors name, or a zip (torch's format): never a manifest."""
+    if str(path).lower().endswith(CHECKPOINT_SUFFIXES):
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def manifest_for(task: str, scale: str, names=None, near: str | os.PathLike | None = None) -> Path | None:
+    """The shipped manifest for a checkpoint's task and scale: one whose class list equals the checkpoint's
+    ``names`` (a model trained with its own manifest, like yolo26n-shapes) first, else
+    ``yolo26<scale><task suffix>.yaml``. Looked up beside ``near`` (a manifest given by the user), then in
+    :func:`manifests_dir`. None when there is none."""
+    if task not in TASK_SUFFIX or scale not in SCALES:
+        return None
+    folders = [Path(near).parent] if near is not None else []
+    folders.append(manifests_dir())
+    wanted = tuple(names.values()) if isinstance(names, dict) else tuple(names or ())
+    for folder in folders:
+        if wanted:
+            for path in sorted(folder.glob("*.yaml")):
+                try:
+                    m = load_manifest(path)
+                except CarveError:
+                    continue
+                if m.task == task and m.scale == scale and m.classes == wanted:
+                    return path
+        path = folder / f"yolo26{scale}{TASK_SUFFIX[task]}.yaml"
+        if path.is_file():
+            return path
+    return None
+
+
 def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and validate a manifest; raise CarveError naming file, line and field."""
     path = str(path)
+    if looks_like_checkpoint(path):
+        raise CarveError("this is a checkpoint, not a manifest", location=path,
+                         hint=f"`carve generate {path} --backend B` picks the manifest from the checkpoint; or give a "
+                              f"manifest (manifests/*.yaml) first and the checkpoint with --checkpoint {path}")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -180,3 +180,47 @@ carve_status run(m* m) {
     assert op_profile.mflops(labels[2][1]) == 2 * 9 * 128 * 128 * 20 * 20 / 1e6  # half of the output channels
     assert op_profile.kind_of("carve_xnn_run", labels[2][1]) == "XNNPACK 3x3 stride-2 convolution"
     assert op_profile.kind_of("carve_xnn_run", labels[0][1]) == "XNNPACK 1x1 convolution"
+
+
+# ---- bench/threads.py (issue 17): the table, the targets' verdicts and the docs markers ----------------------------
+
+def threads_result(t2_idle: float, t8_over: float, busy1: float, busy2: float, before2: float) -> dict:
+    def sysv(ms: float, used: int) -> dict:
+        return {"median": ms, "p90": ms * 1.1, "threads_used": used, "e2e_ms": [ms], "detections": 3}
+
+    cells = [
+        {"scenario": "a", "threads": 1, "load_mean": 0.5, "systems": {"carve": sysv(60, 1), "carve-before": sysv(60, 1)}},
+        {"scenario": "a", "threads": 2, "load_mean": 0.5,
+         "systems": {"carve": sysv(t2_idle, 2), "carve-before": sysv(before2, 2), "openvino": sysv(35, 2)}},
+        {"scenario": "b", "threads": 8, "load_mean": 0.5,
+         "systems": {"carve": sysv(t2_idle, 2), "carve-over": sysv(t8_over, 8)}},
+        {"scenario": "c", "threads": 1, "load_mean": 1.5, "systems": {"carve": sysv(busy1, 1)}},
+        {"scenario": "c", "threads": 2, "load_mean": 1.5, "systems": {"carve": sysv(busy2, 2)}},
+    ]
+    return {"model": "yolo26n", "imgsz": 640, "runs": 3, "warmup": 1, "machine": {"cpu": "test CPU"}, "cpus": 2,
+            "load_before": 0.1, "systems": ["carve", "carve-over", "carve-before", "openvino"], "cells": cells}
+
+
+def test_threads_targets_and_table():
+    import threads  # bench/threads.py
+
+    good = threads.targets(threads_result(t2_idle=35, t8_over=41, busy1=60, busy2=65, before2=36))
+    assert not [t for t in good if "NOT met" in t], good
+    assert any(t.startswith("b. carve-over, 8 threads idle: 41.0 ms = 1.17x") for t in good)
+    assert any("c. beside a busy process: carve 2 threads / 1 thread median 1.08x (met" in t for t in good)
+    bad = threads.targets(threads_result(t2_idle=35, t8_over=43, busy1=60, busy2=67, before2=33))
+    assert [t[:20] for t in bad if "NOT met" in t] == ["a. idle, 2 thread(s)", "b. carve-over, 8 thr",
+                                                        "c. beside a busy pro"], bad
+    table = threads.render(threads_result(t2_idle=35, t8_over=41, busy1=60, busy2=65, before2=36))
+    row = [line for line in table.splitlines() if line.startswith("| b.")][0]
+    assert "| 8 | 0.5 | 35.0 / 38.5 (2 run) | 41.0 / 45.1 |" in row, row
+
+
+def test_threads_docs_markers(tmp_path, monkeypatch):
+    import threads
+
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"before\n{threads.BEGIN}\nold table\n{threads.END}\nafter\n")
+    monkeypatch.setattr(threads, "DOC", doc)
+    threads.write_docs("new table\n")
+    assert doc.read_text() == f"before\n{threads.BEGIN}\nnew table\n{threads.END}\nafter\n"

@@ -130,7 +130,9 @@ def _digest(files: list, flags: list) -> str:
 
 def build_runtime(work: Path, kind: str) -> Path:
     """lib<kind>.a of the runtime files every package of that kind copies; cached by content."""
-    host_c = ["carve_rt.c", "carve_ops.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c", "carve_weights.c"]
+    host_c = ["carve_rt.c", "carve_isa.c", "carve_epilogue.c", "carve_stem.c", "carve_dwconv.c", "carve_winograd.c",
+              "carve_attention.c", "carve_layout.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c",
+              "carve_weights.c"]
     if kind == "xnn":
         srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c"]]
         jobs = lambda out: [[CC, *C_FLAGS, "-c", s, "-o", out / (s.name + ".o")] for s in srcs]  # noqa: E731

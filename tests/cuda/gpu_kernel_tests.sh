@@ -14,7 +14,8 @@ for t in topk ops pre; do
   echo "== test_$t (nvcc -arch=$arch)"
   "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
     "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu \
-    "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_pre.c "$rt"/carve_ops.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
+    "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
+    "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
     -lcublas -o "$out/test_$t"
   if ! nvidia-smi -L >/dev/null 2>&1; then
     echo "no NVIDIA GPU here (nvidia-smi -L failed): built $out/test_$t, not run" >&2

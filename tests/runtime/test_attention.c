@@ -10,20 +10,18 @@
 // blocks (24 keys + a last 8 or 16; 32 keys), weighted-sum chunks (24 or 32
 // channels, masked tails) and 8 / 16-lane softmax get n, key counts and
 // head_dims around those sizes; carve_attention itself (the path it picks) must
-// equal the best path.
-// The path is chosen by the static attention_run, so this file includes
-// carve_ops.c itself (and links only carve_rt.c of the runtime).
+// equal the best path. The variants run by name (runtime/carve_attention_isa.h);
+// the selector must pick each instruction set's. Bad arguments are refused with
+// CARVE_ERR_INVALID_ARGUMENT and write nothing.
 
-#include "../../runtime/carve_ops.c"
-
+#include "carve_attention_isa.h"
 #include "simd_paths.h"
 #include "test_common.h"
 
-#ifdef CARVE_SILU_X86
-static const int k_levels = 3;
-#else
-static const int k_levels = 1;
-#endif
+// The variants this build has, by carve_isa (NULL: none).
+static const carve_attention_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_attention);
+
+static const int k_levels = 3;  // the x86-64 levels; elsewhere only the portable one exists
 
 static double worst[3];      // largest error / its float-rounding bound seen, per path
 static double worst_rel[3];  // largest error / sum_j attn_j |v_j| seen, per path
@@ -43,14 +41,14 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t n, size_t heads,
     qkv[i] = rng_normal(rng) * amplitude;
   }
   for (int simd = 0; simd < k_levels; simd++) {
-    if (have_level(simd)) {
+    if (HAVE_VARIANT(k_variant, simd)) {
       run_path(qkv, pool2, n, heads, kd, hd, qkv_pad, out_pad, v_pad, simd, best);
     }
   }
   // The public entry point runs the best path.
   fill_canary(api, n * out_stride);
-  carve_attention(qkv, qkv_stride, n, heads, kd, hd, 1.0f / sqrtf((float)kd), api, out_stride, NULL, 0,
-                  scratch, NULL);
+  CHECK(carve_attention(qkv, qkv_stride, n, heads, kd, hd, 1.0f / sqrtf((float)kd), api, out_stride, NULL, 0,
+                        scratch, NULL) == CARVE_OK);
   CHECK(memcmp(api, best, n * out_stride * sizeof(float)) == 0);
   free(qkv);
   free(best);
@@ -81,13 +79,13 @@ static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t hea
   fill_canary(v2, n * v_stride);
   fill_canary(scratch, scratch_floats + 16);
 
-  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out0, out_stride, v0, v_stride, scratch, simd,
-                NULL);
+  CHECK(k_variant[simd](qkv, qkv_stride, n, heads, kd, hd, scale, out0, out_stride, v0, v_stride, scratch, NULL) ==
+        CARVE_OK);
   for (size_t i = scratch_floats; i < scratch_floats + 16; i++) {
     CHECK(is_canary(scratch[i]));
   }
-  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, v2, v_stride, scratch, simd,
-                pool2);
+  CHECK(k_variant[simd](qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, v2, v_stride, scratch, pool2) ==
+        CARVE_OK);
   CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
   CHECK(memcmp(v0, v2, n * v_stride * sizeof(float)) == 0);
 
@@ -136,7 +134,7 @@ static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t hea
         const double err = fabs((double)got - ref);
         const double tol = magnitude * (2.0 * e_max + (2.0 * (double)n + 8.0) * u) + 1e-30;
         CHECK_MSG(err <= tol, "%s: n=%zu heads=%zu kd=%zu hd=%zu h=%zu i=%zu e=%zu got=%.9g ref=%.9g",
-                  k_path[simd], n, heads, kd, hd, h, i, e, (double)got, ref);
+                  carve_isa_name((carve_isa)simd), n, heads, kd, hd, h, i, e, (double)got, ref);
         if (err / tol > worst[simd]) {
           worst[simd] = err / tol;
         }
@@ -159,7 +157,8 @@ static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t hea
 
   // v_out may be NULL; out must not change.
   fill_canary(out2, n * out_stride);
-  attention_run(qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, NULL, 0, scratch, simd, pool2);
+  CHECK(k_variant[simd](qkv, qkv_stride, n, heads, kd, hd, scale, out2, out_stride, NULL, 0, scratch, pool2) ==
+        CARVE_OK);
   CHECK(memcmp(out0, out2, n * out_stride * sizeof(float)) == 0);
   memcpy(best_out, out0, n * out_stride * sizeof(float));
 
@@ -172,7 +171,33 @@ static void run_path(const float* qkv, pthreadpool_t pool2, size_t n, size_t hea
   free(err_s);
 }
 
+// Bad arguments: CARVE_ERR_INVALID_ARGUMENT, nothing written.
+static void test_refusals(void) {
+  float qkv[4 * 12] = {0}, out[4 * 8], v[4 * 8], scratch[1024];
+  fill_canary(out, 4 * 8);
+  fill_canary(v, 4 * 8);
+  const carve_status bad = CARVE_ERR_INVALID_ARGUMENT;
+  // n 4, heads 2, key_dim 1, head_dim 4: qkv stride >= 12, out / v stride >= 8
+  CHECK(carve_attention(NULL, 12, 4, 2, 1, 4, 1.0f, out, 8, v, 8, scratch, NULL) == bad);     // qkv
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 4, 1.0f, NULL, 8, v, 8, scratch, NULL) == bad);     // out
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 4, 1.0f, out, 8, v, 8, NULL, NULL) == bad);         // scratch
+  CHECK(carve_attention(qkv, 12, 0, 2, 1, 4, 1.0f, out, 8, v, 8, scratch, NULL) == bad);      // n 0
+  CHECK(carve_attention(qkv, 12, 4, 0, 1, 4, 1.0f, out, 8, v, 8, scratch, NULL) == bad);      // heads 0
+  CHECK(carve_attention(qkv, 12, 4, 2, 0, 4, 1.0f, out, 8, v, 8, scratch, NULL) == bad);      // key_dim 0
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 0, 1.0f, out, 8, v, 8, scratch, NULL) == bad);      // head_dim 0
+  CHECK(carve_attention(qkv, 11, 4, 2, 1, 4, 1.0f, out, 8, v, 8, scratch, NULL) == bad);      // qkv stride
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 4, 1.0f, out, 7, v, 8, scratch, NULL) == bad);      // out stride
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 4, 1.0f, out, 8, v, 7, scratch, NULL) == bad);      // v stride
+  for (size_t i = 0; i < 4 * 8; i++) {
+    CHECK(is_canary(out[i]) && is_canary(v[i]));
+  }
+  CHECK(carve_attention(qkv, 12, 4, 2, 1, 4, 1.0f, out, 8, NULL, 7, scratch, NULL) == CARVE_OK);  // no v_out
+  CHECK(out[0] == 0.0f && is_canary(v[0]));
+}
+
 int main(void) {
+  CHECK_SELECT(carve_attention_select, k_variant);
+  test_refusals();
   test_rng rng = {2024};
   pthreadpool_t pool2 = make_pool2();
   size_t cases = 0;
@@ -196,9 +221,9 @@ int main(void) {
   run_case(&rng, pool2, 36, 1, 4, 16, 0, 0, 0, 30.0f), cases++;    // scores far apart: exp underflows to 0
   pthreadpool_destroy(pool2);
   for (int simd = 0; simd < k_levels; simd++) {
-    if (have_level(simd)) {
+    if (HAVE_VARIANT(k_variant, simd)) {
       printf("runtime_attention: %s: %zu cases ok, worst error = %.3f of the float-rounding bound, "
-             "%.3g relative to sum_j attn_j |v_j|\n", k_path[simd], cases, worst[simd], worst_rel[simd]);
+             "%.3g relative to sum_j attn_j |v_j|\n", carve_isa_name((carve_isa)simd), cases, worst[simd], worst_rel[simd]);
     }
   }
   return 0;

@@ -1,19 +1,19 @@
-// Checks carve_dwconv3x3 (the depthwise 3x3 stride-1 convolution of runtime/carve_ops.c) against a direct
+// Checks carve_dwconv3x3 (the depthwise 3x3 stride-1 convolution of runtime/carve_dwconv.c) against a direct
 // depthwise convolution in double: sizes from 1x1 up (odd, narrower than the 4-pixel interior blocks, and
 // 20x20 / 80x80 as in yolo26n's head), channel counts 1..257 (multiples of 16, of 8 only, and odd ones: the
 // masked tails), pixel strides wider than the channels, act none and SiLU. Every instruction set the CPU has
 // (AVX-512, AVX2 + FMA, portable) is run with no pool, 2 and 3 threads: all bit-identical, the floats past c of
 // each output pixel untouched. The x86-64 paths must agree bit for bit before the activation (the same FMAs
 // in the same order) and closely after it (their SiLU kernels differ by a few ulp); the portable path within
-// float rounding. Bad arguments are refused with CARVE_ERR_INVALID_ARGUMENT and write nothing.
-//
-// The instruction set is chosen by the static dw_conv, so this file includes carve_ops.c itself (and links
-// only carve_rt.c of the runtime).
+// float rounding. Bad arguments are refused with CARVE_ERR_INVALID_ARGUMENT and write nothing. The variants
+// run by name (runtime/carve_dwconv_isa.h); the selector must pick each instruction set's.
 
-#include "../../runtime/carve_ops.c"
-
+#include "carve_dwconv_isa.h"
 #include "simd_paths.h"
 #include "test_common.h"
+
+// The variants this build has, by carve_isa (NULL: none).
+static const carve_dwconv3x3_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_dwconv3x3);
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
@@ -66,14 +66,14 @@ static void run_case(const dw_case* k, pthreadpool_t pool2, pthreadpool_t pool3,
   for (int simd = 0; simd < 3; simd++) {
     for (int t = 0; t < 3; t++) {
       y[simd][t] = NULL;
-      if (!have_level(simd)) {
+      if (!HAVE_VARIANT(k_variant, simd)) {
         continue;
       }
       y[simd][t] = malloc(ny * sizeof(float));
       CHECK(y[simd][t] != NULL);
       fill_canary(y[simd][t], ny);
-      CHECK(dw_conv(x, k->xs, k->h, k->w, k->c, wt, b, y[simd][t], k->ys, k->act, simd,
-                    t == 0 ? NULL : t == 1 ? pool2 : pool3) == CARVE_OK);
+      CHECK(k_variant[simd](x, k->xs, k->h, k->w, k->c, wt, b, y[simd][t], k->ys, k->act,
+                            t == 0 ? NULL : t == 1 ? pool2 : pool3) == CARVE_OK);
     }
   }
   for (int simd = 0; simd < 3; simd++) {
@@ -83,11 +83,11 @@ static void run_case(const dw_case* k, pthreadpool_t pool2, pthreadpool_t pool3,
     // threads: bit-identical; padding: untouched
     for (int t = 1; t < 3; t++) {
       CHECK_MSG(memcmp(y[simd][0], y[simd][t], ny * sizeof(float)) == 0, "%s: %d threads differ from 1 (%zux%zux%zu)",
-                k_path[simd], t + 1, k->h, k->w, k->c);
+                carve_isa_name((carve_isa)simd), t + 1, k->h, k->w, k->c);
     }
     for (size_t p = 0; p < k->h * k->w; p++) {
       for (size_t c = k->c; c < k->ys; c++) {
-        CHECK_MSG(is_canary(y[simd][0][p * k->ys + c]), "%s: padding of pixel %zu written", k_path[simd], p);
+        CHECK_MSG(is_canary(y[simd][0][p * k->ys + c]), "%s: padding of pixel %zu written", carve_isa_name((carve_isa)simd), p);
       }
     }
     // against double
@@ -100,7 +100,7 @@ static void run_case(const dw_case* k, pthreadpool_t pool2, pthreadpool_t pool3,
           const float got = y[simd][0][(oy * k->w + ox) * k->ys + ch];
           const double tol = 4e-7 * mag + 1e-6 * fabs(want) + 1e-30;
           CHECK_MSG(fabs((double)got - want) <= tol,
-                    "%s %zux%zu c %zu act %d: (%zu,%zu,%zu) = %.9g, want %.9g (tol %.3g)", k_path[simd], k->h,
+                    "%s %zux%zu c %zu act %d: (%zu,%zu,%zu) = %.9g, want %.9g (tol %.3g)", carve_isa_name((carve_isa)simd), k->h,
                     k->w, k->c, (int)k->act, oy, ox, ch, got, want, tol);
         }
       }
@@ -178,10 +178,11 @@ static void test_refusals(void) {
 
 int main(void) {
   for (int simd = 2; simd > 0; simd--) {
-    if (!have_level(simd)) {
-      printf("runtime_dwconv: no %s on this CPU: that path skipped\n", k_path[simd]);
+    if (!HAVE_VARIANT(k_variant, simd)) {
+      printf("runtime_dwconv: no %s on this CPU: that path skipped\n", carve_isa_name((carve_isa)simd));
     }
   }
+  CHECK_SELECT(carve_dwconv3x3_select, k_variant);
   pthreadpool_t pool2 = make_pool2();
   pthreadpool_t pool3 = pthreadpool_create(3);
   CHECK(pool3 != NULL);

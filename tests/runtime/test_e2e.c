@@ -277,27 +277,28 @@ static void test_invalid(void) {
   carve_level level = {box, 4, cls, 2, NULL, 0, 1, 1, 8.0f};
   uint64_t scratch[16];
   float rows[16];
+  const carve_status bad = CARVE_ERR_INVALID_ARGUMENT;
   size_t n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, &n, NULL) == CARVE_OK);
   CHECK(n == 1);  // k > A gives A rows
-  carve_e2e_postprocess(&level, 1, 0, 0, 5, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess(&level, 1, 0, 0, 5, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // nc == 0
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 0, scratch, rows, &n, NULL);
-  CHECK(n == 0);  // k == 0
+  CHECK(carve_e2e_postprocess(&level, 1, 2, 0, 0, scratch, rows, &n, NULL) == CARVE_OK);
+  CHECK(n == 0);  // k == 0: no rows, not an error
   n = 99;
-  carve_e2e_postprocess(NULL, 1, 2, 0, 5, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess(NULL, 1, 2, 0, 5, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, NULL, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess(&level, 1, 2, 0, 5, NULL, rows, &n, NULL) == bad);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess(&level, 1, 2, 3, 5, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess(&level, 1, 2, 3, 5, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // extras requested but level.extra == NULL
   n = 99;
-  carve_e2e_postprocess(&level, 0, 2, 0, 5, scratch, rows, &n, NULL);
-  CHECK(n == 0);  // no anchors
-  carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, NULL, NULL);  // no crash
+  CHECK(carve_e2e_postprocess(&level, 0, 2, 0, 5, scratch, rows, &n, NULL) == CARVE_OK);
+  CHECK(n == 0);  // no anchors: no rows
+  CHECK(carve_e2e_postprocess(&level, 1, 2, 0, 5, scratch, rows, NULL, NULL) == bad);  // no crash
 }
 
 int main(void) {

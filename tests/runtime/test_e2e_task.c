@@ -191,32 +191,33 @@ static void test_invalid(void) {
   make_levels(&rng, spec, 1, 2, 51, &t);
   uint64_t scratch[64];
   float rows[6 * 57];
+  const carve_status bad = CARVE_ERR_INVALID_ARGUMENT;
   size_t n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 51, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 51, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL) == CARVE_OK);
   CHECK(n == 6);
-  carve_e2e_postprocess_task(t.levels, 1, 2, 50, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 50, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // not (x, y, v) triples
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 2, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 2, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // one angle only
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)4, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)4, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // unknown task
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)-1, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, (carve_e2e_task)-1, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 0, 6, CARVE_E2E_POSE, scratch, rows, &n, NULL) == CARVE_OK);
   CHECK(n == 6);  // zero keypoints is a valid (if odd) pose head
   t.levels[0].extra = NULL;
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 1, 6, CARVE_E2E_OBB, scratch, rows, &n, NULL) == bad);
   CHECK(n == 0);  // extras needed but missing
   n = 99;
-  carve_e2e_postprocess_task(t.levels, 1, 2, 0, 0, CARVE_E2E_DETECT, scratch, rows, &n, NULL);
+  CHECK(carve_e2e_postprocess_task(t.levels, 1, 2, 0, 0, CARVE_E2E_DETECT, scratch, rows, &n, NULL) == CARVE_OK);
   CHECK(n == 0);  // k == 0
   n = 99;
   carve_e2e_postprocess_task(NULL, 1, 2, 0, 3, CARVE_E2E_SEGMENT, scratch, rows, &n, NULL);

@@ -1,8 +1,11 @@
 // Checks carve_epilogue (y = act(y) + residual) against a double-precision loop
 // at odd sizes, strides wider than the channels, with and without residual,
-// special values (+-inf, NaN, huge), and identical results with 0 or 2 threads.
+// special values (+-inf, NaN, huge), and identical results with 0 or 2 threads;
+// the selector carve_epilogue_select.
 
+#include "carve_epilogue_isa.h"
 #include "carve_ops.h"
+#include "simd_paths.h"
 #include "test_common.h"
 
 // SiLU in double, the exact value the float kernel should round to.
@@ -37,8 +40,8 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t pixels, size_t c
   memcpy(y0, x, y_len * sizeof(float));
   memcpy(y2, x, y_len * sizeof(float));
   const float* res = with_residual ? r : NULL;
-  carve_epilogue(y0, y_stride, res, r_stride, pixels, channels, act, NULL);
-  carve_epilogue(y2, y_stride, res, r_stride, pixels, channels, act, pool2);
+  CHECK(carve_epilogue(y0, y_stride, res, r_stride, pixels, channels, act, NULL) == CARVE_OK);
+  CHECK(carve_epilogue(y2, y_stride, res, r_stride, pixels, channels, act, pool2) == CARVE_OK);
   CHECK(memcmp(y0, y2, y_len * sizeof(float)) == 0);
 
   for (size_t p = 0; p < pixels; p++) {
@@ -83,6 +86,9 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t pixels, size_t c
 }
 
 int main(void) {
+  // carve_epilogue_select picks each instruction set's variant (the portable one where the build has none).
+  static const carve_epilogue_fn k_variant[CARVE_TEST_ISAS] = CARVE_TEST_VARIANTS(carve_epilogue);
+  CHECK_SELECT(carve_epilogue_select, k_variant);
   test_rng rng = {12345};
   pthreadpool_t pool2 = make_pool2();
   const size_t pixel_counts[] = {1, 35, 1000, 6400};
@@ -111,7 +117,7 @@ int main(void) {
     float* x = malloc(n * sizeof(float));
     CHECK(x);
     memcpy(x, y, n * sizeof(float));
-    carve_epilogue(y, 1, NULL, 0, n, 1, CARVE_ACT_SILU, pool2);
+    CHECK(carve_epilogue(y, 1, NULL, 0, n, 1, CARVE_ACT_SILU, pool2) == CARVE_OK);
     for (size_t i = 0; i < n; i++) {
       const double ref = silu_ref((double)x[i]);
       if (ref != 0.0) {
@@ -125,8 +131,8 @@ int main(void) {
     free(x);
     free(y);
   }
-  // Nothing to do: no crash, no write.
-  carve_epilogue(NULL, 1, NULL, 1, 10, 1, CARVE_ACT_SILU, NULL);
+  // Bad arguments: refused (no crash, no write).
+  CHECK(carve_epilogue(NULL, 1, NULL, 1, 10, 1, CARVE_ACT_SILU, NULL) == CARVE_ERR_INVALID_ARGUMENT);
   pthreadpool_destroy(pool2);
   printf("runtime_epilogue: %zu cases ok, max SiLU relative error vs double %.3g\n", cases,
          max_rel_err);

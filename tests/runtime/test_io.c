@@ -1,7 +1,9 @@
 // Checks the demo-side helpers: .npy write/read round trips (0-d, 1-d, 3-d,
 // empty), the header layout numpy expects, rejection of other dtypes, Fortran
 // order, bad magic, truncated data and too many dims; PNG write + load round
-// trip and load errors; box and text drawing (clipping, NaN, far-away
+// trip and load errors; why a load fails (cannot open, unsupported format,
+// corrupt); writing by extension (PNG, JPEG, BMP, TGA; others refused); Exif
+// orientation 1..8 in both byte orders, the parser on truncated and mutated input; box and text drawing (clipping, NaN, far-away
 // coordinates); the palette. Temporary files go to argv[1] (the build dir),
 // which the test makes its working directory.
 
@@ -157,13 +159,225 @@ static void test_png(void) {
   CHECK(carve_image_load_rgb("does-not-exist.png", &back, &bw, &bh) == CARVE_ERR_IO);
   CHECK(back == NULL && bw == 0 && bh == 0);
   write_bytes("garbage.png", "this is not an image", 20);
-  CHECK(carve_image_load_rgb("garbage.png", &back, &bw, &bh) == CARVE_ERR_BAD_IMAGE);
+  CHECK(carve_image_load_rgb("garbage.png", &back, &bw, &bh) == CARVE_ERR_UNSUPPORTED);
   CHECK(back == NULL);
   CHECK(carve_image_load_rgb(NULL, &back, &bw, &bh) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_image_write_png(path, NULL, w, h) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_image_write_png(path, img, 0, h) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_image_write_png("/nonexistent-dir/x.png", img, w, h) == CARVE_ERR_IO);
   free(img);
+}
+
+static uint8_t* read_all(const char* path, size_t* n) {
+  FILE* f = fopen(path, "rb");
+  CHECK(f != NULL);
+  CHECK(fseek(f, 0, SEEK_END) == 0);
+  const long size = ftell(f);
+  CHECK(size > 0 && fseek(f, 0, SEEK_SET) == 0);
+  uint8_t* data = malloc((size_t)size);
+  CHECK(data && fread(data, 1, (size_t)size, f) == (size_t)size);
+  fclose(f);
+  *n = (size_t)size;
+  return data;
+}
+
+// carve_image_load_rgb_msg: the status and the message say why (cannot open,
+// unsupported format, corrupt), and nothing is returned on failure.
+static void expect_load_error(const char* path, carve_status want, const char* want_in_msg) {
+  uint8_t* back = (uint8_t*)1;
+  int bw = -1, bh = -1;
+  char msg[256];
+  const carve_status s = carve_image_load_rgb_msg(path, &back, &bw, &bh, msg, sizeof msg);
+  CHECK_MSG(s == want && strstr(msg, want_in_msg) != NULL, "%s: %s: '%s' (expected %s, '%s')", path,
+            carve_status_str(s), msg, carve_status_str(want), want_in_msg);
+  CHECK(back == NULL && bw == 0 && bh == 0);
+}
+
+static void test_image_errors(void) {
+  expect_load_error("does-not-exist.jpg", CARVE_ERR_IO, "cannot open: No such file");
+  expect_load_error(".", CARVE_ERR_IO, "cannot read");  // a folder: fopen works, fread fails
+  write_bytes("empty.jpg", "", 0);
+  expect_load_error("empty.jpg", CARVE_ERR_BAD_IMAGE, "empty file");
+  write_bytes("image.webp", "RIFF\x10\0\0\0WEBPVP8 ", 16);
+  expect_load_error("image.webp", CARVE_ERR_UNSUPPORTED, "unsupported format: WebP");
+  write_bytes("image.tif", "II*\0\x08\0\0\0\0\0", 10);
+  expect_load_error("image.tif", CARVE_ERR_UNSUPPORTED, "unsupported format: TIFF");
+  write_bytes("image.heic", "\0\0\0\x18" "ftypheic\0\0\0\0", 16);
+  expect_load_error("image.heic", CARVE_ERR_UNSUPPORTED, "unsupported format: HEIF");
+  write_bytes("notes.txt", "hello, this is text", 19);
+  expect_load_error("notes.txt", CARVE_ERR_UNSUPPORTED, "not an image stb_image reads");
+
+  // A real PNG and JPEG cut short: recognised, then corrupt.
+  uint8_t img[16 * 8 * 3];
+  for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)(i * 7);
+  const char* names[2] = {"whole.png", "whole.jpg"};
+  const char* kinds[2] = {"corrupt or truncated PNG", "corrupt or truncated JPEG"};
+  for (int k = 0; k < 2; k++) {
+    CHECK(carve_image_write(names[k], img, 16, 8) == CARVE_OK);
+    size_t n = 0;
+    uint8_t* data = read_all(names[k], &n);
+    write_bytes("cut.img", data, n / 3);
+    expect_load_error("cut.img", CARVE_ERR_BAD_IMAGE, kinds[k]);
+    free(data);
+  }
+  char msg[8];
+  CHECK(carve_image_load_rgb_msg(NULL, NULL, NULL, NULL, msg, sizeof msg) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(strlen(msg) < sizeof msg);  // truncated, terminated
+  CHECK(carve_image_decode_rgb(NULL, 0, NULL, NULL, NULL, NULL, 0) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// carve_image_write: the extension picks PNG, JPEG, BMP or TGA; others are refused.
+static void test_image_write_formats(void) {
+  test_rng rng = {5};
+  const int w = 13, h = 9;
+  uint8_t img[13 * 9 * 3];
+  for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)rng_below(&rng, 256);
+  const char* lossless[] = {"out.png", "OUT.PNG", "out.bmp", "out.tga"};
+  for (size_t k = 0; k < sizeof lossless / sizeof *lossless; k++) {
+    CHECK(carve_image_write(lossless[k], img, w, h) == CARVE_OK);
+    uint8_t* back = NULL;
+    int bw = 0, bh = 0;
+    CHECK(carve_image_load_rgb(lossless[k], &back, &bw, &bh) == CARVE_OK);
+    CHECK_MSG(bw == w && bh == h && memcmp(back, img, sizeof img) == 0, "%s", lossless[k]);
+    carve_image_free(back);
+  }
+  // JPEG: flat colour survives within a few units; the file starts with SOI.
+  uint8_t flat[13 * 9 * 3];
+  for (size_t i = 0; i < sizeof flat; i += 3) { flat[i] = 200; flat[i + 1] = 40; flat[i + 2] = 90; }
+  const char* jpegs[] = {"out.jpg", "out.JPEG"};
+  for (size_t k = 0; k < 2; k++) {
+    CHECK(carve_image_write(jpegs[k], flat, w, h) == CARVE_OK);
+    size_t n = 0;
+    uint8_t* data = read_all(jpegs[k], &n);
+    CHECK(n > 3 && data[0] == 0xFF && data[1] == 0xD8);
+    free(data);
+    uint8_t* back = NULL;
+    int bw = 0, bh = 0;
+    CHECK(carve_image_load_rgb(jpegs[k], &back, &bw, &bh) == CARVE_OK && bw == w && bh == h);
+    for (size_t i = 0; i < sizeof flat; i++) CHECK(abs((int)back[i] - (int)flat[i]) <= 4);
+    carve_image_free(back);
+  }
+  CHECK(carve_image_format_for_path("a.gif") == CARVE_IMAGE_UNKNOWN);
+  CHECK(carve_image_format_for_path("png") == CARVE_IMAGE_UNKNOWN);
+  CHECK(carve_image_format_for_path(NULL) == CARVE_IMAGE_UNKNOWN);
+  CHECK(carve_image_write("out.gif", img, w, h) == CARVE_ERR_UNSUPPORTED);
+  CHECK(carve_image_write("out", img, w, h) == CARVE_ERR_UNSUPPORTED);
+  FILE* f = fopen("out.gif", "rb");
+  CHECK(f == NULL);  // nothing written
+  CHECK(carve_image_write("/nonexistent-dir/x.jpg", img, w, h) == CARVE_ERR_IO);
+  CHECK(carve_image_write("x.png", NULL, w, h) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// An APP1 Exif segment with IFD0 = one Orientation entry (SHORT), in either byte order.
+static size_t make_app1(uint8_t* seg, int little, unsigned orientation) {
+  const uint8_t tiff_le[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0,
+                             (uint8_t)orientation, 0, 0, 0, 0, 0, 0, 0};
+  const uint8_t tiff_be[] = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1,
+                             0, (uint8_t)orientation, 0, 0, 0, 0, 0, 0};
+  const size_t payload = 6 + sizeof tiff_le;
+  seg[0] = 0xFF;
+  seg[1] = 0xE1;
+  seg[2] = (uint8_t)((payload + 2) >> 8);
+  seg[3] = (uint8_t)(payload + 2);
+  memcpy(seg + 4, "Exif\0\0", 6);
+  memcpy(seg + 10, little ? tiff_le : tiff_be, sizeof tiff_le);
+  return 4 + payload;
+}
+
+// The upright image of stored pixels src (sw x sh) for an Exif orientation, built
+// from quarter turns clockwise and a left-right mirror (another formulation than
+// the loader's, which maps every output pixel to its source directly).
+static uint8_t* upright(const uint8_t* src, int sw, int sh, int o, int* ow, int* oh) {
+  static const int turns[9] = {0, 0, 0, 2, 2, 3, 1, 1, 3};     // clockwise quarter turns after the mirror
+  static const int mirror[9] = {0, 0, 1, 0, 1, 1, 0, 1, 0};    // mirror left-right first
+  uint8_t* a = malloc((size_t)sw * sh * 3);
+  uint8_t* b = malloc((size_t)sw * sh * 3);
+  CHECK(a && b);
+  int w = sw, h = sh;
+  for (int y = 0; y < h; y++)
+    for (int x = 0; x < w; x++)
+      memcpy(a + ((size_t)y * w + x) * 3, src + ((size_t)y * w + (mirror[o] ? w - 1 - x : x)) * 3, 3);
+  for (int t = 0; t < turns[o]; t++) {  // rotate a clockwise into b: (x, y) -> (h - 1 - y, x)
+    for (int y = 0; y < h; y++)
+      for (int x = 0; x < w; x++) memcpy(b + ((size_t)x * h + (h - 1 - y)) * 3, a + ((size_t)y * w + x) * 3, 3);
+    uint8_t* t2 = a; a = b; b = t2;
+    const int tw = w; w = h; h = tw;
+  }
+  free(b);
+  *ow = w;
+  *oh = h;
+  return a;
+}
+
+// Exif orientation: every value in both byte orders against quarter turns and a
+// mirror of the decoded stored pixels; then the parser on truncated and mutated
+// segments (every read bounds-checked: run it under ASan/UBSan to be sure).
+static void test_exif(void) {
+  const int w = 11, h = 6;
+  uint8_t img[11 * 6 * 3];
+  test_rng rng = {9};
+  for (size_t i = 0; i < sizeof img; i++) img[i] = (uint8_t)rng_below(&rng, 256);
+  CHECK(carve_image_write("stored.jpg", img, w, h) == CARVE_OK);
+  size_t n = 0;
+  uint8_t* jpg = read_all("stored.jpg", &n);
+  CHECK(carve_jpeg_exif_orientation(jpg, n) == 1);
+  uint8_t* stored = NULL;
+  int sw = 0, sh = 0;
+  CHECK(carve_image_decode_rgb(jpg, n, &stored, &sw, &sh, NULL, 0) == CARVE_OK && sw == w && sh == h);
+
+  uint8_t* file = malloc(n + 64);
+  CHECK(file);
+  for (int little = 0; little <= 1; little++) {
+    for (unsigned o = 0; o <= 9; o++) {
+      uint8_t seg[64];
+      const size_t sl = make_app1(seg, little, o);
+      memcpy(file, jpg, 2);
+      memcpy(file + 2, seg, sl);
+      memcpy(file + 2 + sl, jpg + 2, n - 2);
+      const int want = o >= 1 && o <= 8 ? (int)o : 1;  // 0 and 9: out of range, as stored
+      CHECK_MSG(carve_jpeg_exif_orientation(file, n + sl) == want, "little %d o %u", little, o);
+      uint8_t* got = NULL;
+      int gw = 0, gh = 0;
+      CHECK(carve_image_decode_rgb(file, n + sl, &got, &gw, &gh, NULL, 0) == CARVE_OK);
+      int ew = 0, eh = 0;
+      uint8_t* expect = upright(stored, sw, sh, want, &ew, &eh);
+      CHECK_MSG(gw == ew && gh == eh && memcmp(got, expect, (size_t)ew * eh * 3) == 0, "little %d o %u", little, o);
+      free(expect);
+      carve_image_free(got);
+      // Truncated anywhere: never out of bounds, always 1..8 (exact-size copies, for ASan).
+      for (size_t cut = 0; cut <= 2 + sl + 4; cut++) {
+        uint8_t* part = malloc(cut ? cut : 1);
+        CHECK(part);
+        memcpy(part, file, cut);
+        const int v = carve_jpeg_exif_orientation(part, cut);
+        CHECK(v >= 1 && v <= 8);
+        free(part);
+      }
+    }
+  }
+  // Random mutations of the segment's bytes (lengths, offsets, counts, types).
+  uint8_t seg[64];
+  const size_t sl = make_app1(seg, 1, 6);
+  for (int iter = 0; iter < 200000; iter++) {
+    uint8_t buf[2 + 64];
+    buf[0] = 0xFF;
+    buf[1] = 0xD8;
+    memcpy(buf + 2, seg, sl);
+    const int flips = 1 + (int)rng_below(&rng, 4);
+    for (int k = 0; k < flips; k++) buf[2 + rng_below(&rng, (uint32_t)sl)] = (uint8_t)rng_below(&rng, 256);
+    const size_t len = 2 + (size_t)rng_below(&rng, (uint32_t)sl + 1);
+    uint8_t* part = malloc(len);
+    CHECK(part);
+    memcpy(part, buf, len);
+    const int v = carve_jpeg_exif_orientation(part, len);
+    CHECK(v >= 1 && v <= 8);
+    free(part);
+  }
+  CHECK(carve_jpeg_exif_orientation(NULL, 10) == 1);
+  CHECK(carve_jpeg_exif_orientation("\xFF\xD8", 2) == 1);
+  free(file);
+  free(jpg);
+  carve_image_free(stored);
 }
 
 static const uint8_t* pixel(const uint8_t* img, int w, int x, int y) {
@@ -246,6 +460,9 @@ int main(int argc, char** argv) {
   }
   test_npy();
   test_png();
+  test_image_errors();
+  test_image_write_formats();
+  test_exif();
   test_drawing();
   test_palette();
   printf("runtime_io: ok\n");

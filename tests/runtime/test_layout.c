@@ -15,7 +15,7 @@ static void run_case(test_rng* rng, size_t c, size_t h, size_t w, size_t stride)
     nchw[i] = rng_normal(rng);
   }
   fill_canary(nhwc, pixels * stride);
-  carve_nchw_to_nhwc(nchw, c, h, w, nhwc, stride);
+  CHECK(carve_nchw_to_nhwc(nchw, c, h, w, nhwc, stride) == CARVE_OK);
   for (size_t p = 0; p < pixels; p++) {
     for (size_t ch = 0; ch < stride; ch++) {
       const float got = nhwc[p * stride + ch];
@@ -26,7 +26,7 @@ static void run_case(test_rng* rng, size_t c, size_t h, size_t w, size_t stride)
       }
     }
   }
-  carve_nhwc_to_nchw(nhwc, stride, h, w, c, back);
+  CHECK(carve_nhwc_to_nchw(nhwc, stride, h, w, c, back) == CARVE_OK);
   CHECK(memcmp(back, nchw, c * pixels * sizeof(float)) == 0);
   free(nchw);
   free(nhwc);

@@ -205,7 +205,7 @@ static void test_scale_boxes(void) {
       {NAN, 100.0f, INFINITY, -INFINITY, 0.5f, 3.0f, 42.0f},
       {0.0f, 80.0f, 640.0f, 560.0f, 0.1f, 0.0f, 42.0f},      // the image corners
   };
-  carve_scale_boxes_xyxy(&rows[0][0], 4, 7, &info);
+  CHECK(carve_scale_boxes_xyxy(&rows[0][0], 4, 7, &info) == CARVE_OK);
   const float gx = info.gain_x, gy = info.gain_y;
   CHECK(rows[0][0] == (100.0f - 0.0f) / gx && rows[0][1] == (200.0f - 80.0f) / gy);
   CHECK(rows[0][2] == (300.0f - 0.0f) / gx && rows[0][3] == (400.0f - 80.0f) / gy);
@@ -215,8 +215,8 @@ static void test_scale_boxes(void) {
   for (int i = 0; i < 4; i++) {
     CHECK(rows[i][6] == 42.0f);
   }
-  carve_scale_boxes_xyxy(NULL, 4, 7, &info);      // no crash
-  carve_scale_boxes_xyxy(&rows[0][0], 4, 7, NULL);
+  CHECK(carve_scale_boxes_xyxy(NULL, 4, 7, &info) == CARVE_ERR_INVALID_ARGUMENT);  // no crash
+  CHECK(carve_scale_boxes_xyxy(&rows[0][0], 4, 7, NULL) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
 int main(void) {

@@ -1,7 +1,8 @@
 // Checks runtime/carve_model.c, the lifecycle the generated packages forward to, on a model made up here (a
 // descriptor and a "network" hook that writes known rows or probabilities): create / create_with / destroy
 // (descriptor, options and buffers refused with CARVE_ERR_INVALID_ARGUMENT, the hooks called, nothing of the
-// caller's freed), linked f32 and f16 weights (widened exactly), the detections collected (score > conf, best
+// caller's freed), the threads resolved (the descriptor's threads_for, 1 without one or for create_with, the
+// Winograd slots per thread), linked f32 and f16 weights (widened exactly), the detections collected (score > conf, best
 // first, max_dets, boxes mapped back through the letterbox as carve_scale_boxes_xyxy maps them), the top-k
 // classes, the per-layer callback and timings.
 
@@ -94,6 +95,13 @@ static void on_layer(void* user, int layer, const char* type, const carve_view* 
   g_layers++;
 }
 
+// A descriptor's threads_for as carve_threads_for is on a 2-CPU machine: 0 -> 2, more clamped unless allowed.
+static int g_threads_for_calls;
+static size_t threads_for_2cpus(size_t requested, int allow_oversubscribe) {
+  g_threads_for_calls++;
+  return requested == 0 ? 2 : (requested > 2 && !allow_oversubscribe) ? 2 : requested;
+}
+
 static const char* const k_types[2] = {"Conv", "Detect"};
 static const char* const k_names[NCLS] = {"a", "b", "c", "d", "e", "f", "g"};
 
@@ -162,7 +170,9 @@ int main(void) {
   const carve_model_options threads_bad = {.threads = 1025}, threads3 = {.threads = 3};
   CHECK(carve_model_create(&d, k_weights, &threads_bad, &m) == CARVE_ERR_INVALID_ARGUMENT && m == NULL);
   CHECK(carve_model_create(&d, k_weights, &threads3, &m) == CARVE_OK && m != NULL);
-  CHECK(m->owned && m->weights == k_weights && m->scratch_slots == 3 && ((fake*)(void*)m)->inits == 1);
+  // No threads_for: the package runs on the calling thread, whatever was asked.
+  CHECK(m->owned && m->weights == k_weights && m->threads == 1 && carve_model_threads(m) == 1);
+  CHECK(m->scratch_slots == 1 && ((fake*)(void*)m)->inits == 1);
   CHECK(carve_model_set_layer_callback(m, on_layer, &g_layers) == CARVE_OK);
   CHECK(carve_model_set_layer_callback(NULL, on_layer, NULL) == CARVE_ERR_INVALID_ARGUMENT);
   check_detections(m);
@@ -171,6 +181,33 @@ int main(void) {
   carve_model_destroy(m);
   carve_model_destroy(NULL);
   CHECK(g_destroys == 1);
+  CHECK(carve_model_threads(NULL) == 0);
+
+  // threads_for resolves create's threads (0: its default; clamped unless allow_oversubscribe); the scratch
+  // holds winograd_slots_per_thread Winograd slots per thread.
+  carve_model_desc t = d;
+  t.threads_for = threads_for_2cpus;
+  t.winograd_slot_bytes = 64;
+  t.winograd_slots_per_thread = 4;
+  const struct {
+    carve_model_options opt;
+    int threads;
+  } cases[] = {{{.threads = 0}, 2}, {{.threads = 1}, 1}, {{.threads = 3}, 2},
+               {{.threads = 3, .allow_oversubscribe = 1}, 3}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    CHECK(carve_model_create(&t, k_weights, &cases[i].opt, &m) == CARVE_OK);
+    CHECK(carve_model_threads(m) == cases[i].threads);
+    CHECK(m->scratch_slots == (cases[i].threads > 1 ? 4 * (size_t)cases[i].threads : 1));
+    carve_model_destroy(m);
+  }
+  CHECK(carve_model_create(&t, k_weights, NULL, &m) == CARVE_OK && carve_model_threads(m) == 2);
+  carve_model_destroy(m);
+  carve_model_options resolved;
+  CHECK(carve_model_resolve_options(NULL, NULL, 0, &resolved) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_model_resolve_options(&t, &threads3, 1, &resolved) == CARVE_ERR_INVALID_ARGUMENT);  // create_with
+  g_threads_for_calls = 0;
+  CHECK(carve_model_resolve_options(&t, NULL, 1, &resolved) == CARVE_OK && resolved.threads == 1);
+  CHECK(g_threads_for_calls == 0);  // one thread: not asked
 
   // create_with: every buffer checked; the same results; destroy frees nothing of the caller's.
   _Alignas(64) static unsigned char ctx[(sizeof(fake) + 63) / 64 * 64 + 64];
@@ -197,7 +234,7 @@ int main(void) {
   CHECK(carve_model_create_with(&bad, k_weights, NULL, &b, &m) == CARVE_ERR_BACKEND && m == NULL && g_destroys == 1);
   b = good;
   CHECK(carve_model_create_with(&d, k_weights, NULL, &b, &m) == CARVE_OK && m == (carve_model*)(void*)ctx);
-  CHECK(!m->owned && m->arena == (float*)(void*)arena && m->scratch_slots == 1);
+  CHECK(!m->owned && m->arena == (float*)(void*)arena && m->scratch_slots == 1 && carve_model_threads(m) == 1);
   g_layers = 0;
   check_detections(m);
   carve_model_destroy(m);  // the buffers are static: freeing any of them would crash

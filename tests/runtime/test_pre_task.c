@@ -160,9 +160,9 @@ static void test_scale_coords(void) {
   CHECK(kp[1][1] == 0.0f && kp[1][0] == 810.0f);  // clipped
   CHECK(kp[1][3] != kp[1][3]);                    // NaN stays NaN
   CHECK(kp[0][2] == 0.9f && kp[0][5] == 0.1f && kp[0][6] == -1.0f);  // visibility, gap untouched
-  carve_scale_coords(NULL, 2, 3, &info);
-  carve_scale_coords(kp[0], 2, 3, NULL);
-  carve_scale_coords(kp[0], 0, 3, &info);
+  CHECK(carve_scale_coords(NULL, 2, 3, &info) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_scale_coords(kp[0], 2, 3, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_scale_coords(kp[0], 0, 3, &info) == CARVE_OK);  // no points
 }
 
 static void test_scale_xywhr(void) {
@@ -178,12 +178,12 @@ static void test_scale_xywhr(void) {
     want[r][2] = want[r][2] / info.gain_x;
     want[r][3] = want[r][3] / info.gain_y;
   }
-  carve_scale_boxes_xywhr(&rows[0][0], 2, 7, &info);
+  CHECK(carve_scale_boxes_xywhr(&rows[0][0], 2, 7, &info) == CARVE_OK);
   CHECK(memcmp(rows, want, sizeof rows) == 0);
   CHECK(rows[1][0] < 0.0f && rows[1][2] > 1280.0f);  // no clipping
   CHECK(rows[0][6] == 0.5f && rows[1][6] == -1.2f);   // angle untouched
-  carve_scale_boxes_xywhr(NULL, 2, 7, &info);
-  carve_scale_boxes_xywhr(&rows[0][0], 2, 7, NULL);
+  CHECK(carve_scale_boxes_xywhr(NULL, 2, 7, &info) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_scale_boxes_xywhr(&rows[0][0], 2, 7, NULL) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
 // Rows split over a pool give the serial result bit for bit.

@@ -1,4 +1,5 @@
-// Checks the AVX-512 and AVX2 + FMA SiLU kernels of carve_ops.c against its
+// Checks the AVX-512 and AVX2 + FMA SiLU variants of carve_epilogue
+// (carve_epilogue__avx512, __avx2 of runtime/carve_epilogue_isa.h) against its
 // portable loop (the one every other CPU runs) and against SiLU in double:
 // every 32nd float bit pattern in [-104, 100] plus every float in [-1, 1] that
 // is a multiple of 2^-20, the specials (+-0, +-inf, NaN, the clamp edges, huge
@@ -8,16 +9,19 @@
 // double rounding shows) and within the portable loop's error budget (2.5e-7
 // relative) of the double value (measured: 1.4e-7).
 //
-// The kernels are static, so this file includes carve_ops.c itself (and links
-// only carve_rt.c of the runtime). On a CPU without AVX-512 or AVX2 the paths it
-// cannot run are reported as skipped; on other architectures the whole test
-// exits 77 (skipped), as those only have the portable loop.
+// Each variant runs as carve_epilogue would call it on one pixel of `count`
+// channels (one SiLU run). On a CPU without AVX-512 or AVX2 the paths it cannot
+// run are reported as skipped; on other architectures the whole test exits 77
+// (skipped), as those only have the portable loop.
 
-#include "../../runtime/carve_ops.c"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "carve_epilogue_isa.h"
 #include "test_common.h"
 
-#ifndef CARVE_SILU_X86
+#ifndef CARVE_HAVE_X86_SIMD
 int main(void) {
   printf("runtime_silu_simd: no x86-64 SIMD SiLU on this architecture: skipped\n");
   return 77;
@@ -26,7 +30,16 @@ int main(void) {
 
 typedef void (*silu_fn)(float* y, const float* r, size_t count);
 
-static void silu_portable(float* y, const float* r, size_t count) { epilogue_run(y, r, count, 1, 0); }
+// y = silu(y) (+ r) over count floats by one variant of carve_epilogue.
+static void silu_by(carve_epilogue_fn variant, float* y, const float* r, size_t count) {
+  if (count > 0) {
+    CHECK(variant(y, count, r, count, 1, count, CARVE_ACT_SILU, NULL) == CARVE_OK);
+  }
+}
+
+static void silu_portable(float* y, const float* r, size_t count) { silu_by(carve_epilogue__portable, y, r, count); }
+static void silu_avx2(float* y, const float* r, size_t count) { silu_by(carve_epilogue__avx2, y, r, count); }
+static void silu_avx512(float* y, const float* r, size_t count) { silu_by(carve_epilogue__avx512, y, r, count); }
 
 static uint32_t bits(float f) {
   uint32_t u;
@@ -172,8 +185,10 @@ int main(void) {
   } else {
     printf("  avx2: this CPU has no AVX2 + FMA: skipped\n");
   }
-  // The dispatch agrees with what the CPU has.
-  CHECK(silu_simd_level() == (__builtin_cpu_supports("avx512f") ? 2 : ran > 0 ? 1 : 0));
+  // The detection agrees with what the CPU has (test_epilogue checks the selector on every architecture).
+  CHECK(carve_isa_detect() == (__builtin_cpu_supports("avx512f") ? CARVE_ISA_AVX512
+                               : ran > 0                         ? CARVE_ISA_AVX2
+                                                                 : CARVE_ISA_PORTABLE));
   printf("runtime_silu_simd: %d SIMD path(s) checked\n", ran);
   return ran > 0 ? 0 : 77;
 }

@@ -1,4 +1,4 @@
-// Checks carve_conv3x3s2_small_cin (the stem convolution of runtime/carve_ops.c)
+// Checks carve_conv3x3s2_small_cin (the stem convolution of runtime/carve_stem.c)
 // against a direct convolution in double: cin 1..4, cout 16/32/48/96, odd and
 // even input sizes from 1x1 up (and 640x640, the network's, on a few rows),
 // pixel strides wider than the channels, act none and SiLU. Every instruction
@@ -8,14 +8,16 @@
 // activation (the same FMAs in the same order) and closely after it (their SiLU
 // kernels differ by a few ulp); the portable path within float rounding.
 // Bad arguments are refused with CARVE_ERR_INVALID_ARGUMENT and write nothing.
-//
-// The instruction set is chosen by the static stem_conv, so this file includes
-// carve_ops.c itself (and links only carve_rt.c of the runtime).
+// The variants run by name (runtime/carve_stem_isa.h); the selector must pick
+// each instruction set's.
 
-#include "../../runtime/carve_ops.c"
-
+#include "carve_stem_isa.h"
 #include "simd_paths.h"
 #include "test_common.h"
+
+// The variants this build has, by carve_isa (NULL: none).
+static const carve_conv3x3s2_small_cin_fn k_variant[CARVE_TEST_ISAS] =
+    CARVE_TEST_VARIANTS(carve_conv3x3s2_small_cin);
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
@@ -73,14 +75,14 @@ static void run_case(const stem_case* k, pthreadpool_t pool, int all_rows, test_
   for (int simd = 0; simd < 3; simd++) {
     for (int t = 0; t < 2; t++) {
       y[simd][t] = NULL;
-      if (!have_level(simd)) {
+      if (!HAVE_VARIANT(k_variant, simd)) {
         continue;
       }
       y[simd][t] = malloc(ny * sizeof(float));
       CHECK(y[simd][t] != NULL);
       fill_canary(y[simd][t], ny);
-      CHECK(stem_conv(x, k->xs, k->h, k->w, k->cin, wt, b, k->cout, y[simd][t], k->ys, k->act, simd,
-                      t ? pool : NULL) == CARVE_OK);
+      CHECK(k_variant[simd](x, k->xs, k->h, k->w, k->cin, wt, b, k->cout, y[simd][t], k->ys, k->act,
+                            t ? pool : NULL) == CARVE_OK);
     }
   }
   for (int simd = 0; simd < 3; simd++) {
@@ -89,10 +91,10 @@ static void run_case(const stem_case* k, pthreadpool_t pool, int all_rows, test_
     }
     // threads: bit-identical; padding: untouched
     CHECK_MSG(memcmp(y[simd][0], y[simd][1], ny * sizeof(float)) == 0, "%s: 2 threads differ from 1 (%zux%zu)",
-              k_path[simd], k->h, k->w);
+              carve_isa_name((carve_isa)simd), k->h, k->w);
     for (size_t p = 0; p < oh * ow; p++) {
       for (size_t c = k->cout; c < k->ys; c++) {
-        CHECK_MSG(is_canary(y[simd][0][p * k->ys + c]), "%s: padding of pixel %zu written", k_path[simd], p);
+        CHECK_MSG(is_canary(y[simd][0][p * k->ys + c]), "%s: padding of pixel %zu written", carve_isa_name((carve_isa)simd), p);
       }
     }
     // against double
@@ -109,7 +111,7 @@ static void run_case(const stem_case* k, pthreadpool_t pool, int all_rows, test_
           const double tol = 4e-7 * mag + 1e-6 * fabs(want) + 1e-30;
           CHECK_MSG(fabs((double)got - want) <= tol,
                     "%s %zux%zu cin %zu cout %zu act %d: (%zu,%zu,%zu) = %.9g, want %.9g (tol %.3g)",
-                    k_path[simd], k->h, k->w, k->cin, k->cout, (int)k->act, oy, ox, co, got, want, tol);
+                    carve_isa_name((carve_isa)simd), k->h, k->w, k->cin, k->cout, (int)k->act, oy, ox, co, got, want, tol);
         }
       }
     }
@@ -191,10 +193,11 @@ static void test_refusals(void) {
 
 int main(void) {
   for (int simd = 2; simd > 0; simd--) {
-    if (!have_level(simd)) {
-      printf("runtime_stem_conv: no %s on this CPU: that path skipped\n", k_path[simd]);
+    if (!HAVE_VARIANT(k_variant, simd)) {
+      printf("runtime_stem_conv: no %s on this CPU: that path skipped\n", carve_isa_name((carve_isa)simd));
     }
   }
+  CHECK_SELECT(carve_conv3x3s2_small_cin_select, k_variant);
   pthreadpool_t pool = make_pool2();
   test_refusals();
   test_shapes(pool);

@@ -17,8 +17,8 @@ static void run_case(test_rng* rng, pthreadpool_t pool2, size_t h, size_t w, siz
   }
   fill_canary(y0, y_len);
   fill_canary(y2, y_len);
-  carve_upsample_nearest2x(x, x_stride, h, w, c, y0, y_stride, NULL);
-  carve_upsample_nearest2x(x, x_stride, h, w, c, y2, y_stride, pool2);
+  CHECK(carve_upsample_nearest2x(x, x_stride, h, w, c, y0, y_stride, NULL) == CARVE_OK);
+  CHECK(carve_upsample_nearest2x(x, x_stride, h, w, c, y2, y_stride, pool2) == CARVE_OK);
   CHECK(memcmp(y0, y2, y_len * sizeof(float)) == 0);
   for (size_t oy = 0; oy < 2 * h; oy++) {
     for (size_t ox = 0; ox < 2 * w; ox++) {

@@ -1,5 +1,5 @@
 // Checks carve_conv3x3s1_winograd (the Winograd F(2x2, 3x3) convolution of
-// runtime/carve_ops.c) against a direct 3x3 convolution in double of the original
+// runtime/carve_winograd.c) against a direct 3x3 convolution in double of the original
 // (cout, cin, 3, 3) weights, + bias, act none / SiLU, + residual or not; the
 // Winograd weights are transformed here (G g G^T in double). Sizes from 1x1 up,
 // odd ones (partial tiles), cin 16 to 272 (two channel blocks, the second
@@ -22,31 +22,18 @@
 // float convolution's (the experiment saw about 1e-6 absolute; measured here:
 // printed per path, a few 1e-7 of the scale).
 //
-// The instruction set is chosen by the static wino_conv, so this file includes
-// carve_ops.c itself (and links only carve_rt.c of the runtime).
+// The variants run by name (runtime/carve_winograd_isa.h); the selector must pick
+// each instruction set's.
 
-#include "../../runtime/carve_ops.c"
-
+#include "carve_winograd_isa.h"
+#include "simd_paths.h"
 #include "test_common.h"
 
 static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
-#ifdef CARVE_WINO_NEON
-static const char* const k_path[3] = {"portable", "NEON", "NEON"};  // aarch64: levels 1 and 2 are NEON
-#else
-static const char* const k_path[3] = {"portable", "AVX2+FMA", "AVX-512"};
-#endif
-
-// Levels run: on x86-64 each one the CPU has; on aarch64 the portable one and NEON (level 1) once.
-static int have_level(int simd) {
-#ifdef CARVE_SILU_X86
-  return simd <= silu_simd_level();
-#elif defined(CARVE_WINO_NEON)
-  return simd <= 1;
-#else
-  return simd == 0;
-#endif
-}
+// The variants this build has, by carve_isa (NULL: none).
+static const carve_conv3x3s1_winograd_fn k_variant[CARVE_TEST_ISAS] =
+    CARVE_TEST_VARIANTS_NEON(carve_conv3x3s1_winograd);
 
 // (cout, cin, 3, 3) -> (16, cin, cout): G g G^T in double, rounded to float.
 static void transform_weights(const float* oihw, size_t cin, size_t cout, float* wt) {
@@ -106,7 +93,7 @@ static void* scratch_alloc(size_t cout, size_t slots) {
   return s;
 }
 
-static double g_worst[3];  // max |y - ref| / max(1, max |ref|) per path
+static double g_worst[CARVE_TEST_ISAS];  // max |y - ref| / max(1, max |ref|) per path
 
 typedef struct wino_case {
   size_t h, w, cin, cout;
@@ -178,23 +165,23 @@ static void run_case(const wino_case* k, pthreadpool_t pool2, pthreadpool_t pool
     float* y0 = malloc(ny * sizeof(float));
     float* y1 = malloc(ny * sizeof(float));
     CHECK(y0 != NULL && y1 != NULL);
-    for (int simd = 0; simd < 3; simd++) {
-      if (!have_level(simd)) {
+    for (int simd = 0; simd < CARVE_TEST_ISAS; simd++) {
+      if (!HAVE_VARIANT(k_variant, simd)) {
         continue;
       }
       fill_canary(y0, ny);
-      CHECK(wino_conv(xd, xstride, h, w, cin, wt, b, cout, y0, ys, r, with_res ? rstride : 0, act, scratch, 1,
-                      simd, NULL) == CARVE_OK);
+      CHECK(k_variant[simd](xd, xstride, h, w, cin, wt, b, cout, y0, ys, r, with_res ? rstride : 0, act, scratch,
+                            1, NULL) == CARVE_OK);
       for (size_t p = 0; p < px; p++) {
         for (size_t c = 0; c < ys; c++) {
           const float got = y0[p * ys + c];
           if (c >= cout) {
-            CHECK_MSG(is_canary(got), "%s: pixel %zu channel %zu (past cout) written", k_path[simd], p, c);
+            CHECK_MSG(is_canary(got), "%s: pixel %zu channel %zu (past cout) written", carve_isa_name((carve_isa)simd), p, c);
             continue;
           }
           const double err = fabs((double)got - want[p * cout + c]);
           CHECK_MSG(err <= 1e-5 * scale, "%s %zux%zu cin %zu cout %zu act %d res %d wide %d: (%zu, %zu) = %.9g, "
-                    "want %.9g (scale %.3g)", k_path[simd], h, w, cin, cout, (int)act, with_res, wide, p, c,
+                    "want %.9g (scale %.3g)", carve_isa_name((carve_isa)simd), h, w, cin, cout, (int)act, with_res, wide, p, c,
                     got, want[p * cout + c], scale);
           g_worst[simd] = fmax(g_worst[simd], err / scale);
         }
@@ -207,10 +194,10 @@ static void run_case(const wino_case* k, pthreadpool_t pool2, pthreadpool_t pool
       for (size_t j = 0; j < 2; j++) {
         const size_t si = (2 * (size_t)variant + j) % (sizeof splits / sizeof splits[0]);
         fill_canary(y1, ny);
-        CHECK(wino_conv(xd, xstride, h, w, cin, wt, b, cout, y1, ys, r, with_res ? rstride : 0, act, scratch,
-                        splits[si].slots, simd, splits[si].pool) == CARVE_OK);
+        CHECK(k_variant[simd](xd, xstride, h, w, cin, wt, b, cout, y1, ys, r, with_res ? rstride : 0, act,
+                              scratch, splits[si].slots, splits[si].pool) == CARVE_OK);
         CHECK_MSG(memcmp(y0, y1, ny * sizeof(float)) == 0, "%s %zux%zu cin %zu cout %zu: %zu slots on %s differ",
-                  k_path[simd], h, w, cin, cout, splits[si].slots, splits[si].pool == NULL ? "no pool" : "a pool");
+                  carve_isa_name((carve_isa)simd), h, w, cin, cout, splits[si].slots, splits[si].pool == NULL ? "no pool" : "a pool");
       }
     }
     free(y1);
@@ -263,9 +250,9 @@ static void test_shapes(pthreadpool_t pool2, pthreadpool_t pool3) {
     n++;
   }
   printf("runtime_winograd: %zu shapes x 4 variants\n", n);
-  for (int simd = 0; simd < 3; simd++) {
-    if (have_level(simd)) {
-      printf("runtime_winograd: %s: max |y - ref| / max(1, max |ref|) = %.3g\n", k_path[simd], g_worst[simd]);
+  for (int simd = 0; simd < CARVE_TEST_ISAS; simd++) {
+    if (HAVE_VARIANT(k_variant, simd)) {
+      printf("runtime_winograd: %s: max |y - ref| / max(1, max |ref|) = %.3g\n", carve_isa_name((carve_isa)simd), g_worst[simd]);
     }
   }
 }
@@ -313,15 +300,12 @@ static void test_refusals(void) {
 }
 
 int main(void) {
-#ifdef CARVE_WINO_NEON
-  printf("runtime_winograd: aarch64: checking the NEON and portable paths\n");
-#else
-  for (int simd = 2; simd > 0; simd--) {
-    if (!have_level(simd)) {
-      printf("runtime_winograd: no %s on this CPU: that path skipped\n", k_path[simd]);
+  for (int simd = 1; simd < CARVE_TEST_ISAS; simd++) {
+    if (k_variant[simd] != NULL && !HAVE_VARIANT(k_variant, simd)) {
+      printf("runtime_winograd: no %s on this CPU: that path skipped\n", carve_isa_name((carve_isa)simd));
     }
   }
-#endif
+  CHECK_SELECT(carve_conv3x3s1_winograd_select, k_variant);
   pthreadpool_t pool2 = make_pool2();
   pthreadpool_t pool3 = pthreadpool_create(3);
   CHECK(pool3 != NULL);

@@ -123,7 +123,7 @@ def cmd_demo(a) -> None:
     if not out.is_file() or out.stat().st_size == 0:
         sys.exit("run_security: the demo wrote no annotated image")
     # Bad command lines are refused with a status, not a crash.
-    for argv in ([], ["--threads", "0", IMAGE], ["--input", a.work / "missing.npy"], [a.work / "missing.png"],
+    for argv in ([], ["--threads", "-1", IMAGE], ["--input", a.work / "missing.npy"], [a.work / "missing.png"],
                  ["--conf", "nan", IMAGE], [HERE / "run_security.py"]):
         r = run([exe, *argv], capture_output=True, text=True)
         if r.returncode == 0 or r.returncode >= 128 or "Sanitizer" in r.stderr or "runtime error" in r.stderr:

@@ -61,3 +61,8 @@ foreach(target checkpoint manifest)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(security_fuzz_${target} PROPERTIES TIMEOUT 300 RESOURCE_LOCK cpu_heavy)
 endforeach()
+
+# libFuzzer + ASan + UBSan on the Exif orientation parser of runtime/carve_io.c (issue 18), 10 s; skipped without clang's libFuzzer.
+add_test(NAME security_fuzz_exif COMMAND ${CARVE_PYTHON} ${carve_sec}/fuzz_exif.py ${carve_sec_work}/exif 10
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(security_fuzz_exif PROPERTIES TIMEOUT 300 RESOURCE_LOCK cpu_heavy)

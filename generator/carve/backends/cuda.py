@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..errors import CarveError
 from ..ir import Graph
 from ..planner import Plan
-from . import Backend
+from . import LAYOUT_FILES, Backend
 from .emit_c import RUNTIME, CPackage
 from .lowering import always, e2e_rule, lower, upsample_x2_rule
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
@@ -91,7 +91,7 @@ class CudaBackend(Backend):
                  ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
     # host-side pieces of the CPU runtime the package uses (letterbox geometry, box mapping, top-k of the
     # probabilities, NCHW -> NHWC, masks, the demo's file I/O), compiled with CARVE_RT_NO_THREADS
-    _runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
+    _runtime = ("carve_rt.h", "carve_rt.c", *LAYOUT_FILES, "carve_pre.h", "carve_pre_math.h",
                 "carve_pre.c", "carve_post.h", "carve_post.c", "carve_io.h", "carve_io.c", "carve_cuda.h")
 
     def runtime_files(self, graph: Graph) -> tuple:

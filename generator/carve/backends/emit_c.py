@@ -17,9 +17,9 @@ import numpy as np
 
 from .. import __version__
 
-ROOT = Path(__file__).resolve().parents[3]
-TEMPLATES = ROOT / "templates"
-RUNTIME = ROOT / "runtime"
+from ..paths import data_dir  # templates/, runtime/: in the installed package, else in the checkout
+TEMPLATES = data_dir("templates")
+RUNTIME = data_dir("runtime")
 
 
 # template -> generated file ({name}: the model's C identifier); a backend may list its own as `templates`

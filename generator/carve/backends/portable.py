@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import CPU_KERNEL_FILES
 from .lowering import CPU_RULES, CBackend, Layouts
 
 # Output channels of one register block: CARVE_PT_OC of runtime/carve_portable.h (the generated code
@@ -61,10 +62,9 @@ class PortableBackend(CBackend):
     layouts = LAYOUTS
     template_vars = dict(pool="NULL", desc_type="carve_pt_desc", ops_what="compute ops (carve_pt_run)",
                          op_prefix=prefix, oc=OC, multithreaded=False)
-    runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
+    runtime = ("carve_rt.h", "carve_rt.c", *CPU_KERNEL_FILES, "carve_pre.h", "carve_pre_math.h",
                "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
-               "carve_weights.c",
-               "carve_portable.h", "carve_portable.c", "carve_io.h", "carve_io.c")
+               "carve_weights.c", "carve_portable.h", "carve_portable.c", "carve_io.h", "carve_io.c")
     cc_defines = ("CARVE_RT_NO_THREADS",)   # the README's plain cc command (as its CMakeLists.txt)
 
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lowering, xnn_heap
+from . import CPU_KERNEL_FILES, lowering, xnn_heap
 from .emit_c import CPackage
 from .lowering import CPU_RULES, CBackend, Layouts
 
-# What carve_conv3x3s2_small_cin accepts (CARVE_STEM_MAX_CIN, CARVE_STEM_COUT_MULTIPLE of runtime/carve_ops.h;
+# What carve_conv3x3s2_small_cin accepts (CARVE_STEM_MAX_CIN, CARVE_STEM_COUT_MULTIPLE of runtime/carve_stem.h;
 # the generated code _Static_asserts that they agree).
 STEM_MAX_CIN = 4
 STEM_COUT_MULTIPLE = 16
@@ -46,7 +46,7 @@ def stem_conv(attrs: dict) -> str | None:
     return "conv3x3s2" if ok else None
 
 
-# What carve_conv3x3s1_winograd accepts (CARVE_WINOGRAD_* of runtime/carve_ops.h; the generated code
+# What carve_conv3x3s1_winograd accepts (CARVE_WINOGRAD_* of runtime/carve_winograd.h; the generated code
 # _Static_asserts the scratch against CARVE_WINOGRAD_SLOT_BYTES).
 WINOGRAD_CHANNEL_MULTIPLE = 8
 WINOGRAD_TILES = 12
@@ -162,7 +162,7 @@ LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
 
 class XnnpackBackend(CBackend):
     name = "xnnpack"
-    description = "CPU: C11 + XNNPACK operators + pthreadpool"
+    description = "CPU: C11 + XNNPACK operators + carve's thread pool"
     lowerable = CPU_RULES
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
@@ -172,11 +172,11 @@ class XnnpackBackend(CBackend):
     letterbox_bands = 8   # carve_letterbox runs in bands on the thread pool (CARVE_LETTERBOX_BANDS)
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True)
-    runtime = ("carve_rt.h", "carve_rt.c", "carve_ops.h", "carve_ops.c", "carve_pre.h", "carve_pre_math.h",
+    runtime = ("carve_rt.h", "carve_rt.c", *CPU_KERNEL_FILES, "carve_pre.h", "carve_pre_math.h",
                "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
-               "carve_weights.c",
-               "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c")
-    cc_libs = ("XNNPACK", "pthreadpool", "pthread")   # the README's plain cc command links these
+               "carve_weights.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c", "carve_pool.h",
+               "carve_pool.c")
+    cc_libs = ("XNNPACK", "pthread")   # the README's plain cc command links these (carve_pool.c: the pthreadpool_*)
 
     def emit(self, graph, plan, options) -> dict:
         # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be

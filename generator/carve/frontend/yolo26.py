@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import CarveError
 from ..ir import GraphBuilder, Layer, validate
-from ..manifest import format_hw, input_hw
+from ..manifest import format_hw, input_hw, manifest_for
 from . import modules as M
 from .heads import HEADS, HeadSpec, build_head
 
@@ -47,8 +47,9 @@ def _check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
     if ck_scale and not isinstance(ck_scale, str):
         raise CarveError(f"the checkpoint's yaml scale is {ck_scale!r:.40}, not a name", location=ckpt.path)
     if ck_scale and ck_scale != scale:
+        right = manifest_for(manifest.task, ck_scale, ckpt.names, manifest.path)  # the task's manifest, not detect's
         raise CarveError(f"checkpoint is scale '{ck_scale}' but {manifest.path} names scale '{scale}'",
-                         location=ckpt.path, hint=f"use manifests/yolo26{ck_scale}.yaml")
+                         location=ckpt.path, hint=f"use {right}" if right else None)
 
 
 def _norm(v):

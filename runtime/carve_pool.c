@@ -1,0 +1,701 @@
+// carve runtime: the thread pool and the CPU count (see carve_pool.h).
+//
+// One step, as the caller publishes it:
+//   step      what to run: the task, its ranges and tiles, items (tiles) per chunk, flags; plain
+//             fields, written only while no chunk of any step is outstanding;
+//   pending   chunks of the step not yet finished (the caller's futex word);
+//   claim     (generation << 32) | (chunks << 16) | next chunk, one 64-bit atomic: a thread claims
+//             chunk `next` by a compare-and-swap to next + 1, which fails when another thread got
+//             there first or the caller has moved on to another step (another generation);
+//   epoch     bumped once per step, the workers' futex word.
+// A thread reads `step` only after its claim succeeded: the step cannot end (pending > 0) and the
+// caller cannot rewrite it before that chunk is done, and the claim's acquire pairs with the
+// caller's release of `claim`, so the thread sees the step the chunk belongs to. A worker that
+// wakes after the step ended finds no chunk to claim, so it never delays the caller.
+
+#define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
+
+#include "carve_pool.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>  // snprintf only (files are read with open / read)
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#define CARVE_POOL_FUTEX 1
+#else
+#define CARVE_POOL_FUTEX 0
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+// Iterations of a pause instruction a thread spins for before it sleeps (about 20 us on a 2020s
+// x86-64): long enough to catch the next step of a run, short enough not to steal a core from a
+// thread that the OS preempted. A pool with more threads than CPUs does not spin at all: there a
+// spinning thread keeps a thread with work off its CPU.
+#ifndef CARVE_POOL_SPIN
+#define CARVE_POOL_SPIN 2048
+#endif
+
+#ifdef CARVE_POOL_TEST_HOOKS
+// tests/runtime/test_pool.c: called by a worker before it claims chunks, to hold it back as the OS could.
+static void test_worker_hook(void);
+#define WORKER_HOOK() test_worker_hook()
+#else
+#define WORKER_HOOK() ((void)0)
+#endif
+
+#define MAX_CHUNKS 0xffffu
+#define MAX_DIMS 6
+
+// ---- CPUs -------------------------------------------------------------------
+
+// Reads a small text file (at most size - 1 bytes) into buf; 0 on failure. open/read, not stdio:
+// nothing here allocates.
+static int read_text(const char* path, char* buf, size_t size) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return 0;
+  }
+  size_t used = 0;
+  while (used + 1 < size) {
+    const ssize_t got = read(fd, buf + used, size - 1 - used);
+    if (got <= 0) {
+      break;
+    }
+    used += (size_t)got;
+  }
+  close(fd);
+  buf[used] = '\0';
+  return used > 0;
+}
+
+static int parse_u64(const char** s, unsigned long long* out) {
+  const char* p = *s;
+  unsigned long long v = 0;
+  if (*p < '0' || *p > '9') {
+    return 0;
+  }
+  while (*p >= '0' && *p <= '9') {
+    v = v * 10u + (unsigned long long)(*p - '0');
+    p++;
+  }
+  *s = p;
+  *out = v;
+  return 1;
+}
+
+// CPUs a quota of `quota` per `period` allows, rounded up; 0 for no limit.
+static size_t quota_cpus(unsigned long long quota, unsigned long long period) {
+  if (quota == 0 || period == 0) {
+    return 0;
+  }
+  return (size_t)((quota + period - 1) / period);
+}
+
+static size_t min_limit(size_t a, size_t b) { return a == 0 ? b : (b == 0 ? a : (a < b ? a : b)); }
+
+// cgroup v2: "max 100000" (no limit) or "<quota> <period>" in <dir>/cpu.max.
+static size_t v2_limit(const char* dir) {
+  char path[4096], text[128];
+  if (snprintf(path, sizeof(path), "%s/cpu.max", dir) >= (int)sizeof(path) || !read_text(path, text, sizeof(text))) {
+    return 0;
+  }
+  const char* p = text;
+  unsigned long long quota = 0, period = 0;
+  if (!parse_u64(&p, &quota) || *p++ != ' ' || !parse_u64(&p, &period)) {
+    return 0;  // "max ..." or unreadable
+  }
+  return quota_cpus(quota, period);
+}
+
+// cgroup v1: <dir>/cpu.cfs_quota_us (-1: no limit) and <dir>/cpu.cfs_period_us.
+static size_t v1_limit(const char* dir) {
+  char path[4096], text[64];
+  unsigned long long quota = 0, period = 0;
+  if (snprintf(path, sizeof(path), "%s/cpu.cfs_quota_us", dir) >= (int)sizeof(path) ||
+      !read_text(path, text, sizeof(text))) {
+    return 0;
+  }
+  const char* p = text;
+  if (!parse_u64(&p, &quota)) {
+    return 0;  // -1
+  }
+  if (snprintf(path, sizeof(path), "%s/cpu.cfs_period_us", dir) >= (int)sizeof(path) ||
+      !read_text(path, text, sizeof(text))) {
+    return 0;
+  }
+  p = text;
+  if (!parse_u64(&p, &period)) {
+    return 0;
+  }
+  return quota_cpus(quota, period);
+}
+
+// The tightest limit of <mount><cgroup> and each of its ancestors up to <mount>.
+static size_t limit_along(const char* mount, const char* cgroup, size_t (*limit)(const char*)) {
+  char dir[4096];
+  if (snprintf(dir, sizeof(dir), "%s%s", mount, strcmp(cgroup, "/") == 0 ? "" : cgroup) >= (int)sizeof(dir)) {
+    return 0;
+  }
+  const size_t base = strlen(mount);
+  size_t best = 0;
+  for (;;) {
+    best = min_limit(best, limit(dir));
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL || (size_t)(slash - dir) < base) {
+      break;
+    }
+    *slash = '\0';
+  }
+  return best;
+}
+
+// Whether the comma-separated controller list [s, end) names "cpu".
+static int names_cpu(const char* s, const char* end) {
+  while (s < end) {
+    const char* comma = memchr(s, ',', (size_t)(end - s));
+    const char* stop = comma != NULL ? comma : end;
+    if (stop - s == 3 && memcmp(s, "cpu", 3) == 0) {
+      return 1;
+    }
+    s = stop + 1;
+  }
+  return 0;
+}
+
+// The CPU quota of this process's cgroups (v2 and v1), rounded up; 0 for none found.
+static size_t cgroup_cpus(const char* root) {
+  char path[4096], text[4096], mount[4096];
+  if (snprintf(path, sizeof(path), "%s/proc/self/cgroup", root) >= (int)sizeof(path) ||
+      !read_text(path, text, sizeof(text))) {
+    return 0;
+  }
+  size_t best = 0;
+  for (char* line = text; *line != '\0';) {
+    char* nl = strchr(line, '\n');
+    char* end = nl != NULL ? nl : line + strlen(line);
+    char* c1 = memchr(line, ':', (size_t)(end - line));
+    char* c2 = c1 != NULL ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+    if (c2 != NULL) {
+      *end = '\0';
+      const char* cgroup = c2 + 1;
+      if (c2 == c1 + 1 && c1 - line == 1 && line[0] == '0') {  // "0::<path>": cgroup v2
+        if (snprintf(mount, sizeof(mount), "%s/sys/fs/cgroup", root) < (int)sizeof(mount)) {
+          best = min_limit(best, limit_along(mount, cgroup, v2_limit));
+        }
+      } else if (names_cpu(c1 + 1, c2)) {  // "<id>:cpu,cpuacct:<path>": cgroup v1
+        static const char* const kMounts[] = {"cpu,cpuacct", "cpu", "cpuacct,cpu"};
+        for (size_t i = 0; i < sizeof(kMounts) / sizeof(kMounts[0]); i++) {
+          if (snprintf(mount, sizeof(mount), "%s/sys/fs/cgroup/%s", root, kMounts[i]) < (int)sizeof(mount)) {
+            // In a container the cgroup's own folder is often mounted at the root: try both.
+            best = min_limit(best, limit_along(mount, cgroup, v1_limit));
+            best = min_limit(best, v1_limit(mount));
+          }
+        }
+      }
+    }
+    if (nl == NULL) {
+      break;
+    }
+    line = nl + 1;
+  }
+  return best;
+}
+
+static size_t affinity_cpus(void) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) {
+      return (size_t)n;
+    }
+  }
+#endif
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (size_t)online : 1;
+}
+
+size_t carve_cpu_count_at(const char* root) {
+  const size_t cpus = affinity_cpus();
+  const size_t quota = cgroup_cpus(root != NULL && strcmp(root, "/") != 0 ? root : "");
+  return quota != 0 && quota < cpus ? quota : cpus;
+}
+
+size_t carve_cpu_count(void) { return carve_cpu_count_at("/"); }
+
+size_t carve_threads_for(size_t requested, int allow_oversubscribe) {
+  const size_t cpus = carve_cpu_count();
+  if (requested == 0 || (requested > cpus && !allow_oversubscribe)) {
+    return cpus;
+  }
+  return requested;
+}
+
+// ---- Floating-point state ---------------------------------------------------
+
+// PTHREADPOOL_FLAG_DISABLE_DENORMALS: flush-to-zero and denormals-are-zero while a step's tasks run,
+// on whichever thread runs them (as libpthreadpool does; XNNPACK's operators ask for it).
+typedef struct fpu_state {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned int mxcsr;
+#elif defined(__aarch64__)
+  uint64_t fpcr;
+#else
+  int unused;
+#endif
+} fpu_state;
+
+static fpu_state fpu_flush_denormals(void) {
+  fpu_state saved;
+#if defined(__x86_64__) || defined(__i386__)
+  saved.mxcsr = _mm_getcsr();
+  _mm_setcsr(saved.mxcsr | 0x8040u);  // FTZ | DAZ
+#elif defined(__aarch64__)
+  uint64_t fpcr;
+  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+  saved.fpcr = fpcr;
+  __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | UINT64_C(0x1080000)));  // FZ, FZ16
+#else
+  saved.unused = 0;
+#endif
+  return saved;
+}
+
+static void fpu_restore(fpu_state saved) {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(saved.mxcsr);
+#elif defined(__aarch64__)
+  __asm__ volatile("msr fpcr, %0" : : "r"(saved.fpcr));
+#else
+  (void)saved;
+#endif
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+// ---- Steps ------------------------------------------------------------------
+
+typedef enum step_kind {
+  K_1D, K_1D_TILE_1D, K_2D, K_2D_TILE_1D, K_2D_TILE_2D, K_3D, K_3D_TILE_2D, K_4D, K_4D_TILE_2D,
+  K_5D, K_5D_TILE_2D, K_6D_TILE_2D,
+} step_kind;
+
+typedef struct step {
+  step_kind kind;
+  void (*task)(void);     // the caller's task, cast back by kind
+  void* context;
+  size_t dims;
+  size_t range[MAX_DIMS];  // per dimension: the range,
+  size_t tile[MAX_DIMS];   // its tile (1: untiled),
+  size_t count[MAX_DIMS];  // and its number of tiles
+  size_t items;            // tiles in all (the product of count)
+  size_t per_chunk;        // tiles per chunk
+  uint32_t flags;
+} step;
+
+struct pthreadpool {
+  _Atomic uint64_t claim;
+  _Atomic uint32_t pending;
+  _Atomic uint32_t epoch;
+  _Atomic uint32_t sleepers;        // workers asleep (or about to be) on epoch
+  _Atomic uint32_t caller_waiting;  // the caller asleep (or about to be) on pending
+  _Atomic uint32_t stop;
+  _Atomic uint64_t steps;
+  uint32_t generation;              // the caller's
+  step step;
+  size_t threads;
+  int spin;                         // CARVE_POOL_SPIN, or 0 when threads > carve_cpu_count()
+  size_t workers_started;
+#if !CARVE_POOL_FUTEX
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+#endif
+  pthread_t workers[];
+};
+
+// Sleeps while *word == expected (may return early); wake() wakes up to n sleepers.
+static void wait_word(struct pthreadpool* pool, _Atomic uint32_t* word, uint32_t expected) {
+#if CARVE_POOL_FUTEX
+  (void)pool;
+  syscall(SYS_futex, (uint32_t*)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+#else
+  pthread_mutex_lock(&pool->lock);
+  while (atomic_load(word) == expected) {
+    pthread_cond_wait(&pool->cond, &pool->lock);
+  }
+  pthread_mutex_unlock(&pool->lock);
+#endif
+}
+
+static void wake(struct pthreadpool* pool, _Atomic uint32_t* word, uint32_t n) {
+#if CARVE_POOL_FUTEX
+  (void)pool;
+  syscall(SYS_futex, (uint32_t*)word, FUTEX_WAKE_PRIVATE, n > 0x7fffffffu ? 0x7fffffff : (int)n, NULL, NULL, 0);
+#else
+  (void)word;
+  (void)n;
+  pthread_mutex_lock(&pool->lock);
+  pthread_mutex_unlock(&pool->lock);
+  pthread_cond_broadcast(&pool->cond);
+#endif
+}
+
+// Runs tiles [first, first + n) of the step, in order.
+static void run_items(const step* s, size_t first, size_t n) {
+  size_t idx[MAX_DIMS] = {0}, start[MAX_DIMS] = {0}, size[MAX_DIMS] = {0};
+  size_t rest = first;
+  for (size_t d = s->dims; d-- > 0;) {
+    idx[d] = rest % s->count[d];
+    rest /= s->count[d];
+  }
+  for (size_t k = 0; k < n; k++) {
+    for (size_t d = 0; d < s->dims; d++) {
+      start[d] = idx[d] * s->tile[d];
+      const size_t left = s->range[d] - start[d];
+      size[d] = left < s->tile[d] ? left : s->tile[d];
+    }
+    const size_t* i = start;
+    const size_t* t = size;
+    void* c = s->context;
+    switch (s->kind) {
+      case K_1D: ((pthreadpool_task_1d_t)s->task)(c, i[0]); break;
+      case K_1D_TILE_1D: ((pthreadpool_task_1d_tile_1d_t)s->task)(c, i[0], t[0]); break;
+      case K_2D: ((pthreadpool_task_2d_t)s->task)(c, i[0], i[1]); break;
+      case K_2D_TILE_1D: ((pthreadpool_task_2d_tile_1d_t)s->task)(c, i[0], i[1], t[1]); break;
+      case K_2D_TILE_2D: ((pthreadpool_task_2d_tile_2d_t)s->task)(c, i[0], i[1], t[0], t[1]); break;
+      case K_3D: ((pthreadpool_task_3d_t)s->task)(c, i[0], i[1], i[2]); break;
+      case K_3D_TILE_2D: ((pthreadpool_task_3d_tile_2d_t)s->task)(c, i[0], i[1], i[2], t[1], t[2]); break;
+      case K_4D: ((pthreadpool_task_4d_t)s->task)(c, i[0], i[1], i[2], i[3]); break;
+      case K_4D_TILE_2D:
+        ((pthreadpool_task_4d_tile_2d_t)s->task)(c, i[0], i[1], i[2], i[3], t[2], t[3]);
+        break;
+      case K_5D: ((pthreadpool_task_5d_t)s->task)(c, i[0], i[1], i[2], i[3], i[4]); break;
+      case K_5D_TILE_2D:
+        ((pthreadpool_task_5d_tile_2d_t)s->task)(c, i[0], i[1], i[2], i[3], i[4], t[3], t[4]);
+        break;
+      case K_6D_TILE_2D:
+        ((pthreadpool_task_6d_tile_2d_t)s->task)(c, i[0], i[1], i[2], i[3], i[4], i[5], t[4], t[5]);
+        break;
+    }
+    // The next tile: the last dimension fastest.
+    for (size_t d = s->dims; d-- > 0;) {
+      if (++idx[d] < s->count[d]) {
+        break;
+      }
+      idx[d] = 0;
+    }
+  }
+}
+
+// Claims and runs chunks of whatever step is current until none is left; the caller and the
+// workers alike. The floating-point mode follows each chunk's step.
+static void run_chunks(struct pthreadpool* pool) {
+  int flushing = 0;
+  fpu_state saved = {0};
+  for (;;) {
+    uint64_t w = atomic_load_explicit(&pool->claim, memory_order_relaxed);
+    uint32_t chunk;
+    for (;;) {
+      chunk = (uint32_t)(w & 0xffffu);
+      if (chunk >= (uint32_t)((w >> 16) & 0xffffu)) {
+        if (flushing) {
+          fpu_restore(saved);
+        }
+        return;
+      }
+      if (atomic_compare_exchange_weak_explicit(&pool->claim, &w, w + 1, memory_order_acquire,
+                                                memory_order_relaxed)) {
+        break;
+      }
+    }
+    const step* s = &pool->step;
+    const int flush = (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0;
+    if (flush && !flushing) {
+      saved = fpu_flush_denormals();
+    } else if (!flush && flushing) {
+      fpu_restore(saved);
+    }
+    flushing = flush;
+    const size_t first = (size_t)chunk * s->per_chunk;
+    const size_t left = s->items - first;
+    run_items(s, first, left < s->per_chunk ? left : s->per_chunk);
+    if (atomic_fetch_sub(&pool->pending, 1) == 1 &&  // seq_cst: pairs with caller_waiting (Dekker)
+        atomic_load(&pool->caller_waiting) != 0) {
+      wake(pool, &pool->pending, 1);
+    }
+  }
+}
+
+static void* worker_main(void* arg) {
+  struct pthreadpool* pool = arg;
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t e = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+    for (int i = 0; e == seen && i < pool->spin; i++) {
+      cpu_relax();
+      e = atomic_load_explicit(&pool->epoch, memory_order_acquire);
+    }
+    if (e == seen) {
+      atomic_fetch_add(&pool->sleepers, 1);
+      while ((e = atomic_load(&pool->epoch)) == seen) {
+        wait_word(pool, &pool->epoch, seen);
+      }
+      atomic_fetch_sub(&pool->sleepers, 1);
+    }
+    seen = e;
+    if (atomic_load(&pool->stop) != 0) {
+      return NULL;
+    }
+    WORKER_HOOK();
+    run_chunks(pool);
+  }
+}
+
+// Runs a step: serially on the caller for a NULL pool, one thread or one chunk; otherwise publishes
+// it, wakes sleeping workers (as many as could get a chunk), runs chunks itself and waits until the
+// last chunk is done.
+static void run_step(struct pthreadpool* pool, step* s) {
+  s->items = 1;
+  for (size_t d = 0; d < s->dims; d++) {
+    if (s->range[d] == 0) {
+      return;
+    }
+    if (s->tile[d] == 0) {
+      s->tile[d] = 1;
+    }
+    s->count[d] = (s->range[d] - 1) / s->tile[d] + 1;
+    s->items *= s->count[d];
+  }
+  size_t chunks = pool != NULL ? pool->threads * CARVE_POOL_CHUNKS_PER_THREAD : 1;
+  chunks = chunks < s->items ? chunks : s->items;
+  chunks = chunks < MAX_CHUNKS ? chunks : MAX_CHUNKS;
+  s->per_chunk = (s->items - 1) / chunks + 1;
+  chunks = (s->items - 1) / s->per_chunk + 1;
+  if (pool != NULL) {
+    atomic_fetch_add_explicit(&pool->steps, 1, memory_order_relaxed);
+  }
+  if (pool == NULL || pool->threads <= 1 || chunks <= 1) {
+    const int flush = (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0;
+    fpu_state saved = {0};
+    if (flush) {
+      saved = fpu_flush_denormals();
+    }
+    run_items(s, 0, s->items);
+    if (flush) {
+      fpu_restore(saved);
+    }
+    return;
+  }
+  pool->step = *s;  // no chunk is outstanding: no thread reads it now
+  atomic_store_explicit(&pool->pending, (uint32_t)chunks, memory_order_relaxed);
+  pool->generation++;
+  atomic_store_explicit(&pool->claim, ((uint64_t)pool->generation << 32) | ((uint64_t)chunks << 16),
+                        memory_order_release);
+  atomic_fetch_add(&pool->epoch, 1);
+  const uint32_t asleep = atomic_load(&pool->sleepers);
+  if (asleep > 0) {
+    wake(pool, &pool->epoch, asleep < chunks - 1 ? asleep : (uint32_t)(chunks - 1));
+  }
+  run_chunks(pool);
+  uint32_t left = atomic_load_explicit(&pool->pending, memory_order_acquire);
+  for (int i = 0; left != 0 && i < pool->spin; i++) {
+    cpu_relax();
+    left = atomic_load_explicit(&pool->pending, memory_order_acquire);
+  }
+  if (left != 0) {
+    atomic_store(&pool->caller_waiting, 1);
+    while ((left = atomic_load(&pool->pending)) != 0) {
+      wait_word(pool, &pool->pending, left);
+    }
+    atomic_store(&pool->caller_waiting, 0);
+  }
+}
+
+// ---- Pool lifecycle ---------------------------------------------------------
+
+static void stop_workers(struct pthreadpool* pool) {
+  atomic_store(&pool->stop, 1);
+  atomic_fetch_add(&pool->epoch, 1);
+  wake(pool, &pool->epoch, 0x7fffffffu);
+  for (size_t i = 0; i < pool->workers_started; i++) {
+    pthread_join(pool->workers[i], NULL);
+  }
+  pool->workers_started = 0;
+}
+
+pthreadpool_t pthreadpool_create(size_t threads) {
+  if (threads == 0) {
+    threads = carve_cpu_count();
+  }
+  if (threads > 4096) {
+    return NULL;
+  }
+  struct pthreadpool* pool = calloc(1, sizeof(*pool) + (threads - 1) * sizeof(pthread_t));
+  if (pool == NULL) {
+    return NULL;
+  }
+  pool->threads = threads;
+  pool->spin = threads <= carve_cpu_count() ? CARVE_POOL_SPIN : 0;
+  atomic_init(&pool->claim, 0);
+  atomic_init(&pool->pending, 0);
+  atomic_init(&pool->epoch, 0);
+  atomic_init(&pool->sleepers, 0);
+  atomic_init(&pool->caller_waiting, 0);
+  atomic_init(&pool->stop, 0);
+  atomic_init(&pool->steps, 0);
+#if !CARVE_POOL_FUTEX
+  if (pthread_mutex_init(&pool->lock, NULL) != 0) {
+    free(pool);
+    return NULL;
+  }
+  if (pthread_cond_init(&pool->cond, NULL) != 0) {
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+    return NULL;
+  }
+#endif
+  for (size_t i = 0; i + 1 < threads; i++) {
+    if (pthread_create(&pool->workers[i], NULL, worker_main, pool) != 0) {
+      pthreadpool_destroy(pool);
+      return NULL;
+    }
+    pool->workers_started++;
+  }
+  return pool;
+}
+
+void pthreadpool_destroy(pthreadpool_t pool) {
+  if (pool == NULL) {
+    return;
+  }
+  stop_workers(pool);
+#if !CARVE_POOL_FUTEX
+  pthread_cond_destroy(&pool->cond);
+  pthread_mutex_destroy(&pool->lock);
+#endif
+  free(pool);
+}
+
+size_t pthreadpool_get_threads_count(pthreadpool_t pool) { return pool != NULL ? pool->threads : 1; }
+
+uint64_t carve_pool_steps(pthreadpool_t pool) {
+  return pool != NULL ? atomic_load_explicit(&pool->steps, memory_order_relaxed) : 0;
+}
+
+// ---- pthreadpool_parallelize_* ------------------------------------------------
+
+// A step of `dims` dimensions: ranges r, tiles t (NULL: all 1).
+static void parallelize(pthreadpool_t pool, step_kind kind, void (*task)(void), void* context, size_t dims,
+                        const size_t* r, const size_t* t, uint32_t flags) {
+  step s;
+  memset(&s, 0, sizeof(s));
+  s.kind = kind;
+  s.task = task;
+  s.context = context;
+  s.dims = dims;
+  s.flags = flags;
+  for (size_t d = 0; d < dims; d++) {
+    s.range[d] = r[d];
+    s.tile[d] = t != NULL ? t[d] : 1;
+  }
+  run_step(pool, &s);
+}
+
+#define FN(f) ((void (*)(void))(f))
+
+void pthreadpool_parallelize_1d(pthreadpool_t pool, pthreadpool_task_1d_t task, void* context, size_t range,
+                                uint32_t flags) {
+  const size_t r[1] = {range};
+  parallelize(pool, K_1D, FN(task), context, 1, r, NULL, flags);
+}
+
+void pthreadpool_parallelize_1d_tile_1d(pthreadpool_t pool, pthreadpool_task_1d_tile_1d_t task, void* context,
+                                        size_t range, size_t tile, uint32_t flags) {
+  const size_t r[1] = {range}, t[1] = {tile};
+  parallelize(pool, K_1D_TILE_1D, FN(task), context, 1, r, t, flags);
+}
+
+void pthreadpool_parallelize_2d(pthreadpool_t pool, pthreadpool_task_2d_t task, void* context, size_t range_i,
+                                size_t range_j, uint32_t flags) {
+  const size_t r[2] = {range_i, range_j};
+  parallelize(pool, K_2D, FN(task), context, 2, r, NULL, flags);
+}
+
+void pthreadpool_parallelize_2d_tile_1d(pthreadpool_t pool, pthreadpool_task_2d_tile_1d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t tile_j, uint32_t flags) {
+  const size_t r[2] = {range_i, range_j}, t[2] = {1, tile_j};
+  parallelize(pool, K_2D_TILE_1D, FN(task), context, 2, r, t, flags);
+}
+
+void pthreadpool_parallelize_2d_tile_2d(pthreadpool_t pool, pthreadpool_task_2d_tile_2d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t tile_i, size_t tile_j,
+                                        uint32_t flags) {
+  const size_t r[2] = {range_i, range_j}, t[2] = {tile_i, tile_j};
+  parallelize(pool, K_2D_TILE_2D, FN(task), context, 2, r, t, flags);
+}
+
+void pthreadpool_parallelize_3d(pthreadpool_t pool, pthreadpool_task_3d_t task, void* context, size_t range_i,
+                                size_t range_j, size_t range_k, uint32_t flags) {
+  const size_t r[3] = {range_i, range_j, range_k};
+  parallelize(pool, K_3D, FN(task), context, 3, r, NULL, flags);
+}
+
+void pthreadpool_parallelize_3d_tile_2d(pthreadpool_t pool, pthreadpool_task_3d_tile_2d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t range_k, size_t tile_j,
+                                        size_t tile_k, uint32_t flags) {
+  const size_t r[3] = {range_i, range_j, range_k}, t[3] = {1, tile_j, tile_k};
+  parallelize(pool, K_3D_TILE_2D, FN(task), context, 3, r, t, flags);
+}
+
+void pthreadpool_parallelize_4d(pthreadpool_t pool, pthreadpool_task_4d_t task, void* context, size_t range_i,
+                                size_t range_j, size_t range_k, size_t range_l, uint32_t flags) {
+  const size_t r[4] = {range_i, range_j, range_k, range_l};
+  parallelize(pool, K_4D, FN(task), context, 4, r, NULL, flags);
+}
+
+void pthreadpool_parallelize_4d_tile_2d(pthreadpool_t pool, pthreadpool_task_4d_tile_2d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t range_k, size_t range_l,
+                                        size_t tile_k, size_t tile_l, uint32_t flags) {
+  const size_t r[4] = {range_i, range_j, range_k, range_l}, t[4] = {1, 1, tile_k, tile_l};
+  parallelize(pool, K_4D_TILE_2D, FN(task), context, 4, r, t, flags);
+}
+
+void pthreadpool_parallelize_5d(pthreadpool_t pool, pthreadpool_task_5d_t task, void* context, size_t range_i,
+                                size_t range_j, size_t range_k, size_t range_l, size_t range_m, uint32_t flags) {
+  const size_t r[5] = {range_i, range_j, range_k, range_l, range_m};
+  parallelize(pool, K_5D, FN(task), context, 5, r, NULL, flags);
+}
+
+void pthreadpool_parallelize_5d_tile_2d(pthreadpool_t pool, pthreadpool_task_5d_tile_2d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t range_k, size_t range_l,
+                                        size_t range_m, size_t tile_l, size_t tile_m, uint32_t flags) {
+  const size_t r[5] = {range_i, range_j, range_k, range_l, range_m}, t[5] = {1, 1, 1, tile_l, tile_m};
+  parallelize(pool, K_5D_TILE_2D, FN(task), context, 5, r, t, flags);
+}
+
+void pthreadpool_parallelize_6d_tile_2d(pthreadpool_t pool, pthreadpool_task_6d_tile_2d_t task, void* context,
+                                        size_t range_i, size_t range_j, size_t range_k, size_t range_l,
+                                        size_t range_m, size_t range_n, size_t tile_m, size_t tile_n,
+                                        uint32_t flags) {
+  const size_t r[6] = {range_i, range_j, range_k, range_l, range_m, range_n};
+  const size_t t[6] = {1, 1, 1, 1, tile_m, tile_n};
+  parallelize(pool, K_6D_TILE_2D, FN(task), context, 6, r, t, flags);
+}
