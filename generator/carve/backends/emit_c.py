@@ -7,6 +7,7 @@ generated text file starts with the same banner.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import zlib
@@ -74,10 +75,108 @@ WEIGHTS_HEADER_BYTES = 64
 
 def runtime_abi() -> int:
     """CARVE_RT_ABI of the runtime this carve copies into packages (runtime/carve_rt.h is the one source)."""
-    m = re.search(r"^#define CARVE_RT_ABI (\d+)$", (RUNTIME / "carve_rt.h").read_text(), re.M)
-    if not m:  # pragma: no cover - the repository's own file
-        raise AssertionError("runtime/carve_rt.h: no '#define CARVE_RT_ABI <n>'")
-    return int(m.group(1))
+    return runtime_define("CARVE_RT_ABI")
+
+
+# ---- Constants read from the runtime ------------------------------------------
+#
+# The generator never types a C constant again: runtime_define reads it from the runtime's sources, wherever it
+# lives (headers first, then .c / .cu sources), so a define that moves between files keeps working.
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?![\w(])[ \t]*(.*?)[ \t]*(?://.*)?$")
+_COND = re.compile(r"^[ \t]*#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b[ \t]*(\w*)")
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_defines(defined: tuple) -> dict:
+    """NAME -> [(value text, file)] of every object-like #define in runtime/*.h, then *.c / *.cu, keeping those in
+    the branches of #ifdef / #ifndef X that hold when exactly the macros in ``defined`` are set (other
+    conditions: both branches)."""
+    out: dict = {}
+    files = sorted(RUNTIME.glob("*.h")) + sorted(RUNTIME.glob("*.c")) + sorted(RUNTIME.glob("*.cu"))
+    for path in files:
+        stack: list = []   # per open conditional: True / False (known) or None (unknown)
+        lines = path.read_text().replace("\\\n", " ").split("\n")
+        for line in lines:
+            c = _COND.match(line)
+            if c:
+                kw, arg = c.groups()
+                if kw in ("ifdef", "ifndef"):
+                    # a header's own guard and "#ifndef NAME / #define NAME default" hold: NAME is not set
+                    stack.append((arg in defined) == (kw == "ifdef"))
+                elif kw == "if":
+                    stack.append(None)
+                elif kw in ("else", "elif") and stack:
+                    stack[-1] = None if stack[-1] is None or kw == "elif" else not stack[-1]
+                elif kw == "endif" and stack:
+                    stack.pop()
+                continue
+            if False in stack:
+                continue
+            m = _DEFINE.match(line)
+            if m and m.group(2):
+                out.setdefault(m.group(1), []).append((m.group(2), path.name))
+    return out
+
+
+def _c_int(text: str, lookup, name: str) -> int:
+    """The value of an integer constant expression of C: literals (u / l suffixes), casts to integer types,
+    + - * / % << >> | & ~ and parentheses, other macros through ``lookup``."""
+    import ast
+    expr = re.sub(r"\((?:size_t|u?int(?:8|16|32|64)_t|unsigned|int|long|unsigned long|long long)\)", "", text)
+    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", expr)
+    expr = re.sub(r"\b([A-Za-z_]\w*)\b", lambda m: str(lookup(m.group(1))), expr)
+    expr = expr.replace("/", "//")
+    tree = ast.parse(expr, mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
+               ast.Mod, ast.LShift, ast.RShift, ast.BitOr, ast.BitAnd, ast.BitXor, ast.Invert, ast.USub, ast.UAdd)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)) or not all(
+            isinstance(n.value, int) for n in ast.walk(tree) if isinstance(n, ast.Constant)):
+        raise AssertionError(f"runtime/: #define {name} {text}: not an integer constant expression carve can read")
+    return int(eval(compile(tree, name, "eval")))  # only integer arithmetic nodes, checked above
+
+
+def runtime_define(name: str, defined: tuple = ()) -> int:
+    """The integer value of ``#define NAME value`` in runtime/ (see _runtime_defines; ``defined``: the macros the
+    package's runtime is compiled with, e.g. ("CARVE_RT_NO_THREADS",)). Raises when NAME is missing, or defined
+    twice with different values in the branches that hold (a carve bug: the runtime and the generator disagree)."""
+    table = _runtime_defines(tuple(defined))
+
+    def value(n: str, seen: tuple) -> int:
+        found = table.get(n)
+        if not found:
+            where = f" (needed by {seen[-1]})" if seen else ""
+            raise AssertionError(f"runtime/: no '#define {n} <value>' in runtime/*.h, *.c or *.cu{where}; the "
+                                 "generator reads this constant from the runtime")
+        vals = {_c_int(t, lambda m: value(m, seen + (n,)), n) for t, _ in found}
+        if len(vals) != 1:
+            raise AssertionError(f"runtime/: #define {n} has several values {sorted(vals)} in "
+                                 f"{', '.join(sorted({f for _, f in found}))} (defined: {list(defined) or 'none'})")
+        return vals.pop()
+
+    return value(name, ())
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"(carve_\w+\.h)"', re.M)
+
+
+def runtime_closure(files) -> list:
+    """The runtime files a package needs for these seeds (runtime file names, headers or sources): each file's
+    ``#include "carve_*.h"`` added, and for each header its source (``.c`` / ``.cu`` of the same stem) when runtime/
+    has one, until nothing new comes in. Sorted."""
+    todo, seen = list(files), set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        path = RUNTIME / f
+        if not path.is_file():
+            raise AssertionError(f"runtime/{f}: named by a step or backend but missing")  # pragma: no cover
+        seen.add(f)
+        todo += _INCLUDE.findall(path.read_text())
+        if f.endswith(".h"):
+            todo += [src.name for src in (path.with_suffix(".c"), path.with_suffix(".cu")) if src.is_file()]
+    return sorted(seen)
 
 
 def abi_check(abi: int) -> str:
@@ -137,6 +236,17 @@ def _c_bytes(data: bytes) -> str:
     return ", ".join(f"0x{b:02x}" for b in data)
 
 
+def package_runtime_seeds(backend, graph, program: dict, options: dict) -> list:
+    """The runtime files a package's C calls into, before the include closure: those of every lowered step
+    (Step.runtime_files) and those of its fixed parts (backend.runtime_families)."""
+    from .steps import family_files
+    seeds = set(family_files(backend.runtime_families(graph, options)))
+    for lay in program["layers"]:
+        for st in lay["steps"]:
+            seeds.update(st.runtime_files)
+    return sorted(seeds)
+
+
 class CPackage:
     """Renders a lowered program with the backend's templates. Backend-independent parts live here:
     the banner (with the options), the weight storage (blob / c-array / file, f32 / f16), the ABI
@@ -161,9 +271,8 @@ class CPackage:
         payload = weights_payload(g, p["blob"], dtype)
         floats = len(p["blob"]) // 4
         rt_abi = runtime_abi()
-        runtime = list(self.backend.runtime_files(g))
-        if (fmt == "file" or dtype == "f16") and "carve_weights.c" not in runtime:
-            runtime += ["carve_weights.h", "carve_weights.c"]
+        seeds = package_runtime_seeds(self.backend, g, p, self.options)
+        runtime = runtime_closure(seeds)
         runtime_sources = [f for f in runtime if f.endswith(".c") and f != "carve_io.c"]
         weights = dict(
             format=fmt, dtype=dtype, linked=fmt != "file", floats=floats, payload_bytes=len(payload),
@@ -180,7 +289,9 @@ class CPackage:
             backend=self.backend.name, imgsz=meta["imgsz"], input_h=in_h, input_w=in_w,
             imgsz_str=f"{in_h}x{in_w}", names=meta["names"], nc=meta["nc"],
             weights_format=fmt, weights_dtype=dtype, weights=weights, options=self.options, options_str=opts,
-            rt_abi=rt_abi, abi_check=abi_check(rt_abi), runtime_sources=runtime_sources,
+            rt_abi=rt_abi, abi_check=abi_check(rt_abi), runtime_sources=runtime_sources, runtime_files=runtime,
+            # the runtime headers the model source includes: those of its steps and fixed parts (not the demo's I/O)
+            model_includes=sorted(f for f in seeds if f.endswith(".h") and f != "carve_io.h"),
             runtime_cuda_sources=[f for f in runtime if f.endswith(".cu")],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
@@ -220,6 +331,10 @@ class CPackage:
             text = data.decode()
             if ctx["banner"] not in text.split("\n", 1)[0]:
                 raise AssertionError(f"{self.backend.name}: generated {path} does not start with the banner")
+            missing = sorted(set(_INCLUDE.findall(text)) - set(ctx["runtime_files"]))
+            if missing:
+                raise AssertionError(f"{self.backend.name}: generated {path} includes {', '.join(missing)}, which the "
+                                     "package does not carry (a step or runtime_families lacks its family)")
             if path.endswith((".c", ".cu", ".cc", ".cpp")) and re.search(r'#include "(carve_|{})'.format(
                     re.escape(ctx["name"])), text) and ctx["abi_check"] not in text:
                 raise AssertionError(f"{self.backend.name}: generated {path} lacks the runtime ABI check "
