@@ -296,10 +296,11 @@ class CPackage:
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
         )
+        ctx["demo_source"] = next(path.format(name=name) for t, path in self._templates() if t.startswith("demo."))
         ctx["cc_command"] = self._cc_command(name, weights, runtime_sources)
         env = _env(self.backend.name)
         out: dict = {}
-        for template, path in getattr(self.backend, "templates", TEMPLATES_C):
+        for template, path in self._templates():
             out[path.format(name=name)] = env.get_template(template).render(**ctx).encode()
         if fmt == "blob":
             out[f"{name}_weights.S"] = env.get_template("weights.S.j2").render(**ctx).encode()
@@ -312,6 +313,9 @@ class CPackage:
             out[f"runtime/{f}"] = (RUNTIME / f).read_bytes()
         self._check_generated(out, ctx)
         return out
+
+    def _templates(self) -> tuple:
+        return getattr(self.backend, "templates", TEMPLATES_C)
 
     def _cc_command(self, name: str, weights: dict, runtime_sources: list) -> str:
         """One plain compiler command that builds the demo from the package folder (the README's)."""
