@@ -50,7 +50,8 @@ def c_float(x: float) -> str:
 
 def _env(backend_name: str) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(TEMPLATES / backend_name), str(TEMPLATES / "common")]),
+        # a backend's template extends a common one of the same name as "common/<name>"
+        loader=jinja2.FileSystemLoader([str(TEMPLATES / backend_name), str(TEMPLATES / "common"), str(TEMPLATES)]),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
         autoescape=False)
     env.filters["cfloat"] = c_float
