@@ -173,7 +173,8 @@ class CudaBackend(CBackend):
         "linear": always,
         "softmax": _softmax_rule,
     }
-    template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES, "has_xnn_heap": False}
+    template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES, "has_xnn_heap": False,
+                     "pool": "NULL"}
     # every weight format and dtype of emit_c (the defaults of Backend): file and f16 are checked on the host
     # with runtime/carve_weights.c and uploaded once at create, f16 widened on the device
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
