@@ -159,15 +159,17 @@ class Lowering:
         """The step class the backend uses for this role (CPU_STEP_CLASSES, CBackend.step_classes)."""
         return self.classes[role]
 
-    def epilogue(self, op, residual=None) -> Epilogue | None:
-        """SiLU and / or a residual after a convolution's output, or None when there is neither."""
-        if op.attrs.get("act") != "silu" and residual is None:
+    def epilogue(self, op, residual=None, act: str | None = None) -> Epilogue | None:
+        """SiLU and / or a residual after a convolution's output, or None when there is neither; ``act``
+        replaces the op's activation (a kernel that applied it already: "none")."""
+        act = op.attrs.get("act", "none") if act is None else act
+        if act != "silu" and residual is None:
             return None
         y = op.outputs[0]
         oh, ow, oc = self.shape(y)
         return Epilogue(y_off=self.off(y), y_stride=self.stride(y), r_off=self.off(residual) if residual else None,
                         r_stride=self.stride(residual) if residual else 0, pixels=oh * ow, channels=oc,
-                        act=ACT[op.attrs.get("act", "none")])
+                        act=ACT[act])
 
 
 ACT = {"silu": "CARVE_ACT_SILU", "none": "CARVE_ACT_NONE"}
@@ -187,11 +189,12 @@ def lower_conv(lw: Lowering, op) -> list:
     if kind:
         cls = RUNTIME_CONVS[kind]
         fused = dict(r_off=lw.off(residual), r_stride=lw.stride(residual)) if residual and cls.fuses_residual else None
-        epi = Epilogue(**dict(vars(lw.epilogue(op, residual)), act="CARVE_ACT_NONE")) \
-            if residual and not cls.fuses_residual else None
+        # a kernel without a fused residual applies the activation; the residual is added after it
+        epi = lw.epilogue(op, residual, act="none") if residual and not cls.fuses_residual else None
         return [cls(**lw.head(op), x_off=lw.off(x), x_stride=lw.stride(x), h=h, w=w, cin=op.attrs["cin"],
                     cout=op.attrs["cout"],
-                    weight_off=lw.weight(op, "weight", be.runtime_conv_layout(kind, lw.graph.weights[op.params["weight"]])),
+                    weight_off=lw.weight(op, "weight",
+                                         be.runtime_conv_layout(kind, lw.graph.weights[op.params["weight"]])),
                     bias_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), y_off=lw.off(y),
                     y_stride=lw.stride(y), act=ACT[op.attrs["act"]], residual=fused, epilogue=epi)]
     wt = lw.graph.weights[op.params["weight"]]
@@ -206,14 +209,14 @@ def lower_conv(lw: Lowering, op) -> list:
     indices = []
     for c0, c1 in parts:
         attrs = dict(op.attrs, cout=c1 - c0)
-        lw_ = be.layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else be.layouts.deconv(wt, attrs)
+        layout = be.layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else be.layouts.deconv(wt, attrs)
         part = f"_OUT{c0}" if sliced else ""
         indices.append(lw.desc("CONV" if op.kind == "conv2d" else "DECONV",
                                f"{op.name} [out {c0}:{c1}]" if sliced else op.name,
                                kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
                                groups=op.attrs["groups"], cin=op.attrs["cin"], cout=c1 - c0, h=h, w=w,
                                in_stride=lw.stride(x), out_stride=lw.stride(y),
-                               weight_off=lw.weight(op, "weight", lw_, part),
+                               weight_off=lw.weight(op, "weight", layout, part),
                                bias_off=lw.weight(op, "bias", bias[c0:c1], part),
                                in_off=lw.off(x), out_off=lw.off(y, c0)))
     return [lw.cls("op")(**lw.head(op), index=indices[0], epilogue=lw.epilogue(op, residual),
