@@ -329,14 +329,16 @@ class CPackage:
 
     def _check_generated(self, out: dict, ctx: dict) -> None:
         """Generator-side invariants every backend's templates must keep (a failure is a carve bug):
-        each text file carries the banner, each C/CUDA source that includes a carve header has the ABI check."""
+        each text file carries the banner, each C/CUDA source that includes a carve header has the ABI check, every
+        runtime header a generated file includes is in the package's runtime/."""
+        carried = {p[len("runtime/"):] for p in out if p.startswith("runtime/")}
         for path, data in out.items():
             if path.startswith("runtime/") or path.endswith((".bin", ".weights")):
                 continue
             text = data.decode()
             if ctx["banner"] not in text.split("\n", 1)[0]:
                 raise AssertionError(f"{self.backend.name}: generated {path} does not start with the banner")
-            missing = sorted(set(_INCLUDE.findall(text)) - set(ctx["runtime_files"]))
+            missing = sorted(set(_INCLUDE.findall(text)) - carried)
             if missing:
                 raise AssertionError(f"{self.backend.name}: generated {path} includes {', '.join(missing)}, which the "
                                      "package does not carry (a step or runtime_families lacks its family)")
