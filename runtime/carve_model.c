@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "carve_ops.h"
-#include "carve_post.h"
+#include "carve_layout.h"  // carve_nchw_to_nhwc
+#include "carve_post.h"    // carve_topk_probs
 
 #define TRY(expr)                  \
   do {                             \

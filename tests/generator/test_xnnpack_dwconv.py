@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "generator"))
 
 from carve.backends import get_backend  # noqa: E402
-from carve.backends.lowering import RUNTIME_CONVS  # noqa: E402
+from carve.backends.steps import RUNTIME_CONVS  # noqa: E402
 from carve.backends.xnnpack import dw_conv, runtime_conv, runtime_conv_layout  # noqa: E402
 from carve.ir import op_flops  # noqa: E402
 
@@ -37,7 +37,7 @@ def dw_steps(p):
 
 
 def test_the_rule():
-    assert RUNTIME_CONVS["dwconv3x3"] == "carve_dwconv3x3"
+    assert RUNTIME_CONVS["dwconv3x3"].function == "carve_dwconv3x3"
     assert dw_conv(DW) == "dwconv3x3" and runtime_conv(DW) == "dwconv3x3"
     for good in (dict(act="none", groups=128, cin=128, cout=128), dict(groups=1, cin=1, cout=1),
                  dict(groups=129, cin=129, cout=129), dict(groups=3, cin=3, cout=3)):
@@ -65,7 +65,7 @@ def test_xnnpack_lowers_the_depthwise_convs(built):
     for s in steps:
         op = next(o for o in graph.ops if o.name == s["name"])
         c = op.attrs["cout"]
-        assert s["cin"] == s["cout"] == c and s["fn"] == "carve_dwconv3x3"
+        assert s["cin"] == s["cout"] == c and s["function"] == "carve_dwconv3x3"
         assert s["act"] == ("CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
         assert s["residual"] is None   # not in the kernel: a residual (attn.pe's "+ attn") is an epilogue pass
         if len(op.inputs) > 1:

@@ -113,7 +113,8 @@ def test_cuda_keeps_ohwi_for_the_stem(built):
     p = programs["cuda"]
     assert p["runtime_convs"] == []
     op = next(o for o in graph.ops if o.kind == "conv2d")
-    d = next(o for o in p["ops"] if o["name"] == op.name)["fields"]
+    d = next(s for lay in p["layers"] for s in lay["steps"] if s.name == op.name)
+    assert d.kind == "conv" and d.function == "carve_cu_conv2d"
     blob = np.frombuffer(p["blob"], dtype="<f4")
     want = np.transpose(graph.weights[op.params["weight"]], (0, 2, 3, 1)).reshape(-1)
-    np.testing.assert_array_equal(blob[d["weight_off"]:d["weight_off"] + want.size], want)
+    np.testing.assert_array_equal(blob[d.w_off:d.w_off + want.size], want)

@@ -83,7 +83,7 @@ def test_xnnpack_lowers_3x3_stride1_convs(built):
     fused = 0
     for s, op in zip(steps, want):
         assert s["name"] not in names                      # no XNNPACK operator
-        assert s["fn"] == "carve_conv3x3s1_winograd" and s["epilogue"] is None
+        assert s["function"] == "carve_conv3x3s1_winograd" and s["epilogue"] is None
         assert s["flops"] == op_flops(graph, op) > 0       # FLOPs of the direct convolution
         assert (s["cin"], s["cout"]) == (op.attrs["cin"], op.attrs["cout"])
         if len(op.inputs) > 1:                             # the bottleneck's residual, added by the kernel
@@ -128,10 +128,11 @@ def test_other_backends_keep_their_convs(built):
     # cuda's blob keeps OHWI weights for these convs
     p = programs["cuda"]
     op = next(o for o in graph.ops if o.kind == "conv2d" and winograd_conv(o.attrs))
-    d = next(o for o in p["ops"] if o["name"].split(" [out ")[0] == op.name)["fields"]
+    d = next(s for lay in p["layers"] for s in lay["steps"] if s.name == op.name)
+    assert d.kind == "conv" and d.function == "carve_cu_conv2d"
     blob = np.frombuffer(p["blob"], dtype="<f4")
     want = np.transpose(graph.weights[op.params["weight"]], (0, 2, 3, 1)).reshape(-1)
-    np.testing.assert_array_equal(blob[d["weight_off"]:d["weight_off"] + want.size], want)
+    np.testing.assert_array_equal(blob[d.w_off:d.w_off + want.size], want)
 
 
 def test_f16_packages_keep_xnnpack(built):

@@ -12,17 +12,6 @@ from ..errors import CarveError
 from ..ir import Graph
 
 
-# The CPU kernel families of runtime/ (one source per family, docs/architecture.md). carve_ops.h, which the
-# templates include, includes every family's public header, so a package carries them all; LAYOUT_FILES are
-# what a package that only transposes (cuda) compiles, CPU_KERNEL_FILES everything.
-CPU_KERNEL_HEADERS = ("carve_ops.h", "carve_isa.h", "carve_simd.h", "carve_epilogue.h", "carve_stem.h",
-                      "carve_dwconv.h", "carve_winograd.h", "carve_attention.h", "carve_layout.h")
-LAYOUT_FILES = CPU_KERNEL_HEADERS + ("carve_layout.c",)
-CPU_KERNEL_FILES = LAYOUT_FILES + (
-    "carve_isa.c", "carve_epilogue_isa.h", "carve_epilogue.c", "carve_stem_isa.h", "carve_stem.c",
-    "carve_dwconv_isa.h", "carve_dwconv.c", "carve_winograd_isa.h", "carve_winograd.c", "carve_attention_isa.h",
-    "carve_attention.c")
-
 class Backend:
     name = ""
     description = ""
@@ -35,6 +24,7 @@ class Backend:
     weights_dtypes = ("f32", "f16")
     cc_libs: tuple = ()        # libraries (-l) of the README's one-line cc build, besides stb and m
     cc_defines: tuple = ()     # macros (-D) of that build, besides CARVE_PACKAGE_ABI
+    runtime_macros: tuple = ()  # macros the package's runtime is compiled with (emit_c.runtime_closure)
 
     def unsupported(self, graph: Graph) -> list:
         """Human-readable reasons, one per op this backend cannot lower."""

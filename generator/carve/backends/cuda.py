@@ -16,16 +16,17 @@ from __future__ import annotations
 from ..errors import CarveError
 from ..ir import Graph
 from ..planner import Plan
-from . import LAYOUT_FILES, Backend
-from .emit_c import RUNTIME, CPackage
-from .lowering import always, e2e_rule, lower, upsample_x2_rule
+from .emit_c import CPackage, runtime_define
+from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
+    upsample_x2_rule
+from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
 MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
-BLAS_WORKSPACE_BYTES = 32 << 20  # CARVE_CU_BLAS_WORKSPACE_BYTES_SM90 (carve_cuda.h): enough on every GPU
+# the cuBLAS workspace create_with takes: the larger of NVIDIA's sizes (carve_cuda.h), enough on every GPU
+BLAS_WORKSPACE_BYTES = runtime_define("CARVE_CU_BLAS_WORKSPACE_BYTES_SM90")
 
 CU_ACT = {"silu": "CARVE_CU_ACT_SILU", "none": "CARVE_CU_ACT_NONE"}
-EPILOGUE_ACT = {"CARVE_ACT_SILU": "CARVE_CU_ACT_SILU", "CARVE_ACT_NONE": "CARVE_CU_ACT_NONE"}
 
 
 # ---- Refusal rules: what runtime/carve_cuda.h can do ---------------------------------------------
@@ -67,7 +68,95 @@ def _softmax_rule(op, graph):
     return None if h == w == 1 else f"softmax over a ({h},{w},{c}) tensor (only over the channels of one pixel)"
 
 
-class CudaBackend(Backend):
+# ---- Lowering: IR op kind -> carve_cu_* steps (steps.Cu*) ---------------------------------------------------
+
+
+def _cu_conv(lw: Lowering, op) -> list:
+    """conv2d: one k_conv descriptor (shapes, strides, activation) and a carve_cu_conv2d call with its offsets;
+    deconv2d: carve_cu_deconv2d. Weights OHWI (the xnnpack backend's LAYOUTS), bias and SiLU / residual fused."""
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, _ = lw.shape(x)
+    a = op.attrs
+    residual = op.inputs[1] if len(op.inputs) > 1 else None
+    act = CU_ACT[a.get("act", "none")]
+    wt = lw.graph.weights[op.params["weight"]]
+    if op.kind == "deconv2d":
+        if residual is not None:  # pragma: no cover - fuse_residual fuses into convs only
+            raise AssertionError(f"{op.name}: residual on a transposed conv")
+        return [CuDeconv(**lw.head(op), h=h, w=w, cin=a["cin"], cout=a["cout"], k=a["kernel"][0], x_off=lw.off(x),
+                         x_stride=lw.stride(x), w_off=lw.weight(op, "weight", LAYOUTS.deconv(wt, a)),
+                         b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), act=act, y_off=lw.off(y),
+                         y_stride=lw.stride(y))]
+    k = a["kernel"][0]
+    convs = lw.tables.setdefault("convs", [])
+    convs.append(dict(name=op.name, kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"],
+                      cout=a["cout"], h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
+                      res_stride=lw.stride(residual) if residual else 0, act=act))
+    one_by_one = k == 1 and a["stride"] == 1 and a["pad"] == 0 and a["groups"] == 1
+    return [CuConv(**lw.head(op), index=len(convs) - 1, x_off=lw.off(x),
+                   w_off=lw.weight(op, "weight", LAYOUTS.conv(wt, a)),
+                   b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]),
+                   r_off=lw.off(residual) if residual else None, y_off=lw.off(y),
+                   path="one GEMM on the NHWC view" if one_by_one else
+                   "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")]
+
+
+def _cu_maxpool(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    a = op.attrs
+    return [CuMaxpool(**lw.head(op), h=h, w=w, c=c, k=a["kernel"], stride=a["stride"], pad=a["pad"], x_off=lw.off(x),
+                      x_stride=lw.stride(x), y_off=lw.off(y), y_stride=lw.stride(y))]
+
+
+def _cu_add(lw: Lowering, op) -> list:
+    check_add(lw, op)
+    x, x2, y = op.inputs[0], op.inputs[1], op.outputs[0]
+    h, w, c = lw.shape(x)
+    return [CuAdd(**lw.head(op), pixels=h * w, c=c, a_off=lw.off(x), a_stride=c, b_off=lw.off(x2), b_stride=c,
+                  y_off=lw.off(y), y_stride=c)]
+
+
+def _cu_gap(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    return [CuGap(**lw.head(op), h=h, w=w, c=c, x_off=lw.off(x), x_stride=lw.stride(x), y_off=lw.off(y))]
+
+
+def _cu_linear(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    return [CuLinear(**lw.head(op), cin=op.attrs["cin"], cout=op.attrs["cout"], x_off=lw.off(x),
+                     w_off=lw.weight(op, "weight", LAYOUTS.linear(lw.graph.weights[op.params["weight"]], op.attrs)),
+                     b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), y_off=lw.off(y))]
+
+
+def _cu_softmax(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    return [CuSoftmax(**lw.head(op), n=lw.shape(x)[2], x_off=lw.off(x), y_off=lw.off(y))]
+
+
+def _cu_copy(lw: Lowering, op, t, slot: int):
+    th, tw, ct = lw.shape(t)
+    y = op.outputs[0]
+    return CuCopy(**lw.head(op), pixels=th * tw, c=ct, x_off=lw.off(t), x_stride=lw.stride(t), y_off=lw.off(y, slot),
+                  y_stride=lw.stride(y), what=f"copy {t} into its slot")
+
+
+# The cuda backend's lowerings: its own compute ops; views, upsample, attention and e2e are the shared lowerings
+# with the Cu* step classes (CUDA_STEP_CLASSES).
+CUDA_LOWERINGS = dict(CPU_LOWERINGS, **{
+    "conv2d": _cu_conv,
+    "deconv2d": _cu_conv,
+    "maxpool2d": _cu_maxpool,
+    "add": _cu_add,
+    "global_avgpool": _cu_gap,
+    "linear": _cu_linear,
+    "softmax": _cu_softmax,
+    "concat": concat_lowering(_cu_copy),
+})
+
+
+class CudaBackend(CBackend):
     name = "cuda"
     description = "NVIDIA GPU: CUDA C++ + cuBLAS, CUDA Graph replay"
     lowerable = {
@@ -84,31 +173,24 @@ class CudaBackend(Backend):
         "linear": always,
         "softmax": _softmax_rule,
     }
-    template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES}
+    template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES, "has_xnn_heap": False,
+                     "pool": "NULL"}
     # every weight format and dtype of emit_c (the defaults of Backend): file and f16 are checked on the host
     # with runtime/carve_weights.c and uploaded once at create, f16 widened on the device
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
                  ("CMakeLists.txt.j2", "CMakeLists.txt"), ("README.md.j2", "README.md"))
-    # host-side pieces of the CPU runtime the package uses (letterbox geometry, box mapping, top-k of the
-    # probabilities, NCHW -> NHWC, masks, the demo's file I/O), compiled with CARVE_RT_NO_THREADS
-    _runtime = ("carve_rt.h", "carve_rt.c", *LAYOUT_FILES, "carve_pre.h", "carve_pre_math.h",
-                "carve_pre.c", "carve_post.h", "carve_post.c", "carve_io.h", "carve_io.c", "carve_cuda.h")
-
-    def runtime_files(self, graph: Graph) -> tuple:
-        """The runtime sources a package of this graph uses: the host pieces and every carve_cuda_* file."""
-        masks = ("carve_mask.h", "carve_mask.c") if "output1" in graph.outputs else ()
-        device = tuple(sorted(p.name for p in RUNTIME.glob("carve_cuda_*") if p.suffix in (".cu", ".cuh", ".h")))
-        return self._runtime + masks + device
+    prefix = "CARVE_CU_"
+    lowerings = CUDA_LOWERINGS
+    step_classes = CUDA_STEP_CLASSES
+    # the fixed C: the context, cuBLAS and f16 widening (carve_cuda_ops.cu), the device pre-processing
+    # (carve_cuda_pre.cu); the host pieces of FIXED_FAMILIES are compiled with CARVE_RT_NO_THREADS
+    families = ("cuda", "cuda_ops", "cuda_pre")
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
-        """The program the templates render: the shared lowering, each compute op turned into its carve_cu_* call."""
-        program = lower(graph, plan, self.name, "CARVE_CU_", LAYOUTS)
-        ops = program["ops"]
-        convs: list = []   # carve_cu_conv descriptors, in run order
-        for lay in program["layers"]:
-            lay["steps"] = [self._step(st, ops, convs) for st in lay["steps"]]
-        program["convs"] = convs
-        program["deconvs"] = [st for lay in program["layers"] for st in lay["steps"] if st["kind"] == "deconv"]
+        """The program the templates render: the carve_cu_* steps, the k_conv descriptors and the host sizes."""
+        program = lower(graph, plan, self)
+        program["convs"] = program.pop("convs", [])
+        program["deconvs"] = [st for lay in program["layers"] for st in lay["steps"] if isinstance(st, CuDeconv)]
         # The host copies the API hands out are dense: the network input, the rows / probabilities and the
         # prototypes must be contiguous storages of their own (the planner's rule for graph inputs and outputs).
         for t in [graph.input, *graph.outputs.values()]:
@@ -121,56 +203,6 @@ class CudaBackend(Backend):
             program["rows_k"] * program["row_len"] if lay["is_rows"]
             else (lay["out_h"] * lay["out_w"] - 1) * lay["out_stride"] + lay["out_c"] for lay in program["layers"])
         return program
-
-    @staticmethod
-    def _step(st: dict, ops: list, convs: list) -> dict:
-        """One step of the shared lowering as a carve_cu_* call (views, upsample, attention, e2e stay as they are)."""
-        if st["kind"] != "op":
-            return st
-        d = ops[st["index"]]
-        f, kind = d["fields"], d["kind"].replace("CARVE_CU_", "")
-        head = {k: st[k] for k in ("name", "source", "flops", "shapes")}
-        epi = st["epilogue"]
-        if kind == "CONV":
-            act = EPILOGUE_ACT[epi["act"]] if epi else "CARVE_CU_ACT_NONE"
-            residual = epi["r_off"] if epi and epi["r_off"] is not None else None
-            convs.append(dict(name=d["name"], kh=f["kh"], kw=f["kw"], stride=f["stride"], pad=f["pad"],
-                              groups=f["groups"], cin=f["cin"], cout=f["cout"], h=f["h"], w=f["w"],
-                              in_stride=f["in_stride"], out_stride=f["out_stride"],
-                              res_stride=epi["r_stride"] if residual else 0, act=act))
-            one_by_one = f["kh"] == 1 and f["stride"] == 1 and f["pad"] == 0 and f["groups"] == 1
-            return dict(head, kind="conv", index=len(convs) - 1, x_off=f["in_off"], w_off=f["weight_off"],
-                        b_off=f["bias_off"], r_off=residual, y_off=f["out_off"],
-                        path="one GEMM on the NHWC view" if one_by_one else
-                        "depthwise kernel" if f["groups"] > 1 else "im2col + GEMM")
-        if kind == "DECONV":
-            if epi is not None and epi["r_off"] is not None:  # pragma: no cover - fuse_residual fuses into convs only
-                raise AssertionError(f"{d['name']}: residual on a transposed conv")
-            return dict(head, kind="deconv", h=f["h"], w=f["w"], cin=f["cin"], cout=f["cout"], k=f["kh"],
-                        x_off=f["in_off"], x_stride=f["in_stride"], w_off=f["weight_off"], b_off=f["bias_off"],
-                        act=EPILOGUE_ACT[epi["act"]] if epi else "CARVE_CU_ACT_NONE", y_off=f["out_off"],
-                        y_stride=f["out_stride"])
-        if epi is not None:  # pragma: no cover - the frontend gives epilogues to (de)convs only
-            raise AssertionError(f"{d['name']}: epilogue on a {kind}")
-        if kind == "MAXPOOL":
-            return dict(head, kind="maxpool", h=f["h"], w=f["w"], c=f["cin"], k=f["kh"], stride=f["stride"],
-                        pad=f["pad"], x_off=f["in_off"], x_stride=f["in_stride"], y_off=f["out_off"],
-                        y_stride=f["out_stride"])
-        if kind == "COPY":
-            return dict(head, kind="copy", pixels=f["h"] * f["w"], c=f["cin"], x_off=f["in_off"],
-                        x_stride=f["in_stride"], y_off=f["out_off"], y_stride=f["out_stride"], what=st["what"])
-        if kind == "ADD":
-            return dict(head, kind="add", pixels=f["h"] * f["w"], c=f["cin"], a_off=f["in_off"], a_stride=f["in_stride"],
-                        b_off=f["in2_off"], b_stride=f["in_stride"], y_off=f["out_off"], y_stride=f["out_stride"])
-        if kind == "GAP":
-            return dict(head, kind="gap", h=f["h"], w=f["w"], c=f["cin"], x_off=f["in_off"], x_stride=f["in_stride"],
-                        y_off=f["out_off"])
-        if kind == "FC":
-            return dict(head, kind="linear", cin=f["cin"], cout=f["cout"], x_off=f["in_off"], w_off=f["weight_off"],
-                        b_off=f["bias_off"], y_off=f["out_off"])
-        if kind == "SOFTMAX":
-            return dict(head, kind="softmax", n=f["cin"], x_off=f["in_off"], y_off=f["out_off"])
-        raise AssertionError(kind)  # pragma: no cover
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         program = self.lower(graph, plan)
@@ -188,8 +220,8 @@ class CudaBackend(Backend):
 # largest image (MAX_IMAGE x MAX_IMAGE, the header's <NAME>_MAX_IMAGE_W/H); the generated
 # <name>_device_scratch_bytes() returns the run-time value and tests/cuda/cuda_options.py checks the two agree.
 
-IM2COL_FLOATS = 1 << 22           # CARVE_CU_IM2COL_FLOATS (carve_cuda_ops.cu)
-TOPK_CHUNK = 256 * 16             # CARVE_CU_TOPK_CHUNK (carve_cuda_topk.cu)
+IM2COL_FLOATS = runtime_define("CARVE_CU_IM2COL_FLOATS")   # carve_cuda_ops.cu
+TOPK_CHUNK = runtime_define("CARVE_CU_TOPK_CHUNK")         # carve_cuda_topk.cu
 
 
 def _conv_out(n: int, k: int, stride: int, pad: int) -> int:

@@ -7,6 +7,7 @@ generated text file starts with the same banner.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import zlib
@@ -49,7 +50,8 @@ def c_float(x: float) -> str:
 
 def _env(backend_name: str) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(TEMPLATES / backend_name), str(TEMPLATES / "common")]),
+        # a backend's template extends a common one of the same name as "common/<name>"
+        loader=jinja2.FileSystemLoader([str(TEMPLATES / backend_name), str(TEMPLATES / "common"), str(TEMPLATES)]),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
         autoescape=False)
     env.filters["cfloat"] = c_float
@@ -74,10 +76,114 @@ WEIGHTS_HEADER_BYTES = 64
 
 def runtime_abi() -> int:
     """CARVE_RT_ABI of the runtime this carve copies into packages (runtime/carve_rt.h is the one source)."""
-    m = re.search(r"^#define CARVE_RT_ABI (\d+)$", (RUNTIME / "carve_rt.h").read_text(), re.M)
-    if not m:  # pragma: no cover - the repository's own file
-        raise AssertionError("runtime/carve_rt.h: no '#define CARVE_RT_ABI <n>'")
-    return int(m.group(1))
+    return runtime_define("CARVE_RT_ABI")
+
+
+# ---- Constants read from the runtime ------------------------------------------
+#
+# The generator never types a C constant again: runtime_define reads it from the runtime's sources, wherever it
+# lives (headers first, then .c / .cu sources), so a define that moves between files keeps working.
+
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(?![\w(])[ \t]*(.*?)[ \t]*(?://.*)?$")
+_COND = re.compile(r"^[ \t]*#[ \t]*(ifdef|ifndef|if|elif|else|endif)\b[ \t]*(\w*)")
+
+
+def live_lines(text: str, defined: tuple):
+    """The lines of a runtime file that the preprocessor keeps when exactly the macros in ``defined`` are set, as
+    far as #ifdef / #ifndef X / #else tell (other conditions: both branches kept). Backslash-newlines joined."""
+    stack: list = []   # per open conditional: True / False (known) or None (unknown)
+    for line in text.replace("\\\n", " ").split("\n"):
+        c = _COND.match(line)
+        if c:
+            kw, arg = c.groups()
+            if kw in ("ifdef", "ifndef"):
+                # a header's own guard and "#ifndef NAME / #define NAME default" hold: NAME is not set
+                stack.append((arg in defined) == (kw == "ifdef"))
+            elif kw == "if":
+                stack.append(None)
+            elif kw in ("else", "elif") and stack:
+                stack[-1] = None if stack[-1] is None or kw == "elif" else not stack[-1]
+            elif kw == "endif" and stack:
+                stack.pop()
+            continue
+        if False not in stack:
+            yield line
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime_defines(defined: tuple) -> dict:
+    """NAME -> [(value text, file)] of every object-like #define in runtime/*.h, then *.c / *.cu, keeping those in
+    the branches that hold when exactly the macros in ``defined`` are set (live_lines)."""
+    out: dict = {}
+    files = sorted(RUNTIME.glob("*.h")) + sorted(RUNTIME.glob("*.c")) + sorted(RUNTIME.glob("*.cu"))
+    for path in files:
+        for line in live_lines(path.read_text(), defined):
+            m = _DEFINE.match(line)
+            if m and m.group(2):
+                out.setdefault(m.group(1), []).append((m.group(2), path.name))
+    return out
+
+
+def _c_int(text: str, lookup, name: str) -> int:
+    """The value of an integer constant expression of C: literals (u / l suffixes), casts to integer types,
+    + - * / % << >> | & ~ and parentheses, other macros through ``lookup``."""
+    import ast
+    expr = re.sub(r"\((?:size_t|u?int(?:8|16|32|64)_t|unsigned|int|long|unsigned long|long long)\)", "", text)
+    expr = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", expr)
+    expr = re.sub(r"\b([A-Za-z_]\w*)\b", lambda m: str(lookup(m.group(1))), expr)
+    expr = expr.replace("/", "//")
+    tree = ast.parse(expr, mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
+               ast.Mod, ast.LShift, ast.RShift, ast.BitOr, ast.BitAnd, ast.BitXor, ast.Invert, ast.USub, ast.UAdd)
+    if not all(isinstance(n, allowed) for n in ast.walk(tree)) or not all(
+            isinstance(n.value, int) for n in ast.walk(tree) if isinstance(n, ast.Constant)):
+        raise AssertionError(f"runtime/: #define {name} {text}: not an integer constant expression carve can read")
+    return int(eval(compile(tree, name, "eval")))  # only integer arithmetic nodes, checked above
+
+
+def runtime_define(name: str, defined: tuple = ()) -> int:
+    """The integer value of ``#define NAME value`` in runtime/ (see _runtime_defines; ``defined``: the macros the
+    package's runtime is compiled with, e.g. ("CARVE_RT_NO_THREADS",)). Raises when NAME is missing, or defined
+    twice with different values in the branches that hold (a carve bug: the runtime and the generator disagree)."""
+    table = _runtime_defines(tuple(defined))
+
+    def value(n: str, seen: tuple) -> int:
+        found = table.get(n)
+        if not found:
+            where = f" (needed by {seen[-1]})" if seen else ""
+            raise AssertionError(f"runtime/: no '#define {n} <value>' in runtime/*.h, *.c or *.cu{where}; the "
+                                 "generator reads this constant from the runtime")
+        vals = {_c_int(t, lambda m: value(m, seen + (n,)), n) for t, _ in found}
+        if len(vals) != 1:
+            raise AssertionError(f"runtime/: #define {n} has several values {sorted(vals)} in "
+                                 f"{', '.join(sorted({f for _, f in found}))} (defined: {list(defined) or 'none'})")
+        return vals.pop()
+
+    return value(name, ())
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"(carve_\w+\.h)"', re.M)
+
+
+def runtime_closure(files, defined: tuple = ()) -> list:
+    """The runtime files a package needs for these seeds (runtime file names, headers or sources): each file's
+    ``#include "carve_*.h"`` added, and for each header its source (``.c`` / ``.cu`` of the same stem) when runtime/
+    has one, until nothing new comes in. Sorted. ``defined``: the macros the package's runtime is compiled with
+    (Backend.runtime_macros); an include in a branch they rule out does not count (live_lines): carve_rt.h
+    includes carve_pool.h only without CARVE_RT_NO_THREADS."""
+    todo, seen = list(files), set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        path = RUNTIME / f
+        if not path.is_file():
+            raise AssertionError(f"runtime/{f}: named by a step or backend but missing")  # pragma: no cover
+        seen.add(f)
+        todo += _INCLUDE.findall("\n".join(live_lines(path.read_text(), tuple(defined))))
+        if f.endswith(".h"):
+            todo += [src.name for src in (path.with_suffix(".c"), path.with_suffix(".cu")) if src.is_file()]
+    return sorted(seen)
 
 
 def abi_check(abi: int) -> str:
@@ -137,6 +243,17 @@ def _c_bytes(data: bytes) -> str:
     return ", ".join(f"0x{b:02x}" for b in data)
 
 
+def package_runtime_seeds(backend, graph, program: dict, options: dict) -> list:
+    """The runtime files a package's C calls into, before the include closure: those of every lowered step
+    (Step.runtime_files) and those of its fixed parts (backend.runtime_families)."""
+    from .steps import family_files
+    seeds = set(family_files(backend.runtime_families(graph, options)))
+    for lay in program["layers"]:
+        for st in lay["steps"]:
+            seeds.update(st.runtime_files)
+    return sorted(seeds)
+
+
 class CPackage:
     """Renders a lowered program with the backend's templates. Backend-independent parts live here:
     the banner (with the options), the weight storage (blob / c-array / file, f32 / f16), the ABI
@@ -161,11 +278,8 @@ class CPackage:
         payload = weights_payload(g, p["blob"], dtype)
         floats = len(p["blob"]) // 4
         rt_abi = runtime_abi()
-        runtime = list(self.backend.runtime_files(g))
-        if (fmt == "file" or dtype == "f16") and "carve_weights.c" not in runtime:
-            runtime += ["carve_weights.h", "carve_weights.c"]
-        if "carve_model.c" in runtime and "carve_mask.c" in runtime:
-            runtime.append("carve_model_mask.c")  # carve_model's masks, over carve_mask.c (segmentation packages)
+        seeds = package_runtime_seeds(self.backend, g, p, self.options)
+        runtime = runtime_closure(seeds, self.backend.runtime_macros)
         runtime_sources = [f for f in runtime if f.endswith(".c") and f != "carve_io.c"]
         weights = dict(
             format=fmt, dtype=dtype, linked=fmt != "file", floats=floats, payload_bytes=len(payload),
@@ -182,15 +296,18 @@ class CPackage:
             backend=self.backend.name, imgsz=meta["imgsz"], input_h=in_h, input_w=in_w,
             imgsz_str=f"{in_h}x{in_w}", names=meta["names"], nc=meta["nc"],
             weights_format=fmt, weights_dtype=dtype, weights=weights, options=self.options, options_str=opts,
-            rt_abi=rt_abi, abi_check=abi_check(rt_abi), runtime_sources=runtime_sources,
+            rt_abi=rt_abi, abi_check=abi_check(rt_abi), runtime_sources=runtime_sources, runtime_files=runtime,
+            # the runtime headers the model source includes: those of its steps and fixed parts (not the demo's I/O)
+            model_includes=sorted(f for f in seeds if f.endswith(".h") and f != "carve_io.h"),
             runtime_cuda_sources=[f for f in runtime if f.endswith(".cu")],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
         )
+        ctx["demo_source"] = next(path.format(name=name) for t, path in self._templates() if t.startswith("demo."))
         ctx["cc_command"] = self._cc_command(name, weights, runtime_sources)
         env = _env(self.backend.name)
         out: dict = {}
-        for template, path in getattr(self.backend, "templates", TEMPLATES_C):
+        for template, path in self._templates():
             out[path.format(name=name)] = env.get_template(template).render(**ctx).encode()
         if fmt == "blob":
             out[f"{name}_weights.S"] = env.get_template("weights.S.j2").render(**ctx).encode()
@@ -204,6 +321,9 @@ class CPackage:
         self._check_generated(out, ctx)
         return out
 
+    def _templates(self) -> tuple:
+        return getattr(self.backend, "templates", TEMPLATES_C)
+
     def _cc_command(self, name: str, weights: dict, runtime_sources: list) -> str:
         """One plain compiler command that builds the demo from the package folder (the README's)."""
         srcs = [f"{name}.c"] + ([weights["source"]] if weights["linked"] else [])
@@ -215,13 +335,19 @@ class CPackage:
 
     def _check_generated(self, out: dict, ctx: dict) -> None:
         """Generator-side invariants every backend's templates must keep (a failure is a carve bug):
-        each text file carries the banner, each C/CUDA source that includes a carve header has the ABI check."""
+        each text file carries the banner, each C/CUDA source that includes a carve header has the ABI check, every
+        runtime header a generated file includes is in the package's runtime/."""
+        carried = {p[len("runtime/"):] for p in out if p.startswith("runtime/")}
         for path, data in out.items():
             if path.startswith("runtime/") or path.endswith((".bin", ".weights")):
                 continue
             text = data.decode()
             if ctx["banner"] not in text.split("\n", 1)[0]:
                 raise AssertionError(f"{self.backend.name}: generated {path} does not start with the banner")
+            missing = sorted(set(_INCLUDE.findall(text)) - carried)
+            if missing:
+                raise AssertionError(f"{self.backend.name}: generated {path} includes {', '.join(missing)}, which the "
+                                     "package does not carry (a step or runtime_families lacks its family)")
             if path.endswith((".c", ".cu", ".cc", ".cpp")) and re.search(r'#include "(carve_|{})'.format(
                     re.escape(ctx["name"])), text) and ctx["abi_check"] not in text:
                 raise AssertionError(f"{self.backend.name}: generated {path} lacks the runtime ABI check "

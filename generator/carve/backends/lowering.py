@@ -3,8 +3,9 @@
 Every C backend runs the same IR on the same memory plan; what differs is how a
 compute op (conv, deconv, max pool, add, global average pool, fully connected,
 softmax, channel copy) is executed and how its weights are laid out. ``lower``
-walks the graph once and calls the backend's ``Layouts`` for the weight layouts
-and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
+walks the graph once, calls the backend's lowering function of each op
+(``CBackend.lowerings``), which use the backend's ``Layouts`` for the weight
+layouts and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
 ``CARVE_PT_CONV``, ...). The result holds:
 
 * ``ops``: one descriptor per compute op, in run order: ``kind`` (prefix +
@@ -12,11 +13,15 @@ and its ``prefix`` for the descriptor kinds (``CARVE_XNN_CONV``,
   ``fields`` (shapes, pixel strides, weight offsets and arena offsets in floats,
   the latter as C expressions over the storage constants);
 * ``layers``: per Ultralytics layer, the C function name and its steps (``op``
-  with an optional SiLU / residual ``epilogue``, ``view``, ``upsample``,
-  ``attention``, ``e2e``, and ``conv3x3s2`` / ``conv3x3s1_wino`` / ``dwconv3x3``: a convolution
-  the backend runs as a runtime kernel (``RUNTIME_CONVS``) rather than a
-  descriptor, see ``CBackend.runtime_conv``), each with FLOPs and a shape comment;
-* ``blob``: the weights (little-endian float32, each tensor 64-byte aligned);
+  as step objects (``steps.py``: a descriptor op with an optional SiLU / residual
+  ``Epilogue``, ``View``, ``Upsample``, ``Attention``, ``E2E``, and ``StemConv`` /
+  ``WinogradConv`` / ``DwConv``: a convolution the backend runs as a runtime kernel
+  rather than a descriptor, see ``CBackend.runtime_conv``), each with FLOPs and a
+  shape comment. ``CPU_LOWERINGS`` maps each IR op kind to the function that
+  returns its steps; a backend replaces entries (``CBackend.lowerings``) or step
+  classes (``CBackend.step_classes``);
+* ``blob``: the weights (little-endian float32, each tensor 64-byte aligned) and
+  ``weight_refs``: the named offset (``W_*`` / ``B_*``) of each tensor in it;
 * sizes: storages, outputs, arena bytes, the largest attention, anchors.
 
 Rules shared by the backends' ``lowerable`` tables live here too.
@@ -33,7 +38,9 @@ from ..errors import CarveError
 from ..ir import Graph, op_flops
 from ..planner import Plan
 from . import Backend
-from .emit_c import CPackage, c_ident
+from .emit_c import CPackage, c_ident, runtime_define
+from .steps import (CPU_STEP_CLASSES, E2E, RUNTIME_CONVS, Attention, Epilogue, Level, RuntimeConv, Slice,
+                    WeightRef)
 
 E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
              "obb": "CARVE_E2E_OBB"}
@@ -83,13 +90,6 @@ CPU_RULES = {
 }
 
 
-# Convolution step kinds a backend may choose with CBackend.runtime_conv -> the runtime function that runs them.
-RUNTIME_CONVS = {"conv3x3s2": "carve_conv3x3s2_small_cin", "conv3x3s1_wino": "carve_conv3x3s1_winograd",
-                 "dwconv3x3": "carve_dwconv3x3"}
-# Those of them that add a residual before the store (the others get an epilogue step after them).
-RESIDUAL_RUNTIME_CONVS = {"conv3x3s1_wino"}
-
-
 # ---- Weight layouts ----------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -102,18 +102,320 @@ class Layouts:
     linear: Callable[[np.ndarray, dict], np.ndarray]
 
 
+# ---- Program -----------------------------------------------------------------
+
+
+class Lowering:
+    """The state of one lowering: the weight blob, the descriptor table, the storage constants, and the helpers
+    the per-op functions share. ``backend`` supplies the hooks (``prefix``, ``layouts``, ``runtime_conv``,
+    ``runtime_conv_layout``, ``conv_slices``, ``step_classes``)."""
+
+    def __init__(self, graph: Graph, plan: Plan, backend, runtime_conv=None):
+        self.graph, self.plan, self.backend = graph, plan, backend
+        self.runtime_conv = runtime_conv or backend.runtime_conv
+        self.blob = WeightBlob()
+        self.ops: list = []   # compute op descriptors, in run order (CPU backends: k_ops)
+        self.tables: dict = {}  # a backend's own descriptor tables (cuda: "convs"), added to the program
+        self.views = plan.views
+        self.copies = set(plan.copies)
+        self.storages = storage_macros(graph, plan)
+        self.classes = dict(CPU_STEP_CLASSES, **getattr(backend, "step_classes", {}))
+
+    def off(self, t, extra: int = 0) -> str:
+        """The arena offset of a tensor as a C expression: its storage's constant + channel offset."""
+        macro = self.storages[self.views[t].storage]["macro"]
+        k = self.views[t].offset + extra
+        return f"{macro} + {k}" if k else macro
+
+    def stride(self, t) -> int:
+        return self.views[t].stride
+
+    def shape(self, t):
+        return self.graph.tensors[t].shape
+
+    def contiguous(self, t) -> bool:
+        return self.views[t].offset == 0 and self.views[t].stride == self.graph.tensors[t].shape[2]
+
+    def head(self, op) -> dict:
+        """The fields every step of this op has: name, source, FLOPs, a shape comment."""
+        def shp(t):
+            h, w, c = self.graph.tensors[t].shape
+            return f"({h},{w},{c})"
+        return dict(name=op.name, source=op.source, flops=op_flops(self.graph, op),
+                    shapes=" + ".join(shp(t) for t in op.inputs) + " -> " + " , ".join(shp(t) for t in op.outputs))
+
+    def weight(self, op, param: str, array: np.ndarray, part: str = "") -> WeightRef:
+        """Appends a weight tensor (already in its layout) to the blob: its offset, named W_<op> (weights) or
+        B_<op> (biases), with ``part`` for a slice."""
+        return self.blob.add(array, ("W_" if param == "weight" else "B_") + op.name + part,
+                             op.params[param])
+
+    def desc(self, kind: str, name: str, **fields) -> int:
+        """Appends a descriptor of the backend's table (kind without the prefix): its index."""
+        self.ops.append(dict(kind=self.backend.prefix + kind, name=name, fields=fields))
+        return len(self.ops) - 1
+
+    def cls(self, role: str):
+        """The step class the backend uses for this role (CPU_STEP_CLASSES, CBackend.step_classes)."""
+        return self.classes[role]
+
+    def epilogue(self, op, residual=None, act: str | None = None) -> Epilogue | None:
+        """SiLU and / or a residual after a convolution's output, or None when there is neither; ``act``
+        replaces the op's activation (a kernel that applied it already: "none")."""
+        act = op.attrs.get("act", "none") if act is None else act
+        if act != "silu" and residual is None:
+            return None
+        y = op.outputs[0]
+        oh, ow, oc = self.shape(y)
+        return Epilogue(y_off=self.off(y), y_stride=self.stride(y), r_off=self.off(residual) if residual else None,
+                        r_stride=self.stride(residual) if residual else 0, pixels=oh * ow, channels=oc,
+                        act=ACT[act])
+
+
+ACT = {"silu": "CARVE_ACT_SILU", "none": "CARVE_ACT_NONE"}
+
+
+# ---- Per-op lowerings (op kind -> steps) of the CPU backends ----------------------------------------------
+
+
+def lower_conv(lw: Lowering, op) -> list:
+    """conv2d / deconv2d: a runtime kernel the backend chose (runtime_conv), else one descriptor (or one per
+    output-channel slice, conv_slices) with an epilogue for SiLU / the residual."""
+    be = lw.backend
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, _ = lw.shape(x)
+    residual = op.inputs[1] if len(op.inputs) > 1 else None
+    kind = lw.runtime_conv(op.attrs) if op.kind == "conv2d" and lw.runtime_conv is not None else None
+    if kind:
+        cls = RUNTIME_CONVS[kind]
+        fused = dict(r_off=lw.off(residual), r_stride=lw.stride(residual)) if residual and cls.fuses_residual else None
+        # a kernel without a fused residual applies the activation; the residual is added after it
+        epi = lw.epilogue(op, residual, act="none") if residual and not cls.fuses_residual else None
+        return [cls(**lw.head(op), x_off=lw.off(x), x_stride=lw.stride(x), h=h, w=w, cin=op.attrs["cin"],
+                    cout=op.attrs["cout"],
+                    weight_off=lw.weight(op, "weight",
+                                         be.runtime_conv_layout(kind, lw.graph.weights[op.params["weight"]])),
+                    bias_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), y_off=lw.off(y),
+                    y_stride=lw.stride(y), act=ACT[op.attrs["act"]], residual=fused, epilogue=epi)]
+    wt = lw.graph.weights[op.params["weight"]]
+    bias = lw.graph.weights[op.params["bias"]]
+    k = op.attrs["kernel"][0]
+    cout = op.attrs["cout"]
+    parts = (be.conv_slices(op.attrs) if be.conv_slices is not None and op.kind == "conv2d" else None) or [(0, cout)]
+    if parts != [(0, cout)] and (op.attrs["groups"] != 1 or parts[0][0] != 0 or parts[-1][1] != cout
+                                 or any(a[1] != b[0] or a[0] >= a[1] for a, b in zip(parts, parts[1:]))):
+        raise AssertionError(f"{op.name}: conv_slices gave {parts}")  # pragma: no cover - a backend's bug
+    sliced = len(parts) > 1
+    indices = []
+    for c0, c1 in parts:
+        attrs = dict(op.attrs, cout=c1 - c0)
+        layout = be.layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else be.layouts.deconv(wt, attrs)
+        part = f"_OUT{c0}" if sliced else ""
+        indices.append(lw.desc("CONV" if op.kind == "conv2d" else "DECONV",
+                               f"{op.name} [out {c0}:{c1}]" if sliced else op.name,
+                               kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
+                               groups=op.attrs["groups"], cin=op.attrs["cin"], cout=c1 - c0, h=h, w=w,
+                               in_stride=lw.stride(x), out_stride=lw.stride(y),
+                               weight_off=lw.weight(op, "weight", layout, part),
+                               bias_off=lw.weight(op, "bias", bias[c0:c1], part),
+                               in_off=lw.off(x), out_off=lw.off(y, c0)))
+    return [lw.cls("op")(**lw.head(op), index=indices[0], epilogue=lw.epilogue(op, residual),
+                         slices=[Slice(index=j, c0=c0, c1=c1) for j, (c0, c1) in zip(indices, parts)]
+                         if sliced else None)]
+
+
+def _one_desc(lw: Lowering, op, kind: str, **fields) -> list:
+    return [lw.cls("op")(**lw.head(op), index=lw.desc(kind, op.name, **fields))]
+
+
+def lower_maxpool(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    a = op.attrs
+    return _one_desc(lw, op, "MAXPOOL", kh=a["kernel"], kw=a["kernel"], stride=a["stride"], pad=a["pad"], cin=c,
+                     h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y), in_off=lw.off(x), out_off=lw.off(y))
+
+
+def check_add(lw: Lowering, op) -> None:
+    if not all(lw.contiguous(t) for t in (*op.inputs, op.outputs[0])):
+        raise CarveError(f"{op.name}: backend '{lw.backend.name}' lowers an unfused add only on contiguous tensors",
+                         hint="no files were written")
+
+
+def lower_add(lw: Lowering, op) -> list:
+    check_add(lw, op)
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    return _one_desc(lw, op, "ADD", cin=c, h=h, w=w, in_stride=c, out_stride=c, in_off=lw.off(x),
+                     in2_off=lw.off(op.inputs[1]), out_off=lw.off(y))
+
+
+def lower_gap(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    return _one_desc(lw, op, "GAP", cin=c, h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
+                     in_off=lw.off(x), out_off=lw.off(y))
+
+
+def lower_linear(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    return _one_desc(lw, op, "FC", cin=op.attrs["cin"], cout=op.attrs["cout"], h=1, w=1, in_stride=lw.stride(x),
+                     out_stride=lw.stride(y),
+                     weight_off=lw.weight(op, "weight", lw.backend.layouts.linear(lw.graph.weights[op.params["weight"]],
+                                                                                   op.attrs)),
+                     bias_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]),
+                     in_off=lw.off(x), out_off=lw.off(y))
+
+
+def lower_softmax(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    c = lw.shape(x)[2]
+    return _one_desc(lw, op, "SOFTMAX", cin=c, h=1, w=1, in_stride=lw.stride(x), out_stride=lw.stride(y),
+                     in_off=lw.off(x), out_off=lw.off(y))
+
+
+def cpu_copy(lw: Lowering, op, t, slot: int):
+    """A concat input the planner could not write in place: a COPY descriptor into its channel slot."""
+    th, tw, ct = lw.shape(t)
+    y = op.outputs[0]
+    i = lw.desc("COPY", f"{op.name} <- {t}", cin=ct, h=th, w=tw, in_stride=lw.stride(t), out_stride=lw.stride(y),
+                in_off=lw.off(t), out_off=lw.off(y, slot))
+    return lw.cls("op")(**lw.head(op), index=i, what=f"copy {t} into its slot")
+
+
+def concat_lowering(copy):
+    """concat: a ``copy(lw, op, tensor, channel slot)`` step per input the plan copies, else a view."""
+    def lower_concat(lw: Lowering, op) -> list:
+        steps, slot = [], 0
+        for t in op.inputs:
+            if (op.name, t) in lw.copies:
+                steps.append(copy(lw, op, t, slot))
+            slot += lw.shape(t)[2]
+        return steps or [lw.cls("view")(**lw.head(op), what="concat: inputs were written in place")]
+    return lower_concat
+
+
+def lower_slice(lw: Lowering, op) -> list:
+    return [lw.cls("view")(**lw.head(op), what="split: a strided view, no copy")]
+
+
+def lower_upsample(lw: Lowering, op) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    h, w, c = lw.shape(x)
+    return [lw.cls("upsample")(**lw.head(op), x_off=lw.off(x), x_stride=lw.stride(x), h=h, w=w, c=c, y_off=lw.off(y),
+                               y_stride=lw.stride(y))]
+
+
+def lower_attention(lw: Lowering, op) -> list:
+    x = op.inputs[0]
+    o, vv = op.outputs
+    h, w, _ = lw.shape(x)
+    a = op.attrs
+    return [lw.cls("attention")(**lw.head(op), qkv_off=lw.off(x), qkv_stride=lw.stride(x), n=h * w, heads=a["heads"],
+                                key_dim=a["key_dim"], head_dim=a["head_dim"], scale=float(np.float32(a["scale"])),
+                                o_off=lw.off(o), o_stride=lw.stride(o), v_off=lw.off(vv), v_stride=lw.stride(vv))]
+
+
+def lower_e2e(lw: Lowering, op) -> list:
+    a = op.attrs
+    per = a["inputs_per_level"]
+    levels = []
+    for li in range(0, len(op.inputs), per):
+        box, cls = op.inputs[li], op.inputs[li + 1]
+        ex = op.inputs[li + 2] if per > 2 else None
+        lh, lw_, _ = lw.shape(box)
+        levels.append(Level(box_off=lw.off(box), box_stride=lw.stride(box), cls_off=lw.off(cls),
+                            cls_stride=lw.stride(cls), extra_off=lw.off(ex) if ex else None,
+                            extra_stride=lw.stride(ex) if ex else 0, h=lh, w=lw_, stride=a["strides"][li // per]))
+    y = op.outputs[0]
+    _, k, row = lw.shape(y)
+    return [lw.cls("e2e")(**lw.head(op), levels=levels, nc=a["nc"], k=k, row=row, extra=a["extra_channels"],
+                          task=E2E_TASKS[a.get("task", "detect")], rows_off=lw.off(y))]
+
+
+# The CPU backends' lowerings: IR op kind -> function(lowering, op) returning the op's steps.
+CPU_LOWERINGS = {
+    "conv2d": lower_conv,
+    "deconv2d": lower_conv,
+    "maxpool2d": lower_maxpool,
+    "add": lower_add,
+    "global_avgpool": lower_gap,
+    "linear": lower_linear,
+    "softmax": lower_softmax,
+    "concat": concat_lowering(cpu_copy),
+    "slice": lower_slice,
+    "upsample_nearest": lower_upsample,
+    "attention": lower_attention,
+    "e2e_detect": lower_e2e,
+}
+
+
+def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str | None] | None = None) -> dict:
+    """The program the templates render (see the module docstring): ``backend.lowerings`` maps each IR op kind to
+    the function that returns its steps; ``runtime_conv`` replaces the backend's."""
+    lw = Lowering(graph, plan, backend, runtime_conv)
+    layers = {layer.index: dict(index=layer.index, type=layer.type,
+                                fn=f"layer_{layer.index:02d}_{c_ident(layer.type.replace('nn.', '')).lower()}",
+                                output=layer.output, steps=[]) for layer in graph.layers}
+    for op in graph.ops:
+        fn = backend.lowerings.get(op.kind)
+        if fn is None:  # pragma: no cover - check() refuses these first
+            raise AssertionError(f"{op.name}: no lowering for {op.kind}")
+        layers[op.layer]["steps"].extend(fn(lw, op))
+
+    off, v = lw.off, plan.views
+    out0 = graph.outputs["output0"]
+    for lay in layers.values():
+        t = lay["output"]
+        lh, lw_, lc = graph.tensors[t].shape
+        lay.update(out_off=off(t), out_h=lh, out_w=lw_, out_c=lc, out_stride=v[t].stride,
+                   is_rows=(t == out0 and graph.meta["task"] != "classify"),
+                   flops=sum(st.flops for st in lay["steps"]))
+    steps = [st for lay in layers.values() for st in lay["steps"]]
+    attn = [st for st in steps if isinstance(st, Attention)]
+    runtime_convs = [st for st in steps if isinstance(st, RuntimeConv)]
+    e2e = next((st for st in steps if isinstance(st, E2E)), None)
+    outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
+                          c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
+    attn_n = max((st.n for st in attn), default=0)
+    attn_heads = max((st.heads for st in attn), default=0)
+    attn_kd = max((st.key_dim for st in attn), default=0)
+    anchors = sum(lv.h * lv.w for lv in e2e.levels) if e2e else 0
+    prefix = backend.prefix
+    return dict(layers=[layers[i] for i in sorted(layers)], ops=lw.ops, runtime_convs=runtime_convs, outputs=outputs,
+                storages=sorted(lw.storages.values(), key=lambda st: (st["offset"], st["macro"])),
+                weight_refs=lw.blob.refs, blob=lw.blob.bytes(), blob_floats=lw.blob.floats, attention=attn, e2e=e2e,
+                input_off=off(graph.input), rows_k=e2e.k if e2e else 0, row_len=e2e.row if e2e else 0,
+                arena_bytes=plan.arena_bytes,
+                attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
+                scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
+                                            graph.tensors[graph.input].shape[1], backend.letterbox_bands),
+                # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
+                wino_max_cout=0, wino_slot_bytes=0,
+                # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
+                # bytes of fields (the generated code _Static_asserts that it fits)
+                context_bytes=-(-(8 * len(lw.ops) + 8 * len(layers) + 256) // 64) * 64,
+                max_cin=max((o["fields"]["cin"] for o in lw.ops if o["kind"] in (prefix + "CONV", prefix + "DECONV")),
+                            default=0),
+                flops=sum(st.flops for st in steps), **lw.tables)
+
 # ---- C backends ----------------------------------------------------------------
 
 class CBackend(Backend):
     """A backend whose package is C rendered by ``emit_c.CPackage`` from ``lower()``'s program.
 
     Subclasses set ``name``, ``description``, ``lowerable``, ``template_vars``, ``prefix`` (of the
-    descriptor kinds), ``layouts`` and ``runtime`` (the runtime files every package copies)."""
+    descriptor kinds), ``layouts``, ``step_classes`` (the class of each role: "op" at least) and
+    ``families`` (the runtime families its fixed C needs besides every package's, ``FIXED_FAMILIES``)."""
 
     prefix = ""
     layouts: Layouts
-    runtime: tuple = ()
-    # runtime_conv(attrs) -> a step kind (RUNTIME_CONVS) for a conv2d this backend runs as a carve runtime
+    # IR op kind -> function(Lowering, op) returning the op's steps
+    lowerings: dict = CPU_LOWERINGS
+    # role -> step class, over steps.CPU_STEP_CLASSES ("op": the class of a descriptor step)
+    step_classes: dict = {}
+    families: tuple = ()
+    # runtime_conv(attrs) -> a step kind (steps.RUNTIME_CONVS) for a conv2d this backend runs as a carve runtime
     # kernel instead of a descriptor of its own, or None; runtime_conv_layout gives its weights' layout.
     # None: every conv is a descriptor.
     runtime_conv: Callable[[dict], str | None] | None = None
@@ -124,215 +426,45 @@ class CBackend(Backend):
     # its own descriptor writing channels c0..c1 of the same output (one weight slice each, taken from PyTorch's
     # layout before Layouts.conv), or None for one descriptor. None: no conv is split.
     conv_slices: Callable[[dict], list | None] | None = None
-    # CARVE_LETTERBOX_BANDS of runtime/carve_pre.h as this backend's runtime is built: 8 with a thread pool, 1
-    # with CARVE_RT_NO_THREADS; each band takes 2 rows of 3 int32 per input column of the scratch.
-    letterbox_bands = 1
+    # Whether the package's runtime runs on a thread pool: without, it is compiled with CARVE_RT_NO_THREADS.
+    threaded = False
 
-    def runtime_files(self, graph: Graph) -> tuple:
-        """The runtime sources a package of this graph uses (copied into it): masks only for segmentation."""
-        masks = ("carve_mask.h", "carve_mask.c") if "output1" in graph.outputs else ()
-        return self.runtime + masks
+    @property
+    def runtime_macros(self) -> tuple:
+        """The macros the package's runtime is compiled with (its runtime files and constants depend on them)."""
+        return () if self.threaded else ("CARVE_RT_NO_THREADS",)
+
+    @property
+    def letterbox_bands(self) -> int:
+        """CARVE_LETTERBOX_BANDS of runtime/carve_pre.h as this backend's runtime is built; each band takes 2 rows
+        of 3 int32 per input column of the scratch."""
+        return runtime_define("CARVE_LETTERBOX_BANDS", defined=self.runtime_macros)
+
+    def runtime_families(self, graph: Graph, options: dict) -> tuple:
+        """The runtime families a package's fixed parts need (its steps add theirs): FIXED_FAMILIES, the backend's
+        own, the weights loader for --weights-format file and f16 weights, masks for segmentation (and, where the
+        backend's lifecycle is runtime/carve_model.c, carve_model's masks)."""
+        fams = list(FIXED_FAMILIES) + list(self.families)
+        if options.get("weights_format") == "file" or options.get("weights_dtype") == "f16":
+            fams.append("weights")
+        if "output1" in graph.outputs:
+            fams.append("mask")
+            if "model" in fams:
+                fams.append("model_mask")
+        return tuple(fams)
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: weight blob, op descriptor table and per-layer steps."""
-        return lower(graph, plan, self.name, self.prefix, self.layouts, self.runtime_conv, self.conv_slices,
-                     self.letterbox_bands, self.runtime_conv_layout)
+        return lower(graph, plan, self)
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
         return CPackage(self, graph, plan, self.lower(graph, plan), options).files()
 
 
-# ---- Program -----------------------------------------------------------------
-
-def lower(graph: Graph, plan: Plan, backend: str, prefix: str, layouts: Layouts,
-          runtime_conv: Callable[[dict], str | None] | None = None,
-          conv_slices: Callable[[dict], list | None] | None = None, letterbox_bands: int = 1,
-          runtime_conv_layout: Callable[[str, np.ndarray], np.ndarray] | None = None) -> dict:
-    """The program the templates render (see the module docstring); ``runtime_conv``, ``conv_slices``,
-    ``letterbox_bands``, ``runtime_conv_layout``: see ``CBackend``."""
-    blob = WeightBlob()
-    ops: list = []      # compute op descriptors, in run order
-    layers = {layer.index: dict(index=layer.index, type=layer.type,
-                                fn=f"layer_{layer.index:02d}_{c_ident(layer.type.replace('nn.', '')).lower()}",
-                                output=layer.output, steps=[]) for layer in graph.layers}
-    copy_set = set(plan.copies)
-    v = plan.views
-    storages = storage_macros(graph, plan)
-
-    def off(t, extra: int = 0):
-        """The arena offset of a tensor as a C expression: its storage's constant + channel offset."""
-        macro = storages[v[t].storage]["macro"]
-        k = v[t].offset + extra
-        return f"{macro} + {k}" if k else macro
-
-    def shape(t):
-        h, w, c = graph.tensors[t].shape
-        return f"({h},{w},{c})"
-
-    def contiguous(t):
-        return v[t].offset == 0 and v[t].stride == graph.tensors[t].shape[2]
-
-    def add_op(kind: str, op_name: str, **fields) -> int:
-        ops.append(dict(kind=prefix + kind, name=op_name, fields=fields))
-        return len(ops) - 1
-
-    for op in graph.ops:
-        steps = layers[op.layer]["steps"]
-        head = dict(name=op.name, source=op.source, flops=op_flops(graph, op),
-                    shapes=" + ".join(shape(t) for t in op.inputs) + " -> " + " , ".join(shape(t) for t in op.outputs))
-        x, y = op.inputs[0], op.outputs[0]
-        h, w, c = graph.tensors[x].shape
-        if op.kind == "conv2d" and runtime_conv is not None and runtime_conv(op.attrs):
-            # a runtime kernel with the bias and activation in registers; a residual in it too, or after it
-            kind = runtime_conv(op.attrs)
-            residual = op.inputs[1] if len(op.inputs) > 1 else None
-            oh, ow, oc = graph.tensors[y].shape
-            fused = dict(r_off=off(residual), r_stride=v[residual].stride) if residual else None
-            epi = None
-            if residual and kind not in RESIDUAL_RUNTIME_CONVS:
-                epi = dict(y_off=off(y), y_stride=v[y].stride, pixels=oh * ow, channels=oc, act="CARVE_ACT_NONE",
-                           **fused)
-                fused = None
-            steps.append(dict(head, kind=kind, fn=RUNTIME_CONVS[kind], x_off=off(x), x_stride=v[x].stride, h=h, w=w,
-                              cin=op.attrs["cin"], cout=op.attrs["cout"],
-                              weight_off=blob.add(runtime_conv_layout(kind, graph.weights[op.params["weight"]])),
-                              bias_off=blob.add(graph.weights[op.params["bias"]]), y_off=off(y), y_stride=v[y].stride,
-                              act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE",
-                              residual=fused, epilogue=epi))
-        elif op.kind in ("conv2d", "deconv2d"):
-            wt = graph.weights[op.params["weight"]]
-            bias = graph.weights[op.params["bias"]]
-            k = op.attrs["kernel"][0]
-            cout = op.attrs["cout"]
-            parts = (conv_slices(op.attrs) if conv_slices is not None and op.kind == "conv2d" else None) or [(0, cout)]
-            if parts != [(0, cout)] and (op.attrs["groups"] != 1 or parts[0][0] != 0 or parts[-1][1] != cout
-                                         or any(a[1] != b[0] or a[0] >= a[1] for a, b in zip(parts, parts[1:]))):
-                raise AssertionError(f"{op.name}: conv_slices gave {parts}")  # pragma: no cover - a backend's bug
-            indices = []
-            for c0, c1 in parts:
-                attrs = dict(op.attrs, cout=c1 - c0)
-                lw = layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else layouts.deconv(wt, attrs)
-                indices.append(add_op("CONV" if op.kind == "conv2d" else "DECONV",
-                                      op.name if len(parts) == 1 else f"{op.name} [out {c0}:{c1}]",
-                                      kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
-                                      groups=op.attrs["groups"], cin=op.attrs["cin"], cout=c1 - c0, h=h, w=w,
-                                      in_stride=v[x].stride, out_stride=v[y].stride, weight_off=blob.add(lw),
-                                      bias_off=blob.add(bias[c0:c1]), in_off=off(x), out_off=off(y, c0)))
-            i = indices[0]
-            epi = None
-            residual = op.inputs[1] if len(op.inputs) > 1 else None
-            if op.attrs["act"] == "silu" or residual:
-                oh, ow, oc = graph.tensors[y].shape
-                epi = dict(y_off=off(y), y_stride=v[y].stride, r_off=off(residual) if residual else None,
-                           r_stride=v[residual].stride if residual else 0, pixels=oh * ow, channels=oc,
-                           act="CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
-            steps.append(dict(head, kind="op", index=i, epilogue=epi,
-                              slices=[dict(index=j, c0=c0, c1=c1) for j, (c0, c1) in zip(indices, parts)]
-                              if len(parts) > 1 else None))
-        elif op.kind == "maxpool2d":
-            i = add_op("MAXPOOL", op.name, kh=op.attrs["kernel"], kw=op.attrs["kernel"],
-                       stride=op.attrs["stride"], pad=op.attrs["pad"], cin=c, h=h, w=w,
-                       in_stride=v[x].stride, out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-            steps.append(dict(head, kind="op", index=i, epilogue=None))
-        elif op.kind == "add":
-            if not all(contiguous(t) for t in (*op.inputs, y)):
-                raise CarveError(f"{op.name}: backend '{backend}' lowers an unfused add only on contiguous tensors",
-                                 hint="no files were written")
-            i = add_op("ADD", op.name, cin=c, h=h, w=w, in_stride=c, out_stride=c,
-                       in_off=off(x), in2_off=off(op.inputs[1]), out_off=off(y))
-            steps.append(dict(head, kind="op", index=i, epilogue=None))
-        elif op.kind == "global_avgpool":
-            i = add_op("GAP", op.name, cin=c, h=h, w=w, in_stride=v[x].stride,
-                       out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-            steps.append(dict(head, kind="op", index=i, epilogue=None))
-        elif op.kind == "linear":
-            i = add_op("FC", op.name, cin=op.attrs["cin"], cout=op.attrs["cout"], h=1, w=1,
-                       in_stride=v[x].stride, out_stride=v[y].stride,
-                       weight_off=blob.add(layouts.linear(graph.weights[op.params["weight"]], op.attrs)),
-                       bias_off=blob.add(graph.weights[op.params["bias"]]), in_off=off(x), out_off=off(y))
-            steps.append(dict(head, kind="op", index=i, epilogue=None))
-        elif op.kind == "softmax":
-            i = add_op("SOFTMAX", op.name, cin=c, h=1, w=1, in_stride=v[x].stride,
-                       out_stride=v[y].stride, in_off=off(x), out_off=off(y))
-            steps.append(dict(head, kind="op", index=i, epilogue=None))
-        elif op.kind == "concat":
-            slot = 0
-            copied = False
-            for t in op.inputs:
-                ct = graph.tensors[t].shape[2]
-                if (op.name, t) in copy_set:
-                    th, tw, _ = graph.tensors[t].shape
-                    i = add_op("COPY", f"{op.name} <- {t}", cin=ct, h=th, w=tw,
-                               in_stride=v[t].stride, out_stride=v[y].stride, in_off=off(t),
-                               out_off=off(y, slot))
-                    steps.append(dict(head, kind="op", index=i, epilogue=None, what=f"copy {t} into its slot"))
-                    copied = True
-                slot += ct
-            if not copied:
-                steps.append(dict(head, kind="view", what="concat: inputs were written in place"))
-        elif op.kind == "slice":
-            steps.append(dict(head, kind="view", what="split: a strided view, no copy"))
-        elif op.kind == "upsample_nearest":
-            steps.append(dict(head, kind="upsample", x_off=off(x), x_stride=v[x].stride, h=h, w=w, c=c,
-                              y_off=off(y), y_stride=v[y].stride))
-        elif op.kind == "attention":
-            o, vv = op.outputs
-            a = op.attrs
-            steps.append(dict(head, kind="attention", qkv_off=off(x), qkv_stride=v[x].stride, n=h * w,
-                              heads=a["heads"], key_dim=a["key_dim"], head_dim=a["head_dim"],
-                              scale=float(np.float32(a["scale"])), o_off=off(o), o_stride=v[o].stride,
-                              v_off=off(vv), v_stride=v[vv].stride))
-        elif op.kind == "e2e_detect":
-            a = op.attrs
-            per = a["inputs_per_level"]
-            levels = []
-            for li in range(0, len(op.inputs), per):
-                box, cls = op.inputs[li], op.inputs[li + 1]
-                ex = op.inputs[li + 2] if per > 2 else None
-                lh, lw, _ = graph.tensors[box].shape
-                levels.append(dict(box_off=off(box), box_stride=v[box].stride, cls_off=off(cls),
-                                   cls_stride=v[cls].stride, extra_off=off(ex) if ex else None,
-                                   extra_stride=v[ex].stride if ex else 0, h=lh, w=lw,
-                                   stride=a["strides"][li // per]))
-            _, k, row = graph.tensors[y].shape
-            steps.append(dict(head, kind="e2e", levels=levels, nc=a["nc"], k=k, row=row,
-                              extra=a["extra_channels"], task=E2E_TASKS[a.get("task", "detect")],
-                              rows_off=off(y)))
-        else:  # pragma: no cover - check() refuses these first
-            raise AssertionError(op.kind)
-
-    out0 = graph.outputs["output0"]
-    for lay in layers.values():
-        t = lay["output"]
-        lh, lw, lc = graph.tensors[t].shape
-        lay.update(out_off=off(t), out_h=lh, out_w=lw, out_c=lc, out_stride=v[t].stride,
-                   is_rows=(t == out0 and graph.meta["task"] != "classify"),
-                   flops=sum(st["flops"] for st in lay["steps"]))
-    attn = [st for lay in layers.values() for st in lay["steps"] if st["kind"] == "attention"]
-    runtime_convs = [st for lay in layers.values() for st in lay["steps"] if st["kind"] in RUNTIME_CONVS]
-    e2e = next((st for lay in layers.values() for st in lay["steps"] if st["kind"] == "e2e"), None)
-    outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
-                          c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
-    attn_n = max((st["n"] for st in attn), default=0)
-    attn_heads = max((st["heads"] for st in attn), default=0)
-    attn_kd = max((st["key_dim"] for st in attn), default=0)
-    anchors = sum(lv["h"] * lv["w"] for lv in e2e["levels"]) if e2e else 0
-    return dict(layers=[layers[i] for i in sorted(layers)], ops=ops, runtime_convs=runtime_convs, outputs=outputs,
-                storages=sorted(storages.values(), key=lambda st: (st["offset"], st["macro"])),
-                blob=blob.bytes(), blob_floats=blob.floats, attention=attn, e2e=e2e,
-                input_off=off(graph.input), rows_k=e2e["k"] if e2e else 0, row_len=e2e["row"] if e2e else 0,
-                arena_bytes=plan.arena_bytes,
-                attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
-                scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
-                                            graph.tensors[graph.input].shape[1], letterbox_bands),
-                # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
-                wino_max_cout=0, wino_slot_bytes=0,
-                # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
-                # bytes of fields (the generated code _Static_asserts that it fits)
-                context_bytes=-(-(8 * len(ops) + 8 * len(layers) + 256) // 64) * 64,
-                max_cin=max((o["fields"]["cin"] for o in ops if o["kind"] in (prefix + "CONV", prefix + "DECONV")),
-                            default=0),
-                flops=sum(st["flops"] for lay in layers.values() for st in lay["steps"]))
+# What the fixed C of every package calls: the context glue (carve_rt), the letterbox / classify pre-processing and
+# box mapping (pre), the rows' and probabilities' collection (post), NCHW -> NHWC of run_tensor and the demo's dump
+# (layout), the demo's file I/O (io).
+FIXED_FAMILIES = ("rt", "pre", "post", "layout", "io")
 
 
 def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors: int, input_w: int,
@@ -351,17 +483,23 @@ def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors:
     return -(-need // 64) * 64 + 64
 
 
+def unique_macro(name: str, used: set) -> str:
+    """NAME as a C macro: upper case, non-identifier characters to '_', no '__', made unique in ``used``."""
+    macro = c_ident(name).upper().strip("_")
+    while "__" in macro:
+        macro = macro.replace("__", "_")
+    base, k = macro, 2
+    while macro in used:
+        macro, k = f"{base}_{k}", k + 1
+    used.add(macro)
+    return macro
+
+
 def storage_macros(graph: Graph, plan: Plan) -> dict:
     """One named constant per planned storage: S_<TENSOR> = its offset in floats from the arena base."""
     out, used = {}, set()
     for name, st in sorted(plan.storages.items(), key=lambda kv: (kv[1].offset, kv[0])):
-        macro = "S_" + c_ident(name).upper().strip("_")
-        while "__" in macro:
-            macro = macro.replace("__", "_")
-        base, k = macro, 2
-        while macro in used:
-            macro, k = f"{base}_{k}", k + 1
-        used.add(macro)
+        macro = unique_macro("S_" + name, used)
         h, w, c = graph.tensors[name].shape
         out[name] = dict(macro=macro, offset=st.offset // 4, shape=f"({h},{w},{c})", bytes=st.floats * 4,
                          first=st.first, last=st.last, tensor=name)
@@ -369,24 +507,30 @@ def storage_macros(graph: Graph, plan: Plan) -> dict:
 
 
 class WeightBlob:
-    """All weights in one little-endian float32 blob, each tensor 64-byte aligned."""
+    """All weights in one little-endian float32 blob, each tensor 64-byte aligned; ``add`` names each tensor's
+    offset with a C constant (``W_MODEL_2_CV1_CONV``), listed in ``refs`` in blob order."""
 
     ALIGN_FLOATS = 16
 
     def __init__(self):
         self.parts: list = []
         self.floats = 0
+        self.refs: list = []
+        self._used: set = set()
 
-    def add(self, a: np.ndarray) -> int:
-        a = np.ascontiguousarray(a, dtype="<f4").reshape(-1)
+    def add(self, a: np.ndarray, name: str = "W", tensor: str = "") -> WeightRef:
+        a = np.ascontiguousarray(a, dtype="<f4")
+        shape = "(" + ",".join(str(d) for d in a.shape) + ")"
+        a = a.reshape(-1)
         pad = (-self.floats) % self.ALIGN_FLOATS
         if pad:
             self.parts.append(np.zeros(pad, dtype="<f4"))
             self.floats += pad
-        offset = self.floats
+        ref = WeightRef(self.floats, unique_macro(name, self._used), tensor, shape)
+        self.refs.append(ref)
         self.parts.append(a)
         self.floats += a.size
-        return offset
+        return ref
 
     def bytes(self) -> bytes:
         return np.concatenate(self.parts).tobytes() if self.parts else b""

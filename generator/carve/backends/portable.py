@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import CPU_KERNEL_FILES
+from .emit_c import runtime_define
 from .lowering import CPU_RULES, CBackend, Layouts
+from .steps import PtOp
 
-# Output channels of one register block: CARVE_PT_OC of runtime/carve_portable.h (the generated code
-# checks the two agree with a _Static_assert).
-OC = 8
+# Output channels of one register block, read from runtime/carve_portable.h (the generated code also
+# _Static_asserts that the weights were laid out for it).
+OC = runtime_define("CARVE_PT_OC")
 
 
 def is_depthwise(attrs: dict) -> bool:
@@ -60,11 +61,10 @@ class PortableBackend(CBackend):
     lowerable = CPU_RULES
     prefix = "CARVE_PT_"
     layouts = LAYOUTS
+    step_classes = {"op": PtOp}
+    families = ("portable", "model")   # carve_pt_run; the lifecycle of runtime/carve_model.c
     template_vars = dict(pool="NULL", desc_type="carve_pt_desc", ops_what="compute ops (carve_pt_run)",
-                         op_prefix=prefix, oc=OC, multithreaded=False)
-    runtime = ("carve_rt.h", "carve_rt.c", *CPU_KERNEL_FILES, "carve_pre.h", "carve_pre_math.h",
-               "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
-               "carve_weights.c", "carve_portable.h", "carve_portable.c", "carve_io.h", "carve_io.c")
+                         op_prefix=prefix, oc=OC, multithreaded=False, has_xnn_heap=False)
     cc_defines = ("CARVE_RT_NO_THREADS",)   # the README's plain cc command (as its CMakeLists.txt)
 
 

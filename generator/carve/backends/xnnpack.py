@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import CPU_KERNEL_FILES, lowering, xnn_heap
-from .emit_c import CPackage
+from . import lowering, xnn_heap
+from .emit_c import CPackage, runtime_define
 from .lowering import CPU_RULES, CBackend, Layouts
+from .steps import WinogradConv, XnnOp
 
-# What carve_conv3x3s2_small_cin accepts (CARVE_STEM_MAX_CIN, CARVE_STEM_COUT_MULTIPLE of runtime/carve_stem.h;
-# the generated code _Static_asserts that they agree).
-STEM_MAX_CIN = 4
-STEM_COUT_MULTIPLE = 16
+# What carve_conv3x3s2_small_cin accepts, read from the runtime (the generated code also _Static_asserts each call).
+STEM_MAX_CIN = runtime_define("CARVE_STEM_MAX_CIN")
+STEM_COUT_MULTIPLE = runtime_define("CARVE_STEM_COUT_MULTIPLE")
 
 
 def stem_conv(attrs: dict) -> str | None:
@@ -46,11 +46,11 @@ def stem_conv(attrs: dict) -> str | None:
     return "conv3x3s2" if ok else None
 
 
-# What carve_conv3x3s1_winograd accepts (CARVE_WINOGRAD_* of runtime/carve_winograd.h; the generated code
-# _Static_asserts the scratch against CARVE_WINOGRAD_SLOT_BYTES).
-WINOGRAD_CHANNEL_MULTIPLE = 8
-WINOGRAD_TILES = 12
-WINOGRAD_KC = 128
+# What carve_conv3x3s1_winograd accepts and its scratch, read from the runtime (the generated code _Static_asserts
+# the channels of each call and the scratch against CARVE_WINOGRAD_SLOT_BYTES).
+WINOGRAD_CHANNEL_MULTIPLE = runtime_define("CARVE_WINOGRAD_CHANNEL_MULTIPLE")
+WINOGRAD_TILES = runtime_define("CARVE_WINOGRAD_TILES")
+WINOGRAD_KC = runtime_define("CARVE_WINOGRAD_KC")
 
 
 def winograd_conv(attrs: dict) -> str | None:
@@ -169,13 +169,12 @@ class XnnpackBackend(CBackend):
     runtime_conv = staticmethod(runtime_conv)
     runtime_conv_layout = staticmethod(runtime_conv_layout)
     conv_slices = staticmethod(conv_slices)
-    letterbox_bands = 8   # carve_letterbox runs in bands on the thread pool (CARVE_LETTERBOX_BANDS)
+    step_classes = {"op": XnnOp}
+    # the fixed C: XNNPACK's init, heap and operators' lifecycle (carve_xnn.h); the model's (carve_model.h)
+    families = ("xnn", "model")
+    threaded = True       # carve_letterbox runs in CARVE_LETTERBOX_BANDS bands on the thread pool
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
-                         op_prefix=prefix, multithreaded=True)
-    runtime = ("carve_rt.h", "carve_rt.c", *CPU_KERNEL_FILES, "carve_pre.h", "carve_pre_math.h",
-               "carve_pre.c", "carve_post.h", "carve_post.c", "carve_model.h", "carve_model.c", "carve_weights.h",
-               "carve_weights.c", "carve_xnn.h", "carve_xnn.c", "carve_io.h", "carve_io.c", "carve_pool.h",
-               "carve_pool.c")
+                         op_prefix=prefix, multithreaded=True, has_xnn_heap=True)
     cc_libs = ("XNNPACK", "pthread")   # the README's plain cc command links these (carve_pool.c: the pthreadpool_*)
 
     def emit(self, graph, plan, options) -> dict:
@@ -187,13 +186,10 @@ class XnnpackBackend(CBackend):
         return CPackage(self, graph, plan, self.lower(graph, plan, winograd=winograd), options).files()
 
     def lower(self, graph, plan, winograd: bool = True) -> dict:
-        program = lowering.lower(graph, plan, self.name, self.prefix, self.layouts,
-                                 runtime_conv if winograd else exact_runtime_conv, self.conv_slices,
-                                 self.letterbox_bands,
-                                 self.runtime_conv_layout)
+        program = lowering.lower(graph, plan, self, runtime_conv if winograd else exact_runtime_conv)
         # Winograd convolutions take CARVE_WINOGRAD_SLOT_BYTES(cout) of the scratch per task: one slot in
         # <NAME>_SCRATCH_BYTES (create_with runs on one thread); create allocates one per thread.
-        wino = [st["cout"] for st in program["runtime_convs"] if st["kind"] == "conv3x3s1_wino"]
+        wino = [st.cout for st in program["runtime_convs"] if isinstance(st, WinogradConv)]
         program["wino_max_cout"] = max(wino, default=0)
         program["wino_slot_bytes"] = winograd_slot_bytes(max(wino)) if wino else 0
         program["scratch_bytes"] = max(program["scratch_bytes"], program["wino_slot_bytes"])
