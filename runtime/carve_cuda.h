@@ -10,7 +10,7 @@
 //     shapes) or CARVE_ERR_BACKEND (a launch or cuBLAS error).
 // Activations are NHWC float32, batch 1, with a pixel stride >= channels (the
 // carve_view convention of carve_rt.h), so concat and split are strided views.
-// Numerics follow the CPU runtime (carve_ops.h and its family headers, carve_pre.h, carve_post.h):
+// Numerics follow the CPU runtime (the kernel family headers, carve_pre.h, carve_post.h):
 // the same formulas and order rules; float results agree to rounding (GEMM
 // summation order differs), integer and index results exactly.
 //

@@ -117,6 +117,9 @@ static carve_status init(carve_model* m, const void* linked, const carve_model_o
                          const carve_model_buffers* buffers) {
   memset(m->arena, 0, m->desc->arena_bytes);
   m->threads = opt->threads;
+  if (m->desc->select_kernels != NULL) {
+    m->desc->select_kernels(m);
+  }
   TRY(bind_weights(m, linked, opt, buffers == NULL));
   if (m->desc->init != NULL) {
     TRY(m->desc->init(m, opt, buffers));

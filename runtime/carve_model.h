@@ -137,6 +137,9 @@ typedef struct carve_model_desc {
   // by create_with (1 thread).
   size_t (*threads_for)(size_t requested, int allow_oversubscribe);
   carve_status (*run_network)(carve_model* m);  // every layer in order, carve_model_layer_done after each
+  // The model's kernel table: each runtime kernel's instruction-set variant, chosen once at create, before
+  // the weights are bound and desc->init; NULL: the layers call no kernel with variants.
+  void (*select_kernels)(carve_model* m);
   // The backend's part of create and create_with, once the arena, scratch and weights are in place
   // (buffers: create_with's, NULL for create); NULL: nothing to do.
   carve_status (*init)(carve_model* m, const carve_model_options* options, const carve_model_buffers* buffers);

@@ -2,8 +2,8 @@
 //
 // Status codes, the strided NHWC view and the thread-pool glue live here; the
 // kernels are in one header per family (carve_epilogue.h, carve_stem.h,
-// carve_dwconv.h, carve_winograd.h, carve_attention.h, carve_layout.h; all of
-// them through carve_ops.h; their instruction sets in carve_isa.h), carve_pre.h (letterbox, classify
+// carve_dwconv.h, carve_winograd.h, carve_attention.h, carve_layout.h; their
+// instruction sets in carve_isa.h), carve_pre.h (letterbox, classify
 // preprocessing, mapping back to the source image), carve_post.h (end-to-end
 // rows of the detect / segment / pose / obb heads, softmax and top-k),
 // carve_mask.h (instance masks, RLE), carve_model.h (the create / run / destroy

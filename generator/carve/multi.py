@@ -13,7 +13,7 @@ Composition, not a second pipeline: each model is compiled alone by ``compiler.c
 
 Refused before anything is compiled, every problem at once: one manifest given twice, two models with one C
 name, models of different backends, a count of checkpoints other than the count of manifests, and the cuda
-backend (its packages build the runtime into the model library; see docs/backends/cuda.md).
+backend (its packages build the device runtime into the model library; see docs/backends/cuda.md).
 Pure like the compiler: returns ``{path: bytes}``; only the CLI writes.
 """
 

@@ -67,7 +67,7 @@ WARN = ["-Wall", "-Wextra", "-Werror"]
 C_FLAGS = ["-std=c11", "-O2", *WARN]
 EMU_FLAGS = ["-std=c++17", "-x", "c++", "-include", str(EMU_HEADER), "-DCARVE_CUDA_EMULATION",
              "-DCARVE_RT_NO_THREADS", *WARN]
-XNN_LIBS = ["-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm"]
+XNN_LIBS = ["-lXNNPACK", "-lcpuinfo", "-lstb", "-lpthread", "-lm"]
 IMAGE = {"classify": "bus.jpg"}  # every task: Ultralytics' bus.jpg
 STEPS: dict = {}
 
@@ -134,7 +134,7 @@ def build_runtime(work: Path, kind: str) -> Path:
               "carve_attention.c", "carve_layout.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c",
               "carve_weights.c"]
     if kind == "xnn":
-        srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c"]]
+        srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c", "carve_pool.c"]]  # carve_pool: the pthreadpool_*
         jobs = lambda out: [[CC, *C_FLAGS, "-c", s, "-o", out / (s.name + ".o")] for s in srcs]  # noqa: E731
         deps = srcs + sorted(RUNTIME.glob("*.h"))
     else:

@@ -8,7 +8,8 @@
 //   the channels of a strided output is never written; argument and launch errors.
 
 #include "carve_mask.h"
-#include "carve_ops.h"
+#include "carve_attention.h"
+#include "carve_layout.h"
 #include "carve_weights.h"
 #include "cuda_test.h"
 

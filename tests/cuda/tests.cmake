@@ -34,7 +34,7 @@ add_test(NAME cuda_emu COMMAND $<TARGET_FILE:test_cuda_emu>)
 set_tests_properties(cuda_emu PROPERTIES TIMEOUT 120)
 
 # The device runtime (runtime/carve_cuda_*.cu) built for the host, and its tests: each
-# kernel against the CPU runtime (the kernel families of carve_ops.h / carve_pre / carve_post / carve_mask) or a loop.
+# kernel against the CPU runtime (the kernel families (carve_epilogue.h, carve_attention.h, carve_layout.h, ...) / carve_pre / carve_post / carve_mask) or a loop.
 file(GLOB CARVE_CUDA_RUNTIME_SOURCES CONFIGURE_DEPENDS ${CARVE_ROOT}/runtime/carve_cuda_*.cu)
 set_source_files_properties(${CARVE_CUDA_RUNTIME_SOURCES} PROPERTIES LANGUAGE CXX)
 add_library(carve_cuda_emu STATIC ${CARVE_CUDA_RUNTIME_SOURCES})

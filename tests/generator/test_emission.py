@@ -75,6 +75,22 @@ def test_packages_carry_what_their_steps_call(shapes_built, cuda_packages):
     assert not any(p.startswith("runtime/carve_mask") for p in cuda_packages["xnnpack"])  # no masks: detect
 
 
+def test_kernels_are_chosen_once_at_create(shapes_built, cuda_packages):
+    """Every kernel with instruction-set variants a package's steps call is picked once, at create, into the
+    context's kernel table, and called through it: no per-call selection (carve_<kernel>() selects each time)."""
+    _, programs, _ = shapes_built
+    assert set(programs["xnnpack"]["kernels"]) == {"conv3x3s2_small_cin", "conv3x3s1_winograd", "dwconv3x3",
+                                                   "epilogue", "attention"}
+    assert set(programs["portable"]["kernels"]) == {"epilogue", "attention"}
+    for be in ("xnnpack", "portable"):
+        c = cuda_packages[be]["yolo26n_shapes.c"].decode()
+        for k in programs[be]["kernels"]:
+            assert c.count(f"m->k.{k} = carve_{k}_select(isa);") == 1, (be, k)
+            assert c.count(f"m->k.{k}(") >= 1 and f"carve_{k}(" not in c, (be, k)
+        assert c.count("carve_isa_detect()") == 1
+    assert programs["cuda"]["kernels"] == [] and "carve_isa_detect" not in cuda_packages["cuda"]["yolo26n_shapes.cu"].decode()
+
+
 def test_classify_cuda_has_no_device_topk():
     """A package carries only the runtime its steps call: a classify model has no end-to-end step."""
     from carve.backends import get_backend

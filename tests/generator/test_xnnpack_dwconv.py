@@ -84,20 +84,22 @@ def test_xnnpack_lowers_the_depthwise_convs(built):
 
 
 def test_generated_code_pins_the_contract(built):
-    """The call the template emits: carve_dwconv3x3(x, x_stride, h, w, c, weights, bias, y, y_stride, act,
-    pool), behind a _Static_assert that the conv is depthwise; an epilogue pass after it only for a residual."""
+    """The call the template emits: carve_dwconv3x3's signature (x, x_stride, h, w, c, weights, bias, y, y_stride,
+    act, pool) through the variant chosen once at create (m->k.dwconv3x3 = carve_dwconv3x3_select(isa)), behind a
+    _Static_assert that the conv is depthwise; an epilogue pass after it only for a residual."""
     _, programs, files = built
     c = files["xnnpack"]["yolo26n_shapes.c"].decode()
     steps = dw_steps(programs["xnnpack"])
-    assert c.count("carve_dwconv3x3(") == len(steps) > 0
+    assert c.count("m->k.dwconv3x3(") == len(steps) > 0
+    assert c.count("m->k.dwconv3x3 = carve_dwconv3x3_select(isa);") == 1
     for s in steps:
         call = (f"  _Static_assert({s['cin']} == {s['cout']}, \"carve_dwconv3x3 takes this conv\");\n"
-                f"  TRY(carve_dwconv3x3(A(m, {s['x_off']}), {s['x_stride']}, {s['h']}, {s['w']}, {s['cout']}, "
+                f"  TRY(m->k.dwconv3x3(A(m, {s['x_off']}), {s['x_stride']}, {s['h']}, {s['w']}, {s['cout']}, "
                 f"m->weights + {s['weight_off']}, m->weights + {s['bias_off']},\n"
                 f"                      A(m, {s['y_off']}), {s['y_stride']}, {s['act']}, m->pool));")
         at = c.index(f"// {s['name']}: {s['source']}  {s['shapes']}\n{call}")
         nxt = c[at:].split("\n")[4]
-        assert ("carve_epilogue(" in nxt and "CARVE_ACT_NONE" in nxt) == (s["epilogue"] is not None), nxt
+        assert ("m->k.epilogue(" in nxt and "CARVE_ACT_NONE" in nxt) == (s["epilogue"] is not None), nxt
     assert "carve_dwconv3x3" in files["xnnpack"]["README.md"].decode()
     for be in ("portable",):
         assert "carve_dwconv3x3" not in files[be]["yolo26n_shapes.c"].decode()
@@ -116,4 +118,4 @@ def test_f16_packages_keep_the_kernel(built):
     assert len(dw_steps(p)) == len(dw_steps(be.lower(graph, plan_memory(graph)))) > 0
     files = be.emit(graph, plan_memory(graph), dict(weights_dtype="f16"))
     c = next(v for k, v in files.items() if k.endswith(".c") and "demo" not in k).decode()
-    assert "carve_dwconv3x3(" in c
+    assert "m->k.dwconv3x3(" in c

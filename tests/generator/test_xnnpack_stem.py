@@ -99,7 +99,8 @@ def test_generated_code_and_readme(built):
     _, programs, files = built
     c = files["xnnpack"]["yolo26n_shapes.c"].decode()
     s = programs["xnnpack"]["layers"][0]["steps"][0]
-    assert c.count("carve_conv3x3s2_small_cin(") == 1
+    assert c.count("m->k.conv3x3s2_small_cin(") == 1  # the variant chosen once at create:
+    assert c.count("m->k.conv3x3s2_small_cin = carve_conv3x3s2_small_cin_select(isa);") == 1
     assert f"// {s['name']}: {s['source']}  {s['shapes']}\n  _Static_assert(" in c
     readme = files["xnnpack"]["README.md"].decode()
     assert "carve_conv3x3s2_small_cin" in readme

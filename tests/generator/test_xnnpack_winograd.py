@@ -116,7 +116,8 @@ def test_scratch_holds_a_slot(built):
     assert p["scratch_bytes"] >= p["wino_slot_bytes"] and p["wino_slot_bytes"] % 64 == 0
     c = files["xnnpack"]["yolo26n_shapes.c"].decode()
     assert f"CARVE_WINOGRAD_SLOT_BYTES({cout})" in c and "m->scratch_slots" in c
-    assert c.count("carve_conv3x3s1_winograd(") == len(wino_steps(p))
+    assert c.count("m->k.conv3x3s1_winograd(") == len(wino_steps(p))
+    assert c.count("m->k.conv3x3s1_winograd = carve_conv3x3s1_winograd_select(isa);") == 1
 
 
 def test_other_backends_keep_their_convs(built):
@@ -149,4 +150,4 @@ def test_f16_packages_keep_xnnpack(built):
     assert kinds.count("conv3x3s2") == 1 and set(kinds) == {"conv3x3s2", "dwconv3x3"}
     files = be.emit(graph, plan_memory(graph), dict(weights_dtype="f16"))
     c = next(v for k, v in files.items() if k.endswith(".c") and "demo" not in k).decode()
-    assert "carve_conv3x3s1_winograd(" not in c and "carve_conv3x3s2_small_cin(" in c
+    assert "conv3x3s1_winograd" not in c and "m->k.conv3x3s2_small_cin(" in c

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "carve_io.h"
-#include "carve_ops.h"
+#include "carve_attention.h"
+#include "carve_epilogue.h"
 
 static int fail(const char* what, const char* path, carve_status s) {
   fprintf(stderr, "ops_tool: %s %s: %s\n", what, path, carve_status_str(s));

@@ -4,7 +4,7 @@
 // the selector carve_epilogue_select.
 
 #include "carve_epilogue_isa.h"
-#include "carve_ops.h"
+#include "carve_epilogue.h"
 #include "simd_paths.h"
 #include "test_common.h"
 

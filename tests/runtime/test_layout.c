@@ -2,7 +2,7 @@
 // sizes (and sizes over the 32x32 transpose tile) with strides wider than the
 // channels, and that they are inverse of each other.
 
-#include "carve_ops.h"
+#include "carve_layout.h"
 #include "test_common.h"
 
 static void run_case(test_rng* rng, size_t c, size_t h, size_t w, size_t stride) {

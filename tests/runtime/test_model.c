@@ -1,10 +1,11 @@
 // Checks runtime/carve_model.c, the lifecycle the generated packages forward to, on a model made up here (a
 // descriptor and a "network" hook that writes known rows or probabilities): create / create_with / destroy
-// (descriptor, options and buffers refused with CARVE_ERR_INVALID_ARGUMENT, the hooks called, nothing of the
-// caller's freed), the threads resolved (the descriptor's threads_for, 1 without one or for create_with, the
-// Winograd slots per thread), linked f32 and f16 weights (widened exactly), the detections collected (score > conf, best
-// first, max_dets, boxes mapped back through the letterbox as carve_scale_boxes_xyxy maps them), the top-k
-// classes, the per-layer callback and timings.
+// (descriptor, options and buffers refused with CARVE_ERR_INVALID_ARGUMENT, the hooks called: the kernel table
+// chosen once, before the backend's init; nothing of the caller's freed), the threads resolved (the
+// descriptor's threads_for, 1 without one or for create_with, the Winograd slots per thread), linked f32 and
+// f16 weights (widened exactly), the detections collected (score > conf, best first, max_dets, boxes mapped
+// back through the letterbox as carve_scale_boxes_xyxy maps them), the top-k classes, the per-layer callback
+// and timings.
 
 #include "carve_model.h"
 #include "carve_post.h"
@@ -26,7 +27,7 @@ typedef struct fake {
       CARVE_MODEL_FIELDS
     };
   };
-  int inits, destroys;
+  int inits, destroys, selected;
   double timings[2];
 } fake;
 
@@ -60,8 +61,15 @@ static carve_status network(carve_model* m) {
   return CARVE_OK;
 }
 
+// The model's kernel table: chosen once per create, before the backend's init.
+static int g_selects;
+static void select_kernels(carve_model* m) {
+  ((fake*)(void*)m)->selected = 1;
+  g_selects++;
+}
+
 static carve_status init(carve_model* m, const carve_model_options* opt, const carve_model_buffers* b) {
-  CHECK(m->weights != NULL && opt->threads >= 1);
+  CHECK(m->weights != NULL && opt->threads >= 1 && ((fake*)(void*)m)->selected);
   ((fake*)(void*)m)->inits++;
   return b != NULL && b->backend_bytes == 13 ? CARVE_ERR_BACKEND : CARVE_OK;  // a backend's failure
 }
@@ -111,7 +119,8 @@ static carve_model_desc detect_desc(void) {
       .layer_ms_offset = offsetof(fake, timings), .arena_bytes = ARENA_BYTES, .scratch_bytes = SCRATCH_BYTES,
       .weights_dtype = CARVE_WEIGHTS_F32, .weight_floats = 4, .input_h = IN, .input_w = IN, .input_off = INPUT_OFF,
       .task = CARVE_TASK_DETECT, .num_classes = NCLS, .output0_off = OUTPUT0_OFF, .row_len = ROW_LEN,
-      .num_layers = 2, .layer_types = k_types, .class_names = k_names, .run_network = network, .init = init,
+      .num_layers = 2, .layer_types = k_types, .class_names = k_names, .run_network = network,
+      .select_kernels = select_kernels, .init = init,
       .destroy = destroy, .store_detection = store_detection};
 }
 
@@ -169,7 +178,8 @@ int main(void) {
   CHECK(carve_model_create(&bad, k_weights, NULL, &m) == CARVE_ERR_INVALID_ARGUMENT);
   const carve_model_options threads_bad = {.threads = 1025}, threads3 = {.threads = 3};
   CHECK(carve_model_create(&d, k_weights, &threads_bad, &m) == CARVE_ERR_INVALID_ARGUMENT && m == NULL);
-  CHECK(carve_model_create(&d, k_weights, &threads3, &m) == CARVE_OK && m != NULL);
+  g_selects = 0;
+  CHECK(carve_model_create(&d, k_weights, &threads3, &m) == CARVE_OK && m != NULL && g_selects == 1);
   // No threads_for: the package runs on the calling thread, whatever was asked.
   CHECK(m->owned && m->weights == k_weights && m->threads == 1 && carve_model_threads(m) == 1);
   CHECK(m->scratch_slots == 1 && ((fake*)(void*)m)->inits == 1);
@@ -233,7 +243,9 @@ int main(void) {
   g_destroys = 0;
   CHECK(carve_model_create_with(&bad, k_weights, NULL, &b, &m) == CARVE_ERR_BACKEND && m == NULL && g_destroys == 1);
   b = good;
+  g_selects = 0;
   CHECK(carve_model_create_with(&d, k_weights, NULL, &b, &m) == CARVE_OK && m == (carve_model*)(void*)ctx);
+  CHECK(g_selects == 1);
   CHECK(!m->owned && m->arena == (float*)(void*)arena && m->scratch_slots == 1 && carve_model_threads(m) == 1);
   g_layers = 0;
   check_detections(m);

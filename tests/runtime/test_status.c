@@ -5,7 +5,12 @@
 // CARVE_ERR_INVALID_ARGUMENT, writing nothing; carve_isa_name of every
 // instruction set.
 
-#include "carve_ops.h"
+#include "carve_attention.h"
+#include "carve_dwconv.h"
+#include "carve_epilogue.h"
+#include "carve_layout.h"
+#include "carve_stem.h"
+#include "carve_winograd.h"
 #include "carve_portable.h"
 #include "carve_post.h"
 #include "carve_pre.h"

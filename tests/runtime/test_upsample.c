@@ -2,7 +2,7 @@
 // wider than the channels, that padding columns stay untouched, and identical
 // results with 0 or 2 threads.
 
-#include "carve_ops.h"
+#include "carve_layout.h"
 #include "test_common.h"
 
 static void run_case(test_rng* rng, pthreadpool_t pool2, size_t h, size_t w, size_t c,

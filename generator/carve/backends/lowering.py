@@ -40,7 +40,7 @@ from ..planner import Plan
 from . import Backend
 from .emit_c import CPackage, c_ident, runtime_define
 from .steps import (CPU_STEP_CLASSES, E2E, RUNTIME_CONVS, Attention, Epilogue, Level, RuntimeConv, Slice,
-                    WeightRef)
+                    WeightRef, selected_kernels)
 
 E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
              "obb": "CARVE_E2E_OBB"}
@@ -382,7 +382,9 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
     attn_kd = max((st.key_dim for st in attn), default=0)
     anchors = sum(lv.h * lv.w for lv in e2e.levels) if e2e else 0
     prefix = backend.prefix
+    kernels = selected_kernels(layers.values())
     return dict(layers=[layers[i] for i in sorted(layers)], ops=lw.ops, runtime_convs=runtime_convs, outputs=outputs,
+                kernels=kernels,
                 storages=sorted(lw.storages.values(), key=lambda st: (st["offset"], st["macro"])),
                 weight_refs=lw.blob.refs, blob=lw.blob.bytes(), blob_floats=lw.blob.floats, attention=attn, e2e=e2e,
                 input_off=off(graph.input), rows_k=e2e.k if e2e else 0, row_len=e2e.row if e2e else 0,
@@ -392,9 +394,9 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
                                             graph.tensors[graph.input].shape[1], backend.letterbox_bands),
                 # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
                 wino_max_cout=0, wino_slot_bytes=0,
-                # the context struct of a CPU backend: a pointer per operator and a double per layer, plus < 256
-                # bytes of fields (the generated code _Static_asserts that it fits)
-                context_bytes=-(-(8 * len(lw.ops) + 8 * len(layers) + 256) // 64) * 64,
+                # the context struct of a CPU backend: a pointer per operator, a double per layer and a pointer per
+                # selected kernel, plus < 256 bytes of fields (the generated code _Static_asserts that it fits)
+                context_bytes=-(-(8 * (len(lw.ops) + len(layers) + len(kernels)) + 256) // 64) * 64,
                 max_cin=max((o["fields"]["cin"] for o in lw.ops if o["kind"] in (prefix + "CONV", prefix + "DECONV")),
                             default=0),
                 flops=sum(st.flops for st in steps), **lw.tables)

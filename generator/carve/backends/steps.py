@@ -54,6 +54,18 @@ RUNTIME_FAMILIES = {
 }
 
 
+def selected_kernels(layers) -> list:
+    """The kernels with instruction-set variants that these layers' steps (and their epilogues) call, sorted: the
+    context's kernel table, filled once at create (Step.kernel)."""
+    out = set()
+    for lay in layers:
+        for st in lay["steps"]:
+            for part in (st, getattr(st, "epilogue", None)):
+                if part is not None and part.kernel:
+                    out.add(part.kernel)
+    return sorted(out)
+
+
 def family_files(families) -> tuple:
     """The runtime files of these families (RUNTIME_FAMILIES), sorted, without repeats."""
     return tuple(sorted({RUNTIME_FAMILIES[f] for f in families}))
@@ -113,6 +125,7 @@ class Epilogue(_Fields):
     act: str
     macro: ClassVar[str] = "epilogue"
     function: ClassVar[str] = "carve_epilogue"
+    kernel: ClassVar[str | None] = "epilogue"
     families: ClassVar[tuple] = ("epilogue",)
 
 
@@ -127,6 +140,9 @@ class Step(_Fields):
     kind: ClassVar[str] = ""
     macro: ClassVar[str] = ""
     function: ClassVar[str | None] = None
+    # A kernel with instruction-set variants: carve_<kernel>_select(isa) picks one at create into the context's
+    # kernel table (m->k.<kernel>), which the macro calls; None: the macro calls `function` itself.
+    kernel: ClassVar[str | None] = None
     families: ClassVar[tuple] = ()
 
     @property
@@ -226,6 +242,7 @@ class StemConv(RuntimeConv):
     kind: ClassVar[str] = "conv3x3s2"
     macro: ClassVar[str] = "stem_conv"
     function: ClassVar[str] = "carve_conv3x3s2_small_cin"
+    kernel: ClassVar[str | None] = "conv3x3s2_small_cin"
     families: ClassVar[tuple] = ("stem",)
 
 
@@ -237,6 +254,7 @@ class WinogradConv(RuntimeConv):
     kind: ClassVar[str] = "conv3x3s1_wino"
     macro: ClassVar[str] = "winograd_conv"
     function: ClassVar[str] = "carve_conv3x3s1_winograd"
+    kernel: ClassVar[str | None] = "conv3x3s1_winograd"
     families: ClassVar[tuple] = ("winograd",)
     fuses_residual: ClassVar[bool] = True
 
@@ -248,6 +266,7 @@ class DwConv(RuntimeConv):
     kind: ClassVar[str] = "dwconv3x3"
     macro: ClassVar[str] = "dw_conv"
     function: ClassVar[str] = "carve_dwconv3x3"
+    kernel: ClassVar[str | None] = "dwconv3x3"
     families: ClassVar[tuple] = ("dwconv",)
 
 
@@ -290,6 +309,7 @@ class Attention(Step):
     kind: ClassVar[str] = "attention"
     macro: ClassVar[str] = "attention"
     function: ClassVar[str] = "carve_attention"
+    kernel: ClassVar[str | None] = "attention"
     families: ClassVar[tuple] = ("attention",)
 
 
@@ -462,6 +482,7 @@ class CuUpsample(Upsample):
 class CuAttention(Attention):
     macro: ClassVar[str] = "cu_attention"
     function: ClassVar[str] = "carve_cu_attention"
+    kernel: ClassVar[str | None] = None
     families: ClassVar[tuple] = ("cuda", "cuda_ops")
 
 
