@@ -134,7 +134,8 @@ def build_runtime(work: Path, kind: str) -> Path:
               "carve_attention.c", "carve_layout.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c",
               "carve_weights.c"]
     if kind == "xnn":
-        srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c", "carve_pool.c"]]  # carve_pool: the pthreadpool_*
+        # carve_pool: the pthreadpool_*; carve_model: the CPU packages' lifecycle (the cuda ones keep their own)
+        srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c", "carve_pool.c", "carve_model.c", "carve_model_mask.c"]]
         jobs = lambda out: [[CC, *C_FLAGS, "-c", s, "-o", out / (s.name + ".o")] for s in srcs]  # noqa: E731
         deps = srcs + sorted(RUNTIME.glob("*.h"))
     else:
