@@ -6,8 +6,8 @@
 Each checkout generates the same model from the same random-weight checkpoint (bench/bench.py's, built with
 tools/oracle.py make-checkpoint) with its own generator, templates and runtime, builds its own bench/carve_runner.c
 against it, and the two runners then take turns on the same image (bench/bench.py's Worker: one inference each,
-the order rotated every round, a pause before each so that the other's pool threads have gone to sleep), so that
-the load of a shared machine falls on both alike. Prints one markdown table (median and p90 of run_image per
+the order rotated every round, a pause before each so that the other's pool threads have gone to sleep; half the
+runs with the processes started in the other order), so that the load of a shared machine falls on both alike. Prints one markdown table (median and p90 of run_image per
 thread count, after / before) and writes it with the raw times to build/bench/ab/ab.json. Both runners must print
 the same first detections: a check that the two packages compute the same thing.
 """
@@ -31,7 +31,7 @@ def build_side(label: str, root: Path, model: str, imgsz: int, pt: Path) -> Path
     """Generate, build and link carve_runner with the checkout at `root`; returns the runner."""
     _, manifest, cname = bench.MODELS[model]
     pkg = OUT / f"{label}-{model}"
-    bench.run([sys.executable, root / "carve", "generate", root / manifest, "--backend", "xnnpack", "--weights", pt,
+    bench.run([root / "carve", "generate", root / manifest, "--backend", "xnnpack", "--weights", pt,
                "--imgsz", str(imgsz), "--out", pkg, "--force"])
     bench.run(["cmake", "-S", pkg, "-B", pkg / "build", "-DCMAKE_BUILD_TYPE=Release"], stdout=subprocess.DEVNULL)
     bench.run(["cmake", "--build", pkg / "build", "-j", bench.JOBS], stdout=subprocess.DEVNULL)
@@ -39,8 +39,9 @@ def build_side(label: str, root: Path, model: str, imgsz: int, pt: Path) -> Path
     libs = sorted(str(p) for p in (pkg / "build").glob("lib*.a"))
     bench.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", root / "bench" / "carve_runner.c",
                pkg / "runtime" / "carve_io.c", f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-I{root / 'bench'}",
-               f"-DCARVE_MODEL={cname}", f'-DCARVE_HEADER="{cname}.h"', *libs,
-               "-lXNNPACK", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
+               f"-DCARVE_MODEL={cname}", f"-DCARVE_NAME={cname.upper()}", f'-DCARVE_HEADER="{cname}.h"',
+               "-Wl,--start-group", *libs, "-Wl,--end-group",
+               "-lXNNPACK", "-lpthreadpool", "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])  # libpthreadpool: the before side; a package with carve_pool.c defines the pthreadpool_* itself, which take precedence
     return exe
 
 
@@ -69,20 +70,26 @@ def main() -> None:
             for label, root in (("before", a.before), ("after", a.after))}
     results = {}
     for t in (int(x) for x in a.threads.split(",")):
-        workers = {label: bench.Worker("carve", a.model, {"carve_exe": exe}, image, t, a.imgsz)
-                   for label, exe in exes.items()}
-        if workers["before"].ready["rows"] != workers["after"].ready["rows"]:
-            sys.exit(f"ab.py: t{t}: the two packages print different detections:\n  before "
-                     f"{workers['before'].ready['rows']}\n  after  {workers['after'].ready['rows']}")
-        order = list(workers.values())
-        for r in range(a.warmup + a.runs):
-            for w in order[r % 2:] + order[:r % 2]:
-                time.sleep(a.settle_ms / 1000)
-                w.run(1, keep=r >= a.warmup)
-        results[t] = {label: {"e2e_ms": w.e2e, "median": statistics.median(w.e2e), "p90": bench.pct(w.e2e, 0.9)}
-                      for label, w in workers.items()}
-        for w in workers.values():
-            w.quit()
+        times: dict = {"before": [], "after": []}
+        # Two passes, the second with the processes started in the other order: the process started second ran
+        # about 8% slower in an A/A run (both sides the same checkout) on a 2-core machine, so the order is
+        # balanced rather than trusted.
+        for labels in (("before", "after"), ("after", "before")):
+            workers = {label: bench.Worker("carve", a.model, {"carve_exe": exes[label]}, image, t, a.imgsz)
+                       for label in labels}
+            if workers["before"].ready["rows"] != workers["after"].ready["rows"]:
+                sys.exit(f"ab.py: t{t}: the two packages print different detections:\n  before "
+                         f"{workers['before'].ready['rows']}\n  after  {workers['after'].ready['rows']}")
+            order = list(workers.values())
+            for r in range(a.warmup + -(-a.runs // 2)):
+                for w in order[r % 2:] + order[:r % 2]:
+                    time.sleep(a.settle_ms / 1000)
+                    w.run(1, keep=r >= a.warmup)
+            for label, w in workers.items():
+                times[label] += w.e2e
+                w.quit()
+        results[t] = {label: {"e2e_ms": ts, "median": statistics.median(ts), "p90": bench.pct(ts, 0.9)}
+                      for label, ts in times.items()}
         bench.log(f"t{t}: before {results[t]['before']['median']:.2f} ms, after {results[t]['after']['median']:.2f} ms")
     lines = [f"{a.model} {a.imgsz}, run_image, {a.runs} runs per side, taking turns ({bench.machine()['cpu']})", "",
              "| threads | before median | after median | after / before | before p90 | after p90 |",
