@@ -241,19 +241,7 @@ CARVE_SIMD_CLONES static void attention_task(void* context, size_t start, size_t
 // exp without the upper clamp (never reached). Below -104 the result is 0 in
 // float either way; NaN is the second operand of the max, so it stays NaN.
 CARVE_ATTN_INLINE __m512 attn_exp16_avx512(__m512 d) {
-  d = _mm512_max_ps(_mm512_set1_ps(-104.0f), d);
-  const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(d, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 s = _mm512_fmadd_ps(q, _mm512_set1_ps(-0.693145751953125f), d);
-  s = _mm512_fmadd_ps(q, _mm512_set1_ps(-1.428606765330187045e-06f), s);
-  __m512 u = _mm512_fmadd_ps(_mm512_set1_ps(0.000198527617612853646278381f), s,
-                             _mm512_set1_ps(0.00139304355252534151077271f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.00833336077630519866943359f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.0416664853692054748535156f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
-  u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
-  u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
-  return _mm512_scalef_ps(u, q);
+  return carve_exp16_avx512(_mm512_max_ps(_mm512_set1_ps(-104.0f), d));
 }
 
 // Lanes [0, count) of 16 (count may exceed 16: all of them).
@@ -467,25 +455,7 @@ CARVE_ATTN_AVX2_INLINE __m256i attn_mask8(size_t count) {
 
 // exp(d) for d <= 0 or NaN, as attn_exp16_avx512 (max keeps a NaN second operand).
 CARVE_ATTN_AVX2_INLINE __m256 attn_exp8_avx2(__m256 d) {
-  d = _mm256_max_ps(_mm256_set1_ps(-104.0f), d);
-  const __m256 q = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 s = _mm256_fmadd_ps(q, _mm256_set1_ps(-0.693145751953125f), d);
-  s = _mm256_fmadd_ps(q, _mm256_set1_ps(-1.428606765330187045e-06f), s);
-  __m256 u = _mm256_fmadd_ps(_mm256_set1_ps(0.000198527617612853646278381f), s,
-                             _mm256_set1_ps(0.00139304355252534151077271f));
-  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.00833336077630519866943359f));
-  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.0416664853692054748535156f));
-  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.166666671633720397949219f));
-  u = _mm256_fmadd_ps(u, s, _mm256_set1_ps(0.5f));
-  u = _mm256_add_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_mul_ps(s, s), u, s));
-  // times 2^q as 2^h * 2^(q - h), h = floor(q / 2), as silu8_avx2.
-  const __m256i qi = _mm256_cvtps_epi32(q);
-  const __m256i h = _mm256_srai_epi32(qi, 1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
-  const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(qi, h), bias), 23));
-  return _mm256_mul_ps(_mm256_mul_ps(u, p1), p2);
+  return carve_exp8_avx2(_mm256_max_ps(_mm256_set1_ps(-104.0f), d));
 }
 
 // attn_scores_avx512 in 8 lanes: keys [j0, j0 + 8 nv), nv <= 3.

@@ -111,10 +111,9 @@ static inline float silu(float x) { return x / (1.0f + exp_u10(-x)); }
 #ifdef CARVE_HAVE_X86_SIMD
 #include <immintrin.h>
 
-__attribute__((target("avx512f"))) static inline __m512 silu16_avx512(__m512 x) {
-  // d = -x clamped to [-104, 100]: below, exp(d) is 0 in float; above, +inf. NaN x gives NaN below.
-  const __m512 d = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x),
-                                               _mm512_set1_ps(-104.0f)), _mm512_set1_ps(100.0f));
+// exp(d) for d already clamped by the caller (to [-104, 100] or at least >= -104; NaN passes through):
+// SLEEF's expf_u10 steps, times 2^q by VSCALEFPS. Shared by the SiLU below and the attention's softmax.
+__attribute__((target("avx512f"), always_inline)) static inline __m512 carve_exp16_avx512(__m512 d) {
   const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(d, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 s = _mm512_fmadd_ps(q, _mm512_set1_ps(-0.693145751953125f), d);
@@ -126,13 +125,19 @@ __attribute__((target("avx512f"))) static inline __m512 silu16_avx512(__m512 x) 
   u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.166666671633720397949219f));
   u = _mm512_fmadd_ps(u, s, _mm512_set1_ps(0.5f));
   u = _mm512_add_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_mul_ps(s, s), u, s));
-  const __m512 e = _mm512_scalef_ps(u, q);
+  return _mm512_scalef_ps(u, q);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 silu16_avx512(__m512 x) {
+  // d = -x clamped to [-104, 100]: below, exp(d) is 0 in float; above, +inf. NaN x gives NaN below.
+  const __m512 d = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), x),
+                                               _mm512_set1_ps(-104.0f)), _mm512_set1_ps(100.0f));
+  const __m512 e = carve_exp16_avx512(d);
   return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-__attribute__((target("avx2,fma"))) static inline __m256 silu8_avx2(__m256 x) {
-  const __m256 d = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x),
-                                               _mm256_set1_ps(-104.0f)), _mm256_set1_ps(100.0f));
+// exp(d) for d already clamped by the caller (as carve_exp16_avx512), times 2^q as two normal factors.
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 carve_exp8_avx2(__m256 d) {
   const __m256 q = _mm256_round_ps(_mm256_mul_ps(d, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 s = _mm256_fmadd_ps(q, _mm256_set1_ps(-0.693145751953125f), d);
@@ -150,7 +155,13 @@ __attribute__((target("avx2,fma"))) static inline __m256 silu8_avx2(__m256 x) {
   const __m256i bias = _mm256_set1_epi32(127);
   const __m256 p1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
   const __m256 p2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(qi, h), bias), 23));
-  const __m256 e = _mm256_mul_ps(_mm256_mul_ps(u, p1), p2);
+  return _mm256_mul_ps(_mm256_mul_ps(u, p1), p2);
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 silu8_avx2(__m256 x) {
+  const __m256 d = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x),
+                                               _mm256_set1_ps(-104.0f)), _mm256_set1_ps(100.0f));
+  const __m256 e = carve_exp8_avx2(d);
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 #endif  // CARVE_HAVE_X86_SIMD
