@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,9 @@ def build_side(label: str, root: Path, model: str, imgsz: int, pt: Path) -> Path
     """Generate, build and link carve_runner with the checkout at `root`; returns the runner."""
     _, manifest, cname = bench.MODELS[model]
     pkg = OUT / f"{label}-{model}"
+    # A fresh package folder: a library left in pkg/build by another checkout (a runtime library the other side's
+    # CMake made) would be linked by the glob below and turn an A/A run into an A/B one.
+    shutil.rmtree(pkg, ignore_errors=True)
     bench.run([root / "carve", "generate", root / manifest, "--backend", "xnnpack", "--weights", pt,
                "--imgsz", str(imgsz), "--out", pkg, "--force"])
     bench.run(["cmake", "-S", pkg, "-B", pkg / "build", "-DCMAKE_BUILD_TYPE=Release"], stdout=subprocess.DEVNULL)

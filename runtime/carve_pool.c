@@ -24,6 +24,7 @@
 #include <stdio.h>  // snprintf only (files are read with open / read)
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -38,12 +39,14 @@
 #include <xmmintrin.h>
 #endif
 
-// Iterations of a pause instruction a thread spins for before it sleeps (about 20 us on a 2020s
-// x86-64): long enough to catch the next step of a run, short enough not to steal a core from a
-// thread that the OS preempted. A pool with more threads than CPUs does not spin at all: there a
-// spinning thread keeps a thread with work off its CPU.
-#ifndef CARVE_POOL_SPIN
-#define CARVE_POOL_SPIN 2048
+// How long a thread spins before it sleeps, in microseconds: long enough to span the gap between two
+// steps of a run (a serial layer, a step too small to share), short enough to leave a CPU to the
+// other programs soon after a run ends. Measured in time, not in pause instructions, whose latency
+// differs tenfold between CPUs. A pool with more threads than CPUs does not spin at all: there a
+// spinning thread keeps a thread with work off its CPU. docs/performance.md has the measurements
+// behind the value.
+#ifndef CARVE_POOL_SPIN_US
+#define CARVE_POOL_SPIN_US 100
 #endif
 
 #ifdef CARVE_POOL_TEST_HOOKS
@@ -311,19 +314,30 @@ typedef struct step {
   uint32_t flags;
 } step;
 
+#define CACHE_LINE 64
+
+// One thread's share of the current step: (generation << 32) | (end << 16) | begin, chunks
+// [begin, end). Its owner claims from the front, the others steal from the back; on its own cache
+// line, so that an owner's claims cost no traffic until someone steals.
+typedef struct slot {
+  _Alignas(CACHE_LINE) _Atomic uint64_t range;
+  struct pthreadpool* pool;  // the slot's pool and index: a worker's start argument
+  size_t index;
+} slot;
+
 struct pthreadpool {
-  _Atomic uint64_t claim;
-  _Atomic uint32_t pending;
-  _Atomic uint32_t epoch;
-  _Atomic uint32_t sleepers;        // workers asleep (or about to be) on epoch
-  _Atomic uint32_t caller_waiting;  // the caller asleep (or about to be) on pending
+  _Alignas(CACHE_LINE) _Atomic uint32_t pending;  // chunks of the step not yet reported done
+  _Atomic uint32_t caller_waiting;                // the caller asleep (or about to be) on pending
+  _Alignas(CACHE_LINE) _Atomic uint32_t epoch;    // bumped once per step: the workers' futex word
+  _Atomic uint32_t sleepers;                      // workers asleep (or about to be) on epoch
   _Atomic uint32_t stop;
   _Atomic uint64_t steps;
-  uint32_t generation;              // the caller's
+  _Alignas(CACHE_LINE) uint32_t generation;       // the caller's
   step step;
   size_t threads;
-  int spin;                         // CARVE_POOL_SPIN, or 0 when threads > carve_cpu_count()
+  int64_t spin_ns;                  // CARVE_POOL_SPIN_US, or 0 when threads > carve_cpu_count()
   size_t workers_started;
+  slot* slots;                      // threads of them: [0] the caller's, [1 + i] worker i's
 #if !CARVE_POOL_FUTEX
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -405,54 +419,108 @@ static void run_items(const step* s, size_t first, size_t n) {
   }
 }
 
-// Claims and runs chunks of whatever step is current until none is left; the caller and the
-// workers alike. The floating-point mode follows each chunk's step.
-static void run_chunks(struct pthreadpool* pool) {
-  int flushing = 0;
-  fpu_state saved = {0};
-  for (;;) {
-    uint64_t w = atomic_load_explicit(&pool->claim, memory_order_relaxed);
-    uint32_t chunk;
-    for (;;) {
-      chunk = (uint32_t)(w & 0xffffu);
-      if (chunk >= (uint32_t)((w >> 16) & 0xffffu)) {
-        if (flushing) {
-          fpu_restore(saved);
-        }
-        return;
-      }
-      if (atomic_compare_exchange_weak_explicit(&pool->claim, &w, w + 1, memory_order_acquire,
-                                                memory_order_relaxed)) {
-        break;
-      }
+static inline uint32_t range_begin(uint64_t w) { return (uint32_t)(w & 0xffffu); }
+static inline uint32_t range_end(uint64_t w) { return (uint32_t)((w >> 16) & 0xffffu); }
+
+// Claims the first chunk of a share (its owner) or the last (a thief): a compare-and-swap that fails
+// when another thread got there first or the caller has moved on to another step (another
+// generation). 1 and *chunk on success, 0 when the share is empty.
+static int claim_front(_Atomic uint64_t* share, uint32_t* chunk) {
+  uint64_t w = atomic_load_explicit(share, memory_order_relaxed);
+  while (range_begin(w) < range_end(w)) {
+    if (atomic_compare_exchange_weak_explicit(share, &w, w + 1, memory_order_acquire, memory_order_relaxed)) {
+      *chunk = range_begin(w);
+      return 1;
     }
-    const step* s = &pool->step;
-    const int flush = (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0;
-    if (flush && !flushing) {
-      saved = fpu_flush_denormals();
-    } else if (!flush && flushing) {
-      fpu_restore(saved);
+  }
+  return 0;
+}
+
+static int claim_back(_Atomic uint64_t* share, uint32_t* chunk) {
+  uint64_t w = atomic_load_explicit(share, memory_order_relaxed);
+  while (range_begin(w) < range_end(w)) {
+    if (atomic_compare_exchange_weak_explicit(share, &w, w - (UINT64_C(1) << 16), memory_order_acquire,
+                                              memory_order_relaxed)) {
+      *chunk = range_end(w) - 1;
+      return 1;
     }
-    flushing = flush;
-    const size_t first = (size_t)chunk * s->per_chunk;
-    const size_t left = s->items - first;
-    run_items(s, first, left < s->per_chunk ? left : s->per_chunk);
-    if (atomic_fetch_sub(&pool->pending, 1) == 1 &&  // seq_cst: pairs with caller_waiting (Dekker)
-        atomic_load(&pool->caller_waiting) != 0) {
-      wake(pool, &pool->pending, 1);
+  }
+  return 0;
+}
+
+// A chunk of the current step: from the front of thread `self`'s own share, else from the back of
+// the next thread's that has one left. 0 when every share is empty.
+static int claim(struct pthreadpool* pool, size_t self, uint32_t* chunk) {
+  if (claim_front(&pool->slots[self].range, chunk)) {
+    return 1;
+  }
+  for (size_t k = 1; k < pool->threads; k++) {
+    const size_t victim = self + k < pool->threads ? self + k : self + k - pool->threads;
+    if (claim_back(&pool->slots[victim].range, chunk)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+// Spins while *word == value, for at most the pool's spin time; returns the word's last value
+// (acquired). The clock is read once per 16 pauses.
+static uint32_t spin_while(struct pthreadpool* pool, _Atomic uint32_t* word, uint32_t value) {
+  uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+  if (w != value || pool->spin_ns == 0) {
+    return w;
+  }
+  const int64_t until = now_ns() + pool->spin_ns;
+  for (unsigned i = 1;; i++) {
+    cpu_relax();
+    w = atomic_load_explicit(word, memory_order_acquire);
+    if (w != value || (i % 16 == 0 && now_ns() >= until)) {
+      return w;
     }
   }
 }
 
+// Claims and runs chunks of whatever step is current until none is left, then reports how many it
+// ran; the caller (self 0) and the workers alike. The step cannot change while a thread holds
+// chunks it has not reported (pending stays above 0), so every chunk it claims before reporting is
+// of one step. The floating-point mode follows the step.
+static void run_chunks(struct pthreadpool* pool, size_t self) {
+  uint32_t done = 0, chunk = 0;
+  fpu_state saved = {0};
+  int flushing = 0;
+  while (claim(pool, self, &chunk)) {
+    const step* s = &pool->step;  // after the claim's acquire: the step the chunk belongs to
+    if (done == 0 && (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0) {
+      saved = fpu_flush_denormals();
+      flushing = 1;
+    }
+    const size_t first = (size_t)chunk * s->per_chunk;
+    const size_t left = s->items - first;
+    run_items(s, first, left < s->per_chunk ? left : s->per_chunk);
+    done++;
+  }
+  if (flushing) {
+    fpu_restore(saved);
+  }
+  if (done > 0 && atomic_fetch_sub(&pool->pending, done) == done &&  // seq_cst: pairs with caller_waiting
+      atomic_load(&pool->caller_waiting) != 0) {
+    wake(pool, &pool->pending, 1);
+  }
+}
+
 static void* worker_main(void* arg) {
-  struct pthreadpool* pool = arg;
+  const slot* self = arg;
+  struct pthreadpool* pool = self->pool;
+  const size_t index = self->index;
   uint32_t seen = 0;
   for (;;) {
-    uint32_t e = atomic_load_explicit(&pool->epoch, memory_order_acquire);
-    for (int i = 0; e == seen && i < pool->spin; i++) {
-      cpu_relax();
-      e = atomic_load_explicit(&pool->epoch, memory_order_acquire);
-    }
+    uint32_t e = spin_while(pool, &pool->epoch, seen);
     if (e == seen) {
       atomic_fetch_add(&pool->sleepers, 1);
       while ((e = atomic_load(&pool->epoch)) == seen) {
@@ -465,13 +533,13 @@ static void* worker_main(void* arg) {
       return NULL;
     }
     WORKER_HOOK();
-    run_chunks(pool);
+    run_chunks(pool, index);
   }
 }
 
-// Runs a step: serially on the caller for a NULL pool, one thread or one chunk; otherwise publishes
-// it, wakes sleeping workers (as many as could get a chunk), runs chunks itself and waits until the
-// last chunk is done.
+// Runs a step: serially on the caller for a NULL pool, one thread or one chunk; otherwise cuts it
+// into chunks, gives each thread a contiguous share, wakes sleeping workers (as many as could get
+// a chunk), runs its own share and steals from the others', and waits until the last chunk is done.
 static void run_step(struct pthreadpool* pool, step* s) {
   s->items = 1;
   for (size_t d = 0; d < s->dims; d++) {
@@ -506,19 +574,21 @@ static void run_step(struct pthreadpool* pool, step* s) {
   }
   pool->step = *s;  // no chunk is outstanding: no thread reads it now
   atomic_store_explicit(&pool->pending, (uint32_t)chunks, memory_order_relaxed);
-  pool->generation++;
-  atomic_store_explicit(&pool->claim, ((uint64_t)pool->generation << 32) | ((uint64_t)chunks << 16),
-                        memory_order_release);
+  const uint64_t gen = (uint64_t)++pool->generation << 32;
+  const size_t threads = pool->threads;
+  for (size_t i = 0; i < threads; i++) {  // the shares, released: a claim sees the step above
+    const uint64_t begin = (uint64_t)(i * chunks / threads), end = (uint64_t)((i + 1) * chunks / threads);
+    atomic_store_explicit(&pool->slots[i].range, gen | (end << 16) | begin, memory_order_release);
+  }
   atomic_fetch_add(&pool->epoch, 1);
   const uint32_t asleep = atomic_load(&pool->sleepers);
   if (asleep > 0) {
     wake(pool, &pool->epoch, asleep < chunks - 1 ? asleep : (uint32_t)(chunks - 1));
   }
-  run_chunks(pool);
+  run_chunks(pool, 0);
   uint32_t left = atomic_load_explicit(&pool->pending, memory_order_acquire);
-  for (int i = 0; left != 0 && i < pool->spin; i++) {
-    cpu_relax();
-    left = atomic_load_explicit(&pool->pending, memory_order_acquire);
+  if (left != 0) {
+    left = spin_while(pool, &pool->pending, left);
   }
   if (left != 0) {
     atomic_store(&pool->caller_waiting, 1);
@@ -541,6 +611,16 @@ static void stop_workers(struct pthreadpool* pool) {
   pool->workers_started = 0;
 }
 
+// aligned_alloc of `size` rounded up to a multiple of CACHE_LINE, zeroed.
+static void* alloc_lines(size_t size) {
+  size = (size + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE;
+  void* p = aligned_alloc(CACHE_LINE, size);
+  if (p != NULL) {
+    memset(p, 0, size);
+  }
+  return p;
+}
+
 pthreadpool_t pthreadpool_create(size_t threads) {
   if (threads == 0) {
     threads = carve_cpu_count();
@@ -548,32 +628,43 @@ pthreadpool_t pthreadpool_create(size_t threads) {
   if (threads > 4096) {
     return NULL;
   }
-  struct pthreadpool* pool = calloc(1, sizeof(*pool) + (threads - 1) * sizeof(pthread_t));
+  struct pthreadpool* pool = alloc_lines(sizeof(*pool) + (threads - 1) * sizeof(pthread_t));
   if (pool == NULL) {
     return NULL;
   }
+  pool->slots = alloc_lines(threads * sizeof(slot));
+  if (pool->slots == NULL) {
+    free(pool);
+    return NULL;
+  }
   pool->threads = threads;
-  pool->spin = threads <= carve_cpu_count() ? CARVE_POOL_SPIN : 0;
-  atomic_init(&pool->claim, 0);
+  pool->spin_ns = threads <= carve_cpu_count() ? (int64_t)CARVE_POOL_SPIN_US * 1000 : 0;
   atomic_init(&pool->pending, 0);
   atomic_init(&pool->epoch, 0);
   atomic_init(&pool->sleepers, 0);
   atomic_init(&pool->caller_waiting, 0);
   atomic_init(&pool->stop, 0);
   atomic_init(&pool->steps, 0);
+  for (size_t i = 0; i < threads; i++) {
+    atomic_init(&pool->slots[i].range, 0);
+    pool->slots[i].pool = pool;
+    pool->slots[i].index = i;
+  }
 #if !CARVE_POOL_FUTEX
   if (pthread_mutex_init(&pool->lock, NULL) != 0) {
+    free(pool->slots);
     free(pool);
     return NULL;
   }
   if (pthread_cond_init(&pool->cond, NULL) != 0) {
     pthread_mutex_destroy(&pool->lock);
+    free(pool->slots);
     free(pool);
     return NULL;
   }
 #endif
   for (size_t i = 0; i + 1 < threads; i++) {
-    if (pthread_create(&pool->workers[i], NULL, worker_main, pool) != 0) {
+    if (pthread_create(&pool->workers[i], NULL, worker_main, &pool->slots[i + 1]) != 0) {
       pthreadpool_destroy(pool);
       return NULL;
     }
@@ -591,6 +682,7 @@ void pthreadpool_destroy(pthreadpool_t pool) {
   pthread_cond_destroy(&pool->cond);
   pthread_mutex_destroy(&pool->lock);
 #endif
+  free(pool->slots);
   free(pool);
 }
 

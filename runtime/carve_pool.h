@@ -1,12 +1,15 @@
 // carve runtime: the thread pool of the CPU packages, and the CPUs a process may use.
 //
 // One parallel step (a call of one of the pthreadpool_parallelize_* functions below) is cut into
-// chunks of consecutive tiles; the calling thread and whichever workers are running claim chunks
-// from one atomic counter until none is left, and the step is over when every chunk is done. No
-// step waits for a worker that the OS has not scheduled: a worker that wakes late finds nothing to
-// claim (or claims from a later step), and the caller does the work itself. A preempted worker
-// holds at most one chunk (about 1 / (CARVE_POOL_CHUNKS_PER_THREAD * threads) of the step).
-// Workers spin briefly between steps, then sleep on a futex (a condition variable off Linux).
+// chunks of consecutive tiles, and each thread of the pool (the caller included) gets a contiguous
+// share of them. A thread claims chunks from the front of its own share and, when that is empty,
+// steals from the back of the others'; the step is over when every chunk is done. No step waits
+// for a worker that the OS has not scheduled: its share is stolen by the caller and the running
+// workers, and a worker that wakes late finds nothing to claim. A preempted worker holds at most
+// one chunk (about 1 / (CARVE_POOL_CHUNKS_PER_THREAD * threads) of the step), and on an idle
+// machine the threads finish a step within about one chunk of each other.
+// Workers spin for up to CARVE_POOL_SPIN_US between steps, then sleep on a futex (a condition
+// variable off Linux).
 // Nothing is allocated after create; which thread runs a tile never changes what the tile computes.
 //
 // The pool is the `pthreadpool_t` of XNNPACK and of carve's kernels: this file provides the 13
@@ -45,8 +48,10 @@ size_t carve_threads_for(size_t requested, int allow_oversubscribe);
 
 // ---- Pool -------------------------------------------------------------------
 
-// Chunks per thread that a step is cut into (fewer when the step has fewer tiles).
-#define CARVE_POOL_CHUNKS_PER_THREAD 8
+// Chunks per thread that a step is cut into (fewer when the step has fewer tiles). Claiming a chunk
+// of one's own share is an uncontended compare-and-swap, so chunks can be small: 8 per thread left
+// yolo26n 640 at 2 threads 12% slower than libpthreadpool's one-tile claims (docs/performance.md).
+#define CARVE_POOL_CHUNKS_PER_THREAD 32
 // Kernels that cut their work into one task per scratch slot (the Winograd convolution) get this
 // many slots per thread, so that a preempted thread holds a quarter of its share, not all of it.
 #define CARVE_POOL_SLOTS_PER_THREAD 4
