@@ -3,14 +3,16 @@
 // One step, as the caller publishes it:
 //   step      what to run: the task, its ranges and tiles, items (tiles) per chunk, flags; plain
 //             fields, written only while no chunk of any step is outstanding;
-//   pending   chunks of the step not yet finished (the caller's futex word);
-//   claim     (generation << 32) | (chunks << 16) | next chunk, one 64-bit atomic: a thread claims
-//             chunk `next` by a compare-and-swap to next + 1, which fails when another thread got
-//             there first or the caller has moved on to another step (another generation);
+//   pending   chunks of the step not yet reported done (the caller's futex word); a thread reports
+//             the chunks it ran in one subtraction when it finds nothing left to claim;
+//   slots     one share per thread, (generation << 32) | (end << 16) | begin, each on its own cache
+//             line: its owner claims chunk `begin` by a compare-and-swap to begin + 1, a thief chunk
+//             `end - 1` by one to end - 1; a compare-and-swap fails when another thread got there
+//             first or the caller has moved on to another step (another generation);
 //   epoch     bumped once per step, the workers' futex word.
-// A thread reads `step` only after its claim succeeded: the step cannot end (pending > 0) and the
-// caller cannot rewrite it before that chunk is done, and the claim's acquire pairs with the
-// caller's release of `claim`, so the thread sees the step the chunk belongs to. A worker that
+// A thread reads `step` only after a claim succeeded: the step cannot end (pending > 0) and the
+// caller cannot rewrite it before that chunk is reported, and the claim's acquire pairs with the
+// caller's release of the share, so the thread sees the step the chunk belongs to. A worker that
 // wakes after the step ended finds no chunk to claim, so it never delays the caller.
 
 #define _GNU_SOURCE  // sched_getaffinity, CPU_COUNT
@@ -325,6 +327,29 @@ typedef struct slot {
   size_t index;
 } slot;
 
+// The pool's width follows what the OS gives it. A thread preempted while it holds a chunk makes
+// the caller wait for it (the chunk cannot be taken back), for a time slice of the scheduler, not
+// a chunk's time; on a machine whose CPUs are shared that happens every few steps, and the threads
+// then lose more than they win. The caller counts, per window of ADAPT_WINDOW parallel steps, the
+// time it waited beyond the chunks' own length (a wait longer than 2 chunks + ADAPT_SLACK_NS); when
+// that is more than 1/ADAPT_WAIT_SHARE of the window, it halves the width. After `backoff` good
+// windows it tries twice the width again (a probe); a bad probe doubles the backoff, up to
+// ADAPT_BACKOFF_MAX windows, a good one resets it. The tiles, and so the results, do not depend on
+// the width: XNNPACK and carve's kernels size them by pthreadpool_get_threads_count.
+#define ADAPT_WINDOW 64
+#define ADAPT_SLACK_NS 50000
+#define ADAPT_WAIT_SHARE 5
+#define ADAPT_BACKOFF_MAX 256
+
+typedef struct adapt {
+  int64_t window_ns;   // the parallel steps of this window: their time,
+  int64_t waited_ns;   // and the caller's waits beyond their chunks
+  uint32_t steps;      // steps of this window so far
+  uint32_t backoff;    // good windows to wait before the next probe
+  uint32_t left;       // of them, still to go
+  int probing;         // this window runs a wider width than the last good one
+} adapt;
+
 struct pthreadpool {
   _Alignas(CACHE_LINE) _Atomic uint32_t pending;  // chunks of the step not yet reported done
   _Atomic uint32_t caller_waiting;                // the caller asleep (or about to be) on pending
@@ -332,9 +357,11 @@ struct pthreadpool {
   _Atomic uint32_t sleepers;                      // workers asleep (or about to be) on epoch
   _Atomic uint32_t stop;
   _Atomic uint64_t steps;
+  _Atomic size_t width;                           // threads the caller deals steps to (1..threads)
   _Alignas(CACHE_LINE) uint32_t generation;       // the caller's
   step step;
   size_t threads;
+  adapt adapt;                                    // the caller's: how `width` follows the waits
   int64_t spin_ns;                  // CARVE_POOL_SPIN_US, or 0 when threads > carve_cpu_count()
   size_t workers_started;
   slot* slots;                      // threads of them: [0] the caller's, [1 + i] worker i's
@@ -449,13 +476,13 @@ static int claim_back(_Atomic uint64_t* share, uint32_t* chunk) {
 }
 
 // A chunk of the current step: from the front of thread `self`'s own share, else from the back of
-// the next thread's that has one left. 0 when every share is empty.
-static int claim(struct pthreadpool* pool, size_t self, uint32_t* chunk) {
+// the next one's of the `width` shares that has one left. 0 when every share is empty.
+static int claim(struct pthreadpool* pool, size_t self, size_t width, uint32_t* chunk) {
   if (claim_front(&pool->slots[self].range, chunk)) {
     return 1;
   }
-  for (size_t k = 1; k < pool->threads; k++) {
-    const size_t victim = self + k < pool->threads ? self + k : self + k - pool->threads;
+  for (size_t k = 1; k < width; k++) {
+    const size_t victim = (self + k) % width;
     if (claim_back(&pool->slots[victim].range, chunk)) {
       return 1;
     }
@@ -489,12 +516,14 @@ static uint32_t spin_while(struct pthreadpool* pool, _Atomic uint32_t* word, uin
 // Claims and runs chunks of whatever step is current until none is left, then reports how many it
 // ran; the caller (self 0) and the workers alike. The step cannot change while a thread holds
 // chunks it has not reported (pending stays above 0), so every chunk it claims before reporting is
-// of one step. The floating-point mode follows the step.
-static void run_chunks(struct pthreadpool* pool, size_t self) {
+// of one step. The floating-point mode follows the step. Returns the chunks it ran; a worker outside
+// the pool's width runs none.
+static uint32_t run_chunks(struct pthreadpool* pool, size_t self) {
+  const size_t width = atomic_load_explicit(&pool->width, memory_order_relaxed);
   uint32_t done = 0, chunk = 0;
   fpu_state saved = {0};
   int flushing = 0;
-  while (claim(pool, self, &chunk)) {
+  while (self < width && claim(pool, self, width, &chunk)) {
     const step* s = &pool->step;  // after the claim's acquire: the step the chunk belongs to
     if (done == 0 && (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0) {
       saved = fpu_flush_denormals();
@@ -512,6 +541,7 @@ static void run_chunks(struct pthreadpool* pool, size_t self) {
       atomic_load(&pool->caller_waiting) != 0) {
     wake(pool, &pool->pending, 1);
   }
+  return done;
 }
 
 static void* worker_main(void* arg) {
@@ -520,7 +550,9 @@ static void* worker_main(void* arg) {
   const size_t index = self->index;
   uint32_t seen = 0;
   for (;;) {
-    uint32_t e = spin_while(pool, &pool->epoch, seen);
+    uint32_t e = index < atomic_load_explicit(&pool->width, memory_order_relaxed)
+                     ? spin_while(pool, &pool->epoch, seen)  // outside the width: straight to sleep
+                     : atomic_load(&pool->epoch);
     if (e == seen) {
       atomic_fetch_add(&pool->sleepers, 1);
       while ((e = atomic_load(&pool->epoch)) == seen) {
@@ -537,9 +569,47 @@ static void* worker_main(void* arg) {
   }
 }
 
+// The end of a parallel step (or a step run serially because the width is 1): the adapt window
+// and, at its end, the width for the next one (see `adapt` above).
+static void adapt_step(struct pthreadpool* pool, int64_t step_ns, int64_t waited_ns) {
+  adapt* a = &pool->adapt;
+  a->window_ns += step_ns;
+  a->waited_ns += waited_ns;
+  if (++a->steps < ADAPT_WINDOW) {
+    return;
+  }
+  const size_t width = atomic_load_explicit(&pool->width, memory_order_relaxed);
+  size_t next = width;
+  if (a->waited_ns * ADAPT_WAIT_SHARE > a->window_ns) {  // bad: narrower, and probe later than last time
+    next = width / 2 > 0 ? width / 2 : 1;
+    a->backoff = a->probing ? (a->backoff * 2 < ADAPT_BACKOFF_MAX ? a->backoff * 2 : ADAPT_BACKOFF_MAX)
+                            : (a->backoff > 0 ? a->backoff : 1);
+    a->left = a->backoff;
+    a->probing = 0;
+  } else {
+    if (a->probing) {
+      a->backoff = 1;
+      a->probing = 0;
+    }
+    if (width < pool->threads) {
+      if (a->left > 0) {
+        a->left--;
+      } else {
+        next = width * 2 < pool->threads ? width * 2 : pool->threads;
+        a->probing = 1;
+      }
+    }
+  }
+  atomic_store_explicit(&pool->width, next, memory_order_relaxed);
+  a->window_ns = 0;
+  a->waited_ns = 0;
+  a->steps = 0;
+}
+
 // Runs a step: serially on the caller for a NULL pool, one thread or one chunk; otherwise cuts it
-// into chunks, gives each thread a contiguous share, wakes sleeping workers (as many as could get
-// a chunk), runs its own share and steals from the others', and waits until the last chunk is done.
+// into chunks, gives each thread of the width a contiguous share, wakes sleeping workers (as many
+// as could get a chunk), runs its own share and steals from the others', and waits until the last
+// chunk is done.
 static void run_step(struct pthreadpool* pool, step* s) {
   s->items = 1;
   for (size_t d = 0; d < s->dims; d++) {
@@ -552,6 +622,8 @@ static void run_step(struct pthreadpool* pool, step* s) {
     s->count[d] = (s->range[d] - 1) / s->tile[d] + 1;
     s->items *= s->count[d];
   }
+  // The chunks follow the pool's thread count, not its width, so that a step is cut the same way
+  // whatever the width.
   size_t chunks = pool != NULL ? pool->threads * CARVE_POOL_CHUNKS_PER_THREAD : 1;
   chunks = chunks < s->items ? chunks : s->items;
   chunks = chunks < MAX_CHUNKS ? chunks : MAX_CHUNKS;
@@ -560,7 +632,8 @@ static void run_step(struct pthreadpool* pool, step* s) {
   if (pool != NULL) {
     atomic_fetch_add_explicit(&pool->steps, 1, memory_order_relaxed);
   }
-  if (pool == NULL || pool->threads <= 1 || chunks <= 1) {
+  const size_t width = pool != NULL ? atomic_load_explicit(&pool->width, memory_order_relaxed) : 1;
+  if (width <= 1 || chunks <= 1) {
     const int flush = (s->flags & PTHREADPOOL_FLAG_DISABLE_DENORMALS) != 0;
     fpu_state saved = {0};
     if (flush) {
@@ -570,22 +643,27 @@ static void run_step(struct pthreadpool* pool, step* s) {
     if (flush) {
       fpu_restore(saved);
     }
+    if (pool != NULL && pool->threads > 1 && chunks > 1) {
+      adapt_step(pool, 0, 0);  // narrowed to 1: the window counts on towards the next probe
+    }
     return;
   }
+  const int64_t t0 = now_ns();
   pool->step = *s;  // no chunk is outstanding: no thread reads it now
   atomic_store_explicit(&pool->pending, (uint32_t)chunks, memory_order_relaxed);
   const uint64_t gen = (uint64_t)++pool->generation << 32;
-  const size_t threads = pool->threads;
-  for (size_t i = 0; i < threads; i++) {  // the shares, released: a claim sees the step above
-    const uint64_t begin = (uint64_t)(i * chunks / threads), end = (uint64_t)((i + 1) * chunks / threads);
+  for (size_t i = 0; i < width; i++) {  // the shares, released: a claim sees the step above
+    const uint64_t begin = (uint64_t)(i * chunks / width), end = (uint64_t)((i + 1) * chunks / width);
     atomic_store_explicit(&pool->slots[i].range, gen | (end << 16) | begin, memory_order_release);
   }
   atomic_fetch_add(&pool->epoch, 1);
   const uint32_t asleep = atomic_load(&pool->sleepers);
   if (asleep > 0) {
-    wake(pool, &pool->epoch, asleep < chunks - 1 ? asleep : (uint32_t)(chunks - 1));
+    const uint32_t want = (uint32_t)(chunks - 1 < width - 1 ? chunks - 1 : width - 1);
+    wake(pool, &pool->epoch, asleep < want ? asleep : want);
   }
-  run_chunks(pool, 0);
+  const uint32_t own = run_chunks(pool, 0);
+  const int64_t t1 = now_ns();
   uint32_t left = atomic_load_explicit(&pool->pending, memory_order_acquire);
   if (left != 0) {
     left = spin_while(pool, &pool->pending, left);
@@ -597,6 +675,11 @@ static void run_step(struct pthreadpool* pool, step* s) {
     }
     atomic_store(&pool->caller_waiting, 0);
   }
+  const int64_t t2 = now_ns();
+  // A wait up to two of the caller's chunks (and some slack) is the step's tail; beyond it, a worker
+  // held a chunk while the OS ran something else.
+  const int64_t normal = own > 0 ? 2 * (t1 - t0) / own + ADAPT_SLACK_NS : ADAPT_SLACK_NS;
+  adapt_step(pool, t2 - t0, t2 - t1 > normal ? t2 - t1 - normal : 0);
 }
 
 // ---- Pool lifecycle ---------------------------------------------------------
@@ -638,6 +721,7 @@ pthreadpool_t pthreadpool_create(size_t threads) {
     return NULL;
   }
   pool->threads = threads;
+  atomic_init(&pool->width, threads);
   pool->spin_ns = threads <= carve_cpu_count() ? (int64_t)CARVE_POOL_SPIN_US * 1000 : 0;
   atomic_init(&pool->pending, 0);
   atomic_init(&pool->epoch, 0);
@@ -687,6 +771,10 @@ void pthreadpool_destroy(pthreadpool_t pool) {
 }
 
 size_t pthreadpool_get_threads_count(pthreadpool_t pool) { return pool != NULL ? pool->threads : 1; }
+
+size_t carve_pool_width(pthreadpool_t pool) {
+  return pool != NULL ? atomic_load_explicit(&pool->width, memory_order_relaxed) : 1;
+}
 
 uint64_t carve_pool_steps(pthreadpool_t pool) {
   return pool != NULL ? atomic_load_explicit(&pool->steps, memory_order_relaxed) : 0;

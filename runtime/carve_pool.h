@@ -7,7 +7,9 @@
 // for a worker that the OS has not scheduled: its share is stolen by the caller and the running
 // workers, and a worker that wakes late finds nothing to claim. A preempted worker holds at most
 // one chunk (about 1 / (CARVE_POOL_CHUNKS_PER_THREAD * threads) of the step), and on an idle
-// machine the threads finish a step within about one chunk of each other.
+// machine the threads finish a step within about one chunk of each other. When workers keep being
+// preempted while they hold a chunk, the pool deals steps to fewer threads (carve_pool_width) and
+// tries more again later.
 // Workers spin for up to CARVE_POOL_SPIN_US between steps, then sleep on a futex (a condition
 // variable off Linux).
 // Nothing is allocated after create; which thread runs a tile never changes what the tile computes.
@@ -86,6 +88,10 @@ pthreadpool_t pthreadpool_create(size_t threads);
 void pthreadpool_destroy(pthreadpool_t pool);
 // The pool's threads, the caller included; 1 for NULL.
 size_t pthreadpool_get_threads_count(pthreadpool_t pool);
+// The threads the pool deals steps to now (1..threads; 1 for NULL). It narrows when the caller keeps
+// waiting for workers that the OS preempted while they held a chunk (a shared or over-asked machine)
+// and widens again by probes (runtime/carve_pool.c, `adapt`). Results do not depend on it.
+size_t carve_pool_width(pthreadpool_t pool);
 // Parallel steps this pool has run (a serial fallback on one thread counts too): for tests.
 uint64_t carve_pool_steps(pthreadpool_t pool);
 

@@ -176,6 +176,58 @@ static void random_steps(pthreadpool_t pool, int steps) {
   }
 }
 
+// ---- Width -----------------------------------------------------------------------
+// A worker that the OS preempts while it holds a chunk, simulated by a task that sleeps 3 ms when a
+// worker runs it: the pool narrows to the caller alone, every tile still runs once, and once the
+// workers run normally again it widens back by its probes.
+
+static _Atomic int g_slow;
+static _Atomic long g_width_tiles;
+
+static _Atomic long g_held_chunks;  // tiles a worker ran while g_slow
+
+static void width_task(void* c, size_t i) {
+  (void)c;
+  (void)i;
+  if (atomic_load(&g_slow) != 0) {
+    if (!t_caller) {
+      atomic_fetch_add(&g_held_chunks, 1);
+      usleep(3000);
+    } else {  // 20 us of work on the caller: time for a sleeping worker to wake and claim a chunk
+      struct timespec t0, t;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      do {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+      } while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
+    }
+  }
+  atomic_fetch_add(&g_width_tiles, 1);
+}
+
+static void check_width(void) {
+  pthreadpool_t pool = pthreadpool_create(2);
+  CHECK(pool != NULL && carve_pool_width(pool) == 2 && carve_pool_width(NULL) == 1);
+  atomic_store(&g_slow, 1);
+  long want = 0;
+  int steps = 0;
+  for (; steps < 64 * 40 && carve_pool_width(pool) != 1; steps++) {
+    pthreadpool_parallelize_1d(pool, width_task, NULL, 64, 0);
+    want += 64;
+  }
+  printf("width: narrowed to %zu after %d steps, a worker held 3 ms in %ld of its chunks\n", carve_pool_width(pool),
+         steps, atomic_load(&g_held_chunks));
+  CHECK(carve_pool_width(pool) == 1);
+  atomic_store(&g_slow, 0);
+  for (steps = 0; steps < 64 * 2000 && carve_pool_width(pool) != 2; steps++) {
+    pthreadpool_parallelize_1d(pool, width_task, NULL, 64, 0);
+    want += 64;
+  }
+  printf("width: back to %zu after %d steps\n", carve_pool_width(pool), steps);
+  CHECK(carve_pool_width(pool) == 2);
+  CHECK(atomic_load(&g_width_tiles) == want);  // every tile ran once, whatever the width
+  pthreadpool_destroy(pool);
+}
+
 // ---- Denormals --------------------------------------------------------------------
 
 static _Atomic int g_fpu_bad;
@@ -341,6 +393,7 @@ int main(int argc, char** argv) {
     random_steps(pool, 500);
     pthreadpool_destroy(pool);
   }
+  check_width();
   check_cpu_count(work);
   printf("pool: ok (%zu CPUs for this process)\n", carve_cpu_count());
   return 0;
