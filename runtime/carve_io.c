@@ -739,7 +739,12 @@ carve_status carve_coco_add(carve_coco_writer* w, const carve_coco_result* r) {
   }
   fprintf(f, ", \"score\": %.5f", (double)r->score);
   if (r->rle != NULL) {
-    fprintf(f, ", \"segmentation\": {\"size\": [%d, %d], \"counts\": \"%s\"}", r->mask_h, r->mask_w, w->text);
+    fprintf(f, ", \"segmentation\": {\"size\": [%d, %d], \"counts\": \"", r->mask_h, r->mask_w);
+    for (const char* c = w->text; *c != '\0'; c++) {  // characters 48..111: only the backslash needs escaping
+      if (*c == '\\') fputc('\\', f);
+      fputc(*c, f);
+    }
+    fputs("\"}", f);
   }
   if (r->keypoints != NULL) {
     fputs(", \"keypoints\": [", f);

@@ -102,7 +102,8 @@ carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int 
 //    "keypoints": [x1, y1, v1, ...], "rbox": [cx, cy, w, h, angle],
 //    "poly": [x1, y1, ..., x4, y4]}
 // with only the parts a result has. Coordinates are printed with 3 decimals,
-// scores and keypoint confidences with 5 (as Ultralytics rounds them).
+// scores and keypoint confidences with 5 (as Ultralytics rounds them); the
+// RLE string's backslashes are escaped as JSON wants.
 
 // COCO's compressed RLE string of counts[0 .. n) (pycocotools' rleToString,
 // the 'counts' of mask.encode): each count, less the count two before it from

@@ -353,6 +353,7 @@ static void test_coco(void) {
   CHECK(f == NULL);  // nothing at the target until closed
   const float bbox[4] = {10.5f, 20.25f, 30, 40};
   const uint32_t rle[] = {2, 3, 7};  // a 3 x 4 mask
+  const uint32_t rle_bs[] = {44, 16};  // 44 = 1 * 32 + 12: "\\" (12 + 32 + 48), "1": escaped in JSON; 16 (its sign bit set): "`0"
   const float kpts[6] = {1, 2, 0.5f, 3, 4, 0.25f};
   const float rbox[5] = {50, 60, 20, 10, 0};
   carve_coco_result r = {0};
@@ -365,6 +366,11 @@ static void test_coco(void) {
   r.rle_count = 3;
   r.mask_h = 3;
   r.mask_w = 4;
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  r.rle = rle_bs;
+  r.rle_count = 2;
+  r.mask_h = 6;
+  r.mask_w = 10;
   CHECK(carve_coco_add(w, &r) == CARVE_OK);
   r.rle = NULL;
   r.keypoints = kpts;
@@ -402,6 +408,8 @@ static void test_coco(void) {
       "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500},\n"
       "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
       "\"segmentation\": {\"size\": [3, 4], \"counts\": \"237\"}},\n"
+      "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
+      "\"segmentation\": {\"size\": [6, 10], \"counts\": \"\\\\1`0\"}},\n"
       "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
       "\"keypoints\": [1.000, 2.000, 0.50000, 3.000, 4.000, 0.25000]},\n"
       "{\"image_id\": 7, \"category_id\": 1, \"bbox\": [40.000, 55.000, 20.000, 10.000], \"score\": 0.50000, "
