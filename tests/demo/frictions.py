@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """The generated demo as a new user meets it (issue 18, item 5), on the shipped demo model (no torch needed).
 
-    frictions.py --work build/work
+    frictions.py --work build/work --part setup|images|out|moved
 
-yolo26n-shapes at imgsz 64, --weights-format file, built with its CMakeLists.txt; then:
+yolo26n-shapes at imgsz 64, --weights-format file, built with its CMakeLists.txt (--part setup: the package the
+images and out parts share, in WORK/demo-frictions/pkg); then one part:
 
-1. moved: the whole package folder moved elsewhere (the folder it was built in gone) still runs, from its build/
+1. moved: a copy of the package, built in its own folder, then that folder moved elsewhere (the folder it was
+   built in gone): it still runs, from its build/
    folder, with the same detections; its demo copied alone into another folder runs with the weights beside it, or
    in the working directory; with them nowhere it fails (exit 1) listing each path it looked at (beside the
    executable, its parent folder, the package folder it was built from, the working directory) and the --weights
@@ -45,8 +47,11 @@ def detections(exe: Path, *args, cwd=None) -> list:
     return fwlib.demo_json(exe, *args, cwd=cwd)["detections"]
 
 
-def moved(work: Path, built: Path, ref: list) -> bool:
+def moved(work: Path, setup: Path, ref: list) -> bool:
     log("moved package")
+    built = work / "built"
+    shutil.copytree(setup, built, ignore=shutil.ignore_patterns("build"))
+    fwlib.cmake_build(built, built / "build")
     pkg = work / "elsewhere" / "pkg"
     pkg.parent.mkdir()
     shutil.move(str(built), str(pkg))  # the folder the build was configured in is gone
@@ -152,20 +157,28 @@ def out_formats(work: Path, demo: Path) -> bool:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--part", required=True, choices=("setup", "images", "out", "moved"))
     args = ap.parse_args()
     t = fwlib.Timer()
-    work = fwlib.fresh(args.work.resolve() / "demo-frictions")
-    pkg = fwlib.generate("yolo26n-shapes.yaml", REPO / "assets" / "yolo26n-shapes.pt", work / "pkg", "--imgsz", "64",
-                         "--weights-format", "file")
-    fwlib.cmake_build(pkg, pkg / "build")
+    root = args.work.resolve() / "demo-frictions"
+    pkg = root / "pkg"
     demo = pkg / "build" / f"{NAME}_demo"
+    if args.part == "setup":
+        fwlib.fresh(root)
+        fwlib.generate("yolo26n-shapes.yaml", REPO / "assets" / "yolo26n-shapes.pt", pkg, "--imgsz", "64",
+                       "--weights-format", "file")
+        fwlib.cmake_build(pkg, pkg / "build")
+        log(f"demo_frictions_setup: built {demo} ({t})")
+        return 0
+    if not demo.is_file():
+        sys.exit(f"demo_frictions: no {demo}: run --part setup first (ctest: demo_frictions_setup)")
+    work = fwlib.fresh(root / args.part)
     ref = detections(demo, cwd=work)
     ok = check(len(ref) > 0, f"{len(ref)} detections on {IMAGE.name}")
-    ok &= bad_images(work, demo)
-    ok &= out_formats(work, demo)
-    ok &= moved(work, pkg, ref)
+    ok &= {"images": bad_images, "out": out_formats}[args.part](work, demo) if args.part != "moved" else \
+        moved(work, pkg, ref)
     shutil.rmtree(work, ignore_errors=True)
-    log(f"demo_frictions: {'PASS' if ok else 'FAIL'} ({t})")
+    log(f"demo_frictions_{args.part}: {'PASS' if ok else 'FAIL'} ({t})")
     return 0 if ok else 1
 
 

@@ -2,14 +2,24 @@
 # Each test builds one small package (about 10 s on 2 cores) and runs its demo a few times.
 set(CARVE_DEMO_TESTS ${CARVE_ROOT}/tests/demo)
 
-# A --weights-format file package moved to another folder, or its demo shipped with the weights beside it, finds
-# them; without them it fails naming each path it looked at. Images that are not images, truncated or in a format
-# stb_image does not read give the reason; --out picks PNG / JPEG / BMP / TGA by extension and refuses others before
-# anything runs. On the shipped demo model (no torch needed).
-add_test(NAME demo_frictions
-         COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/frictions.py --work ${CARVE_WORK}
+# On the shipped demo model (no torch needed), one package built by demo_frictions_setup:
+#   demo_frictions_moved   a --weights-format file package moved to another folder, or its demo shipped with the
+#                          weights beside it, finds them; without them it fails naming each path it looked at;
+#   demo_frictions_images  images that are not images, truncated or in a format stb_image does not read: the reason;
+#   demo_frictions_out     --out picks PNG / JPEG / BMP / TGA by extension and refuses others before anything runs;
+#                          --out / --coco with --input, --coco without an image id: refused.
+add_test(NAME demo_frictions_setup
+         COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/frictions.py --work ${CARVE_WORK} --part setup
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(demo_frictions PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(demo_frictions_setup PROPERTIES FIXTURES_SETUP carve_demo_frictions TIMEOUT 600
+                                                     RESOURCE_LOCK cpu_heavy)
+foreach(part moved images out)
+  add_test(NAME demo_frictions_${part}
+           COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/frictions.py --work ${CARVE_WORK} --part ${part}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(demo_frictions_${part} PROPERTIES FIXTURES_REQUIRED carve_demo_frictions TIMEOUT 600)
+endforeach()
+set_tests_properties(demo_frictions_moved PROPERTIES RESOURCE_LOCK cpu_heavy)  # builds a second copy
 
 # --coco FILE for every task: loaded by pycocotools' COCO.loadRes, equal to the demo's --json (masks decode to the
 # same pixels, the strings pycocotools encodes), and scored by COCOeval at AP >= 0.99 against Ultralytics' own
