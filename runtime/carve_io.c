@@ -5,14 +5,20 @@
 // one translation unit with STB_IMAGE_IMPLEMENTATION and
 // STB_IMAGE_WRITE_IMPLEMENTATION defined before the same two includes.
 
+#define _POSIX_C_SOURCE 200809L  // open, fdopen, getpid, readlink
+
 #include "carve_io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
@@ -506,13 +512,6 @@ void carve_image_free(uint8_t* rgb) {
   }
 }
 
-carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, int h) {
-  if (path == NULL || rgb == NULL || w <= 0 || h <= 0 || w > INT32_MAX / 3) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  return stbi_write_png(path, w, h, 3, rgb, w * 3) ? CARVE_OK : CARVE_ERR_IO;
-}
-
 // Case-insensitive: does path end with ext (".png")?
 static int has_extension(const char* path, const char* ext) {
   const size_t n = strlen(path), m = strlen(ext);
@@ -534,19 +533,281 @@ carve_image_format carve_image_format_for_path(const char* path) {
   return CARVE_IMAGE_UNKNOWN;
 }
 
-carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int h) {
+// ---- Files written whole ----------------------------------------------------
+
+// A file written under a temporary name beside its target and renamed over it when complete.
+typedef struct whole_file {
+  FILE* f;
+  char* tmp;   // the temporary file's path (malloc'd)
+  char* path;  // the target's (malloc'd)
+} whole_file;
+
+static carve_status whole_open(const char* path, whole_file* wf) {
+  memset(wf, 0, sizeof(*wf));
+  const size_t len = strlen(path);
+  const size_t tmp_size = len + 48;  // ".<pid>-<n>.tmp"
+  wf->path = (char*)malloc(len + 1);
+  wf->tmp = (char*)malloc(tmp_size);
+  if (wf->path == NULL || wf->tmp == NULL) {
+    free(wf->path);
+    free(wf->tmp);
+    memset(wf, 0, sizeof(*wf));
+    return CARVE_ERR_OUT_OF_MEMORY;
+  }
+  memcpy(wf->path, path, len + 1);
+  for (int i = 0; i < 100; i++) {  // another writer of the same path in this process: the next name
+    snprintf(wf->tmp, tmp_size, "%s.%ld-%d.tmp", path, (long)getpid(), i);
+    const int fd = open(wf->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) {
+      if (errno == EEXIST) continue;
+      break;
+    }
+    wf->f = fdopen(fd, "wb");
+    if (wf->f != NULL) return CARVE_OK;
+    close(fd);
+    remove(wf->tmp);
+    break;
+  }
+  free(wf->path);
+  free(wf->tmp);
+  memset(wf, 0, sizeof(*wf));
+  return CARVE_ERR_IO;
+}
+
+// Closes the file; renames it over the target when ok and every write went through, else removes it.
+static carve_status whole_close(whole_file* wf, int ok) {
+  if (wf->f != NULL) {
+    ok = ok && fflush(wf->f) == 0 && !ferror(wf->f);
+    ok = fclose(wf->f) == 0 && ok;
+  }
+  ok = ok && wf->f != NULL && rename(wf->tmp, wf->path) == 0;
+  if (!ok && wf->tmp != NULL) remove(wf->tmp);
+  free(wf->tmp);
+  free(wf->path);
+  memset(wf, 0, sizeof(*wf));
+  return ok ? CARVE_OK : CARVE_ERR_IO;
+}
+
+static void stb_to_file(void* context, void* data, int size) {
+  if (size > 0) fwrite(data, 1, (size_t)size, (FILE*)context);  // a failed write shows in ferror at whole_close
+}
+
+static carve_status image_write_as(const char* path, carve_image_format format, const uint8_t* rgb, int w, int h) {
   if (path == NULL || rgb == NULL || w <= 0 || h <= 0 || w > INT32_MAX / 3) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
+  if (format == CARVE_IMAGE_UNKNOWN) return CARVE_ERR_UNSUPPORTED;
+  whole_file wf;
+  const carve_status s = whole_open(path, &wf);
+  if (s != CARVE_OK) return s;
   int ok = 0;
-  switch (carve_image_format_for_path(path)) {
-    case CARVE_IMAGE_PNG: ok = stbi_write_png(path, w, h, 3, rgb, w * 3); break;
-    case CARVE_IMAGE_JPEG: ok = stbi_write_jpg(path, w, h, 3, rgb, CARVE_IMAGE_JPEG_QUALITY); break;
-    case CARVE_IMAGE_BMP: ok = stbi_write_bmp(path, w, h, 3, rgb); break;
-    case CARVE_IMAGE_TGA: ok = stbi_write_tga(path, w, h, 3, rgb); break;
-    default: return CARVE_ERR_UNSUPPORTED;
+  switch (format) {
+    case CARVE_IMAGE_PNG: ok = stbi_write_png_to_func(stb_to_file, wf.f, w, h, 3, rgb, w * 3); break;
+    case CARVE_IMAGE_JPEG: ok = stbi_write_jpg_to_func(stb_to_file, wf.f, w, h, 3, rgb, CARVE_IMAGE_JPEG_QUALITY); break;
+    case CARVE_IMAGE_BMP: ok = stbi_write_bmp_to_func(stb_to_file, wf.f, w, h, 3, rgb); break;
+    case CARVE_IMAGE_TGA: ok = stbi_write_tga_to_func(stb_to_file, wf.f, w, h, 3, rgb); break;
+    default: break;
   }
-  return ok ? CARVE_OK : CARVE_ERR_IO;
+  return whole_close(&wf, ok);
+}
+
+carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, int h) {
+  return image_write_as(path, CARVE_IMAGE_PNG, rgb, w, h);
+}
+
+carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int h) {
+  return image_write_as(path, carve_image_format_for_path(path), rgb, w, h);
+}
+
+// ---- COCO results files -----------------------------------------------------
+
+size_t carve_rle_string(const uint32_t* counts, size_t n, char* out, size_t capacity) {
+  if (out == NULL) capacity = 0;
+  if (capacity > 0) out[0] = '\0';
+  if (counts == NULL && n > 0) return 0;
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) {
+    int64_t x = (int64_t)counts[i];
+    if (i > 2) x -= (int64_t)counts[i - 2];
+    for (int more = 1; more;) {
+      int c = (int)(((x % 32) + 32) % 32);  // x & 0x1f and x >> 5 (floor), without shifting a negative value
+      x = (x - c) / 32;
+      more = (c & 0x10) ? x != -1 : x != 0;
+      if (more) c |= 0x20;
+      if (len + 1 < capacity) out[len] = (char)(c + 48);
+      len++;
+    }
+  }
+  if (capacity > 0) out[len < capacity ? len : capacity - 1] = '\0';
+  return len;
+}
+
+struct carve_coco_writer {
+  whole_file file;
+  size_t results;  // written so far
+  int failed;      // a write failed: close removes the file
+  char* text;      // the current mask's compressed counts
+  size_t text_cap;
+};
+
+carve_status carve_coco_open(const char* path, carve_coco_writer** out) {
+  if (out != NULL) *out = NULL;
+  if (path == NULL || out == NULL || path[0] == '\0') return CARVE_ERR_INVALID_ARGUMENT;
+  carve_coco_writer* w = (carve_coco_writer*)calloc(1, sizeof(*w));
+  if (w == NULL) return CARVE_ERR_OUT_OF_MEMORY;
+  const carve_status s = whole_open(path, &w->file);
+  if (s != CARVE_OK) {
+    free(w);
+    return s;
+  }
+  w->failed = fputs("[", w->file.f) < 0;
+  *out = w;
+  return CARVE_OK;
+}
+
+static int all_finite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(v[i])) return 0;
+  }
+  return 1;
+}
+
+static carve_status coco_check(const carve_coco_result* r) {
+  if (!isfinite(r->score)) return CARVE_ERR_INVALID_ARGUMENT;
+  if (r->bbox != NULL && !all_finite(r->bbox, 4)) return CARVE_ERR_INVALID_ARGUMENT;
+  if (r->rbox != NULL && !all_finite(r->rbox, 5)) return CARVE_ERR_INVALID_ARGUMENT;
+  if (r->keypoints != NULL && (r->num_keypoints > SIZE_MAX / 3 || !all_finite(r->keypoints, 3 * r->num_keypoints))) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (r->rle != NULL) {
+    if (r->rbox != NULL || r->rle_count == 0 || r->mask_h <= 0 || r->mask_w <= 0) return CARVE_ERR_INVALID_ARGUMENT;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < r->rle_count; i++) sum += r->rle[i];
+    if (sum != (uint64_t)r->mask_h * (uint64_t)r->mask_w) return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return CARVE_OK;
+}
+
+static void coco_numbers(FILE* f, const char* key, const double* v, size_t n) {
+  fprintf(f, ", \"%s\": [", key);
+  for (size_t i = 0; i < n; i++) fprintf(f, "%s%.3f", i ? ", " : "", v[i]);
+  fputs("]", f);
+}
+
+carve_status carve_coco_add(carve_coco_writer* w, const carve_coco_result* r) {
+  if (w == NULL || r == NULL) return CARVE_ERR_INVALID_ARGUMENT;
+  carve_status s = coco_check(r);
+  if (s != CARVE_OK) return s;
+  if (w->failed) return CARVE_ERR_IO;
+  if (r->rle != NULL) {  // the compressed counts, before anything of this result is written
+    const size_t len = carve_rle_string(r->rle, r->rle_count, NULL, 0);
+    if (len + 1 > w->text_cap) {
+      char* bigger = (char*)realloc(w->text, len + 1);
+      if (bigger == NULL) return CARVE_ERR_OUT_OF_MEMORY;
+      w->text = bigger;
+      w->text_cap = len + 1;
+    }
+    carve_rle_string(r->rle, r->rle_count, w->text, w->text_cap);
+  }
+  FILE* f = w->file.f;
+  fprintf(f, "%s\n{\"image_id\": %" PRId64 ", \"category_id\": %d", w->results ? "," : "", r->image_id,
+          r->category_id);
+  double corners[8];
+  if (r->rbox != NULL) {  // ops.xywhr2xyxyxyxy: ctr + v1 + v2, ctr + v1 - v2, ctr - v1 - v2, ctr - v1 + v2
+    const double cx = r->rbox[0], cy = r->rbox[1], c = cos((double)r->rbox[4]), sn = sin((double)r->rbox[4]);
+    const double v1x = r->rbox[2] / 2.0 * c, v1y = r->rbox[2] / 2.0 * sn;
+    const double v2x = -r->rbox[3] / 2.0 * sn, v2y = r->rbox[3] / 2.0 * c;
+    const double sx[4] = {1, 1, -1, -1}, sy[4] = {1, -1, -1, 1};
+    for (int k = 0; k < 4; k++) {
+      corners[2 * k] = cx + sx[k] * v1x + sy[k] * v2x;
+      corners[2 * k + 1] = cy + sx[k] * v1y + sy[k] * v2y;
+    }
+  }
+  if (r->bbox != NULL) {
+    const double b[4] = {r->bbox[0], r->bbox[1], r->bbox[2], r->bbox[3]};
+    coco_numbers(f, "bbox", b, 4);
+  } else if (r->rbox != NULL) {
+    double x0 = corners[0], y0 = corners[1], x1 = corners[0], y1 = corners[1];
+    for (int k = 1; k < 4; k++) {
+      x0 = fmin(x0, corners[2 * k]);
+      x1 = fmax(x1, corners[2 * k]);
+      y0 = fmin(y0, corners[2 * k + 1]);
+      y1 = fmax(y1, corners[2 * k + 1]);
+    }
+    const double b[4] = {x0, y0, x1 - x0, y1 - y0};
+    coco_numbers(f, "bbox", b, 4);
+  }
+  fprintf(f, ", \"score\": %.5f", (double)r->score);
+  if (r->rle != NULL) {
+    fprintf(f, ", \"segmentation\": {\"size\": [%d, %d], \"counts\": \"", r->mask_h, r->mask_w);
+    for (const char* c = w->text; *c != '\0'; c++) {  // characters 48..111: only the backslash needs escaping
+      if (*c == '\\') fputc('\\', f);
+      fputc(*c, f);
+    }
+    fputs("\"}", f);
+  }
+  if (r->keypoints != NULL) {
+    fputs(", \"keypoints\": [", f);
+    for (size_t k = 0; k < r->num_keypoints; k++) {
+      const float* p = r->keypoints + 3 * k;
+      fprintf(f, "%s%.3f, %.3f, %.5f", k ? ", " : "", (double)p[0], (double)p[1], (double)p[2]);
+    }
+    fputs("]", f);
+  }
+  if (r->rbox != NULL) {
+    const double rb[5] = {r->rbox[0], r->rbox[1], r->rbox[2], r->rbox[3], r->rbox[4]};
+    coco_numbers(f, "rbox", rb, 5);
+    coco_numbers(f, "poly", corners, 8);
+    fputs(", \"segmentation\": [[", f);
+    for (int k = 0; k < 8; k++) fprintf(f, "%s%.3f", k ? ", " : "", corners[k]);
+    fputs("]]", f);
+  }
+  if (fputs("}", f) < 0 || ferror(f)) {
+    w->failed = 1;
+    return CARVE_ERR_IO;
+  }
+  w->results++;
+  return CARVE_OK;
+}
+
+carve_status carve_coco_close(carve_coco_writer* w) {
+  if (w == NULL) return CARVE_ERR_INVALID_ARGUMENT;
+  const int ok = !w->failed && fputs(w->results ? "\n]\n" : "]\n", w->file.f) >= 0;
+  const carve_status s = whole_close(&w->file, ok);
+  free(w->text);
+  free(w);
+  return s;
+}
+
+void carve_coco_abort(carve_coco_writer* w) {
+  if (w == NULL) return;
+  whole_close(&w->file, 0);
+  free(w->text);
+  free(w);
+}
+
+// ---- The running executable -------------------------------------------------
+
+carve_status carve_exe_dir(const char* argv0, char* out, size_t size) {
+  if (out == NULL || size == 0) return CARVE_ERR_INVALID_ARGUMENT;
+  out[0] = '\0';
+  char link[4096];
+  const char* exe = NULL;
+  const ssize_t n = readlink("/proc/self/exe", link, sizeof(link));
+  if (n > 0 && (size_t)n < sizeof(link)) {
+    link[n] = '\0';
+    exe = link;
+  } else if (argv0 != NULL && strchr(argv0, '/') != NULL) {
+    exe = argv0;
+  } else {
+    return CARVE_ERR_UNSUPPORTED;
+  }
+  size_t len = (size_t)(strrchr(exe, '/') - exe);
+  if (len == 0) len = 1;  // "/demo": the root folder
+  if (len >= size) return CARVE_ERR_IO;
+  memcpy(out, exe, len);
+  out[len] = '\0';
+  return CARVE_OK;
 }
 
 // ---- Drawing ----------------------------------------------------------------

@@ -1,8 +1,15 @@
 // carve runtime: demo-side helpers (not used by the model itself).
 //
-// .npy files, image files through stb_image / stb_image_write, and drawing of
-// boxes, labels, masks, keypoints and rotated boxes onto an RGB image. Unlike
-// the rest of the runtime these functions may allocate.
+// .npy files, image files through stb_image / stb_image_write, COCO results
+// files, the executable's folder, and drawing of boxes, labels, masks,
+// keypoints and rotated boxes onto an RGB image. Unlike the rest of the
+// runtime these functions may allocate.
+//
+// Files are written whole: carve_image_write, carve_image_write_png and the
+// COCO writer write a temporary file beside the target (<path>.<pid>-<n>.tmp,
+// created exclusively, mode 0666 less the umask) and rename it over the target
+// once complete; on any failure the temporary file is removed and an existing
+// target is left as it was.
 
 #ifndef CARVE_IO_H
 #define CARVE_IO_H
@@ -62,7 +69,8 @@ int carve_jpeg_exif_orientation(const void* data, size_t size);
 // Frees an image from carve_image_load_rgb (NULL is fine).
 void carve_image_free(uint8_t* rgb);
 
-// Writes (h, w, 3) RGB uint8, rows w*3 bytes apart, as PNG.
+// Writes (h, w, 3) RGB uint8, rows w*3 bytes apart, as PNG (whatever the
+// extension). CARVE_ERR_INVALID_ARGUMENT, CARVE_ERR_IO if writing fails.
 carve_status carve_image_write_png(const char* path, const uint8_t* rgb, int w, int h);
 
 // Output formats carve_image_write picks from a path's extension (any case).
@@ -84,6 +92,78 @@ carve_image_format carve_image_format_for_path(const char* path);
 // carve_image_format). CARVE_ERR_UNSUPPORTED for another extension (nothing
 // written), CARVE_ERR_INVALID_ARGUMENT, CARVE_ERR_IO if writing fails.
 carve_status carve_image_write(const char* path, const uint8_t* rgb, int w, int h);
+
+// ---- COCO results files -----------------------------------------------------
+//
+// A JSON list in COCO's results format, as pycocotools' COCO.loadRes reads it
+// and as Ultralytics' validator writes it (save_json): one object per result,
+//   {"image_id": 397133, "category_id": 18, "bbox": [x, y, w, h], "score": s,
+//    "segmentation": {"size": [h, w], "counts": "<compressed RLE>"},
+//    "keypoints": [x1, y1, v1, ...], "rbox": [cx, cy, w, h, angle],
+//    "poly": [x1, y1, ..., x4, y4]}
+// with only the parts a result has. Coordinates are printed with 3 decimals,
+// scores and keypoint confidences with 5 (as Ultralytics rounds them); the
+// RLE string's backslashes are escaped as JSON wants.
+
+// COCO's compressed RLE string of counts[0 .. n) (pycocotools' rleToString,
+// the 'counts' of mask.encode): each count, less the count two before it from
+// the fourth on, as signed 5-bit groups, least significant first, each a
+// character 48 + group (+ 32 when more groups follow). Returns the string's
+// length (at most 7 n) and writes its first min(length, capacity - 1)
+// characters and a NUL to out (nothing when capacity is 0: out may then be
+// NULL, to ask for the length). Returns 0 (out "" if it has room) for
+// counts == NULL with n > 0.
+size_t carve_rle_string(const uint32_t* counts, size_t n, char* out, size_t capacity);
+
+// One result. Pointers left NULL are parts the result does not have.
+typedef struct carve_coco_result {
+  int64_t image_id;
+  int category_id;
+  float score;
+  const float* bbox;       // x, y, width, height (top-left corner) in image pixels
+  const uint32_t* rle;     // "segmentation": a mask's COCO counts (carve_rle_encode, column-major),
+  size_t rle_count;        //   rle_count of them, summing to mask_h * mask_w
+  int mask_h, mask_w;
+  const float* keypoints;  // "keypoints": num_keypoints (x, y, confidence) triples in image pixels
+  size_t num_keypoints;
+  const float* rbox;       // a rotated box: cx, cy, w, h in pixels, angle in radians; written as "rbox",
+                           //   its corners (Ultralytics' xywhr2xyxyxyxy order) as "poly" and as a
+                           //   polygon "segmentation", and, when bbox is NULL, their bounding box as "bbox"
+} carve_coco_result;
+
+typedef struct carve_coco_writer carve_coco_writer;
+
+// Starts a results file at path (written whole, see the top of this file).
+// CARVE_ERR_INVALID_ARGUMENT for NULL arguments, CARVE_ERR_IO when the
+// temporary file cannot be created (a missing folder, no permission),
+// CARVE_ERR_OUT_OF_MEMORY.
+carve_status carve_coco_open(const char* path, carve_coco_writer** out);
+
+// Appends one result. CARVE_ERR_INVALID_ARGUMENT (nothing appended, the
+// writer stays usable) for NULL pointers, a non-finite number, a negative
+// keypoint count, rle with rle_count 0, counts that do not sum to
+// mask_h * mask_w, or both rle and rbox; CARVE_ERR_IO (the writer has failed:
+// close reports it) if writing fails.
+carve_status carve_coco_add(carve_coco_writer* w, const carve_coco_result* r);
+
+// Ends the list and renames the temporary file over path. Frees w whatever
+// the outcome (NULL: CARVE_ERR_INVALID_ARGUMENT). CARVE_ERR_IO (temporary
+// file removed, path untouched) if writing or renaming failed, or an earlier
+// carve_coco_add did.
+carve_status carve_coco_close(carve_coco_writer* w);
+
+// Removes the temporary file and frees w (NULL is fine); path is untouched.
+void carve_coco_abort(carve_coco_writer* w);
+
+// ---- The running executable -------------------------------------------------
+
+// The folder holding the running executable, without a trailing '/': the
+// folder of /proc/self/exe's target where that link exists (Linux), else the
+// folder part of argv0 when it has a '/' (argv0 may be NULL). NUL-terminated
+// in out (size bytes). CARVE_ERR_INVALID_ARGUMENT for out NULL or size 0,
+// CARVE_ERR_UNSUPPORTED when neither tells (a bare name found on PATH, on a
+// system without /proc), CARVE_ERR_IO when the folder does not fit in size.
+carve_status carve_exe_dir(const char* argv0, char* out, size_t size);
 
 // ---- Drawing ----------------------------------------------------------------
 //

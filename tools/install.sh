@@ -39,7 +39,7 @@ py=${PYTHON:-python3}
 check='import jinja2, yaml, numpy'
 req="$here/requirements.txt"
 if [ $want_test = 1 ]; then
-  check="$check, pytest, torch, torchvision, ultralytics, cv2, atheris"
+  check="$check, pytest, torch, torchvision, ultralytics, cv2, atheris, pycocotools"
   req="$here/requirements-test.txt"
 fi
 if ! $py -c "$check" >/dev/null 2>&1; then

@@ -107,9 +107,10 @@ def write_package(files: dict, out: Path, force: bool) -> None:
 def cmd_generate(args) -> int:
     """Checks that need no compile come first, in this order, so that the first error a user sees is the
     real one: the arguments, the manifest (given, or picked from the checkpoint), the backend and input
-    size, then the output folder; then the compile."""
-    from .checkpoint import read_checkpoint
-    from .compiler import check_backend, compile_model, infer_manifest
+    size, then the output folder (when it exists, after the checkpoint's task, architecture and scale against
+    the manifest); then the compile."""
+    from .checkpoint import Checkpoint, read_checkpoint
+    from .compiler import check_backend, check_checkpoint, compile_model, infer_manifest
     from .manifest import load_manifest, looks_like_checkpoint
     say = _progress()
     if len(args.manifest) > 1:  # several models in one package: carve.multi
@@ -133,6 +134,10 @@ def cmd_generate(args) -> int:
     check_backend(manifest, args.backend)
     out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
+        if not isinstance(weights, Checkpoint):  # but after a checkpoint that does not fit the manifest: the real error
+            say(f"reading weights {checkpoint}")
+            weights = read_checkpoint(checkpoint)
+        check_checkpoint(manifest, weights)
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
     result = compile_model(args.manifest, args.backend, weights, args.imgsz, options, progress=say)
     say(f"writing {len(result.files)} files to {out}")

@@ -17,7 +17,7 @@ from . import faults
 from .backends import get_backend
 from .checkpoint import Checkpoint, read_checkpoint
 from .errors import CarveError
-from .frontend.yolo26 import build_graph
+from .frontend.yolo26 import build_graph, check_same_architecture
 from .backends.emit_c import normalize_options
 from .manifest import SCALES, Manifest, format_hw, input_hw, load_architecture, load_manifest, manifest_for
 from .passes import optimize
@@ -79,6 +79,21 @@ def _mismatch_hint(ckpt: Checkpoint, manifest: Manifest) -> str:
     return f"use {path}" if path else "the checkpoint does not match this manifest"
 
 
+def check_task(manifest: Manifest, ckpt: Checkpoint) -> None:
+    """The checkpoint's task must be the manifest's; the hint names the manifest of the checkpoint's task."""
+    if ckpt.task and ckpt.task != manifest.task:
+        raise CarveError(f"checkpoint is a '{ckpt.task}' model but {manifest.path} is '{manifest.task}'",
+                         location=ckpt.path, hint=_mismatch_hint(ckpt, manifest))
+
+
+def check_checkpoint(manifest: Manifest, ckpt: Checkpoint) -> None:
+    """What compile_model checks of a checkpoint against its manifest before building anything: the task, then
+    the architecture and scale (mismatches name the manifest to use). For the CLI, which reports these before
+    "output folder exists"."""
+    check_task(manifest, ckpt)
+    check_same_architecture(load_architecture(manifest), ckpt, manifest.scale, manifest)
+
+
 def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
                   options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
     """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
@@ -100,9 +115,7 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
         progress(f"reading weights {weights}")
         faults.point("read")
         ckpt = read_checkpoint(weights)
-    if ckpt.task and ckpt.task != manifest.task:
-        raise CarveError(f"checkpoint is a '{ckpt.task}' model but {manifest.path} is '{manifest.task}'",
-                         location=ckpt.path, hint=_mismatch_hint(ckpt, manifest))
+    check_task(manifest, ckpt)
     progress(f"building the IR of {manifest.name}")
     faults.point("build")
     graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz)

@@ -4,7 +4,8 @@
     from the checkpoint's task and scale, and gives the package the named manifest gives;
   * a checkpoint where a manifest is expected is named as such, with a hint;
   * a task or scale mismatch names the right manifest (the task's own, e.g. yolo26s-seg.yaml);
-  * a manifest or backend error comes before "output folder exists";
+  * a manifest or backend error, and a checkpoint whose task or scale is not the manifest's, come before
+    "output folder exists";
   * the default output folder is generated/<model>-<backend> under the current directory;
   * the ./carve launcher works from any directory and through (chains of relative) symlinks.
 """
@@ -161,6 +162,22 @@ def test_manifest_errors_before_output_folder_exists(capsys, tmp_path, case):
     assert "output folder exists" not in line
     assert {"bad-manifest": "task: 'detection' is not one of", "missing-manifest": "manifest not found",
             "backend": "backend 'tpu' is not supported"}[case] in line
+
+
+@pytest.mark.parametrize("case", ["task", "scale"])
+def test_checkpoint_mismatch_before_output_folder_exists(capsys, tmp_path, case):
+    """A checkpoint that does not fit the manifest is the error, not the existing output folder (which --force
+    would only get past to meet the mismatch)."""
+    out = tmp_path / "pkg"
+    out.mkdir()
+    manifest = REPO / "manifests" / {"task": "yolo26n-seg.yaml", "scale": "yolo26s.yaml"}[case]
+    line = _error(capsys, "generate", manifest, "--backend", "portable", "--checkpoint", PT, "--out", out)
+    assert "output folder exists" not in line
+    assert {"task": "checkpoint is a 'detect' model", "scale": "checkpoint is scale 'n'"}[case] in line
+    assert f"hint: use {SHAPES}" in line  # the demo checkpoint's own manifest, by its class names
+    assert list(out.iterdir()) == []
+    rc = cli.main(["generate", str(SHAPES), "--backend", "portable", "--checkpoint", str(PT), "--out", str(out)])
+    assert rc == 1 and "output folder exists" in capsys.readouterr().err  # a fitting checkpoint: the folder
 
 
 def test_default_output_folder_is_under_the_current_directory(capsys, tmp_path, monkeypatch):

@@ -8,6 +8,8 @@
 //       SRC_H image -> (n, SRC_H, SRC_W) masks as 0.0 / 1.0.
 //   mask_tool rle OUT.npy MASK.npy
 //       carve_rle_encode of an (h, w) mask (nonzero = 1) -> (count,) counts.
+//   mask_tool rlestr OUT.txt MASK.npy
+//       carve_rle_string of those counts (COCO's compressed RLE) -> OUT.txt.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,33 @@ static int run_rle(char** argv) {
   return 0;
 }
 
+static int run_rle_string(char** argv) {
+  size_t ms[CARVE_NPY_MAX_DIMS];
+  float* m = load(argv[3], ms, 2);
+  const size_t pixels = ms[0] * ms[1];
+  uint8_t* mask = xmalloc(pixels);
+  for (size_t p = 0; p < pixels; p++) {
+    mask[p] = m[p] != 0.0f;
+  }
+  const int w = (int)ms[1], h = (int)ms[0];
+  const size_t need = carve_rle_encode(mask, w, h, NULL, 0);
+  uint32_t* counts = xmalloc(need * sizeof(uint32_t));
+  carve_rle_encode(mask, w, h, counts, need);
+  const size_t len = carve_rle_string(counts, need, NULL, 0);
+  char* text = xmalloc(len + 1);
+  FILE* f = fopen(argv[2], "wb");
+  if (carve_rle_string(counts, need, text, len + 1) != len || strlen(text) != len || f == NULL ||
+      fwrite(text, 1, len, f) != len || fclose(f) != 0) {
+    fprintf(stderr, "mask_tool: cannot write %s\n", argv[2]);
+    return 1;
+  }
+  free(m);
+  free(mask);
+  free(counts);
+  free(text);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 6 && strcmp(argv[1], "logits") == 0) {
     return run_logits(argv);
@@ -156,6 +185,9 @@ int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "rle") == 0) {
     return run_rle(argv);
   }
-  fprintf(stderr, "usage: mask_tool logits|native|rle ... (see mask_tool.c)\n");
+  if (argc == 4 && strcmp(argv[1], "rlestr") == 0) {
+    return run_rle_string(argv);
+  }
+  fprintf(stderr, "usage: mask_tool logits|native|rle|rlestr ... (see mask_tool.c)\n");
   return 2;
 }

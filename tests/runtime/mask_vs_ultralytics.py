@@ -19,7 +19,8 @@ Usage: mask_vs_ultralytics.py PATH/TO/mask_tool
    only pixels whose logit is within float rounding of 0 may differ; IoU >= 0.99.
 4. RLE: carve_rle_encode of random masks, blobs and edge cases decoded with
    pycocotools' rules (column-major runs starting with background) must give the
-   mask back.
+   mask back, and carve_rle_string of the counts must be pycocotools.mask.encode's
+   compressed string, byte for byte (where pycocotools is installed).
 
 Exits 0 with 'skipped' when torch or ultralytics is missing.
 """
@@ -163,6 +164,15 @@ def check_rle(tool, tmp, rng):
     ]
     yy, xx = np.mgrid[0:300, 0:401]
     masks.append((np.hypot(yy - 150, xx - 180) < 90) | (xx > 390))
+    big = np.zeros((1000, 1200))  # runs of up to a million pixels: counts of 4 and 5 groups, both signs of delta
+    big[rng.integers(0, 1000, 6), rng.integers(0, 1200, 6)] = 1
+    big[400:420, 10:1100] = 1
+    masks.append(big)
+    try:
+        from pycocotools import mask as coco_mask
+    except ImportError:
+        coco_mask = None
+        print("  rle strings: skipped (no pycocotools)")
     for m in masks:
         m = m.astype(np.float32)
         ip, op = os.path.join(tmp, "rle_in.npy"), os.path.join(tmp, "rle_out.npy")
@@ -175,6 +185,13 @@ def check_rle(tool, tmp, rng):
             assert np.all(counts[1:] > 0)
         else:
             assert list(counts) == [0]
+        if coco_mask is not None and m.size:
+            sp = os.path.join(tmp, "rle_str.txt")
+            run(tool, "rlestr", sp, ip)
+            with open(sp, "rb") as f:
+                ours = f.read()
+            ref = coco_mask.encode(np.asfortranarray(m.astype(np.uint8)))["counts"]
+            assert ours == ref, (m.shape, ours[:80], ref[:80])
     return len(masks)
 
 
@@ -192,7 +209,7 @@ def main():
         print(f"  end to end: logits max rel err {logit_err:.2g}, min IoU {iou:.6f}, "
               f"{differing} pixels differ (logits within rounding of 0)")
         n_rle = check_rle(tool, tmp, rng)
-        print(f"  rle: {n_rle} masks round-trip through the COCO decoder")
+        print(f"  rle: {n_rle} masks round-trip through the COCO decoder; compressed strings equal pycocotools'")
     print("mask_vs_ultralytics: ok")
     return 0
 

@@ -3,12 +3,17 @@
 // order, bad magic, truncated data and too many dims; PNG write + load round
 // trip and load errors; why a load fails (cannot open, unsupported format,
 // corrupt); writing by extension (PNG, JPEG, BMP, TGA; others refused); Exif
-// orientation 1..8 in both byte orders, the parser on truncated and mutated input; box and text drawing (clipping, NaN, far-away
-// coordinates); the palette. Temporary files go to argv[1] (the build dir),
+// orientation 1..8 in both byte orders, the parser on truncated and mutated input; files written whole (a
+// failed write leaves the target as it was and no temporary file); the COCO results writer (layout, argument
+// checks, abort; tests/demo/coco.py loads its files with pycocotools); the executable's folder; box and text
+// drawing (clipping, NaN, far-away coordinates); the palette. Temporary files go to argv[1] (the build dir),
 // which the test makes its working directory.
 
-#define _POSIX_C_SOURCE 200809L  // chdir
+#define _POSIX_C_SOURCE 200809L  // chdir, opendir, getcwd
 
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "carve_io.h"
@@ -268,6 +273,188 @@ static void test_image_write_formats(void) {
   CHECK(carve_image_write("x.png", NULL, w, h) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
+// No "<prefix>.*.tmp" left in the working directory.
+static int temp_files_left(const char* prefix) {
+  DIR* d = opendir(".");
+  CHECK(d != NULL);
+  int left = 0;
+  const size_t n = strlen(prefix);
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    const size_t m = strlen(e->d_name);
+    if (m > n + 4 && strncmp(e->d_name, prefix, n) == 0 && e->d_name[n] == '.' && !strcmp(e->d_name + m - 4, ".tmp")) {
+      left++;
+    }
+  }
+  closedir(d);
+  return left;
+}
+
+// Images and COCO files are written whole: a failed write leaves an existing target alone.
+static void test_whole_files(void) {
+  uint8_t img[4 * 3 * 3] = {0};
+  write_bytes("keep.png", "old", 3);
+  CHECK(carve_image_write("keep.png", NULL, 4, 3) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_image_write("keep.gif", img, 4, 3) == CARVE_ERR_UNSUPPORTED);
+  size_t n = 0;
+  uint8_t* data = read_all("keep.png", &n);
+  CHECK(n == 3 && memcmp(data, "old", 3) == 0);
+  free(data);
+  CHECK(carve_image_write("keep.png", img, 4, 3) == CARVE_OK);  // replaced by a whole PNG
+  data = read_all("keep.png", &n);
+  CHECK(n > 8 && memcmp(data, "\x89PNG", 4) == 0);
+  free(data);
+  CHECK(temp_files_left("keep.png") == 0);
+  // The target is a folder: the temporary file is written, the rename fails, and it is removed.
+  CHECK(mkdir("adir.png", 0755) == 0 || errno == EEXIST);
+  CHECK(carve_image_write("adir.png", img, 4, 3) == CARVE_ERR_IO);
+  CHECK(temp_files_left("adir.png") == 0);
+  carve_coco_writer* w = NULL;
+  CHECK(carve_coco_open("adir.png", &w) == CARVE_OK);
+  CHECK(carve_coco_close(w) == CARVE_ERR_IO);
+  CHECK(temp_files_left("adir.png") == 0);
+}
+
+static char* read_text(const char* path) {
+  size_t n = 0;
+  uint8_t* data = read_all(path, &n);
+  char* text = (char*)realloc(data, n + 1);
+  CHECK(text != NULL);
+  text[n] = '\0';
+  return text;
+}
+
+// carve_rle_string on hand-made counts (pycocotools' strings; tests/runtime/mask_vs_ultralytics.py compares it with
+// pycocotools.mask.encode on many masks), the COCO writer's output and its argument checks.
+static void test_coco(void) {
+  // Counts 0..2 are written as they are, then less the count two before, as signed 5-bit groups (low first, +32
+  // when more follow, +48). The strings are pycocotools' (frPyObjects of these uncompressed counts).
+  char s[64];
+  const uint32_t c1[] = {0, 6};
+  CHECK(carve_rle_string(c1, 2, s, sizeof s) == 2 && !strcmp(s, "06"));
+  const uint32_t c2[] = {5, 1, 3, 2, 40};  // ..., 2 - 1 = 1, 40 - 3 = 37 = 1 * 32 + 5: "U" (5 + 32 + 48), "1"
+  CHECK(carve_rle_string(c2, 5, s, sizeof s) == 6 && !strcmp(s, "5131U1"));
+  const uint32_t c3[] = {100, 1, 1, 1, 1};  // 100 = 3 * 32 + 4: "T", "3"; then 1, 1, 0, 0
+  CHECK(carve_rle_string(c3, 5, s, sizeof s) == 6 && !strcmp(s, "T31100"));
+  const uint32_t c4[] = {0, 0, 0, 20};  // 20 has its sign bit (16) set: a second group "0"
+  CHECK(carve_rle_string(c4, 4, s, sizeof s) == 5 && !strcmp(s, "000d0"));
+  const uint32_t c5[] = {0, 0, 30, 0, 2};  // 30: "n0"; 0 - 0; 2 - 30 = -28 = -1 * 32 + 4: "T", then -1: "O"
+  CHECK(carve_rle_string(c5, 5, s, sizeof s) == 7 && !strcmp(s, "00n00TO"));
+  CHECK(carve_rle_string(c5, 5, NULL, 0) == 7);
+  char small[3] = {'x', 'x', 'x'};
+  CHECK(carve_rle_string(c3, 5, small, sizeof small) == 6 && !strcmp(small, "T3"));  // truncated, terminated
+  CHECK(carve_rle_string(NULL, 3, small, sizeof small) == 0 && small[0] == '\0');
+  const uint32_t big[] = {0, UINT32_MAX, 0, 0};  // the longest group runs: 7 characters a count
+  CHECK(carve_rle_string(big, 4, NULL, 0) <= 4 * 7);
+
+  remove("results.json");
+  carve_coco_writer* w = NULL;
+  CHECK(carve_coco_open("results.json", &w) == CARVE_OK);
+  FILE* f = fopen("results.json", "rb");
+  CHECK(f == NULL);  // nothing at the target until closed
+  const float bbox[4] = {10.5f, 20.25f, 30, 40};
+  const uint32_t rle[] = {2, 3, 7};  // a 3 x 4 mask
+  const uint32_t rle_bs[] = {44, 16};  // 44 = 1 * 32 + 12: "\\" (12 + 32 + 48), "1": escaped in JSON; 16 (its sign bit set): "`0"
+  const float kpts[6] = {1, 2, 0.5f, 3, 4, 0.25f};
+  const float rbox[5] = {50, 60, 20, 10, 0};
+  carve_coco_result r = {0};
+  r.image_id = 397133;
+  r.category_id = 18;
+  r.score = 0.875f;
+  r.bbox = bbox;
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  r.rle = rle;
+  r.rle_count = 3;
+  r.mask_h = 3;
+  r.mask_w = 4;
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  r.rle = rle_bs;
+  r.rle_count = 2;
+  r.mask_h = 6;
+  r.mask_w = 10;
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  r.rle = NULL;
+  r.keypoints = kpts;
+  r.num_keypoints = 2;
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  carve_coco_result o = {0};
+  o.image_id = 7;
+  o.category_id = 1;
+  o.score = 0.5f;
+  o.rbox = rbox;
+  CHECK(carve_coco_add(w, &o) == CARVE_OK);
+  // refused, nothing appended
+  carve_coco_result bad = r;
+  bad.score = NAN;
+  CHECK(carve_coco_add(w, &bad) == CARVE_ERR_INVALID_ARGUMENT);
+  const float inf_box[4] = {0, 0, INFINITY, 1};
+  bad = r;
+  bad.bbox = inf_box;
+  CHECK(carve_coco_add(w, &bad) == CARVE_ERR_INVALID_ARGUMENT);
+  bad = r;
+  bad.rle = rle;
+  bad.rle_count = 3;
+  bad.mask_h = 4;  // 12 counted, 16 pixels
+  bad.mask_w = 4;
+  CHECK(carve_coco_add(w, &bad) == CARVE_ERR_INVALID_ARGUMENT);
+  bad.mask_h = 3;
+  bad.rbox = rbox;  // a mask and a rotated box
+  CHECK(carve_coco_add(w, &bad) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_coco_add(w, NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_coco_add(NULL, &r) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_coco_close(w) == CARVE_OK);
+  char* text = read_text("results.json");
+  const char* want =
+      "[\n"
+      "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500},\n"
+      "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
+      "\"segmentation\": {\"size\": [3, 4], \"counts\": \"237\"}},\n"
+      "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
+      "\"segmentation\": {\"size\": [6, 10], \"counts\": \"\\\\1`0\"}},\n"
+      "{\"image_id\": 397133, \"category_id\": 18, \"bbox\": [10.500, 20.250, 30.000, 40.000], \"score\": 0.87500, "
+      "\"keypoints\": [1.000, 2.000, 0.50000, 3.000, 4.000, 0.25000]},\n"
+      "{\"image_id\": 7, \"category_id\": 1, \"bbox\": [40.000, 55.000, 20.000, 10.000], \"score\": 0.50000, "
+      "\"rbox\": [50.000, 60.000, 20.000, 10.000, 0.000], \"poly\": [60.000, 65.000, 60.000, 55.000, 40.000, 55.000, "
+      "40.000, 65.000], \"segmentation\": [[60.000, 65.000, 60.000, 55.000, 40.000, 55.000, 40.000, 65.000]]}\n"
+      "]\n";
+  CHECK_MSG(!strcmp(text, want), "got:\n%s\nwanted:\n%s", text, want);
+  free(text);
+  CHECK(temp_files_left("results.json") == 0);
+
+  // An empty list; abort leaves the earlier file as it was.
+  CHECK(carve_coco_open("empty.json", &w) == CARVE_OK && carve_coco_close(w) == CARVE_OK);
+  text = read_text("empty.json");
+  CHECK(!strcmp(text, "[]\n"));
+  free(text);
+  CHECK(carve_coco_open("results.json", &w) == CARVE_OK);
+  CHECK(carve_coco_add(w, &r) == CARVE_OK);
+  carve_coco_abort(w);
+  carve_coco_abort(NULL);
+  text = read_text("results.json");
+  CHECK(!strcmp(text, want));
+  free(text);
+  CHECK(temp_files_left("results.json") == 0);
+  CHECK(carve_coco_open("/nonexistent-dir/r.json", &w) == CARVE_ERR_IO && w == NULL);
+  CHECK(carve_coco_open(NULL, &w) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_coco_open("x.json", NULL) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_coco_close(NULL) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+static void test_exe_dir(const char* argv0) {
+  char dir[4096], cwd[4096];
+  CHECK(carve_exe_dir(argv0, dir, sizeof dir) == CARVE_OK);
+  // This test runs from its build folder, so its executable's folder is a real folder that holds it.
+  char self[4200];
+  snprintf(self, sizeof self, "%s/%s", dir, strrchr(argv0, '/') != NULL ? strrchr(argv0, '/') + 1 : argv0);
+  FILE* f = fopen(self, "rb");
+  CHECK_MSG(f != NULL, "%s", self);
+  fclose(f);
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  char small[2];
+  CHECK(carve_exe_dir(argv0, small, sizeof small) == CARVE_ERR_IO && small[0] == '\0');
+  CHECK(carve_exe_dir(argv0, NULL, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_exe_dir(argv0, dir, 0) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
 // An APP1 Exif segment with IFD0 = one Orientation entry (SHORT), in either byte order.
 static size_t make_app1(uint8_t* seg, int little, unsigned orientation) {
   const uint8_t tiff_le[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0, 0x12, 0x01, 3, 0, 1, 0, 0, 0,
@@ -462,6 +649,9 @@ int main(int argc, char** argv) {
   test_png();
   test_image_errors();
   test_image_write_formats();
+  test_whole_files();
+  test_coco();
+  test_exe_dir(argv[0]);
   test_exif();
   test_drawing();
   test_palette();

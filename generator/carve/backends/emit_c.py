@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import __version__
 
+from ..coco import category_ids
 from ..paths import data_dir  # templates/, runtime/: in the installed package, else in the checkout
 TEMPLATES = data_dir("templates")
 RUNTIME = data_dir("runtime")
@@ -303,6 +304,7 @@ class CPackage:
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
             **self.backend.template_vars,
         )
+        ctx["coco_ids"], ctx["coco_ids_rule"] = category_ids(meta["names"])  # the demo's --coco category_id
         ctx["demo_source"] = next(path.format(name=name) for t, path in self._templates() if t.startswith("demo."))
         ctx["cc_command"] = self._cc_command(name, weights, runtime_sources)
         env = _env(self.backend.name)

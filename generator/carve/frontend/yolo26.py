@@ -25,7 +25,7 @@ def _make_divisible(x: float, divisor: int = 8) -> int:
     return int(math.ceil(x / divisor) * divisor)
 
 
-def _check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
+def check_same_architecture(arch: dict, ckpt, scale: str, manifest) -> None:
     """The checkpoint's embedded yaml must describe the manifest's architecture and scale."""
     y = ckpt.yaml
     if not y:
@@ -72,7 +72,7 @@ def build_graph(manifest, arch: dict, ckpt, imgsz=None):
     if manifest.task == "classify" and in_h != in_w:
         raise CarveError(f"--imgsz {format_hw((in_h, in_w))}: classification takes a square input "
                          "(Ultralytics' centre crop)", location=manifest.where("input.imgsz"))
-    _check_same_architecture(arch, ckpt, manifest.scale, manifest)
+    check_same_architecture(arch, ckpt, manifest.scale, manifest)
     depth, width, max_ch = arch["scales"][manifest.scale]
     nc = M.checked_number((ckpt.yaml or {}).get("nc", arch.get("nc", 80)), "yaml.nc", ckpt.path, 1, 100000)
     head_path = f"model.{len(arch['backbone']) + len(arch['head']) - 1}"
