@@ -95,15 +95,21 @@ def runtime_conv(attrs: dict) -> str | None:
     return exact_runtime_conv(attrs) or winograd_conv(attrs)
 
 
-# Winograd F(2x2, 3x3)'s kernel transform: the 4x4 G g G^T of each 3x3 kernel g.
-WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+def _winograd_rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """Winograd F(2x2, 3x3)'s G applied along ``axis`` (3 -> 4), G = [[1, 0, 0], [1/2, 1/2, 1/2],
+    [1/2, -1/2, 1/2], [0, 0, 1]], in this order of float64 operations: g0, (g0 + g1 + g2) * 0.5,
+    (g0 - g1 + g2) * 0.5, g2."""
+    g0, g1, g2 = (np.take(x, j, axis=axis) for j in range(3))
+    return np.stack([g0, (g0 + g1 + g2) * 0.5, (g0 - g1 + g2) * 0.5, g2], axis=axis)
 
 
 def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64, rounded once to
-    float32, position p = 4 * a + b of the 4x4 result."""
-    u = np.einsum("ak,oikl,bl->abio", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
-    return u.reshape(16, w.shape[1], w.shape[0]).astype(np.float32)
+    """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64 (_winograd_rows over the
+    kernel's rows, then over the columns: each sum in that order, so that runtime/carve_weights.c, which rebuilds
+    an f16 package's Winograd weights at create, computes the same bits), rounded to float32, position
+    p = 4 * a + b of the 4x4 result."""
+    u = _winograd_rows(_winograd_rows(w.astype(np.float64), 2), 3)   # (cout, cin, 4, 4)
+    return np.ascontiguousarray(np.transpose(u, (2, 3, 1, 0)).reshape(16, w.shape[1], w.shape[0])).astype(np.float32)
 
 
 # Convolutions whose weights exceed this are run as several XNNPACK operators over slices of the output channels.
