@@ -174,6 +174,7 @@ class XnnpackBackend(CBackend):
     layouts = LAYOUTS
     runtime_conv = staticmethod(runtime_conv)
     runtime_conv_layout = staticmethod(runtime_conv_layout)
+    runtime_conv_transforms = {"conv3x3s1_wino": "winograd"}
     conv_slices = staticmethod(conv_slices)
     step_classes = {"op": XnnOp}
     # the fixed C: XNNPACK's init, heap and operators' lifecycle (carve_xnn.h); the model's (carve_model.h)
