@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lowering, xnn_heap
-from .emit_c import CPackage, runtime_define
+from .emit_c import runtime_define
 from .lowering import CPU_RULES, CBackend, Layouts
 from .steps import WinogradConv, XnnOp
 
@@ -85,7 +85,7 @@ def dw_conv(attrs: dict) -> str | None:
 
 def exact_runtime_conv(attrs: dict) -> str | None:
     """The runtime kernels that compute the convolution of the stored weights themselves (stem_conv, then
-    dw_conv): what an f16-weights package keeps; None for an XNNPACK operator."""
+    dw_conv): runtime_conv without Winograd (``lower(..., winograd=False)``); None for an XNNPACK operator."""
     return stem_conv(attrs) or dw_conv(attrs)
 
 
@@ -183,14 +183,6 @@ class XnnpackBackend(CBackend):
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True, has_xnn_heap=True)
     cc_libs = ("XNNPACK", "pthread")   # the README's plain cc command links these (carve_pool.c: the pthreadpool_*)
-
-    def emit(self, graph, plan, options) -> dict:
-        # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be
-        # rounded, not the convolution's own, and the package would no longer compute the convolution of the
-        # f16-rounded weights (tests/firmware/f16.py): an f16 package keeps XNNPACK for those convolutions. The
-        # stem and depthwise kernels only reorder the weights (exact_runtime_conv): f16 packages run them too.
-        winograd = (options or {}).get("weights_dtype", "f32") == "f32"
-        return CPackage(self, graph, plan, self.lower(graph, plan, winograd=winograd), options).files()
 
     def lower(self, graph, plan, winograd: bool = True) -> dict:
         program = lowering.lower(graph, plan, self, runtime_conv if winograd else exact_runtime_conv)
