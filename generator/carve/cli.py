@@ -138,6 +138,8 @@ def cmd_generate(args) -> int:
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
+    for w in s.get("warnings", []):
+        print(f"carve: warning: {w}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
           f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")

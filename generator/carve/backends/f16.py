@@ -35,7 +35,8 @@ MAX_DIMS = 6            # CARVE_WEIGHTS_MAX_DIMS of runtime/carve_weights.h
 def is_f16(a: np.ndarray) -> bool:
     """Whether every value of the float32 array ``a`` is a float16 (rounding it to float16 changes no bit)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
-    return bool(np.array_equal(a.astype(np.float16).astype(np.float32).view(np.uint32), a.view(np.uint32)))
+    with np.errstate(over="ignore"):   # beyond float16's range: inf, not equal
+        return bool(np.array_equal(a.astype(np.float16).astype(np.float32).view(np.uint32), a.view(np.uint32)))
 
 
 def fold_is_f16(fold) -> bool:
