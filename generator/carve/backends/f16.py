@@ -183,7 +183,9 @@ def build(graph, program: dict) -> F16Weights:
             bias_ref = where.get((fold.bias_name, src.rows))
             if bias_ref is None:
                 raise AssertionError(f"{src.tensor}: no bias in the blob for rows {src.rows}")  # a backend's bug
-            p = Piece("conv", ref.macro, f"{src.tensor} {ref.shape}: folded", dst=int(ref), count=0, src=0,
+            rows = f" [out {c0}:{c1}]" if src.rows and (c0, c1) != (0, w.shape[0]) else ""
+            what = f"{ref.macro}, {ref.shape}: {fold.sources[0]}{rows} with its BatchNorm folded"
+            p = Piece("conv", ref.macro, what, dst=int(ref), count=0, src=0,
                       channels=c1 - c0, bn=True, bias=fold.bias is not None, bias_dst=int(bias_ref),
                       bias_name=bias_ref.macro, eps=float(fold.eps))
             unfolded = fold.weight[c0:c1]
@@ -191,7 +193,7 @@ def build(graph, program: dict) -> F16Weights:
                 p.winograd, p.cin = True, unfolded.shape[1]
                 p.src = out.add(unfolded)
                 p.count = 16 * unfolded.size // 9
-                p.what += ", Winograd G g G^T"
+                p.what += ", then Winograd's G g G^T"
             elif src.transform is None:
                 laid = src.layout(unfolded) if src.layout else unfolded
                 p.src = out.add(laid)
@@ -209,12 +211,14 @@ def build(graph, program: dict) -> F16Weights:
             _round_checked(rows, src.tensor)
         if src.transform == "winograd":
             # rounded (lossy) folded weights: widened, then transformed at create
-            pieces.append(Piece("conv", ref.macro, f"{src.tensor} {ref.shape}: Winograd G g G^T", dst=int(ref),
+            pieces.append(Piece("conv", ref.macro, f"{ref.macro}, {ref.shape}: {src.tensor} (rounded), Winograd's "
+                                "G g G^T", dst=int(ref),
                                 count=16 * rows.size // 9, src=out.add(rows), channels=rows.shape[0],
                                 cin=rows.shape[1], winograd=True))
         elif src.transform is None:
             laid = src.apply(w)
-            pieces.append(Piece("halves", ref.macro, f"{src.tensor} {ref.shape}", dst=int(ref), count=laid.size,
+            pieces.append(Piece("halves", ref.macro, f"{ref.macro}, {ref.shape}: {src.tensor}"
+                                + ("" if src.tensor not in lossy else " (rounded)"), dst=int(ref), count=laid.size,
                                 src=out.add(laid)))
         else:  # pragma: no cover - a backend's bug
             raise AssertionError(f"{src.tensor}: no f16 piece for transform {src.transform!r}")
