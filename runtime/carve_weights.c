@@ -367,7 +367,7 @@ static void expand_winograd(const carve_weights_piece* pc, const uint8_t* halves
     for (int l = 0; l < 3; l++) {
       t[l] = winograd_row(a, g[0][l], g[1][l], g[2][l]);
     }
-    out[pc->dst + e - first] = rounded((float)winograd_row(b, t[0], t[1], t[2]));
+    out[pc->dst + e - first] = rounded((float)rounded_d(winograd_row(b, t[0], t[1], t[2]) + 0.0));  // a zero is +0
   }
 }
 

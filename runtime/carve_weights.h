@@ -108,7 +108,8 @@ carve_status carve_f16_to_f32(const void* src, float* dst, size_t count);
 //     4x4 G g G^T of each 3x3 kernel g in double, as the generator's
 //     winograd_weights does it (over the rows, then the columns: t0 = g0,
 //     t1 = (g0 + g1 + g2) * 0.5, t2 = (g0 - g1 + g2) * 0.5, t3 = g2, each sum
-//     left to right), rounded to float; position 4 * a + b of the 4x4 result.
+//     left to right), + 0.0 (a zero is +0), rounded to float; position
+//     4 * a + b of the 4x4 result.
 //
 // Every operation is a correctly rounded IEEE one (+ - * / and sqrt), each
 // result rounded to its type before the next (never a fused multiply-add,

@@ -61,6 +61,24 @@ def test_the_layout():
         np.testing.assert_allclose(u[:, i, o], want.reshape(16), rtol=1e-6, atol=1e-7)
 
 
+def test_the_layout_is_einsums(built):
+    """winograd_weights sums in an explicit order (so that runtime/carve_weights.c can rebuild an f16 package's
+    Winograd weights bit for bit); on the demo model's convolutions it gives exactly the floats of the einsum it
+    replaced (the f32 packages' weights did not change), signed zeros included, and +0 for a zero."""
+    graph, _, _ = built
+    convs = [o for o in graph.ops if o.kind == "conv2d" and winograd_conv(o.attrs)]
+    assert convs
+    for op in convs:
+        w = graph.weights[op.params["weight"]]
+        want = np.einsum("ak,oikl,bl->abio", np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+                         w.astype(np.float64), np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]))
+        want = want.reshape(16, w.shape[1], w.shape[0]).astype(np.float32)
+        np.testing.assert_array_equal(runtime_conv_layout("conv3x3s1_wino", w).view(np.uint32), want.view(np.uint32))
+    w = np.zeros((8, 8, 3, 3), dtype=np.float32)
+    w[0, 0, 0, 0] = -0.0
+    assert not np.signbit(runtime_conv_layout("conv3x3s1_wino", w)).any()
+
+
 def test_descriptors_keep_xnnpack_layout():
     """A descriptor's weights are XNNPACK's OHWI whatever its attrs: a slice of a convolution that the rule
     refuses (cout 85, sliced into 48 + 37 channels) has a slice that the rule would take (256 -> 48), and once got

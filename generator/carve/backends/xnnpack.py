@@ -106,9 +106,10 @@ def _winograd_rows(x: np.ndarray, axis: int) -> np.ndarray:
 def winograd_weights(w: np.ndarray) -> np.ndarray:
     """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64 (_winograd_rows over the
     kernel's rows, then over the columns: each sum in that order, so that runtime/carve_weights.c, which rebuilds
-    an f16 package's Winograd weights at create, computes the same bits), rounded to float32, position
-    p = 4 * a + b of the 4x4 result."""
-    u = _winograd_rows(_winograd_rows(w.astype(np.float64), 2), 3)   # (cout, cin, 4, 4)
+    an f16 package's Winograd weights at create, computes the same bits), + 0.0 (a zero is +0), rounded to
+    float32, position p = 4 * a + b of the 4x4 result. (The einsum this replaced gave the same floats on every
+    checkpoint tried, trained and random, 6 models: its accumulation from +0 also turned -0 into +0.)"""
+    u = _winograd_rows(_winograd_rows(w.astype(np.float64), 2), 3) + 0.0   # (cout, cin, 4, 4)
     return np.ascontiguousarray(np.transpose(u, (2, 3, 1, 0)).reshape(16, w.shape[1], w.shape[0])).astype(np.float32)
 
 
