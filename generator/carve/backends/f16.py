@@ -138,7 +138,7 @@ def channel_map(src, shape: tuple, channels: int) -> tuple:
     want = np.where(pred < channels, pred + 1, 0)
     if not np.array_equal(d.reshape(-1), want.reshape(-1)):
         raise AssertionError(f"{src.tensor}: its layout is not affine in the channels")
-    dims, steps = list(dims), steps
+    dims = list(dims)
     j = 0
     while j < len(dims):                    # drop dims of one element, merge runs of one stride
         if dims[j] == 1 and len(dims) > 1:
@@ -210,8 +210,9 @@ def build(graph, program: dict) -> F16Weights:
             lossy.add(src.tensor)
             _round_checked(rows, src.tensor)
         if src.transform == "winograd":
-            # rounded (lossy) folded weights: widened, then transformed at create
-            pieces.append(Piece("conv", ref.macro, f"{ref.macro}, {ref.shape}: {src.tensor} (rounded), Winograd's "
+            # weights without an exact fold (rounded, if not float16): widened, then transformed at create
+            rounded = " (rounded)" if src.tensor in lossy else ""
+            pieces.append(Piece("conv", ref.macro, f"{ref.macro}, {ref.shape}: {src.tensor}{rounded}, Winograd's "
                                 "G g G^T", dst=int(ref),
                                 count=16 * rows.size // 9, src=out.add(rows), channels=rows.shape[0],
                                 cin=rows.shape[1], winograd=True))
