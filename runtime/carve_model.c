@@ -32,7 +32,8 @@ static int desc_ok(const carve_model_desc* d) {
   if (d->weights_dtype != CARVE_WEIGHTS_F32 && d->weights_dtype != CARVE_WEIGHTS_F16) {
     return 0;
   }
-  if (d->weights_dtype == CARVE_WEIGHTS_F16 && d->wide_weight_bytes < d->weight_floats * sizeof(float)) {
+  if (d->weights_dtype == CARVE_WEIGHTS_F16 && (d->wide_weight_bytes < d->weight_floats * sizeof(float) ||
+                                                 (d->weight_pieces == NULL && d->num_weight_pieces > 0))) {
     return 0;
   }
   if (d->task == CARVE_TASK_CLASSIFY) {
@@ -66,8 +67,9 @@ carve_status carve_model_resolve_options(const carve_model_desc* desc, const car
 }
 
 // m->weights: the float32 weights the layers read. linked: the linked blob (NULL: a weights file, from
-// opt->weights_data or, when may_allocate (create), read from opt->weights_path). f16 weights are widened
-// into m->wide_weights, which create allocates (may_allocate) and create_with takes from the caller.
+// opt->weights_data or, when may_allocate (create), read from opt->weights_path). f16 weights are rebuilt
+// (carve_weights_expand: widened, BatchNorm folded, Winograd transformed) into m->wide_weights, which create
+// allocates (may_allocate) and create_with takes from the caller.
 static carve_status bind_weights(carve_model* m, const void* linked, const carve_model_options* opt,
                                  int may_allocate) {
   const carve_model_desc* d = m->desc;
@@ -106,7 +108,8 @@ static carve_status bind_weights(carve_model* m, const void* linked, const carve
     }
 #endif
   }
-  carve_f16_to_f32(stored, m->wide_weights, d->weight_floats);  // exact: every half is a float
+  TRY(carve_weights_expand(stored, d->weight_payload_bytes, d->weight_pieces, d->num_weight_pieces,
+                           d->weight_floats, 0, m->wide_weights, d->weight_floats));
   m->weights = m->wide_weights;
   return CARVE_OK;
 }

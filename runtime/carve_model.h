@@ -67,7 +67,7 @@ typedef struct carve_model_buffers {
   size_t arena_bytes;
   void* scratch;  // desc->scratch_bytes
   size_t scratch_bytes;
-  void* weights;  // desc->wide_weight_bytes (f16 weights widened; NULL when 0)
+  void* weights;  // desc->wide_weight_bytes (f16 weights rebuilt as float32; NULL when 0)
   size_t weights_bytes;
   void* backend;  // the backend's own memory (xnnpack: XNNPACK's heap), desc->backend_buffer_min or more
   size_t backend_bytes;
@@ -108,10 +108,14 @@ typedef struct carve_model_desc {
   size_t backend_buffer_min;   // create_with's buffers->backend: 0 not used, else at least this many bytes
 
   // Weights: linked (carve_model_create's linked_weights) or a weights file (weights_file != NULL).
-  carve_weights_dtype weights_dtype;          // as stored; f16 is widened to float32 at create
+  carve_weights_dtype weights_dtype;          // as stored; f16 is rebuilt as float32 at create
   size_t weight_floats;                       // floats the layers read
-  size_t wide_weight_bytes;                   // <NAME>_WIDE_WEIGHT_BYTES: f16 widened (0 for f32)
+  size_t wide_weight_bytes;                   // <NAME>_WIDE_WEIGHT_BYTES: f16 rebuilt as float32 (0 for f32)
   const carve_weights_expect* weights_file;   // what a weights file must hold, or NULL (linked)
+  // f16: the bytes stored and the pieces that rebuild the float32 weights from them (carve_weights_expand)
+  size_t weight_payload_bytes;
+  const carve_weights_piece* weight_pieces;
+  size_t num_weight_pieces;
 
   // Input and outputs, offsets in floats from the arena base.
   int input_h, input_w;        // the network input (1, input_h, input_w, 3) NHWC at input_off
@@ -166,7 +170,7 @@ typedef struct carve_model_desc {
   int owned;                    /* 1: create allocated context, arena and scratch; 0: the caller's */ \
   int has_run;                  /* a run completed: the outputs are valid */                       \
   void* weights_file;           /* create's copy of a weights file read from a path, or NULL */    \
-  float* wide_weights;          /* f16 weights widened (create: allocated; create_with: the caller's) */ \
+  float* wide_weights;          /* f16 weights rebuilt (create: allocated; create_with: the caller's) */ \
   double* layer_ms;             /* desc->num_layers timings in the context (desc->layer_ms_offset) */ \
   carve_model_layer_fn layer_fn;                                                                   \
   void* layer_user;                                                                                \

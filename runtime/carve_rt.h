@@ -45,7 +45,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 7
+//   #if CARVE_RT_ABI != 8
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -61,7 +61,9 @@
 //    its instruction-set variants and a selector (carve_isa.h).
 //    carve_pool.h: carve's own thread pool (the pthreadpool_* functions), carve_cpu_count.
 //    carve_model.h: the generated code's create / create_with / destroy / runs / masks.
-#define CARVE_RT_ABI 7
+// 8: f16 packages store the checkpoint's halves and rebuild the f32 package's weights
+//    (carve_weights_piece, carve_weights_expand; carve_model_desc's weight_pieces).
+#define CARVE_RT_ABI 8
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

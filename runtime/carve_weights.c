@@ -2,6 +2,7 @@
 
 #include "carve_weights.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +187,232 @@ carve_status carve_f16_to_f32(const void* src, float* dst, size_t count) {
   const uint8_t* p = src;
   for (size_t i = 0; i < count; i++) {
     dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+  }
+  return CARVE_OK;
+}
+
+// ---- f16 packages: the float32 weights rebuilt from the checkpoint's halves ---
+
+// x rounded to its type, even where a compiler would keep more precision or fuse
+// it into a multiply-add (-ffp-contract=fast, x87): the bits must be those of
+// numpy's one-operation-at-a-time arithmetic in the generator.
+static float rounded(float x) {
+  volatile float v = x;
+  return v;
+}
+
+static double rounded_d(double x) {
+  volatile double v = x;
+  return v;
+}
+
+static float half_at(const uint8_t* halves, size_t i) {
+  return half_to_float((uint16_t)(halves[2 * i] | halves[2 * i + 1] << 8));
+}
+
+// [start, start + n) lies in [0, limit), without overflow.
+static int range_ok(size_t start, size_t n, size_t limit) { return n <= limit && start <= limit - n; }
+
+// a * b into *out, 0 on overflow.
+static int mul_ok(size_t a, size_t b, size_t* out) {
+  if (a != 0 && b > SIZE_MAX / a) {
+    return 0;
+  }
+  *out = a * b;
+  return 1;
+}
+
+static int piece_ok(const carve_weights_piece* pc, size_t halves, size_t total) {
+  if (pc->kind == CARVE_WEIGHTS_PIECE_HALVES) {
+    return pc->flags == 0 && range_ok(pc->src, pc->count, halves) && range_ok(pc->dst, pc->count, total);
+  }
+  const uint32_t known = CARVE_WEIGHTS_BN | CARVE_WEIGHTS_BIAS | CARVE_WEIGHTS_WINOGRAD;
+  if (pc->kind != CARVE_WEIGHTS_PIECE_CONV || (pc->flags & ~known) != 0 ||
+      (pc->flags & (CARVE_WEIGHTS_BN | CARVE_WEIGHTS_WINOGRAD)) == 0 ||
+      ((pc->flags & CARVE_WEIGHTS_BIAS) != 0 && (pc->flags & CARVE_WEIGHTS_BN) == 0) || pc->channels == 0 ||
+      !range_ok(pc->dst, pc->count, total)) {
+    return 0;
+  }
+  size_t read = pc->count;  // halves of weights at src
+  if (pc->flags & CARVE_WEIGHTS_WINOGRAD) {
+    size_t kernels, transformed;
+    if (pc->cin == 0 || !mul_ok(pc->cin, pc->channels, &kernels) || !mul_ok(kernels, 9, &read) ||
+        !mul_ok(kernels, 16, &transformed) || transformed != pc->count) {
+      return 0;
+    }
+  } else {
+    if (pc->ndim < 1 || pc->ndim > CARVE_WEIGHTS_MAX_DIMS) {
+      return 0;
+    }
+    size_t elements = 1, top = 0;  // top: the largest channel an element can have
+    for (size_t j = 0; j < pc->ndim; j++) {
+      size_t reach;
+      if (pc->dims[j] == 0 || !mul_ok(elements, pc->dims[j], &elements) ||
+          !mul_ok(pc->dims[j] - 1, pc->steps[j], &reach) || reach > SIZE_MAX - top) {
+        return 0;
+      }
+      top += reach;
+    }
+    if (elements != pc->count) {
+      return 0;
+    }
+  }
+  if (!range_ok(pc->src, read, halves)) {
+    return 0;
+  }
+  if (pc->flags & CARVE_WEIGHTS_BN) {
+    size_t params;
+    if (!mul_ok(pc->channels, (pc->flags & CARVE_WEIGHTS_BIAS) ? 5 : 4, &params) ||
+        !range_ok(pc->bn_src, params, halves) || !range_ok(pc->bias_dst, pc->channels, total) ||
+        !(pc->eps >= 0.0f && pc->eps <= 3.4e38f)) {  // also false for NaN
+      return 0;
+    }
+  }
+  return 1;
+}
+
+// passes.fold_arrays for channel c: r = 1 / sqrt(var + eps), s = gamma * r.
+static void bn_scale(const uint8_t* bn, size_t channels, size_t c, float eps, float* r, float* s) {
+  const float gamma = half_at(bn, c);
+  const float var = half_at(bn, 3 * channels + c);
+  const float root = rounded(sqrtf(rounded(var + eps)));
+  *r = rounded(1.0f / root);
+  *s = rounded(gamma * *r);
+}
+
+// passes.fold_arrays' bias of channel c: ((b - mean) * r) * gamma + beta, b = 0 without the conv's own.
+static float bn_bias(const uint8_t* bn, size_t channels, size_t c, float eps, int has_bias) {
+  float r, s;
+  bn_scale(bn, channels, c, eps, &r, &s);
+  const float gamma = half_at(bn, c);
+  const float beta = half_at(bn, channels + c);
+  const float mean = half_at(bn, 2 * channels + c);
+  const float b = has_bias ? half_at(bn, 4 * channels + c) : 0.0f;
+  float t = rounded(b - mean);
+  t = rounded(t * r);
+  t = rounded(t * gamma);
+  return rounded(t + beta);
+}
+
+// Row k of Winograd F(2x2, 3x3)'s G applied to (x0, x1, x2), as xnnpack.py's _winograd_rows.
+static double winograd_row(int k, double x0, double x1, double x2) {
+  switch (k) {
+    case 0:
+      return x0;
+    case 1:
+      return rounded_d(rounded_d(rounded_d(x0 + x1) + x2) * 0.5);
+    case 2:
+      return rounded_d(rounded_d(rounded_d(x0 - x1) + x2) * 0.5);
+    default:
+      return x2;
+  }
+}
+
+// Weights [lo, hi) of a CONV piece without Winograd (relative to pc->dst) into out[pc->dst + e - first].
+static void expand_direct(const carve_weights_piece* pc, const uint8_t* halves, size_t lo, size_t hi, size_t first,
+                          float* out) {
+  size_t idx[CARVE_WEIGHTS_MAX_DIMS];
+  size_t ch = 0, rem = lo;
+  for (size_t j = pc->ndim; j-- > 0;) {  // lo's multi-index, innermost dim last
+    idx[j] = rem % pc->dims[j];
+    rem /= pc->dims[j];
+    ch += idx[j] * pc->steps[j];
+  }
+  const uint8_t* bn = halves + 2 * pc->bn_src;
+  size_t scaled = SIZE_MAX;  // the channel whose scale s holds
+  float r = 0.0f, s = 0.0f;
+  for (size_t e = lo; e < hi; e++) {
+    float w = half_at(halves, pc->src + e);
+    if (ch < pc->channels) {  // else padding: its half (0)
+      if (ch != scaled) {
+        bn_scale(bn, pc->channels, ch, pc->eps, &r, &s);
+        scaled = ch;
+      }
+      w = rounded(w * s);
+    }
+    out[pc->dst + e - first] = w;
+    for (size_t j = pc->ndim; j-- > 0;) {  // the next element's multi-index and channel
+      ch += pc->steps[j];
+      if (++idx[j] < pc->dims[j]) {
+        break;
+      }
+      ch -= pc->steps[j] * pc->dims[j];
+      idx[j] = 0;
+    }
+  }
+}
+
+// Weights [lo, hi) of a Winograd CONV piece: element e of (16, cin, channels) is position p = 4 * a + b of
+// the G g G^T of kernel (co, ci), g folded (BN) or widened.
+static void expand_winograd(const carve_weights_piece* pc, const uint8_t* halves, size_t lo, size_t hi,
+                            size_t first, float* out) {
+  const size_t plane = pc->cin * pc->channels;
+  const uint8_t* bn = halves + 2 * pc->bn_src;
+  size_t scaled = SIZE_MAX;
+  float r = 0.0f, s = 0.0f;
+  for (size_t e = lo; e < hi; e++) {
+    const size_t p = e / plane, ci = e % plane / pc->channels, co = e % pc->channels;
+    const size_t k0 = pc->src + (co * pc->cin + ci) * 9;
+    if ((pc->flags & CARVE_WEIGHTS_BN) && co != scaled) {
+      bn_scale(bn, pc->channels, co, pc->eps, &r, &s);
+      scaled = co;
+    }
+    double g[3][3];
+    for (size_t k = 0; k < 9; k++) {
+      const float w = half_at(halves, k0 + k);
+      g[k / 3][k % 3] = (pc->flags & CARVE_WEIGHTS_BN) ? rounded(w * s) : w;
+    }
+    const int a = (int)(p / 4), b = (int)(p % 4);
+    double t[3];
+    for (int l = 0; l < 3; l++) {
+      t[l] = winograd_row(a, g[0][l], g[1][l], g[2][l]);
+    }
+    out[pc->dst + e - first] = rounded((float)rounded_d(winograd_row(b, t[0], t[1], t[2]) + 0.0));  // a zero is +0
+  }
+}
+
+carve_status carve_weights_expand(const void* payload, size_t payload_bytes, const carve_weights_piece* pieces,
+                                  size_t num_pieces, size_t total, size_t first, float* out, size_t count) {
+  if ((payload == NULL && payload_bytes > 0) || (pieces == NULL && num_pieces > 0) || (out == NULL && count > 0) ||
+      !range_ok(first, count, total)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < num_pieces; i++) {
+    if (!piece_ok(&pieces[i], payload_bytes / 2, total)) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (count == 0) {
+    return CARVE_OK;
+  }
+  memset(out, 0, count * sizeof(float));
+  const uint8_t* halves = payload;
+  const size_t end = first + count;
+  for (size_t i = 0; i < num_pieces; i++) {
+    const carve_weights_piece* pc = &pieces[i];
+    // the piece's weights [dst, dst + count) within [first, end), relative to dst
+    const size_t lo = pc->dst > first ? 0 : first - pc->dst;
+    const size_t hi = pc->dst + pc->count < end ? pc->count : (end > pc->dst ? end - pc->dst : 0);
+    if (lo < hi) {
+      if (pc->kind == CARVE_WEIGHTS_PIECE_HALVES) {
+        for (size_t e = lo; e < hi; e++) {
+          out[pc->dst + e - first] = half_at(halves, pc->src + e);
+        }
+      } else if (pc->flags & CARVE_WEIGHTS_WINOGRAD) {
+        expand_winograd(pc, halves, lo, hi, first, out);
+      } else {
+        expand_direct(pc, halves, lo, hi, first, out);
+      }
+    }
+    if (pc->kind == CARVE_WEIGHTS_PIECE_CONV && (pc->flags & CARVE_WEIGHTS_BN)) {
+      const uint8_t* bn = halves + 2 * pc->bn_src;
+      for (size_t c = 0; c < pc->channels; c++) {
+        if (pc->bias_dst + c >= first && pc->bias_dst + c < end) {
+          out[pc->bias_dst + c - first] =
+              bn_bias(bn, pc->channels, c, pc->eps, (pc->flags & CARVE_WEIGHTS_BIAS) != 0);
+        }
+      }
+    }
   }
   return CARVE_OK;
 }

@@ -143,6 +143,8 @@ def cmd_generate(args) -> int:
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)
     s = result.summary
+    for w in s.get("warnings", []):
+        print(f"carve: warning: {w}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
           f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
@@ -221,7 +223,9 @@ def parser() -> argparse.ArgumentParser:
                    help="input size, multiples of 32: one value (square) or HEIGHT WIDTH (default: the manifest's)")
     g.add_argument("--weights-format", choices=WEIGHT_FORMATS, help="the same as --weights FORMAT")
     g.add_argument("--weights-dtype", choices=("f32", "f16"), default="f32",
-                   help="weight storage: float32 (default) or float16, widened to float32 at create")
+                   help="weight storage: float32 (default), or f16: the checkpoint's float16 tensors as they are "
+                        "(about half the bytes), from which create rebuilds the f32 package's weights bit for bit "
+                        "(a checkpoint that is not float16: rounded, with a warning)")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
     g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")

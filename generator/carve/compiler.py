@@ -19,6 +19,7 @@ from .checkpoint import Checkpoint, read_checkpoint
 from .errors import CarveError
 from .frontend.yolo26 import build_graph, check_same_architecture
 from .backends.emit_c import normalize_options
+from .backends.f16 import lossy_tensors
 from .manifest import SCALES, Manifest, format_hw, input_hw, load_architecture, load_manifest, manifest_for
 from .passes import optimize
 from .planner import plan_memory
@@ -94,6 +95,21 @@ def check_checkpoint(manifest: Manifest, ckpt: Checkpoint) -> None:
     check_same_architecture(load_architecture(manifest), ckpt, manifest.scale, manifest)
 
 
+def option_warnings(graph, ckpt: Checkpoint, options: dict) -> list:
+    """What the CLI prints as warnings: an f16 package of tensors that are not float16 in the checkpoint
+    (rounded, so not bit-identical to the f32 package: backends/f16.py)."""
+    if options.get("weights_dtype") != "f16":
+        return []
+    lossy = lossy_tensors(graph)
+    if not lossy:
+        return []
+    kinds = sorted({ckpt.dtypes.get(k, "float32") for k in lossy})
+    return [f"--weights-dtype f16: {len(lossy)} tensor(s) of {ckpt.path} are not float16 ({', '.join(kinds)}; e.g. "
+            f"{', '.join(lossy[:3])}): they are stored rounded to float16, after the BatchNorm fold, so this package "
+            "does not compute the f32 package's bits (a checkpoint saved by Ultralytics holds float16 and is stored "
+            "losslessly)"]
+
+
 def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
                   options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
     """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
@@ -133,5 +149,6 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     files = be.emit(graph, plan, options)
     summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
                    weight_floats=sum(w.size for w in graph.weights.values()),
-                   imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies))
+                   imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies),
+                   warnings=option_warnings(graph, ckpt, options))
     return Result(manifest=manifest, files=files, summary=summary)

@@ -52,6 +52,24 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class BnFold:
+    """A convolution's parameters before passes.fold_bn folded its BatchNorm: the arrays as the checkpoint holds
+    them (widened to float32, so exactly its values), the float32 eps the fold used, and the names of the folded
+    weight and bias in Graph.weights. An f16 package stores these and folds at create (backends/f16.py)."""
+
+    weight: np.ndarray          # (cout, cin/g, kh, kw)
+    gamma: np.ndarray           # (cout,) each
+    beta: np.ndarray
+    mean: np.ndarray
+    var: np.ndarray
+    bias: np.ndarray | None     # the conv's own bias, or None (Ultralytics' Conv has none)
+    eps: np.float32
+    weight_name: str            # the folded weight's name in Graph.weights
+    bias_name: str              # the folded bias's
+    sources: tuple              # the checkpoint keys, for messages
+
+
+@dataclass(frozen=True)
 class Graph:
     name: str
     input: str
@@ -61,6 +79,8 @@ class Graph:
     layers: tuple               # Layer per Ultralytics layer
     outputs: dict               # role ('output0') -> tensor name
     meta: dict                  # task, nc, names, strides, imgsz, k, ...
+    # folded weight name -> the BnFold it came from (passes.fold_bn): what an f16 package stores instead
+    folds: dict = field(default_factory=dict)
 
     def replace(self, **changes) -> "Graph":
         return dataclasses.replace(self, **changes)

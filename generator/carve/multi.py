@@ -20,6 +20,7 @@ Pure like the compiler: returns ``{path: bytes}``; only the CLI writes.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,6 +208,8 @@ def cmd_generate_multi(args, say) -> int:
     write_package(result.files, out, args.force)
     for r in result.models:
         s = r.summary
+        for w in s.get("warnings", []):
+            print(f"carve: warning: {r.manifest.name}: {w}", file=sys.stderr)
         print(f"carve: {r.manifest.name}: {s['ops']} ops, imgsz {s['imgsz']}, weights "
               f"{s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB")
     print(f"carve: generated {out} ({len(result.models)} models, one runtime, {result.summary['seconds']:.1f} s)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ir import Graph, validate
+from .ir import BnFold, Graph, validate
 
 
 def fold_bn(graph: Graph) -> Graph:
@@ -22,6 +22,7 @@ def fold_bn(graph: Graph) -> Graph:
     """
     f32 = np.float32
     weights = dict(graph.weights)
+    folds = dict(graph.folds)
     ops = []
     for op in graph.ops:
         if op.kind != "conv2d" or "bn_gamma" not in op.params:
@@ -30,16 +31,31 @@ def fold_bn(graph: Graph) -> Graph:
         p = op.params
         gamma, beta = graph.weights[p["bn_gamma"]].astype(f32), graph.weights[p["bn_beta"]].astype(f32)
         mean, var = graph.weights[p["bn_mean"]].astype(f32), graph.weights[p["bn_var"]].astype(f32)
-        rsqrt = f32(1) / np.sqrt(var + f32(op.attrs["bn_eps"]))       # torch.rsqrt on CPU: 1 / sqrt
-        w = graph.weights[p["weight"]].astype(f32) * (gamma * rsqrt)[:, None, None, None]
-        b = graph.weights[p["bias"]].astype(f32) if "bias" in p else np.zeros_like(mean)
-        b = (b - mean) * rsqrt * gamma + beta
+        eps = f32(op.attrs["bn_eps"])
+        w0 = graph.weights[p["weight"]].astype(f32)
+        b0 = graph.weights[p["bias"]].astype(f32) if "bias" in p else None
+        w, b = fold_arrays(w0, gamma, beta, mean, var, b0, eps)
         wn, bn = f"{op.name}.weight:folded", f"{op.name}.bias:folded"
-        weights[wn] = w.astype(f32)
-        weights[bn] = b.astype(f32)
+        weights[wn] = w
+        weights[bn] = b
+        folds[wn] = BnFold(weight=w0, gamma=gamma, beta=beta, mean=mean, var=var, bias=b0, eps=eps, weight_name=wn,
+                           bias_name=bn, sources=tuple(p[k] for k in ("weight", "bias", "bn_gamma", "bn_beta",
+                                                                     "bn_mean", "bn_var") if k in p))
         attrs = {k: v for k, v in op.attrs.items() if k != "bn_eps"}
         ops.append(op.replace(params={"weight": wn, "bias": bn}, attrs=attrs))
-    return prune_weights(graph.replace(ops=tuple(ops), weights=weights))
+    return prune_weights(graph.replace(ops=tuple(ops), weights=weights, folds=folds))
+
+
+def fold_arrays(w, gamma, beta, mean, var, bias, eps):
+    """The fold of fold_bn on float32 arrays: (W', b'). Each operation is one float32 operation of numpy, correctly
+    rounded, in this order (runtime/carve_weights.c's carve_weights_expand does the same ones for f16 packages):
+    r = 1 / sqrt(var + eps); W' = W * (gamma * r); b' = ((b - mean) * r) * gamma + beta, b = 0 without a bias."""
+    f32 = np.float32
+    rsqrt = f32(1) / np.sqrt(var + eps)       # torch.rsqrt on CPU: 1 / sqrt
+    w = w * (gamma * rsqrt)[:, None, None, None]
+    b = bias if bias is not None else np.zeros_like(mean)
+    b = (b - mean) * rsqrt * gamma + beta
+    return w.astype(f32), b.astype(f32)
 
 
 def fuse_residual(graph: Graph) -> Graph:

@@ -110,8 +110,8 @@ add_test(NAME cuda_pkg_yolo26n_640
 set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200 RESOURCE_LOCK cpu_heavy)
 
 # The package options (issue 7) under emulation, yolo26n at 64x64: --weights-format file (good file, and
-# damaged magic / version / size / CRC / model each refused with its status), --weights-dtype f16 (widened on
-# the device; tests/firmware/f16.py's bounds against Ultralytics' fp16-weight model and the f32 package), and
+# damaged magic / version / size / CRC / model each refused with its status), --weights-dtype f16 (rebuilt on
+# the host from the checkpoint's halves: bit-identical to the f32 package), and
 # create_with (no malloc / cudaMalloc / cublasCreate, counted with --wrap and by the emulator; dumps identical
 # to create's; also for yolo26n-seg and yolo26n-cls). tests/cuda/cuda_options.py, tests/cuda/options_main.cu.
 add_test(NAME cuda_options

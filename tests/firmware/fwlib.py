@@ -35,14 +35,15 @@ def run(cmd, cwd=None, check=True, env=None) -> subprocess.CompletedProcess:
     return p
 
 
-def checkpoint(work: Path, cfg: str = "yolo26n.yaml") -> Path:
-    """A random-weight Ultralytics checkpoint (realistic BN statistics), cached like run_oracle.py's."""
-    pt = work.resolve() / "checkpoints" / cfg.replace(".yaml", ".pt")
+def checkpoint(work: Path, cfg: str = "yolo26n.yaml", half: bool = True) -> Path:
+    """A random-weight Ultralytics checkpoint (realistic BN statistics), cached like run_oracle.py's; saved in
+    float16 as Ultralytics saves them, or (half=False) in float32 (<name>-f32.pt)."""
+    pt = work.resolve() / "checkpoints" / cfg.replace(".yaml", ".pt" if half else "-f32.pt")
     if not pt.exists():
         import oracle
         pt.parent.mkdir(parents=True, exist_ok=True)
         tmp = pt.with_suffix(".tmp.pt")
-        oracle.make_checkpoint(cfg, tmp, seed=0)
+        oracle.make_checkpoint(cfg, tmp, seed=0, half=half)
         tmp.rename(pt)
     return pt
 

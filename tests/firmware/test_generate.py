@@ -8,9 +8,10 @@
     ABI fails to compile the package, and a package ABI (CARVE_PACKAGE_ABI) the runtime does not have fails
     to compile the runtime; the unmodified package compiles (so each refusal is the check's doing);
   * the `--weights-format file` image: header fields (magic, version, dtype, size, CRC-32, SHA-256) and a
-    payload equal to the linked blob's bytes, or to the float16 rounding of the blob lowered without the
-    Winograd convolutions (which f16 packages leave to XNNPACK);
-  * --imgsz H W reaches the header; bad sizes and out-of-range f16 weights are refused by name.
+    payload equal to the linked blob's bytes, or (f16) to the checkpoint's halves that the package's pieces
+    rebuild the f32 blob from, bit for bit (backends/f16.py's numpy run of the pieces);
+  * --imgsz H W reaches the header; bad sizes are refused by name; a weight that is not float16 in the
+    checkpoint makes an f16 package lossy with a warning naming it, and one beyond float16's range is refused.
 """
 
 from __future__ import annotations
@@ -142,19 +143,19 @@ def test_abi_mismatch_fails_to_compile_both_ways(packages, tmp_path):
     assert "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI" in bad.stderr
 
 
-def _blob_without_winograd(weights) -> bytes:
-    """The float32 blob an f16 package rounds: the xnnpack lowering without the Winograd convolutions."""
+def _graph_and_program(weights, hook=None):
+    """The optimised graph of the f32 / f16 packages and its xnnpack program (what the package's blob is)."""
     from carve.backends import get_backend
     from carve.planner import plan_memory
     seen = {}
 
-    def hook(g):
-        seen["graph"] = g
-        return g
+    def keep(g):
+        seen["graph"] = hook(g) if hook else g
+        return seen["graph"]
 
-    compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, graph_hook=hook)
+    compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, graph_hook=keep)
     graph = seen["graph"]
-    return get_backend("xnnpack").lower(graph, plan_memory(graph), winograd=False)["blob"]
+    return graph, get_backend("xnnpack").lower(graph, plan_memory(graph))
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -168,17 +169,24 @@ def test_weights_file_layout(weights, packages, dtype):
     payload = data[64:]
     assert size == len(payload) and crc == zlib.crc32(payload)
     assert data[32:64] == hashlib.sha256(Path(weights).read_bytes()).digest()
-    f32 = np.frombuffer(blob, "<f4")
     if dtype == "f32":
         assert payload == blob
     else:
-        # an f16 package runs its 3x3 stride-1 convolutions in XNNPACK (OHWI weights), an f32 one as Winograd
-        # (transformed weights): its payload is the rounding of the blob lowered without Winograd
-        f32 = np.frombuffer(_blob_without_winograd(weights), "<f4")
-        blob = f32.tobytes()
-        half = np.frombuffer(payload, "<f2")
-        assert np.array_equal(half, f32.astype("<f2"))          # round to nearest even, element by element
-        assert np.max(np.abs(half.astype("<f4") - f32)) <= np.max(np.abs(f32)) * 2.0 ** -11
+        # the checkpoint's halves (irsim saves model.half(), as Ultralytics does), from which the package's pieces
+        # rebuild the f32 package's blob bit for bit (the Winograd convolutions' transformed weights included)
+        from carve.backends import f16
+        graph, program = _graph_and_program(weights)
+        stored = f16.build(graph, program)
+        assert stored.payload == payload and stored.lossy == []
+        rebuilt = f16.expand(payload, stored.pieces, len(blob) // 4)
+        assert rebuilt.tobytes() == blob
+        assert any(pc.winograd for pc in stored.pieces) and any(pc.kind == "halves" for pc in stored.pieces)
+        first = next(pc for pc in stored.pieces if pc.bn)                 # model.0: unfolded, as the checkpoint
+        from carve.checkpoint import read_checkpoint
+        w0 = read_checkpoint(str(weights)).tensors["model.0.conv.weight"]
+        laid = np.transpose(w0, (2, 3, 1, 0)).astype("<f2")               # the stem kernel's (kh, kw, cin, cout)
+        assert np.frombuffer(payload, "<f2")[first.src:first.src + w0.size].tobytes() == laid.tobytes()
+        assert 0.40 * len(blob) < len(payload) < 0.5 * len(blob)          # about half (Winograd's 16/9 stored as 9)
     header = (pkg / "yolo26n.h").read_text()
     assert f"#define YOLO26N_WEIGHTS_FILE_BYTES {len(data)}u" in header
     assert f"#define YOLO26N_WEIGHT_BYTES {len(blob)}u" in header
@@ -205,14 +213,47 @@ def test_bad_imgsz_is_refused(weights, tmp_path, capsys, imgsz, msg):
     assert not (tmp_path / "p").exists()
 
 
-def test_f16_refuses_weights_beyond_its_range(weights):
+def _plain_weight(graph) -> str:
+    """A weight the f16 package stores as it is (no BatchNorm fold): a head's last conv."""
+    folded = set(graph.folds) | {f.bias_name for f in graph.folds.values()}
+    return sorted(n for n in graph.weights if n not in folded and graph.weights[n].ndim == 4)[0]
+
+
+def _set_first(value):
     def hook(graph):
-        name = sorted(graph.weights)[0]
+        name = _plain_weight(graph)
         w = dict(graph.weights)
         w[name] = w[name].copy()
-        w[name].flat[0] = 1e5
+        w[name].flat[0] = value
         return graph.replace(weights=w)
+    return hook
 
-    with pytest.raises(CarveError, match=r"--weights-dtype f16: 1 weight tensor\(s\) exceed float16's range"):
-        compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f16"}, graph_hook=hook)
-    compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f32"}, graph_hook=hook)
+
+def test_f16_of_a_tensor_that_is_not_float16_warns(weights, capsys):
+    """0.1 is not a float16: the tensor is stored rounded, named in the warning (the CLI prints it); the others
+    stay exact."""
+    from carve.backends import f16
+    r = compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f16"},
+                               graph_hook=_set_first(0.1))
+    graph, program = _graph_and_program(weights, _set_first(0.1))
+    name = _plain_weight(graph)
+    assert len(r.summary["warnings"]) == 1
+    assert re.search(rf"--weights-dtype f16: 1 tensor\(s\) of .* are not float16 \(.*{re.escape(name)}",
+                     r.summary["warnings"][0])
+    stored = f16.build(graph, program)
+    assert stored.lossy == [name]
+    rebuilt = f16.expand(stored.payload, stored.pieces, len(program["blob"]) // 4)
+    blob = np.frombuffer(program["blob"], "<f4")
+    differs = np.flatnonzero(rebuilt.view(np.uint32) != blob.view(np.uint32))
+    assert len(differs) == 1 and rebuilt[differs[0]] == np.float32(np.float16(0.1))
+    assert compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f32"},
+                                  graph_hook=_set_first(0.1)).summary["warnings"] == []
+
+
+def test_f16_refuses_weights_beyond_its_range(weights):
+    with pytest.raises(CarveError, match=r"--weights-dtype f16: .* is not float16 in the checkpoint and exceeds "
+                                         r"float16's range"):
+        compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f16"},
+                               graph_hook=_set_first(1e5))
+    compiler.compile_model(str(MANIFEST), "xnnpack", str(weights), 64, {"weights_dtype": "f32"},
+                           graph_hook=_set_first(1e5))

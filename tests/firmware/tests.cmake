@@ -25,8 +25,9 @@ add_test(NAME firmware_weights_file
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(firmware_weights_file PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 
-# --weights-dtype f16: layer by layer against Ultralytics' fp16-weight model (oracle bound) and against the f32
-# package (at most 1.5x Ultralytics' own f16-vs-f32 deviation).
+# --weights-dtype f16 (lossless): the f16 packages of the trained demo model (xnnpack blob, portable file) bit-identical
+# to the f32 ones (every dump, the JSON); carve_weights_expand vs the generator (3 backends, chunks, -ffp-contract=fast);
+# a float32 checkpoint: warning, and Ultralytics' fp16-weight bound. About a minute.
 add_test(NAME firmware_f16
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/f16.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})

@@ -45,7 +45,7 @@ def runtime_checks(work: Path) -> bool:
     tool = work / "weights_tool"
     run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", REPO / "runtime",
          Path(__file__).with_name("weights_tool.c"), REPO / "runtime" / "carve_weights.c", REPO / "runtime" / "carve_rt.c",
-         "-DCARVE_RT_NO_THREADS", "-o", tool])
+         "-DCARVE_RT_NO_THREADS", "-o", tool, "-lm"])
     ok = True
     raw = subprocess.run([str(tool), "f16"], capture_output=True, check=True).stdout
     ours = np.frombuffer(raw, dtype="<f4")

@@ -4,7 +4,7 @@ an XNNPACK depthwise operator + SiLU epilogue.
 
 The choice is the backend's lowering (``XnnpackBackend.runtime_conv``, ``dw_conv``); portable and cuda keep
 their own convolutions. The steps have no descriptor; their FLOPs still count. Their weights are in the
-kernel's (kh, kw, c) layout. f16 packages keep them (the layout only reorders the weights). The shipped demo
+kernel's (kh, kw, c) layout. f16 packages keep them (as every runtime kernel). The shipped demo
 model at imgsz 64: no torch needed.
 """
 

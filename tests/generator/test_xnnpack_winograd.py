@@ -61,6 +61,24 @@ def test_the_layout():
         np.testing.assert_allclose(u[:, i, o], want.reshape(16), rtol=1e-6, atol=1e-7)
 
 
+def test_the_layout_is_einsums(built):
+    """winograd_weights sums in an explicit order (so that runtime/carve_weights.c can rebuild an f16 package's
+    Winograd weights bit for bit); on the demo model's convolutions it gives exactly the floats of the einsum it
+    replaced (the f32 packages' weights did not change), signed zeros included, and +0 for a zero."""
+    graph, _, _ = built
+    convs = [o for o in graph.ops if o.kind == "conv2d" and winograd_conv(o.attrs)]
+    assert convs
+    for op in convs:
+        w = graph.weights[op.params["weight"]]
+        want = np.einsum("ak,oikl,bl->abio", np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+                         w.astype(np.float64), np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]))
+        want = want.reshape(16, w.shape[1], w.shape[0]).astype(np.float32)
+        np.testing.assert_array_equal(runtime_conv_layout("conv3x3s1_wino", w).view(np.uint32), want.view(np.uint32))
+    w = np.zeros((8, 8, 3, 3), dtype=np.float32)
+    w[0, 0, 0, 0] = -0.0
+    assert not np.signbit(runtime_conv_layout("conv3x3s1_wino", w)).any()
+
+
 def test_descriptors_keep_xnnpack_layout():
     """A descriptor's weights are XNNPACK's OHWI whatever its attrs: a slice of a convolution that the rule
     refuses (cout 85, sliced into 48 + 37 channels) has a slice that the rule would take (256 -> 48), and once got
@@ -136,18 +154,20 @@ def test_other_backends_keep_their_convs(built):
     np.testing.assert_array_equal(blob[d.w_off:d.w_off + want.size], want)
 
 
-def test_f16_packages_keep_xnnpack(built):
-    """--weights-dtype f16 rounds every stored weight: Winograd's transformed ones would no longer be the f16
-    convolution's, so an f16 package runs those convolutions as XNNPACK operators (from the f16 weights widened
-    at create) and has no Winograd slot."""
+def test_f16_packages_keep_winograd(built):
+    """--weights-dtype f16 stores the Winograd convolutions' (cout, cin, 3, 3) halves and their BatchNorms, and
+    rebuilds the transformed weights at create (backends/f16.py, carve_weights_expand): an f16 package runs the same
+    kernels as the f32 one, on the same weights (tests/firmware/f16.py: bit-identical outputs). lower(...,
+    winograd=False) still gives XNNPACK operators and no Winograd slot."""
     graph, _, _ = built
     from carve.planner import plan_memory
     be = get_backend("xnnpack")
     p = be.lower(graph, plan_memory(graph), winograd=False)
     assert wino_steps(p) == [] and p["wino_slot_bytes"] == 0
-    # the stem and depthwise kernels only reorder the weights: they stay (test_xnnpack_dwconv.py)
     kinds = [s["kind"] for s in p["runtime_convs"]]
     assert kinds.count("conv3x3s2") == 1 and set(kinds) == {"conv3x3s2", "dwconv3x3"}
     files = be.emit(graph, plan_memory(graph), dict(weights_dtype="f16"))
     c = next(v for k, v in files.items() if k.endswith(".c") and "demo" not in k).decode()
-    assert "conv3x3s1_winograd" not in c and "m->k.conv3x3s2_small_cin(" in c
+    wino = len(wino_steps(be.lower(graph, plan_memory(graph))))
+    assert wino > 0 and c.count("m->k.conv3x3s1_winograd(") == wino
+    assert c.count("CARVE_WEIGHTS_BN | CARVE_WEIGHTS_WINOGRAD,") == wino

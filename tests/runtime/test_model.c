@@ -3,7 +3,7 @@
 // (descriptor, options and buffers refused with CARVE_ERR_INVALID_ARGUMENT, the hooks called: the kernel table
 // chosen once, before the backend's init; nothing of the caller's freed), the threads resolved (the
 // descriptor's threads_for, 1 without one or for create_with, the Winograd slots per thread), linked f32 and
-// f16 weights (widened exactly), the detections collected (score > conf, best first, max_dets, boxes mapped
+// f16 weights (rebuilt by their pieces; a bad table refused), the detections collected (score > conf, best first, max_dets, boxes mapped
 // back through the letterbox as carve_scale_boxes_xyxy maps them), the top-k classes, the per-layer callback
 // and timings.
 
@@ -251,10 +251,21 @@ int main(void) {
   check_detections(m);
   carve_model_destroy(m);  // the buffers are static: freeing any of them would crash
 
-  // f16 weights: widened exactly into create's allocation or create_with's buffer (which is required).
+  // f16 weights: rebuilt (here one piece of halves, widened exactly) into create's allocation or create_with's
+  // buffer (which is required); a table that reads past the payload fails create with its status.
+  static const carve_weights_piece halves_piece = {CARVE_WEIGHTS_PIECE_HALVES, 0, 0, 4, 0, 0, 0, 0, 0, 0.0f, 0,
+                                                   {0}, {0}};
+  static const carve_weights_piece past_piece = {CARVE_WEIGHTS_PIECE_HALVES, 0, 0, 4, 1, 0, 0, 0, 0, 0.0f, 0,
+                                                 {0}, {0}};
   carve_model_desc h = d;
   h.weights_dtype = CARVE_WEIGHTS_F16;
   h.wide_weight_bytes = 64;
+  h.weight_payload_bytes = sizeof(k_halves);
+  h.num_weight_pieces = 1;
+  CHECK(carve_model_create(&h, k_halves, NULL, &m) == CARVE_ERR_INVALID_ARGUMENT && m == NULL);  // no table
+  h.weight_pieces = &past_piece;
+  CHECK(carve_model_create(&h, k_halves, NULL, &m) == CARVE_ERR_INVALID_ARGUMENT && m == NULL);
+  h.weight_pieces = &halves_piece;
   CHECK(carve_model_create(&h, k_halves, NULL, &m) == CARVE_OK);
   CHECK(m->weights == m->wide_weights && memcmp(m->weights, k_weights, sizeof(k_weights)) == 0);
   carve_model_destroy(m);

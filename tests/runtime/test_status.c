@@ -1,6 +1,6 @@
 // Checks carve_status_str: a distinct non-empty sentence for every status,
 // a non-NULL answer for values outside the enum, and the ABI macro; the one error
-// contract (ABI 7): the entry points that returned void return carve_status (the
+// contract (ABI 7; ABI 8 added carve_weights_expand): the entry points that returned void return carve_status (the
 // typed pointers below do not compile otherwise) and refuse bad arguments with
 // CARVE_ERR_INVALID_ARGUMENT, writing nothing; carve_isa_name of every
 // instruction set.
@@ -18,8 +18,8 @@
 #include "carve_weights.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 7
-#error "test written for carve runtime ABI 7"
+#if CARVE_RT_ABI != 8
+#error "test written for carve runtime ABI 8"
 #endif
 
 // Each of these was void before ABI 7.
@@ -44,6 +44,9 @@ static carve_status (*const k_scale_xywhr)(float*, size_t, size_t, const carve_l
     carve_scale_boxes_xywhr;
 static carve_status (*const k_pt_run)(const carve_pt_desc*, const float*, float*, const float*) = carve_pt_run;
 static carve_status (*const k_f16)(const void*, float*, size_t) = carve_f16_to_f32;
+// ABI 8: an f16 package's weights rebuilt (tests/runtime/test_weights_expand.c checks it).
+static carve_status (*const k_expand)(const void*, size_t, const carve_weights_piece*, size_t, size_t, size_t, float*,
+                                      size_t) = carve_weights_expand;
 
 static void check_refusals(void) {
   const carve_status bad = CARVE_ERR_INVALID_ARGUMENT;
@@ -76,6 +79,7 @@ static void check_refusals(void) {
   CHECK(k_scale_xywhr(NULL, 1, 7, &info) == bad);
   CHECK(k_pt_run(NULL, buf, buf, buf) == bad);
   CHECK(k_f16(NULL, buf, 4) == bad);
+  CHECK(k_expand(NULL, 8, NULL, 0, 64, 0, buf, 64) == bad);
   for (size_t i = 0; i < 64; i++) {
     CHECK(is_canary(buf[i]));
   }
@@ -83,6 +87,7 @@ static void check_refusals(void) {
   CHECK(k_epilogue(buf, 4, NULL, 0, 2, 4, CARVE_ACT_NONE, NULL) == CARVE_OK);       // no act, no residual
   CHECK(k_scale_xyxy(buf, 0, 6, &info) == CARVE_OK);                                // no rows
   CHECK(k_f16(NULL, NULL, 0) == CARVE_OK);
+  CHECK(k_expand(NULL, 0, NULL, 0, 0, 0, NULL, 0) == CARVE_OK);
   for (size_t i = 0; i < 64; i++) {
     CHECK(is_canary(buf[i]));
   }

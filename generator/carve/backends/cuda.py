@@ -79,13 +79,12 @@ def _cu_conv(lw: Lowering, op) -> list:
     a = op.attrs
     residual = op.inputs[1] if len(op.inputs) > 1 else None
     act = CU_ACT[a.get("act", "none")]
-    wt = lw.graph.weights[op.params["weight"]]
     if op.kind == "deconv2d":
         if residual is not None:  # pragma: no cover - fuse_residual fuses into convs only
             raise AssertionError(f"{op.name}: residual on a transposed conv")
         return [CuDeconv(**lw.head(op), h=h, w=w, cin=a["cin"], cout=a["cout"], k=a["kernel"][0], x_off=lw.off(x),
-                         x_stride=lw.stride(x), w_off=lw.weight(op, "weight", LAYOUTS.deconv(wt, a)),
-                         b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), act=act, y_off=lw.off(y),
+                         x_stride=lw.stride(x), w_off=lw.weight(op, "weight", lambda t: LAYOUTS.deconv(t, a)),
+                         b_off=lw.weight(op, "bias"), act=act, y_off=lw.off(y),
                          y_stride=lw.stride(y))]
     k = a["kernel"][0]
     convs = lw.tables.setdefault("convs", [])
@@ -94,8 +93,8 @@ def _cu_conv(lw: Lowering, op) -> list:
                       res_stride=lw.stride(residual) if residual else 0, act=act))
     one_by_one = k == 1 and a["stride"] == 1 and a["pad"] == 0 and a["groups"] == 1
     return [CuConv(**lw.head(op), index=len(convs) - 1, x_off=lw.off(x),
-                   w_off=lw.weight(op, "weight", LAYOUTS.conv(wt, a)),
-                   b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]),
+                   w_off=lw.weight(op, "weight", lambda t: LAYOUTS.conv(t, a)),
+                   b_off=lw.weight(op, "bias"),
                    r_off=lw.off(residual) if residual else None, y_off=lw.off(y),
                    path="one GEMM on the NHWC view" if one_by_one else
                    "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")]
@@ -126,8 +125,8 @@ def _cu_gap(lw: Lowering, op) -> list:
 def _cu_linear(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     return [CuLinear(**lw.head(op), cin=op.attrs["cin"], cout=op.attrs["cout"], x_off=lw.off(x),
-                     w_off=lw.weight(op, "weight", LAYOUTS.linear(lw.graph.weights[op.params["weight"]], op.attrs)),
-                     b_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), y_off=lw.off(y))]
+                     w_off=lw.weight(op, "weight", lambda t: LAYOUTS.linear(t, op.attrs)),
+                     b_off=lw.weight(op, "bias"), y_off=lw.off(y))]
 
 
 def _cu_softmax(lw: Lowering, op) -> list:

@@ -144,11 +144,16 @@ class Lowering:
         return dict(name=op.name, source=op.source, flops=op_flops(self.graph, op),
                     shapes=" + ".join(shp(t) for t in op.inputs) + " -> " + " , ".join(shp(t) for t in op.outputs))
 
-    def weight(self, op, param: str, array: np.ndarray, part: str = "") -> WeightRef:
-        """Appends a weight tensor (already in its layout) to the blob: its offset, named W_<op> (weights) or
-        B_<op> (biases), with ``part`` for a slice."""
-        return self.blob.add(array, ("W_" if param == "weight" else "B_") + op.name + part,
-                             op.params[param])
+    def weight(self, op, param: str, layout: Callable | None = None, part: str = "", rows: tuple | None = None,
+               transform: str | None = None) -> WeightRef:
+        """Appends the op's weight tensor ``op.params[param]`` to the blob in its layout: rows ``(c0, c1)`` of its
+        first axis (a slice of the output channels; None: all), then ``layout(array)`` (None: as is). Its offset,
+        named W_<op> (weights) or B_<op> (biases), with ``part`` for a slice. ``transform`` says what the layout
+        does besides moving values ("winograd": G g G^T); f16 packages rebuild it at create (backends/f16.py)."""
+        name = op.params[param]
+        source = WeightSource(tensor=name, rows=rows, layout=layout, transform=transform)
+        return self.blob.add(source.apply(self.graph.weights[name]),
+                             ("W_" if param == "weight" else "B_") + op.name + part, name, source)
 
     def desc(self, kind: str, name: str, **fields) -> int:
         """Appends a descriptor of the backend's table (kind without the prefix): its index."""
@@ -193,12 +198,10 @@ def lower_conv(lw: Lowering, op) -> list:
         epi = lw.epilogue(op, residual, act="none") if residual and not cls.fuses_residual else None
         return [cls(**lw.head(op), x_off=lw.off(x), x_stride=lw.stride(x), h=h, w=w, cin=op.attrs["cin"],
                     cout=op.attrs["cout"],
-                    weight_off=lw.weight(op, "weight",
-                                         be.runtime_conv_layout(kind, lw.graph.weights[op.params["weight"]])),
-                    bias_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]), y_off=lw.off(y),
+                    weight_off=lw.weight(op, "weight", lambda a: be.runtime_conv_layout(kind, a),
+                                         transform=be.runtime_conv_transforms.get(kind)),
+                    bias_off=lw.weight(op, "bias"), y_off=lw.off(y),
                     y_stride=lw.stride(y), act=ACT[op.attrs["act"]], residual=fused, epilogue=epi)]
-    wt = lw.graph.weights[op.params["weight"]]
-    bias = lw.graph.weights[op.params["bias"]]
     k = op.attrs["kernel"][0]
     cout = op.attrs["cout"]
     parts = (be.conv_slices(op.attrs) if be.conv_slices is not None and op.kind == "conv2d" else None) or [(0, cout)]
@@ -209,15 +212,18 @@ def lower_conv(lw: Lowering, op) -> list:
     indices = []
     for c0, c1 in parts:
         attrs = dict(op.attrs, cout=c1 - c0)
-        layout = be.layouts.conv(wt[c0:c1], attrs) if op.kind == "conv2d" else be.layouts.deconv(wt, attrs)
+        if op.kind == "conv2d":
+            layout, rows = (lambda a, attrs=attrs: be.layouts.conv(a, attrs)), (c0, c1)
+        else:
+            layout, rows = (lambda a, attrs=attrs: be.layouts.deconv(a, attrs)), None
         part = f"_OUT{c0}" if sliced else ""
         indices.append(lw.desc("CONV" if op.kind == "conv2d" else "DECONV",
                                f"{op.name} [out {c0}:{c1}]" if sliced else op.name,
                                kh=k, kw=k, stride=op.attrs["stride"], pad=op.attrs["pad"],
                                groups=op.attrs["groups"], cin=op.attrs["cin"], cout=c1 - c0, h=h, w=w,
                                in_stride=lw.stride(x), out_stride=lw.stride(y),
-                               weight_off=lw.weight(op, "weight", layout, part),
-                               bias_off=lw.weight(op, "bias", bias[c0:c1], part),
+                               weight_off=lw.weight(op, "weight", layout, part, rows),
+                               bias_off=lw.weight(op, "bias", None, part, (c0, c1)),
                                in_off=lw.off(x), out_off=lw.off(y, c0)))
     return [lw.cls("op")(**lw.head(op), index=indices[0], epilogue=lw.epilogue(op, residual),
                          slices=[Slice(index=j, c0=c0, c1=c1) for j, (c0, c1) in zip(indices, parts)]
@@ -261,9 +267,8 @@ def lower_linear(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     return _one_desc(lw, op, "FC", cin=op.attrs["cin"], cout=op.attrs["cout"], h=1, w=1, in_stride=lw.stride(x),
                      out_stride=lw.stride(y),
-                     weight_off=lw.weight(op, "weight", lw.backend.layouts.linear(lw.graph.weights[op.params["weight"]],
-                                                                                   op.attrs)),
-                     bias_off=lw.weight(op, "bias", lw.graph.weights[op.params["bias"]]),
+                     weight_off=lw.weight(op, "weight", lambda a: lw.backend.layouts.linear(a, op.attrs)),
+                     bias_off=lw.weight(op, "bias"),
                      in_off=lw.off(x), out_off=lw.off(y))
 
 
@@ -386,7 +391,8 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
     return dict(layers=[layers[i] for i in sorted(layers)], ops=lw.ops, runtime_convs=runtime_convs, outputs=outputs,
                 kernels=kernels,
                 storages=sorted(lw.storages.values(), key=lambda st: (st["offset"], st["macro"])),
-                weight_refs=lw.blob.refs, blob=lw.blob.bytes(), blob_floats=lw.blob.floats, attention=attn, e2e=e2e,
+                weight_refs=lw.blob.refs, weight_sources=lw.blob.sources, blob=lw.blob.bytes(),
+                blob_floats=lw.blob.floats, attention=attn, e2e=e2e,
                 input_off=off(graph.input), rows_k=e2e.k if e2e else 0, row_len=e2e.row if e2e else 0,
                 arena_bytes=plan.arena_bytes,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
@@ -424,6 +430,9 @@ class CBackend(Backend):
     # runtime_conv_layout(kind, w) -> the weights of a runtime_conv step of that kind, from PyTorch's (out, in,
     # kh, kw); Layouts.conv stays the descriptors' (a slice of a conv may match a runtime kernel's rule).
     runtime_conv_layout: Callable[[str, np.ndarray], np.ndarray] | None = None
+    # runtime_conv kind -> what its runtime_conv_layout does besides moving values ("winograd": G g G^T), for the
+    # kinds whose layout computes new values; backends/f16.py rebuilds each transform at create.
+    runtime_conv_transforms: dict = {}
     # conv_slices(attrs) -> [(c0, c1), ...]: the output-channel ranges a conv2d descriptor is split into, each
     # its own descriptor writing channels c0..c1 of the same output (one weight slice each, taken from PyTorch's
     # layout before Layouts.conv), or None for one descriptor. None: no conv is split.
@@ -508,9 +517,29 @@ def storage_macros(graph: Graph, plan: Plan) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class WeightSource:
+    """Where a blob tensor comes from: graph weight ``tensor``, rows ``(c0, c1)`` of its first axis (None: all),
+    then ``layout`` (None: as is), which ``transform`` names when it computes new values ("winograd")."""
+
+    tensor: str
+    rows: tuple | None = None
+    layout: Callable | None = None
+    transform: str | None = None
+
+    def rows_of(self, a: np.ndarray) -> np.ndarray:
+        return a if self.rows is None else a[self.rows[0]:self.rows[1]]
+
+    def apply(self, a: np.ndarray) -> np.ndarray:
+        """The blob tensor from the whole graph weight ``a`` (or any array of its shape)."""
+        a = self.rows_of(a)
+        return a if self.layout is None else self.layout(a)
+
+
 class WeightBlob:
     """All weights in one little-endian float32 blob, each tensor 64-byte aligned; ``add`` names each tensor's
-    offset with a C constant (``W_MODEL_2_CV1_CONV``), listed in ``refs`` in blob order."""
+    offset with a C constant (``W_MODEL_2_CV1_CONV``), listed in ``refs`` in blob order, with the
+    ``WeightSource`` of each in ``sources``."""
 
     ALIGN_FLOATS = 16
 
@@ -518,9 +547,10 @@ class WeightBlob:
         self.parts: list = []
         self.floats = 0
         self.refs: list = []
+        self.sources: list = []
         self._used: set = set()
 
-    def add(self, a: np.ndarray, name: str = "W", tensor: str = "") -> WeightRef:
+    def add(self, a: np.ndarray, name: str = "W", tensor: str = "", source: WeightSource | None = None) -> WeightRef:
         a = np.ascontiguousarray(a, dtype="<f4")
         shape = "(" + ",".join(str(d) for d in a.shape) + ")"
         a = a.reshape(-1)
@@ -530,6 +560,7 @@ class WeightBlob:
             self.floats += pad
         ref = WeightRef(self.floats, unique_macro(name, self._used), tensor, shape)
         self.refs.append(ref)
+        self.sources.append(source or WeightSource(tensor))
         self.parts.append(a)
         self.floats += a.size
         return ref

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lowering, xnn_heap
-from .emit_c import CPackage, runtime_define
+from .emit_c import runtime_define
 from .lowering import CPU_RULES, CBackend, Layouts
 from .steps import WinogradConv, XnnOp
 
@@ -85,7 +85,7 @@ def dw_conv(attrs: dict) -> str | None:
 
 def exact_runtime_conv(attrs: dict) -> str | None:
     """The runtime kernels that compute the convolution of the stored weights themselves (stem_conv, then
-    dw_conv): what an f16-weights package keeps; None for an XNNPACK operator."""
+    dw_conv): runtime_conv without Winograd (``lower(..., winograd=False)``); None for an XNNPACK operator."""
     return stem_conv(attrs) or dw_conv(attrs)
 
 
@@ -95,15 +95,22 @@ def runtime_conv(attrs: dict) -> str | None:
     return exact_runtime_conv(attrs) or winograd_conv(attrs)
 
 
-# Winograd F(2x2, 3x3)'s kernel transform: the 4x4 G g G^T of each 3x3 kernel g.
-WINOGRAD_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+def _winograd_rows(x: np.ndarray, axis: int) -> np.ndarray:
+    """Winograd F(2x2, 3x3)'s G applied along ``axis`` (3 -> 4), G = [[1, 0, 0], [1/2, 1/2, 1/2],
+    [1/2, -1/2, 1/2], [0, 0, 1]], in this order of float64 operations: g0, (g0 + g1 + g2) * 0.5,
+    (g0 - g1 + g2) * 0.5, g2."""
+    g0, g1, g2 = (np.take(x, j, axis=axis) for j in range(3))
+    return np.stack([g0, (g0 + g1 + g2) * 0.5, (g0 - g1 + g2) * 0.5, g2], axis=axis)
 
 
 def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64, rounded once to
-    float32, position p = 4 * a + b of the 4x4 result."""
-    u = np.einsum("ak,oikl,bl->abio", WINOGRAD_G, w.astype(np.float64), WINOGRAD_G)
-    return u.reshape(16, w.shape[1], w.shape[0]).astype(np.float32)
+    """PyTorch (cout, cin, 3, 3) -> (16, cin, cout): G g G^T per (cout, cin) in float64 (_winograd_rows over the
+    kernel's rows, then over the columns: each sum in that order, so that runtime/carve_weights.c, which rebuilds
+    an f16 package's Winograd weights at create, computes the same bits), + 0.0 (a zero is +0), rounded to
+    float32, position p = 4 * a + b of the 4x4 result. (The einsum this replaced gave the same floats on every
+    checkpoint tried, trained and random, 6 models: its accumulation from +0 also turned -0 into +0.)"""
+    u = _winograd_rows(_winograd_rows(w.astype(np.float64), 2), 3) + 0.0   # (cout, cin, 4, 4)
+    return np.ascontiguousarray(np.transpose(u, (2, 3, 1, 0)).reshape(16, w.shape[1], w.shape[0])).astype(np.float32)
 
 
 # Convolutions whose weights exceed this are run as several XNNPACK operators over slices of the output channels.
@@ -168,6 +175,7 @@ class XnnpackBackend(CBackend):
     layouts = LAYOUTS
     runtime_conv = staticmethod(runtime_conv)
     runtime_conv_layout = staticmethod(runtime_conv_layout)
+    runtime_conv_transforms = {"conv3x3s1_wino": "winograd"}
     conv_slices = staticmethod(conv_slices)
     step_classes = {"op": XnnOp}
     # the fixed C: XNNPACK's init, heap and operators' lifecycle (carve_xnn.h); the model's (carve_model.h)
@@ -176,14 +184,6 @@ class XnnpackBackend(CBackend):
     template_vars = dict(pool="m->pool", desc_type="carve_xnn_desc", ops_what="XNNPACK operators",
                          op_prefix=prefix, multithreaded=True, has_xnn_heap=True)
     cc_libs = ("XNNPACK", "pthread")   # the README's plain cc command links these (carve_pool.c: the pthreadpool_*)
-
-    def emit(self, graph, plan, options) -> dict:
-        # --weights-dtype f16 stores every weight rounded to float16. Winograd's transformed weights would then be
-        # rounded, not the convolution's own, and the package would no longer compute the convolution of the
-        # f16-rounded weights (tests/firmware/f16.py): an f16 package keeps XNNPACK for those convolutions. The
-        # stem and depthwise kernels only reorder the weights (exact_runtime_conv): f16 packages run them too.
-        winograd = (options or {}).get("weights_dtype", "f32") == "f32"
-        return CPackage(self, graph, plan, self.lower(graph, plan, winograd=winograd), options).files()
 
     def lower(self, graph, plan, winograd: bool = True) -> dict:
         program = lowering.lower(graph, plan, self, runtime_conv if winograd else exact_runtime_conv)
