@@ -39,6 +39,7 @@ RUNTIME_FAMILIES = {
     "attention": "carve_attention.h",       # carve_attention
     "layout": "carve_layout.h",          # upsample, NCHW <-> NHWC
     "post": "carve_post.h",           # end-to-end post-processing, softmax, top-k of probabilities
+    "nms": "carve_nms.h",             # one-to-many decode + non-maximum suppression (--head nms)
     "pre": "carve_pre.h",             # letterbox, classify pre-processing, box mapping
     "mask": "carve_mask.h",           # segmentation masks
     "weights": "carve_weights.h",     # weights file checks, f16 widening
@@ -346,6 +347,26 @@ class E2E(Step):
     families: ClassVar[tuple] = ("post",)
 
 
+@dataclass(kw_only=True)
+class NMS(Step):
+    """The one-to-many head's post-processing (decode, confidence filter at the run's conf, non-maximum
+    suppression, task decoding) into the rows: carve_nms_postprocess. iou and agnostic are the package's."""
+
+    levels: list = field(default_factory=list)
+    nc: int
+    k: int
+    row: int
+    extra: int
+    task: str
+    rows_off: str
+    iou: float
+    agnostic: bool
+    kind: ClassVar[str] = "nms"
+    macro: ClassVar[str] = "nms"
+    function: ClassVar[str] = "carve_nms_postprocess"
+    families: ClassVar[tuple] = ("nms",)
+
+
 # ---- CUDA steps (runtime/carve_cuda.h) ------------------------------------------------------------------
 
 
@@ -495,5 +516,5 @@ class CuE2E(E2E):
 
 # The step classes of the CPU backends' shared lowerings, by role; a backend overrides roles
 # (CBackend.step_classes).
-CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "view": View}
+CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View}
 CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "view": View}
