@@ -236,7 +236,7 @@ static float box_iou(const float* a, const float* b) {
   const float dw = xx2 - xx1, dh = yy2 - yy1;
   const float w = 0.0f < dw ? dw : 0.0f;
   const float h = 0.0f < dh ? dh : 0.0f;
-  const float inter = w * h;
+  volatile float inter = w * h;
   return inter / (a[4] + b[4] - inter);
 }
 

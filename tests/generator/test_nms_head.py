@@ -163,10 +163,18 @@ def test_checkpoint_without_the_one_to_many_branch():
     compile_shapes(weights=fused)  # the e2e head does not need it
 
 
-def test_cuda_refuses_nms_by_name():
-    with pytest.raises(CarveError) as e:
-        compile_shapes({"head": "nms"}, backend="cuda")
-    assert "model.23.nms: op 'nms_detect'" in str(e.value) and "no files were written" in str(e.value)
+def test_cuda_nms_package():
+    """The device NMS: its runtime family, the run's conf and the row count in the scratch's reserved tail, the
+    rows counted on the host from what the device wrote."""
+    _, files = compile_shapes({"head": "nms"}, backend="cuda")
+    assert {"runtime/carve_cuda_nms.cu", "runtime/carve_cuda_nms.h", "runtime/carve_cuda_topk.cu"} <= set(files)
+    src = files["yolo26n_shapes.cu"].decode()
+    assert "carve_cu_nms_postprocess(&m->cu, levels, 3, 5, 0, CARVE_E2E_DETECT, m->nms_param," in src
+    assert "0.7, 0, 84, m->scratch, A(m, OUTPUT0_OFF), (uint32_t*)(m->nms_param + 1)));" in src
+    assert "TRY(upload_conf(m, conf));" in src and "*rows = m->num_rows;" in src
+    assert "+ CARVE_CU_NMS_PARAM_BYTES;" in src
+    _, e2e = compile_shapes(backend="cuda")
+    assert not any("nms" in k for k in e2e) and "nms_param" not in e2e["yolo26n_shapes.cu"].decode()
 
 
 # ---- command line ------------------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ RUNTIME_FAMILIES = {
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
     "cuda_pre": "carve_cuda_pre.cu",  # device letterbox / classify pre-processing
+    "cuda_nms": "carve_cuda_nms.h",   # device one-to-many decode + NMS (--head nms)
 }
 
 
@@ -514,7 +515,16 @@ class CuE2E(E2E):
     families: ClassVar[tuple] = ("cuda", "cuda_topk")
 
 
+@dataclass(kw_only=True)
+class CuNMS(NMS):
+    """carve_cu_nms_postprocess: the run's conf and the rows' count in the device scratch's reserved tail."""
+
+    macro: ClassVar[str] = "cu_nms"
+    function: ClassVar[str] = "carve_cu_nms_postprocess"
+    families: ClassVar[tuple] = ("cuda", "cuda_nms", "cuda_topk")  # the order is carve_cu_topk's
+
+
 # The step classes of the CPU backends' shared lowerings, by role; a backend overrides roles
 # (CBackend.step_classes).
 CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View}
-CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "view": View}
+CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "nms": CuNMS, "view": View}
