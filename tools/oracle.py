@@ -180,12 +180,15 @@ def _calibration_batches(imgsz: int, seed: int, passes: int):
         yield _to_input(batch)
 
 
-def _head_final_convs(head):
-    """(name, conv) of the last 1x1 conv of each one2one branch (box, class, and task-specific ones)."""
+def _head_final_convs(head, one2one: bool = True):
+    """(name, branch, conv) of the last 1x1 conv of each one2one branch (box, class, and task-specific ones), or
+    with one2one=False of each one-to-many branch (cv2, cv3, cv4 / cv4_kpts; not the training-only cv4_sigma)."""
     torch = _torch()
     out = []
     for name, mod in head.named_children():
-        if not name.startswith("one2one_") or not isinstance(mod, torch.nn.ModuleList):
+        if name.startswith("one2one_") != one2one or not isinstance(mod, torch.nn.ModuleList):
+            continue
+        if name.endswith("cv4_sigma"):
             continue
         for lvl, branch in enumerate(mod):
             conv = branch[-1] if isinstance(branch, torch.nn.Sequential) else branch
@@ -269,7 +272,46 @@ def _randomise_and_calibrate(model, task: str, seed: int, calib_imgsz: int, pass
         shift = max(math.log(0.25 / 0.75) - float(t[19] + t[20]) / 2 for t in top)
         for conv in cls_convs:
             conv.bias.add_(spread + shift)
+        _calibrate_one2many(model, head, seed)
     model.float()
+
+
+ONE2MANY_CANDIDATES = 25
+
+
+def _calibrate_one2many(model, head, seed: int) -> None:
+    """The one-to-many branch (what predict() runs by default, with NMS) gets what _randomise_and_calibrate gives
+    the one2one branch, from its own generator (seed + 2, so the one2one weights stay those of earlier versions):
+    N(0, 0.1) noise on every final 1x1 conv bias (box biases also + 3), a per-class N(0, 0.5) spread of the class biases and a common
+    shift that puts at least ONE2MANY_CANDIDATES anchors (best class) of each of bus.jpg and zidane.jpg at 640 above
+    0.25 (the threshold halfway between that anchor's logit and the next, on the image that needs the larger shift):
+    candidates that overlap, so that the NMS keeps some and removes others. (bias_init leaves the class biases at
+    about -11: no detection at all.) yolo26n seed 0 with predict()'s defaults keeps 11 to 300 of 18 to 434
+    candidates per task and image (bus.jpg, zidane.jpg)."""
+    torch = _torch()
+    g = torch.Generator().manual_seed(seed + 2)
+    finals = _head_final_convs(head, one2one=False)
+    if not finals:
+        return
+    for _, branch, conv in finals:
+        conv.bias.add_(torch.randn(conv.bias.shape, generator=g, dtype=torch.float32).to(conv.bias.dtype) * 0.1)
+        if branch == "cv2":
+            conv.bias.add_(3.0)  # ltrb about 5 grid cells (bias_init's 2, + 3): neighbouring candidates overlap
+    cls_convs = [conv for _, branch, conv in finals if branch == "cv3"]
+    spread = torch.randn(cls_convs[0].bias.shape, generator=g, dtype=torch.float32).to(cls_convs[0].bias.dtype) * 0.5
+    logits = []
+    hooks = [c.register_forward_hook(lambda m, i, o: logits.append(o)) for c in cls_convs]
+    try:
+        model(_to_input([_letterbox(_read_bgr(sample_image(n)), 640) for n in ("bus.jpg", "zidane.jpg")]).double())
+    finally:
+        for h in hooks:
+            h.remove()
+    best = torch.cat([(lg + spread[None, :, None, None]).amax(1).flatten(1) for lg in logits], 1)  # (2, A)
+    k = ONE2MANY_CANDIDATES
+    top = best.topk(k + 1, dim=1).values
+    shift = max(math.log(0.25 / 0.75) - float(t[k - 1] + t[k]) / 2 for t in top)
+    for conv in cls_convs:
+        conv.bias.add_(spread + shift)
 
 
 CLS_LOGIT_STD = 3.0
@@ -533,11 +575,12 @@ def _patched_preprocess(predictor_cls, fed: list):
     return cm()
 
 
-def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_input=None) -> dict:
+def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_input=None, head="e2e") -> dict:
     """Ultralytics' own predictor on `image`, NMS-free one2one head, full square letterbox (rect=False).
 
     nms=False is passed explicitly: in this ultralytics the default (nms=None) fuses away the one2one head and
-    runs the one2many head + NMS instead. Segmentation runs with retina_masks=True (masks in original-image
+    runs the one2many head + NMS instead; head="nms" leaves nms at that default (what carve's --head nms
+    reproduces; iou 0.7, max_det 300). Segmentation runs with retina_masks=True (masks in original-image
     pixels). Returns (and writes to out_json) {"task", "image": {"width","height"}, "imgsz", "conf", "max_det",
     "detections": [...], "top5": [...] and "probs" (classify only)}. Each detection has "class_id", "class",
     "score", "box" (xyxy in original-image pixels; obb: [cx,cy,w,h] as the predictor gives them, angle not
@@ -554,6 +597,8 @@ def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_
     fed = []
     kwargs = dict(imgsz=[h, w], conf=conf, rect=False, device="cpu", verbose=False, nms=False, save=False,
                   max_det=MAX_DET)
+    if head == "nms":
+        del kwargs["nms"]
     if task == "segment":
         kwargs["retina_masks"] = True
     if save_input is not None:
@@ -563,7 +608,15 @@ def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_
         np.save(save_input, fed[0])
     else:
         results = yolo.predict(str(image), **kwargs)
-    r = results[0]
+    res = _result_json(results[0], task, conf, (h, w))
+    if out_json is not None:
+        Path(out_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(out_json).write_text(json.dumps(res, indent=1) + "\n")
+    return res
+
+
+def _result_json(r, task: str, conf: float, imgsz, with_masks: bool = True) -> dict:
+    """The JSON of reference_predict for one Results (see there); with_masks False: no "mask" entries."""
     names = r.names
     H0, W0 = r.orig_shape
     dets = []
@@ -572,7 +625,7 @@ def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_
         scores = r.boxes.conf.cpu().numpy().astype(float)
         classes = r.boxes.cls.cpu().numpy().astype(int)
         kpts = r.keypoints.data.cpu().numpy().astype(float) if r.keypoints is not None else None
-        masks = r.masks.data.cpu().numpy() if r.masks is not None else None
+        masks = r.masks.data.cpu().numpy() if r.masks is not None and with_masks else None
         if masks is not None and masks.shape[1:] != (H0, W0):
             raise OracleError(f"masks are {masks.shape[1:]}, not the image's {(H0, W0)} (retina_masks?)")
         for j in range(len(scores)):
@@ -589,13 +642,67 @@ def reference_predict(weights, image, imgsz=640, conf=0.25, out_json=None, save_
             c = int(r.obb.cls[j])
             dets.append({"class_id": c, "class": names[c], "score": float(r.obb.conf[j]),
                          "box": [float(v) for v in xywhr[j, :4]], "angle": float(xywhr[j, 4])})
-    res = {"task": task, "image": {"width": int(W0), "height": int(H0)}, "imgsz": [h, w], "conf": float(conf),
-           "max_det": MAX_DET, "detections": dets}
+    res = {"task": task, "image": {"width": int(W0), "height": int(H0)}, "imgsz": [int(v) for v in imgsz],
+           "conf": float(conf), "max_det": MAX_DET, "detections": dets}
     if r.probs is not None:
         probs = r.probs.data.cpu().numpy().astype(float)
         res["top5"] = [{"class_id": int(c), "class": names[int(c)], "score": float(probs[int(c)])}
                        for c in r.probs.top5]
         res["probs"] = [float(v) for v in probs]
+    return res
+
+
+def reference_predict_default(weights, image, out_json=None) -> dict:
+    """What a user sees first: ``YOLO(weights).predict(image)`` with every argument at Ultralytics' default (conf
+    0.25, iou 0.7, max_det 300, the checkpoint's imgsz, rect letterbox with minimal padding, nms=None: the
+    one-to-many head + NMS), on the CPU. The JSON of reference_predict, plus:
+
+    * "imgsz": [H, W] of the tensor the predictor fed the model (the letterbox shape it picked: carve generated
+      at this --imgsz sees the same pixels);
+    * "candidates": the anchors whose best class score is > conf, the boxes the NMS started from (from the
+      model's own output, hooked), so that a test can check the NMS removed some;
+    * segment: the masks of the same detections rendered at the image's resolution (a second predict with
+      retina_masks=True: carve's _mask is process_mask_native). The default predict renders them at the letterbox
+      resolution and drops detections whose mask is empty there; a detection the retina run dropped (its mask is
+      empty at the image's resolution) gets an empty mask.
+    """
+    _torch()
+    from ultralytics import YOLO
+
+    yolo = YOLO(str(weights))
+    task = yolo.task
+    fed, outs, hooks = [], [], []
+
+    def hook_head(predictor):  # the model the predictor loaded (fused: the one-to-many head alone)
+        if not hooks:
+            head = predictor.model.model.model[-1]
+            hooks.append(head.register_forward_hook(lambda m, i, o: outs.append(o)))
+
+    yolo.add_callback("on_predict_batch_start", hook_head)
+    kwargs = dict(device="cpu", verbose=False, save=False)
+    try:
+        with _patched_preprocess(yolo._smart_load("predictor"), fed):
+            results = yolo.predict(str(image), **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    args = yolo.predictor.args
+    r = results[0]
+    res = _result_json(r, task, float(args.conf), fed[-1].shape[2:], with_masks=False)
+    res["iou"], res["agnostic"] = float(args.iou), bool(args.agnostic_nms)
+    y = outs[-1][0]
+    y = y[0] if isinstance(y, (tuple, list)) else y  # segment: (y, proto)
+    nc = len(r.names)
+    res["candidates"] = int((y[0, 4:4 + nc].amax(0) > args.conf).sum())
+    if task == "segment" and res["detections"]:
+        retina = yolo.predict(str(image), retina_masks=True, **kwargs)[0]
+        masks = retina.masks.data.cpu().numpy() if retina.masks is not None else np.zeros((0, 1, 1))
+        key = {(int(c), float(s), tuple(float(v) for v in b)): j for j, (c, s, b) in enumerate(zip(
+            retina.boxes.cls.tolist(), retina.boxes.conf.tolist(), retina.boxes.xyxy.tolist()))}
+        H0, W0 = r.orig_shape
+        for d in res["detections"]:
+            j = key.get((d["class_id"], d["score"], tuple(d["box"])))
+            d["mask"] = rle_encode(masks[j] > 0 if j is not None else np.zeros((H0, W0), bool))
     if out_json is not None:
         Path(out_json).parent.mkdir(parents=True, exist_ok=True)
         Path(out_json).write_text(json.dumps(res, indent=1) + "\n")
@@ -669,7 +776,8 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
 
     baseline: a folder with PyTorch's own fp32 outputs when `ref` holds the fp64 ones. Each file's bound is then
     max(tol, factor * PyTorch-fp32 error): where the model amplifies round-off so much that PyTorch itself misses
-    tol against the exact answer, ours may be at most `factor` times as far off as PyTorch is.
+    tol against the exact answer, ours may be at most `factor` times as far off as PyTorch is. A file the baseline
+    lacks is held to tol.
     """
     ours, ref = Path(ours), Path(ref)
     LAST_STATS.clear()
@@ -693,7 +801,7 @@ def compare_layers(ours, ref, tol: float = 1e-4, verbose: bool = True, baseline=
             continue
         scale = float(np.abs(r).max()) if r.size else 0.0
         bound, base_note, base_rel = tol, "", None
-        if baseline is not None:
+        if baseline is not None and (Path(baseline) / name).is_file():
             b = np.load(Path(baseline) / name).astype(np.float64)
             # Rows are paired within BASELINE_MATCH_TOL: a looser pairing lets a row that fp32 and fp64 order
             # differently at the top-k cut pair with an unrelated row, and the bound would lose all meaning.

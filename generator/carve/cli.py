@@ -17,6 +17,7 @@ EPILOG = """examples:
   ./carve generate yolo26n.pt --backend xnnpack    # the manifest picked from the checkpoint's task and scale
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --imgsz 320 --out /tmp/pkg
+  ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --head nms --imgsz 640 480
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \\
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
@@ -121,7 +122,7 @@ def cmd_generate(args) -> int:
             w not in WEIGHT_FORMATS for w in args.weights or []):
         args.checkpoint, args.manifest = [args.manifest], None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
-    options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype}
+    options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype, **head_args(args)}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     weights = checkpoint
@@ -149,6 +150,18 @@ def cmd_generate(args) -> int:
           f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
     return 0
+
+
+def head_args(args) -> dict:
+    """The head options given on the command line (compiler.head_options checks and completes them)."""
+    out = {}
+    if args.head is not None:
+        out["head"] = args.head
+    if args.iou is not None:
+        out["iou"] = args.iou
+    if args.agnostic:
+        out["agnostic"] = True
+    return out
 
 
 def resolve_weights_args(args, models: int = 1) -> tuple:
@@ -182,19 +195,23 @@ def resolve_weights_args(args, models: int = 1) -> tuple:
 def cmd_list(args) -> int:
     from .backends import available_backends
     from .manifest import format_hw, load_manifest, manifests_dir
+    from .manifest import HEADS
     backends = [b.name for b in available_backends()]
     all_names = ["xnnpack", "cuda", "portable"]
     rows = []
     for path in sorted(manifests_dir().glob("*.yaml")):
         m = load_manifest(path)
-        rows.append((m.name, m.task, format_hw(m.imgsz), [
+        heads = "-" if m.task == "classify" else ",".join([m.head] + [h for h in HEADS if h != m.head])
+        rows.append((m.name, m.task, format_hw(m.imgsz), heads, [
             ("yes" if b in m.backends and b in backends else
              "planned" if b in m.backends else "-") for b in all_names]))
     w = max([len(r[0]) for r in rows] + [5])
-    print(f"{'model':<{w}}  {'task':<8}  {'imgsz':>5}  " + "  ".join(f"{b:<8}" for b in all_names))
-    for name, task, imgsz, cells in rows:
-        print(f"{name:<{w}}  {task:<8}  {imgsz:>5}  " + "  ".join(f"{c:<8}" for c in cells))
-    print("\nyes: supported; planned: declared by the manifest, backend not built yet; -: refused")
+    print(f"{'model':<{w}}  {'task':<8}  {'imgsz':>5}  {'heads':<7}  " + "  ".join(f"{b:<8}" for b in all_names))
+    for name, task, imgsz, heads, cells in rows:
+        print(f"{name:<{w}}  {task:<8}  {imgsz:>5}  {heads:<7}  " + "  ".join(f"{c:<8}" for c in cells))
+    print("\nheads: the manifest's default first (--head picks the other): e2e = one-to-one head + top-k "
+          "(Ultralytics' predict(nms=False)), nms = one-to-many head + NMS (Ultralytics' default predict)")
+    print("yes: supported; planned: declared by the manifest, backend not built yet; -: refused")
     return 0
 
 
@@ -226,6 +243,14 @@ def parser() -> argparse.ArgumentParser:
                    help="weight storage: float32 (default), or f16: the checkpoint's float16 tensors as they are "
                         "(about half the bytes), from which create rebuilds the f32 package's weights bit for bit "
                         "(a checkpoint that is not float16: rounded, with a warning)")
+    g.add_argument("--head", choices=("e2e", "nms"),
+                   help="box models: e2e, the one-to-one head and its top-k (Ultralytics' predict(nms=False)), or "
+                        "nms, the one-to-many head and non-maximum suppression (what Ultralytics' predict() runs by "
+                        "default); default: the manifest's `head` (e2e)")
+    g.add_argument("--iou", type=float, metavar="X",
+                   help="--head nms: the IoU threshold of the suppression, in [0, 1] (default 0.7, Ultralytics')")
+    g.add_argument("--agnostic", action="store_true",
+                   help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
     g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")

@@ -20,7 +20,7 @@ from .errors import CarveError
 from .frontend.yolo26 import build_graph, check_same_architecture
 from .backends.emit_c import normalize_options
 from .backends.f16 import lossy_tensors
-from .manifest import SCALES, Manifest, format_hw, input_hw, load_architecture, load_manifest, manifest_for
+from .manifest import HEADS, SCALES, Manifest, format_hw, input_hw, load_architecture, load_manifest, manifest_for
 from .passes import optimize
 from .planner import plan_memory
 
@@ -42,6 +42,34 @@ def check_backend(manifest: Manifest, backend: str):
                          f"(the manifest lists: {', '.join(manifest.backends)})",
                          location=manifest.where("backends"), hint="no files were written")
     return get_backend(backend)
+
+
+DEFAULT_IOU = 0.7  # Ultralytics' predict default (cfg `iou`), the IoU threshold of its NMS
+
+
+def head_options(manifest: Manifest, options: dict | None) -> dict:
+    """The head a package runs: {"head": "e2e" | "nms" | None (classify), "iou", "agnostic"}, from the options'
+    ``head`` (else the manifest's), ``iou`` (default 0.7) and ``agnostic`` (default False). --iou and --agnostic
+    set the suppression of --head nms and are refused with the e2e head, which has none."""
+    o = options or {}
+    head, iou, agnostic = o.get("head"), o.get("iou"), bool(o.get("agnostic"))
+    if manifest.task == "classify":
+        if head or iou is not None or agnostic:
+            given = "--head" if head else "--iou" if iou is not None else "--agnostic"
+            raise CarveError(f"{given}: {manifest.name} is a classify model, it has no box head",
+                             location=manifest.path)
+        return {"head": None, "iou": DEFAULT_IOU, "agnostic": False}
+    head = head or manifest.head
+    if head not in HEADS:
+        raise CarveError(f"--head {head}: not one of {', '.join(HEADS)}")
+    if head == "e2e" and (iou is not None or agnostic):
+        given = "--iou" if iou is not None else "--agnostic"
+        raise CarveError(f"{given}: sets the non-maximum suppression of --head nms; the e2e head has none",
+                         hint="add --head nms (the one-to-many head + NMS, Ultralytics' default predict)")
+    iou = DEFAULT_IOU if iou is None else iou
+    if isinstance(iou, bool) or not isinstance(iou, (int, float)) or not 0.0 <= float(iou) <= 1.0:
+        raise CarveError(f"--iou {iou}: must be a number in [0, 1] (Ultralytics' non_max_suppression asserts it)")
+    return {"head": head, "iou": float(iou), "agnostic": agnostic}
 
 
 def checkpoint_scale(ckpt: Checkpoint) -> str | None:
@@ -113,7 +141,8 @@ def option_warnings(graph, ckpt: Checkpoint, options: dict) -> list:
 def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
                   options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
     """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
-    (height, width). ``weights``: a checkpoint's path, or a Checkpoint already read. ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16).
+    (height, width). ``weights``: a checkpoint's path, or a Checkpoint already read. ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16),
+    head (e2e | nms; None: the manifest's), iou and agnostic (--head nms only: see head_options).
     ``graph_hook`` (tests) may rewrite the optimised graph."""
     t0 = time.perf_counter()
     manifest = load_manifest(manifest_path)
@@ -124,6 +153,7 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
             if v <= 0 or v % 32:
                 raise CarveError(f"--imgsz {format_hw(hw)}: {v} is not a positive multiple of 32 (the largest stride)")
         imgsz = hw
+    head = head_options(manifest, options)
     options = normalize_options(options, be)
     if isinstance(weights, Checkpoint):
         ckpt = weights
@@ -134,7 +164,7 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     check_task(manifest, ckpt)
     progress(f"building the IR of {manifest.name}")
     faults.point("build")
-    graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz)
+    graph = build_graph(manifest, load_architecture(manifest), ckpt, imgsz, head)
     faults.point("optimize")
     graph = optimize(graph)
     if graph_hook is not None:

@@ -243,6 +243,8 @@ OPS = {
                "multi-head attention core: softmax(scale q^T k) applied to v; also returns v"),
         OpKind("e2e_detect", _infer_e2e, _flops_zero,
                "YOLO26 end-to-end post-processing: decode, top-k anchors, top-k anchors x classes, gather"),
+        OpKind("nms_detect", _infer_e2e, _flops_zero,
+               "YOLO26 one-to-many post-processing: decode, confidence filter, non-maximum suppression, gather"),
     )
 }
 

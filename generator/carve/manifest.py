@@ -34,9 +34,14 @@ _TOP_FIELDS = {
     "classes": (True, (str, list)),
     "backends": (True, list),
     "conf": (False, (float, int)),
+    "head": (False, str),
     "provenance": (False, dict),
 }
 DEFAULT_CONF = 0.25  # Ultralytics' predict default
+# The two heads of a box task (detect, segment, pose, obb): the one-to-one branch with its top-k (Ultralytics'
+# predict(nms=False)), or the one-to-many branch with non-maximum suppression (predict() with its defaults).
+HEADS = ("e2e", "nms")
+DEFAULT_HEAD = "e2e"
 # The manifest file of each task: manifests/yolo26<scale><suffix>.yaml
 TASK_SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb", "classify": "-cls"}
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".safetensors")
@@ -56,6 +61,7 @@ class Manifest:
     classes: tuple[str, ...] | None   # None: take them from the checkpoint
     backends: tuple[str, ...]
     conf: float = DEFAULT_CONF    # the packages' default confidence threshold (demo, <NAME>_DEFAULT_CONF)
+    head: str = DEFAULT_HEAD      # the head `carve generate` builds without --head (box tasks; classify: "e2e")
     provenance: dict = field(default_factory=dict)
     lines: dict = field(default_factory=dict, compare=False, repr=False)  # field path -> line
 
@@ -270,6 +276,13 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
     conf = data.get("conf", DEFAULT_CONF)
     if isinstance(conf, bool) or not 0.0 <= conf < 1.0:
         raise CarveError(f"conf: {conf!r} must be a number in [0, 1)", location=where("conf"))
+    head = data.get("head", DEFAULT_HEAD)
+    if head not in HEADS:
+        raise CarveError(f"head: '{head}' is not one of {', '.join(HEADS)}", location=where("head"),
+                         hint="e2e: the one-to-one head and its top-k (Ultralytics' nms=False); nms: the one-to-many "
+                              "head and non-maximum suppression (Ultralytics' default predict)")
+    if "head" in data and data["task"] == "classify":
+        raise CarveError("head: a classify model has no box head to choose", location=where("head"))
     arch = Path(path).parent / data["architecture"]["config"]
     if not arch.is_file():
         raise CarveError(f"architecture.config: file '{data['architecture']['config']}' not found next to the manifest",
@@ -280,7 +293,7 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
                          location=where("name"))
     return Manifest(path=path, name=name, family=data["family"], task=data["task"],
                     arch_config=str(arch.resolve()), scale=scale, imgsz=imgsz, classes=classes_t,
-                    backends=tuple(backends), conf=float(conf), provenance=dict(data.get("provenance") or {}), lines=lines)
+                    backends=tuple(backends), conf=float(conf), head=head, provenance=dict(data.get("provenance") or {}), lines=lines)
 
 
 def load_architecture(manifest: Manifest) -> dict:

@@ -193,7 +193,7 @@ def default_out_name(manifests: list, backend: str) -> str:
 
 def cmd_generate_multi(args, say) -> int:
     """``carve generate A.yaml B.yaml ...`` (cli.cmd_generate dispatches here for two manifests or more)."""
-    from .cli import resolve_weights_args, write_package
+    from .cli import head_args, resolve_weights_args, write_package
     checkpoints, weights_format = resolve_weights_args(args, models=len(args.manifest))
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
@@ -202,7 +202,8 @@ def cmd_generate_multi(args, say) -> int:
     out = Path(args.out) if args.out else Path.cwd() / "generated" / default_out_name(manifests, args.backend)
     if out.exists() and not args.force:  # refuse before the (long) compiles
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
-    result = compile_models(specs, args.imgsz, {"weights_format": weights_format, "weights_dtype": args.weights_dtype},
+    result = compile_models(specs, args.imgsz, {"weights_format": weights_format, "weights_dtype": args.weights_dtype,
+                                                **head_args(args)},
                             progress=say)
     say(f"writing {len(result.files)} files to {out}")
     write_package(result.files, out, args.force)

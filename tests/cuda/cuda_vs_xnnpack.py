@@ -2,7 +2,7 @@
 """The cuda backend without a GPU: generated CUDA packages, built on the host with the emulation header,
 against the xnnpack package of the same variant and checkpoint, layer by layer and final.
 
-    cuda_vs_xnnpack.py --task detect --scales n,s,m,l,x --imgsz 96 --work build/work [--keep]
+    cuda_vs_xnnpack.py --task detect --scales n,s,m,l,x --imgsz 96 --work build/work [--head nms] [--keep]
 
 For each variant yolo26<scale><task suffix> of the batch:
 
@@ -36,6 +36,10 @@ same layer) - a third float32 implementation that shows how far two correct floa
 on this layer of this model. (On the n models every layer stays well under 1e-4 outright; the printed table
 shows both errors.) Integer outputs - classes, the order of rows, top-5 classes - must match once rows are
 paired, which compare_layers checks.
+
+--head nms: both packages with the one-to-many head + NMS (the device NMS of runtime/carve_cuda_nms.cu against
+the CPU one of runtime/carve_nms.c); the head's rows (layer_NN.npy, output0.npy) are then held to --tol alone,
+PyTorch's fused reference being the one2one head's.
 
 A failure keeps the work folder; a pass deletes the dumps, the builds and the weight blobs.
 """
@@ -131,8 +135,8 @@ def _digest(files: list, flags: list) -> str:
 def build_runtime(work: Path, kind: str) -> Path:
     """lib<kind>.a of the runtime files every package of that kind copies; cached by content."""
     host_c = ["carve_rt.c", "carve_isa.c", "carve_epilogue.c", "carve_stem.c", "carve_dwconv.c", "carve_winograd.c",
-              "carve_attention.c", "carve_layout.c", "carve_pre.c", "carve_post.c", "carve_mask.c", "carve_io.c",
-              "carve_weights.c"]
+              "carve_attention.c", "carve_layout.c", "carve_pre.c", "carve_post.c", "carve_nms.c", "carve_mask.c",
+              "carve_io.c", "carve_weights.c"]
     if kind == "xnn":
         # carve_pool: the pthreadpool_*; carve_model: the CPU packages' lifecycle (the cuda ones keep their own)
         srcs = [RUNTIME / f for f in host_c + ["carve_xnn.c", "carve_pool.c", "carve_model.c", "carve_model_mask.c"]]
@@ -194,7 +198,7 @@ def generate(model: str, backend: str, pt: Path, imgsz: int, out: Path, *flags) 
     check_runtime_copies(out)
 
 
-def generate_pair(model: str, pt: Path, imgsz: int, outs: dict) -> None:
+def generate_pair(model: str, pt: Path, imgsz: int, outs: dict, head: str = "e2e") -> None:
     """The packages of several backends from one read of the checkpoint: carve's own pipeline
     (compiler.compile_model, cli.write_package), with the checkpoint reader memoised for the call."""
     sys.path.insert(0, str(ROOT / "generator"))
@@ -205,8 +209,9 @@ def generate_pair(model: str, pt: Path, imgsz: int, outs: dict) -> None:
     try:
         with step("generate"):
             for backend, out in outs.items():
+                options = {"weights_format": "blob"} if head == "e2e" else {"weights_format": "blob", "head": head}
                 r = compiler.compile_model(str(ROOT / "manifests" / f"{model}.yaml"), backend, str(pt), imgsz,
-                                           {"weights_format": "blob"})
+                                           options)
                 cli.write_package(r.files, out, True)
     finally:
         compiler.read_checkpoint = real
@@ -261,12 +266,12 @@ def variant(args, scale: str, libs: dict) -> tuple:
     model = f"yolo26{scale}{TASKS[args.task]}"
     prefix = model.replace("-", "_")
     imgsz = args.imgsz_large if (args.imgsz_large and scale in "mlx") else args.imgsz
-    work = (args.work / "cuda" / f"{model}-{imgsz}").resolve()
+    work = (args.work / "cuda" / f"{model}-{imgsz}{'-nms' if args.head == 'nms' else ''}").resolve()
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     pt = checkpoint(args.work.resolve(), model)
     xpkg, cpkg = work / "xnnpack", work / "cuda"
-    generate_pair(model, pt, imgsz, {"xnnpack": xpkg, "cuda": cpkg})
+    generate_pair(model, pt, imgsz, {"xnnpack": xpkg, "cuda": cpkg}, args.head)
     xdemo = build_xnnpack(xpkg, prefix, libs["xnn"])
     cdemo = build_cuda_cmake(cpkg, prefix) if args.cmake else build_cuda_emu(cpkg, prefix, libs["emu"])
 
@@ -282,6 +287,10 @@ def variant(args, scale: str, libs: dict) -> tuple:
         run([cdemo, "--input", inp, "--dump", ce, "--no-graph"])
     with step("reference (PyTorch fp32)"):
         oracle.reference_layers(pt, inp, td)
+        if args.head == "nms":  # the reference's head is the one2one one: no baseline for the rows
+            for f in [*td.glob("output*.npy"), max(td.glob("layer_*.npy"))]:
+                if f.name != "output1.npy":
+                    f.unlink()
     with step("compare"):
         print(f"-- {model} imgsz {imgsz}: cuda (emulated) vs xnnpack, bound max({args.tol:g}, 3x PyTorch fp32's)")
         ok = oracle.compare_layers(cd, xd, tol=args.tol, baseline=td, factor=3.0)
@@ -299,8 +308,9 @@ def variant(args, scale: str, libs: dict) -> tuple:
         print(f"-- {model} imgsz {imgsz}: run_image on {image.name}, cuda (emulated) vs xnnpack")
         ok &= oracle.compare_detections(cj, xj)
     worst = max(stats, key=lambda k: stats[k][0])
+    base = f"{stats[worst][1]:.2e}" if stats[worst][1] is not None else "-"
     line = (f"{model} imgsz {imgsz}: {'PASS' if ok else 'FAIL'}; max rel error vs xnnpack {stats[worst][0]:.2e} "
-            f"({worst}; PyTorch fp32 vs xnnpack {stats[worst][1]:.2e}); graph == eager: {not diff}; "
+            f"({worst}; PyTorch fp32 vs xnnpack {base}); graph == eager: {not diff}; "
             f"{time.time() - t0:.0f} s")
     print(line, flush=True)
     if ok and not args.keep:
@@ -320,6 +330,7 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path, help="checkpoints (shared with the oracle) and packages")
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--cmake", action="store_true", help="build the cuda package through its own CMakeLists.txt")
+    ap.add_argument("--head", default="e2e", choices=("e2e", "nms"), help="the head both packages run")
     ap.add_argument("--keep", action="store_true", help="keep dumps and builds after a pass")
     args = ap.parse_args()
     scales = [s for s in args.scales.split(",") if s]

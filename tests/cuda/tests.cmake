@@ -55,6 +55,7 @@ endfunction()
 carve_cuda_kernel_test(topk)  # top-k vs a sort, gather, e2e of the four tasks vs the CPU
 carve_cuda_kernel_test(ops)   # op kernels vs the CPU runtime / loops on odd, strided shapes
 carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs carve_pre.c
+carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess (ties, all / none suppressed, graphs)
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
 # with a message, where nvcc is not installed).
@@ -79,7 +80,7 @@ if(CARVE_CXX_HAS_ASAN)
   target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
   target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
   target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
-  foreach(name emu topk ops pre)
+  foreach(name emu topk ops pre nms)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
@@ -102,6 +103,15 @@ foreach(task detect segment pose obb classify)
                    --imgsz 96 --imgsz-large 64 --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(cuda_pkg_${task} PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+endforeach()
+# --head nms (issue 18): the device NMS (runtime/carve_cuda_nms.cu) against the CPU one, yolo26n of each box task at
+# 320 (the random checkpoints' one-to-many head keeps tens of boxes there).
+foreach(task detect segment pose obb)
+  add_test(NAME cuda_pkg_nms_${task}
+           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task ${task} --scales n --imgsz 320 --head nms
+                   --work ${CARVE_WORK}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(cuda_pkg_nms_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 endforeach()
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake

@@ -18,7 +18,7 @@ from ..ir import Graph
 from ..planner import Plan
 from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
-    upsample_x2_rule
+    nms_rule, upsample_x2_rule
 from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
@@ -168,6 +168,7 @@ class CudaBackend(CBackend):
         "add": always,
         "attention": always,
         "e2e_detect": e2e_rule,
+        "nms_detect": nms_rule,
         "global_avgpool": always,
         "linear": always,
         "softmax": _softmax_rule,
@@ -221,6 +222,8 @@ class CudaBackend(CBackend):
 
 IM2COL_FLOATS = runtime_define("CARVE_CU_IM2COL_FLOATS")   # carve_cuda_ops.cu
 TOPK_CHUNK = runtime_define("CARVE_CU_TOPK_CHUNK")         # carve_cuda_topk.cu
+NMS_MAX_NMS = runtime_define("CARVE_NMS_MAX_NMS")          # carve_nms.h
+NMS_PARAM_BYTES = runtime_define("CARVE_CU_NMS_PARAM_BYTES")  # carve_cuda_nms.h
 
 
 def _conv_out(n: int, k: int, stride: int, pad: int) -> int:
@@ -259,6 +262,13 @@ def _e2e_scratch_bytes(anchors: int, nc: int, k: int) -> int:
     return topk + _align8(anchors * 4) + _align8(kk * nc * 4) + 2 * _align8(kk * 4)
 
 
+def _nms_scratch_bytes(anchors: int, max_det: int) -> int:
+    """carve_cu_nms_scratch_bytes: scores, order, boxes, kept anchors, then the top-k's scratch."""
+    kk = min(anchors, NMS_MAX_NMS)
+    return (_align8(anchors * 4) + _align8(kk * 4) + _align8(kk * 5 * 4) + _align8(min(max_det, kk) * 4)
+            + _topk_scratch_bytes(anchors, kk))
+
+
 def _pil_ksize(n_in: int, n_out: int) -> int:
     """carve_pre_pil_ksize: (double)(float)in / out, support at least 1, ceil(support) * 2 + 1."""
     import math
@@ -286,6 +296,10 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
     need += [a["heads"] * a["n"] * a["n"] * 4 for a in p["attention"]]
     if task == "classify":
         need.append(_classify_scratch_bytes(max_w, max_h, in_w))
+    elif p.get("nms"):
+        need.append(_nms_scratch_bytes(p["anchors"], p["rows_k"]))
+        need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
+        return -(-max(need) // 256) * 256 + NMS_PARAM_BYTES  # the reserved tail: conf and the rows' count
     else:
         need.append(_e2e_scratch_bytes(p["anchors"], nc, p["rows_k"]))
         need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes

@@ -214,8 +214,11 @@ def options_string(backend_name: str, meta: dict, options: dict) -> str:
     """The options a package was generated with, as carve command-line flags (for banners)."""
     h, w = meta.get("input_hw") or (meta["imgsz"], meta["imgsz"])
     imgsz = f"{h}" if h == w else f"{h} {w}"
+    head = ""
+    if meta.get("head") == "nms":  # the e2e head (the default) keeps the banners it always had
+        head = f" --head nms --iou {meta['iou']:g}" + (" --agnostic" if meta.get("agnostic") else "")
     return (f"--backend {backend_name} --imgsz {imgsz} --weights-format {options.get('weights_format', 'blob')} "
-            f"--weights-dtype {options.get('weights_dtype', 'f32')}")
+            f"--weights-dtype {options.get('weights_dtype', 'f32')}{head}")
 
 
 def weights_storage(graph, program: dict, dtype: str):

@@ -39,7 +39,7 @@ from ..ir import Graph, op_flops
 from ..planner import Plan
 from . import Backend
 from .emit_c import CPackage, c_ident, runtime_define
-from .steps import (CPU_STEP_CLASSES, E2E, RUNTIME_CONVS, Attention, Epilogue, Level, RuntimeConv, Slice,
+from .steps import (CPU_STEP_CLASSES, E2E, NMS, RUNTIME_CONVS, Attention, Epilogue, Level, RuntimeConv, Slice,
                     WeightRef, selected_kernels)
 
 E2E_TASKS = {"detect": "CARVE_E2E_DETECT", "segment": "CARVE_E2E_SEGMENT", "pose": "CARVE_E2E_POSE",
@@ -67,6 +67,11 @@ def e2e_rule(op, graph):
     return None if task in E2E_TASKS else f"end-to-end post-processing for task '{task}'"
 
 
+def nms_rule(op, graph):
+    task = op.attrs.get("task", "detect")
+    return None if task in E2E_TASKS else f"one-to-many post-processing (NMS) for task '{task}'"
+
+
 def deconv_rule(op, graph):
     k, s = op.attrs["kernel"], op.attrs["stride"]
     ok = k[0] == k[1] == s and op.attrs.get("pad", 0) == 0 and op.attrs.get("groups", 1) == 1
@@ -82,6 +87,7 @@ CPU_RULES = {
     "slice": always,
     "attention": always,
     "e2e_detect": e2e_rule,
+    "nms_detect": nms_rule,
     "add": always,  # on contiguous tensors; lower() checks the plan
     "deconv2d": deconv_rule,
     "global_avgpool": always,
@@ -321,7 +327,8 @@ def lower_attention(lw: Lowering, op) -> list:
                                 o_off=lw.off(o), o_stride=lw.stride(o), v_off=lw.off(vv), v_stride=lw.stride(vv))]
 
 
-def lower_e2e(lw: Lowering, op) -> list:
+def head_levels(lw: Lowering, op) -> list:
+    """The per-level views (box, class, extra) of an e2e_detect / nms_detect op."""
     a = op.attrs
     per = a["inputs_per_level"]
     levels = []
@@ -332,10 +339,24 @@ def lower_e2e(lw: Lowering, op) -> list:
         levels.append(Level(box_off=lw.off(box), box_stride=lw.stride(box), cls_off=lw.off(cls),
                             cls_stride=lw.stride(cls), extra_off=lw.off(ex) if ex else None,
                             extra_stride=lw.stride(ex) if ex else 0, h=lh, w=lw_, stride=a["strides"][li // per]))
+    return levels
+
+
+def lower_e2e(lw: Lowering, op) -> list:
+    a = op.attrs
     y = op.outputs[0]
     _, k, row = lw.shape(y)
-    return [lw.cls("e2e")(**lw.head(op), levels=levels, nc=a["nc"], k=k, row=row, extra=a["extra_channels"],
-                          task=E2E_TASKS[a.get("task", "detect")], rows_off=lw.off(y))]
+    return [lw.cls("e2e")(**lw.head(op), levels=head_levels(lw, op), nc=a["nc"], k=k, row=row,
+                          extra=a["extra_channels"], task=E2E_TASKS[a.get("task", "detect")], rows_off=lw.off(y))]
+
+
+def lower_nms(lw: Lowering, op) -> list:
+    a = op.attrs
+    y = op.outputs[0]
+    _, k, row = lw.shape(y)
+    return [lw.cls("nms")(**lw.head(op), levels=head_levels(lw, op), nc=a["nc"], k=k, row=row,
+                          extra=a["extra_channels"], task=E2E_TASKS[a.get("task", "detect")], rows_off=lw.off(y),
+                          iou=float(a["iou"]), agnostic=bool(a["agnostic"]))]
 
 
 # The CPU backends' lowerings: IR op kind -> function(lowering, op) returning the op's steps.
@@ -352,6 +373,7 @@ CPU_LOWERINGS = {
     "upsample_nearest": lower_upsample,
     "attention": lower_attention,
     "e2e_detect": lower_e2e,
+    "nms_detect": lower_nms,
 }
 
 
@@ -380,24 +402,26 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
     attn = [st for st in steps if isinstance(st, Attention)]
     runtime_convs = [st for st in steps if isinstance(st, RuntimeConv)]
     e2e = next((st for st in steps if isinstance(st, E2E)), None)
+    nms = next((st for st in steps if isinstance(st, NMS)), None)
+    rows = e2e or nms  # the head's rows step
     outputs = {role: dict(off=off(t), h=graph.tensors[t].shape[0], w=graph.tensors[t].shape[1],
                           c=graph.tensors[t].shape[2], stride=v[t].stride) for role, t in graph.outputs.items()}
     attn_n = max((st.n for st in attn), default=0)
     attn_heads = max((st.heads for st in attn), default=0)
     attn_kd = max((st.key_dim for st in attn), default=0)
-    anchors = sum(lv.h * lv.w for lv in e2e.levels) if e2e else 0
+    anchors = sum(lv.h * lv.w for lv in rows.levels) if rows else 0
     prefix = backend.prefix
     kernels = selected_kernels(layers.values())
     return dict(layers=[layers[i] for i in sorted(layers)], ops=lw.ops, runtime_convs=runtime_convs, outputs=outputs,
                 kernels=kernels,
                 storages=sorted(lw.storages.values(), key=lambda st: (st["offset"], st["macro"])),
                 weight_refs=lw.blob.refs, weight_sources=lw.blob.sources, blob=lw.blob.bytes(),
-                blob_floats=lw.blob.floats, attention=attn, e2e=e2e,
-                input_off=off(graph.input), rows_k=e2e.k if e2e else 0, row_len=e2e.row if e2e else 0,
+                blob_floats=lw.blob.floats, attention=attn, e2e=e2e, nms=nms,
+                input_off=off(graph.input), rows_k=rows.k if rows else 0, row_len=rows.row if rows else 0,
                 arena_bytes=plan.arena_bytes,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
-                                            graph.tensors[graph.input].shape[1], backend.letterbox_bands),
+                                            graph.tensors[graph.input].shape[1], backend.letterbox_bands, nms),
                 # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
                 wino_max_cout=0, wino_slot_bytes=0,
                 # the context struct of a CPU backend: a pointer per operator, a double per layer and a pointer per
@@ -479,10 +503,11 @@ FIXED_FAMILIES = ("rt", "pre", "post", "layout", "io")
 
 
 def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors: int, input_w: int,
-                  letterbox_bands: int = 1) -> int:
+                  letterbox_bands: int = 1, nms=None) -> int:
     """<NAME>_SCRATCH_BYTES: the largest of the runtime kernels' scratch, as the runtime's
-    CARVE_ATTENTION_SCRATCH_FLOATS / CARVE_E2E_SCRATCH_BYTES / CARVE_LETTERBOX_SCRATCH_BYTES
-    compute it (the generated code _Static_asserts that this is enough), rounded up to 64, + 64."""
+    CARVE_ATTENTION_SCRATCH_FLOATS / CARVE_E2E_SCRATCH_BYTES (or CARVE_NMS_SCRATCH_BYTES) /
+    CARVE_LETTERBOX_SCRATCH_BYTES compute it (the generated code _Static_asserts that this is enough), rounded up
+    to 64, + 64."""
     # attention: k transposed (key_dim rows) and 8 score rows per block of 64 query rows, per head, each row of
     # n rounded up to 32 floats (CARVE_ATTN_ROWS_PER_TASK, CARVE_ATTN_GROUP, CARVE_ATTN_KEY_BLOCK)
     need = attn_heads * (attn_key_dim + -(-attn_n // 64) * 8) * (-(-attn_n // 32) * 32) * 4
@@ -491,6 +516,9 @@ def scratch_bytes(attn_n: int, attn_heads: int, attn_key_dim: int, e2e, anchors:
         # letterbox: the column plan (3 int32 per column) + 2 rows of 3 int32 per column for each of the
         # CARVE_LETTERBOX_BANDS bands
         need = max(need, max(kk * e2e["nc"], anchors) * 8 + kk * 4, input_w * (3 + 6 * letterbox_bands) * 4)
+    if nms:
+        # a 64-bit key and five floats per anchor; the letterbox as above
+        need = max(need, anchors * runtime_define("CARVE_NMS_BYTES_PER_ANCHOR"), input_w * (3 + 6 * letterbox_bands) * 4)
     return -(-need // 64) * 64 + 64
 
 

@@ -39,6 +39,7 @@ RUNTIME_FAMILIES = {
     "attention": "carve_attention.h",       # carve_attention
     "layout": "carve_layout.h",          # upsample, NCHW <-> NHWC
     "post": "carve_post.h",           # end-to-end post-processing, softmax, top-k of probabilities
+    "nms": "carve_nms.h",             # one-to-many decode + non-maximum suppression (--head nms)
     "pre": "carve_pre.h",             # letterbox, classify pre-processing, box mapping
     "mask": "carve_mask.h",           # segmentation masks
     "weights": "carve_weights.h",     # weights file checks, f16 widening
@@ -51,6 +52,7 @@ RUNTIME_FAMILIES = {
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
     "cuda_pre": "carve_cuda_pre.cu",  # device letterbox / classify pre-processing
+    "cuda_nms": "carve_cuda_nms.h",   # device one-to-many decode + NMS (--head nms)
 }
 
 
@@ -346,6 +348,26 @@ class E2E(Step):
     families: ClassVar[tuple] = ("post",)
 
 
+@dataclass(kw_only=True)
+class NMS(Step):
+    """The one-to-many head's post-processing (decode, confidence filter at the run's conf, non-maximum
+    suppression, task decoding) into the rows: carve_nms_postprocess. iou and agnostic are the package's."""
+
+    levels: list = field(default_factory=list)
+    nc: int
+    k: int
+    row: int
+    extra: int
+    task: str
+    rows_off: str
+    iou: float
+    agnostic: bool
+    kind: ClassVar[str] = "nms"
+    macro: ClassVar[str] = "nms"
+    function: ClassVar[str] = "carve_nms_postprocess"
+    families: ClassVar[tuple] = ("nms",)
+
+
 # ---- CUDA steps (runtime/carve_cuda.h) ------------------------------------------------------------------
 
 
@@ -493,7 +515,16 @@ class CuE2E(E2E):
     families: ClassVar[tuple] = ("cuda", "cuda_topk")
 
 
+@dataclass(kw_only=True)
+class CuNMS(NMS):
+    """carve_cu_nms_postprocess: the run's conf and the rows' count in the device scratch's reserved tail."""
+
+    macro: ClassVar[str] = "cu_nms"
+    function: ClassVar[str] = "carve_cu_nms_postprocess"
+    families: ClassVar[tuple] = ("cuda", "cuda_nms", "cuda_topk")  # the order is carve_cu_topk's
+
+
 # The step classes of the CPU backends' shared lowerings, by role; a backend overrides roles
 # (CBackend.step_classes).
-CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "view": View}
-CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "view": View}
+CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View}
+CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "nms": CuNMS, "view": View}

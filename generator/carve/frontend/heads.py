@@ -1,8 +1,14 @@
 """YOLO26 heads (ultralytics/nn/modules/head.py), one builder per head class.
 
-Only the inference branch is built: the end-to-end ``one2one_*`` convs and
-the NMS-free post-processing. A new head is a new function in ``HEADS``.
-Every builder returns ``(layer output tensor, {graph output role: tensor})``.
+Only one inference branch is built, the one ``HeadSpec.head`` names:
+
+* ``e2e``: the end-to-end ``one2one_*`` convs and the NMS-free top-k (``e2e_detect``), what Ultralytics runs with
+  ``predict(nms=False)``;
+* ``nms``: the one-to-many convs (``cv2``, ``cv3``, ``cv4`` / ``cv4_kpts``) and non-maximum suppression
+  (``nms_detect``), what ``predict()`` runs by default.
+
+The other branch's weights are never read, so ``prune_weights`` leaves them out of the package. A new head is a
+new function in ``HEADS``. Every builder returns ``(layer output tensor, {graph output role: tensor})``.
 """
 
 from __future__ import annotations
@@ -24,46 +30,83 @@ class HeadSpec:
     width: float
     max_channels: int
     kpt_shape: tuple = (17, 3)
+    head: str = "e2e"   # "e2e": one2one branch + top-k; "nms": one-to-many branch + NMS
+    iou: float = 0.7    # nms: the suppression's IoU threshold
+    agnostic: bool = False  # nms: class-agnostic suppression
+
+    @property
+    def branch(self) -> str:
+        """The module-name prefix of the chosen branch's convs: ``one2one_`` (e2e) or none (nms)."""
+        return "one2one_" if self.head == "e2e" else ""
 
 
 def _scaled(c: int, spec: HeadSpec) -> int:
     return int(math.ceil(min(c, spec.max_channels) * spec.width / 8) * 8)
 
 
-def _box_cls(ctx: Ctx, p: str, x: str, i: int, ch0: int, nc: int) -> tuple:
-    """One level of the one2one box (4 raw ltrb distances) and class (nc logits) branches."""
+def _check_branch(ctx: Ctx, p: str, spec: HeadSpec) -> None:
+    """--head nms needs the one-to-many branch, which a model fused for end-to-end inference has dropped (the
+    checkpoint reader already refuses heads without the one-to-one branch)."""
+    first = f"{p}.cv2.0.0.conv.weight"
+    if spec.head == "nms" and first not in ctx.ckpt.tensors:
+        raise CarveError(f"{p}: the checkpoint has no one-to-many branch (cv2, cv3), which --head nms runs "
+                         f"({first} is missing)", location=ctx.ckpt.path,
+                         hint="generate with --head e2e, or from the checkpoint before fuse() dropped that branch")
+
+
+def _box_cls(ctx: Ctx, p: str, x: str, i: int, ch0: int, spec: HeadSpec) -> tuple:
+    """One level of the chosen branch's box (4 raw ltrb distances) and class (nc logits) convs: one2one_cv2 /
+    one2one_cv3 (e2e) or cv2 / cv3 (nms), the same layers (Detect deep-copies one into the other)."""
+    b_ = spec.branch
     c2 = max(16, ch0 // 4, 4)
-    c3 = max(ch0, min(nc, 100))
+    c3 = max(ch0, min(spec.nc, 100))
     ci = ctx.gb.shape(x)[2]
-    b = ctx.conv(f"{p}.one2one_cv2.{i}.0", x, c2, 3)
-    b = ctx.conv(f"{p}.one2one_cv2.{i}.1", b, c2, 3)
-    box = ctx.conv2d(f"{p}.one2one_cv2.{i}.2", b, 4)
-    c = ctx.conv(f"{p}.one2one_cv3.{i}.0.0", x, ci, 3, g=ci)       # DWConv
-    c = ctx.conv(f"{p}.one2one_cv3.{i}.0.1", c, c3, 1)
-    c = ctx.conv(f"{p}.one2one_cv3.{i}.1.0", c, c3, 3, g=c3)       # DWConv
-    c = ctx.conv(f"{p}.one2one_cv3.{i}.1.1", c, c3, 1)
-    cls = ctx.conv2d(f"{p}.one2one_cv3.{i}.2", c, nc)
+    b = ctx.conv(f"{p}.{b_}cv2.{i}.0", x, c2, 3)
+    b = ctx.conv(f"{p}.{b_}cv2.{i}.1", b, c2, 3)
+    box = ctx.conv2d(f"{p}.{b_}cv2.{i}.2", b, 4)
+    c = ctx.conv(f"{p}.{b_}cv3.{i}.0.0", x, ci, 3, g=ci)       # DWConv
+    c = ctx.conv(f"{p}.{b_}cv3.{i}.0.1", c, c3, 1)
+    c = ctx.conv(f"{p}.{b_}cv3.{i}.1.0", c, c3, 3, g=c3)       # DWConv
+    c = ctx.conv(f"{p}.{b_}cv3.{i}.1.1", c, c3, 1)
+    cls = ctx.conv2d(f"{p}.{b_}cv3.{i}.2", c, spec.nc)
     return box, cls
 
 
-def _e2e(ctx: Ctx, p: str, levels: list, spec: HeadSpec, task: str, extra: int) -> str:
-    """The end-to-end post-processing over per-level (box, cls[, extra]) tensors: rows (1, k, 6 + extra)."""
+def _levels(ctx: Ctx, p: str, feats: list, spec: HeadSpec, extra=None) -> list:
+    """Per level (box, cls) or (box, cls, extra(ctx, p, x, i)) of the chosen branch."""
+    _check_branch(ctx, p, spec)
+    ch0 = ctx.gb.shape(feats[0])[2]
+    levels = []
+    for i, x in enumerate(feats):
+        box, cls = _box_cls(ctx, p, x, i, ch0, spec)
+        levels.append((box, cls) if extra is None else (box, cls, extra(x, i)))
+    return levels
+
+
+def _post(ctx: Ctx, p: str, levels: list, spec: HeadSpec, task: str, extra: int) -> str:
+    """The head's post-processing over per-level (box, cls[, extra]) tensors: rows (1, k, 6 + extra). e2e: the
+    end-to-end top-k (``e2e_detect``); nms: decode, confidence filter and non-maximum suppression
+    (``nms_detect``), as Ultralytics' non_max_suppression with its predictor's arguments."""
     inputs, strides = [], []
     for lv in levels:
         inputs += list(lv)
         strides.append(spec.imgsz // ctx.gb.shape(lv[0])[0])
-    (y,) = ctx.gb.add("e2e_detect", f"{p}.e2e", inputs, ctx.layer,
-                      dict(nc=spec.nc, k=spec.max_det, strides=tuple(strides), inputs_per_level=len(levels[0]),
-                           extra_channels=extra, task=task),
+    attrs = dict(nc=spec.nc, k=spec.max_det, strides=tuple(strides), inputs_per_level=len(levels[0]),
+                 extra_channels=extra, task=task)
+    if spec.head == "nms":
+        attrs.update(iou=float(spec.iou), agnostic=bool(spec.agnostic))
+        (y,) = ctx.gb.add("nms_detect", f"{p}.nms", inputs, ctx.layer, attrs,
+                          source=f"one-to-many decode + {'class-agnostic' if spec.agnostic else 'class-aware'} NMS "
+                                 f"(iou {spec.iou:g}, max_det {spec.max_det}) ({task})", outputs=["output0"])
+        return y
+    (y,) = ctx.gb.add("e2e_detect", f"{p}.e2e", inputs, ctx.layer, attrs,
                       source=f"end-to-end top-k (k={spec.max_det}) + gather ({task})", outputs=["output0"])
     return y
 
 
 def detect(ctx: Ctx, p: str, feats: list, args: list, spec: HeadSpec) -> tuple:
-    """Detect (end2end, reg_max 1): rows (1, k, 6) = x1, y1, x2, y2, score, class."""
-    ch0 = ctx.gb.shape(feats[0])[2]
-    levels = [_box_cls(ctx, p, x, i, ch0, spec.nc) for i, x in enumerate(feats)]
-    y = _e2e(ctx, p, levels, spec, "detect", 0)
+    """Detect (reg_max 1): rows (1, k, 6) = x1, y1, x2, y2, score, class."""
+    y = _post(ctx, p, _levels(ctx, p, feats, spec), spec, "detect", 0)
     return y, {"output0": y}
 
 
@@ -78,14 +121,10 @@ def segment26(ctx: Ctx, p: str, feats: list, args: list, spec: HeadSpec) -> tupl
     """Segment26: rows (1, k, 6 + nm) with raw mask coefficients, and prototypes (H/4, W/4, nm) from Proto26."""
     nm = int(args[1]) if len(args) > 1 else 32
     npr = _scaled(int(args[2]) if len(args) > 2 else 256, spec)
-    ch0 = ctx.gb.shape(feats[0])[2]
-    c4 = max(ch0 // 4, nm)
-    levels = []
-    for i, x in enumerate(feats):
-        box, cls = _box_cls(ctx, p, x, i, ch0, spec.nc)
-        coef = _extra_branch(ctx, f"{p}.one2one_cv4.{i}", x, c4, nm, f"{p}.one2one_cv4.{i}.2")
-        levels.append((box, cls, coef))
-    y = _e2e(ctx, p, levels, spec, "segment", nm)
+    c4 = max(ctx.gb.shape(feats[0])[2] // 4, nm)
+    cv4 = f"{p}.{spec.branch}cv4"
+    levels = _levels(ctx, p, feats, spec, lambda x, i: _extra_branch(ctx, f"{cv4}.{i}", x, c4, nm, f"{cv4}.{i}.2"))
+    y = _post(ctx, p, levels, spec, "segment", nm)
     protos = proto26(ctx, f"{p}.proto", feats, npr, nm)
     return y, {"output0": y, "output1": protos}
 
@@ -116,28 +155,24 @@ def pose26(ctx: Ctx, p: str, feats: list, args: list, spec: HeadSpec) -> tuple:
     """Pose26: rows (1, k, 6 + nk) with keypoints decoded to input pixels (x, y) and sigmoid visibility."""
     nkpt, ndim = spec.kpt_shape
     nk = nkpt * ndim
-    ch0 = ctx.gb.shape(feats[0])[2]
-    c4 = max(ch0 // 4, nkpt * (ndim + 2))
-    levels = []
-    for i, x in enumerate(feats):
-        box, cls = _box_cls(ctx, p, x, i, ch0, spec.nc)
-        e = ctx.conv(f"{p}.one2one_cv4.{i}.0", x, c4, 3)
-        e = ctx.conv(f"{p}.one2one_cv4.{i}.1", e, c4, 3)
-        levels.append((box, cls, ctx.conv2d(f"{p}.one2one_cv4_kpts.{i}", e, nk)))
-    y = _e2e(ctx, p, levels, spec, "pose", nk)
+    c4 = max(ctx.gb.shape(feats[0])[2] // 4, nkpt * (ndim + 2))
+    b_ = spec.branch
+
+    def kpts(x, i):
+        e = ctx.conv(f"{p}.{b_}cv4.{i}.0", x, c4, 3)
+        e = ctx.conv(f"{p}.{b_}cv4.{i}.1", e, c4, 3)
+        return ctx.conv2d(f"{p}.{b_}cv4_kpts.{i}", e, nk)
+    y = _post(ctx, p, _levels(ctx, p, feats, spec, kpts), spec, "pose", nk)
     return y, {"output0": y}
 
 
 def obb26(ctx: Ctx, p: str, feats: list, args: list, spec: HeadSpec) -> tuple:
     """OBB26: rows (1, k, 7) = cx, cy, w, h, score, class, raw angle (radians)."""
     ne = int(args[1]) if len(args) > 1 else 1
-    ch0 = ctx.gb.shape(feats[0])[2]
-    c4 = max(ch0 // 4, ne)
-    levels = []
-    for i, x in enumerate(feats):
-        box, cls = _box_cls(ctx, p, x, i, ch0, spec.nc)
-        levels.append((box, cls, _extra_branch(ctx, f"{p}.one2one_cv4.{i}", x, c4, ne, f"{p}.one2one_cv4.{i}.2")))
-    y = _e2e(ctx, p, levels, spec, "obb", ne)
+    c4 = max(ctx.gb.shape(feats[0])[2] // 4, ne)
+    cv4 = f"{p}.{spec.branch}cv4"
+    levels = _levels(ctx, p, feats, spec, lambda x, i: _extra_branch(ctx, f"{cv4}.{i}", x, c4, ne, f"{cv4}.{i}.2"))
+    y = _post(ctx, p, levels, spec, "obb", ne)
     return y, {"output0": y}
 
 

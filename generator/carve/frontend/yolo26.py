@@ -62,9 +62,10 @@ def _norm(v):
     return v
 
 
-def build_graph(manifest, arch: dict, ckpt, imgsz=None):
+def build_graph(manifest, arch: dict, ckpt, imgsz=None, head: dict | None = None):
     """Build the IR for one YOLO26 variant at an input of ``imgsz``: one size (square) or (height, width);
-    None: the manifest's."""
+    None: the manifest's. ``head``: {"head": "e2e" | "nms", "iou", "agnostic"} (compiler.head_options); None:
+    the manifest's head with Ultralytics' defaults."""
     in_h, in_w = input_hw(imgsz or manifest.imgsz)
     for v in (in_h, in_w):
         if v <= 0 or v % 32:
@@ -90,7 +91,9 @@ def build_graph(manifest, arch: dict, ckpt, imgsz=None):
         raise CarveError(f"yaml.kpt_shape: {kpt!r:.60} where [keypoints, 2 or 3] is expected", location=ckpt.path)
     kpt = (M.checked_number(kpt[0], "yaml.kpt_shape[0]", ckpt.path, 1, 1000),
            M.checked_number(kpt[1], "yaml.kpt_shape[1]", ckpt.path, 2, 3))
-    spec = HeadSpec(nc=nc, imgsz=in_h, max_det=max_det, width=width, max_channels=max_ch, kpt_shape=kpt)
+    head = dict(head or {"head": manifest.head, "iou": 0.7, "agnostic": False})
+    spec = HeadSpec(nc=nc, imgsz=in_h, max_det=max_det, width=width, max_channels=max_ch, kpt_shape=kpt,
+                    head=head["head"] or "e2e", iou=head["iou"], agnostic=head["agnostic"])
     outs: list = []
     outputs: dict = {}
     layers = arch["backbone"] + arch["head"]
@@ -142,6 +145,7 @@ def build_graph(manifest, arch: dict, ckpt, imgsz=None):
     meta = dict(task=manifest.task, nc=nc, names=names, imgsz=in_h if in_h == in_w else format_hw((in_h, in_w)),
                 input_hw=(in_h, in_w), scale=manifest.scale,
                 max_det=max_det, conf=manifest.conf, manifest=manifest.path, weights=Path(ckpt.path).name,
+                head=None if manifest.task == "classify" else spec.head, iou=spec.iou, agnostic=spec.agnostic,
                 provenance=dict(manifest.provenance), weights_sha256=ckpt.sha256)
     graph = gb.build(outputs, meta)
     validate(graph)

@@ -1,0 +1,383 @@
+// carve runtime, CUDA: the one-to-many head + non-maximum suppression (see carve_cuda_nms.h).
+//
+// The formulas are carve_nms.c's, written with __fmul_rn / __fadd_rn where a product
+// meets a sum, so that nvcc contracts nothing into an FMA: on the same head outputs the
+// decisions are the CPU's, and under the host emulation the rows are its bits.
+//
+// Steps (every launch checked; nothing allocated; nothing waits for the host):
+//   scores kernel    s[a] = best class score of anchor a, NaN when not a candidate;
+//   carve_cu_topk    order = the min(A, max_nms) anchors by s, best first (NaN last);
+//   suppress kernel  one block walks the order: thread 0 decodes candidate i (its class
+//                    offset box, or its Gaussian for obb), the block tests it against the
+//                    kept boxes (greedy) or every earlier candidate (obb: fast NMS), thread 0
+//                    appends a survivor's anchor to the kept list; *num_rows = kept;
+//   rows kernel      row r = the r-th kept anchor decoded, for r < *num_rows (a gather).
+// The walk is sequential by nature (a box's fate depends on every better one); what is
+// parallel is each box's comparisons. It visits the candidates only (scores > conf), and
+// stops at max_det kept.
+
+#include "carve_cuda_impl.h"
+#include "carve_cuda_nms.h"
+
+#define CARVE_CU_NMS_MAX_LEVELS 8
+#define CARVE_CU_NMS_THREADS 256  // the suppress kernel's block
+
+// The levels by value (kernel arguments): anchors of level l are [start[l], start[l + 1]).
+typedef struct nms_levels {
+  carve_level lv[CARVE_CU_NMS_MAX_LEVELS];
+  size_t start[CARVE_CU_NMS_MAX_LEVELS + 1];
+  uint32_t num;
+} nms_levels;
+
+static __device__ __forceinline__ const carve_level* nms_locate(const nms_levels* L, size_t a, size_t* pixel) {
+  uint32_t l = 0;
+  while (l + 1 < L->num && a >= L->start[l + 1]) {
+    l++;
+  }
+  *pixel = a - L->start[l];
+  return &L->lv[l];
+}
+
+// ---- Scores and classes (carve_nms.c: max_logit, best_class) ------------------------------------
+
+// max over c of x[c], ignoring NaN; *any = 0 when every x[c] is NaN.
+static __device__ __forceinline__ float nms_max_logit(const float* x, size_t n, int* any) {
+  float m = -INFINITY;
+  int seen = 0;
+  for (size_t c = 0; c < n; c++) {
+    if (x[c] == x[c]) {
+      seen = 1;
+      m = x[c] > m ? x[c] : m;
+    }
+  }
+  *any = seen;
+  return m;
+}
+
+// The first class whose sigmoid is `score` = sigmoid(m) (cls.max(1) of non_max_suppression).
+static __device__ __forceinline__ size_t nms_best_class(const float* cls, size_t nc, float m, float score) {
+  size_t first = 0;
+  while (first < nc && !(cls[first] == m)) {
+    first++;
+  }
+  for (size_t c = 0; c < first; c++) {
+    if (carve_cu_sigmoid(cls[c]) == score) {
+      return c;
+    }
+  }
+  return first;
+}
+
+// ---- Decoding (carve_nms.c: decode_xyxy, decode_rbox) -------------------------------------------
+
+static __device__ __forceinline__ void nms_decode_xyxy(const float* ltrb, float ax, float ay, float s, float* out) {
+  const float x1 = ax - ltrb[0], y1 = ay - ltrb[1];
+  const float x2 = ax + ltrb[2], y2 = ay + ltrb[3];
+  const float cx = __fmul_rn((x1 + x2) / 2.0f, s), cy = __fmul_rn((y1 + y2) / 2.0f, s);
+  const float w = __fmul_rn(x2 - x1, s), h = __fmul_rn(y2 - y1, s);
+  const float hw = w / 2.0f, hh = h / 2.0f;
+  out[0] = cx - hw;
+  out[1] = cy - hh;
+  out[2] = cx + hw;
+  out[3] = cy + hh;
+}
+
+static __device__ __forceinline__ void nms_decode_rbox(const float* ltrb, float theta, float ax, float ay, float s,
+                                                       float* out) {
+  const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
+  const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
+  const float c = cosf(theta), sn = sinf(theta);
+  const float x = __fsub_rn(__fmul_rn(xf, c), __fmul_rn(yf, sn));
+  const float y = __fadd_rn(__fmul_rn(xf, sn), __fmul_rn(yf, c));
+  out[0] = __fmul_rn(x + ax, s);
+  out[1] = __fmul_rn(y + ay, s);
+  out[2] = __fmul_rn(ltrb[0] + ltrb[2], s);
+  out[3] = __fmul_rn(ltrb[1] + ltrb[3], s);
+}
+
+// ---- Overlap (carve_nms.c: box_iou, probiou_prepare, probiou) -------------------------------------
+
+// a, b: offset x1, y1, x2, y2, area; a the kept (better) box.
+static __device__ __forceinline__ float nms_box_iou(const float* a, const float* b) {
+  const float xx1 = a[0] < b[0] ? b[0] : a[0];
+  const float yy1 = a[1] < b[1] ? b[1] : a[1];
+  const float xx2 = b[2] < a[2] ? b[2] : a[2];
+  const float yy2 = b[3] < a[3] ? b[3] : a[3];
+  const float dw = xx2 - xx1, dh = yy2 - yy1;
+  const float w = 0.0f < dw ? dw : 0.0f;
+  const float h = 0.0f < dh ? dh : 0.0f;
+  const float inter = __fmul_rn(w, h);
+  return inter / (a[4] + b[4] - inter);
+}
+
+// x, y (class-offset centre), a, b, c: the covariance of the box's Gaussian.
+static __device__ __forceinline__ void nms_probiou_prepare(float x, float y, float w, float h, float theta,
+                                                           float* out) {
+  const float a = __fmul_rn(w, w) / 12.0f + 0.0f, b = __fmul_rn(h, h) / 12.0f + 0.0f;
+  const float cs = cosf(theta), sn = sinf(theta);
+  const float cos2 = __fmul_rn(cs, cs), sin2 = __fmul_rn(sn, sn);
+  out[0] = x;
+  out[1] = y;
+  out[2] = __fadd_rn(__fmul_rn(a, cos2), __fmul_rn(b, sin2));
+  out[3] = __fadd_rn(__fmul_rn(a, sin2), __fmul_rn(b, cos2));
+  out[4] = __fmul_rn(__fmul_rn(a - b, cs), sn);
+}
+
+// batch_probiou(obb1 = p, obb2 = q), term by term (eps = 1e-7).
+static __device__ __forceinline__ float nms_probiou(const float* p, const float* q) {
+  const float eps = 1e-7f;
+  const float sa = p[2] + q[2], sb = p[3] + q[3], sc = p[4] + q[4];
+  const float dy = p[1] - q[1], dx = p[0] - q[0];
+  const float det = __fsub_rn(__fmul_rn(sa, sb), __fmul_rn(sc, sc));
+  const float den = det + eps;
+  const float t1 = __fmul_rn(__fadd_rn(__fmul_rn(sa, __fmul_rn(dy, dy)), __fmul_rn(sb, __fmul_rn(dx, dx))) / den, 0.25f);
+  const float t2 = __fmul_rn(__fmul_rn(__fmul_rn(sc, q[0] - p[0]), p[1] - q[1]) / den, 0.5f);
+  const float d1 = __fsub_rn(__fmul_rn(p[2], p[3]), __fmul_rn(p[4], p[4]));
+  const float d2 = __fsub_rn(__fmul_rn(q[2], q[3]), __fmul_rn(q[4], q[4]));
+  const float c1 = d1 > 0.0f ? d1 : (d1 == d1 ? 0.0f : d1), c2 = d2 > 0.0f ? d2 : (d2 == d2 ? 0.0f : d2);
+  const float four = __fmul_rn(4.0f, sqrtf(__fmul_rn(c1, c2)));
+  const float t3 = __fmul_rn(logf(det / (four + eps) + eps), 0.5f);
+  float bd = __fadd_rn(__fadd_rn(t1, t2), t3);
+  bd = bd < eps ? eps : (bd > 100.0f ? 100.0f : bd);
+  const float hd = sqrtf(1.0f - expf(-bd) + eps);
+  return 1.0f - hd;
+}
+
+// ---- Kernels ---------------------------------------------------------------------------------------
+
+// s[a] = sigmoid(max logit) if it is > *conf (and some logit is a number), else NaN.
+__global__ void carve_cu_nms_scores_kernel(nms_levels L, size_t anchors, size_t nc, const float* __restrict__ conf,
+                                           float* __restrict__ s) {
+  const float thr = *conf;
+  CARVE_CU_FOR(a, anchors) {
+    size_t pixel;
+    const carve_level* lv = nms_locate(&L, a, &pixel);
+    int any;
+    const float score = carve_cu_sigmoid(nms_max_logit(lv->cls + pixel * lv->cls_stride, nc, &any));
+    s[a] = (any && score > thr) ? score : NAN;
+  }
+}
+
+// Candidate anchor a's box for the suppression: the offset xyxy + area (greedy), or the offset
+// centre and covariance (obb); its box as the row has it into row4 when not NULL.
+static __device__ void nms_candidate(const nms_levels* L, size_t a, size_t nc, int task, int agnostic, float* cand,
+                                     float* row4, float* score_out, size_t* class_out) {
+  size_t pixel;
+  const carve_level* lv = nms_locate(L, a, &pixel);
+  const float ax = (float)(pixel % lv->w) + 0.5f;
+  const float ay = (float)(pixel / lv->w) + 0.5f;
+  const float* ltrb = lv->box + pixel * lv->box_stride;
+  const float* cls = lv->cls + pixel * lv->cls_stride;
+  int any;
+  const float m = nms_max_logit(cls, nc, &any);
+  const float score = carve_cu_sigmoid(m);
+  const size_t c = nms_best_class(cls, nc, m, score);
+  const float offset = agnostic ? 0.0f : __fmul_rn((float)c, (float)CARVE_NMS_MAX_WH);
+  float box[4];
+  if (task == CARVE_E2E_OBB) {
+    const float theta = lv->extra[pixel * lv->extra_stride];
+    nms_decode_rbox(ltrb, theta, ax, ay, lv->stride, box);
+    nms_probiou_prepare(box[0] + offset, box[1] + offset, box[2], box[3], theta, cand);
+  } else {
+    nms_decode_xyxy(ltrb, ax, ay, lv->stride, box);
+    for (int k = 0; k < 4; k++) {
+      cand[k] = box[k] + offset;
+    }
+    cand[4] = __fmul_rn(cand[2] - cand[0], cand[3] - cand[1]);
+  }
+  if (row4 != NULL) {
+    for (int k = 0; k < 4; k++) {
+      row4[k] = box[k];
+    }
+  }
+  *score_out = score;
+  *class_out = c;
+}
+
+// The walk over order[0 .. n) (one block): keep[] the kept anchors, *num_rows their count.
+// boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
+__global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
+carve_cu_nms_suppress_kernel(nms_levels L, size_t nc, int task, int agnostic, double iou, const float* __restrict__ s,
+                             const int32_t* __restrict__ order, uint32_t n, uint32_t max_det, float* __restrict__ boxes,
+                             int32_t* __restrict__ keep, uint32_t* __restrict__ num_rows) {
+  __shared__ float cand[5];
+  __shared__ int suppressed;
+  __shared__ uint32_t kept;
+  const unsigned t = threadIdx.x;
+  const float iou_f = (float)iou;  // fast_nms compares in float
+  if (t == 0) {
+    kept = 0;
+  }
+  __syncthreads();
+  for (uint32_t i = 0; i < n; i++) {
+    const int32_t a = order[i];
+    if (s[a] != s[a] || kept >= max_det) {
+      break;  // the rest are not candidates, or max_det are kept: the same for every thread
+    }
+    if (t == 0) {
+      float score;
+      size_t c;
+      nms_candidate(&L, (size_t)a, nc, task, agnostic, cand, NULL, &score, &c);
+      if (task == CARVE_E2E_OBB) {
+        for (int k = 0; k < 5; k++) {
+          boxes[(size_t)i * 5 + k] = cand[k];
+        }
+      }
+      suppressed = 0;
+    }
+    __syncthreads();
+    if (task == CARVE_E2E_OBB) {  // any better candidate, kept or not
+      for (uint32_t j = t; j < i; j += blockDim.x) {
+        if (nms_probiou(boxes + (size_t)j * 5, cand) > iou_f) {
+          suppressed = 1;
+        }
+      }
+    } else {  // any kept box
+      for (uint32_t j = t; j < kept; j += blockDim.x) {
+        if ((double)nms_box_iou(boxes + (size_t)j * 5, cand) > iou) {
+          suppressed = 1;
+        }
+      }
+    }
+    __syncthreads();
+    if (t == 0 && !suppressed) {
+      keep[kept] = a;
+      if (task != CARVE_E2E_OBB) {
+        for (int k = 0; k < 5; k++) {
+          boxes[(size_t)kept * 5 + k] = cand[k];
+        }
+      }
+      kept++;
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    *num_rows = kept;
+  }
+}
+
+// Row r < *num_rows from the r-th kept anchor: box, score, class, extras (carve_nms.c's rows).
+__global__ void carve_cu_nms_rows_kernel(nms_levels L, size_t nc, size_t extra_channels, int task, int agnostic,
+                                         const int32_t* __restrict__ keep, const uint32_t* __restrict__ num_rows,
+                                         size_t cap, float* __restrict__ rows) {
+  const size_t n = *num_rows;
+  const size_t width = 6 + extra_channels;
+  CARVE_CU_FOR(r, cap) {
+    if (r >= n) {
+      continue;
+    }
+    const size_t a = (size_t)keep[r];
+    float cand[5], score;
+    size_t c;
+    float* row = rows + r * width;
+    nms_candidate(&L, a, nc, task, agnostic, cand, row, &score, &c);
+    row[4] = score;
+    row[5] = (float)c;
+    size_t pixel;
+    const carve_level* lv = nms_locate(&L, a, &pixel);
+    const float* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
+    if (task == CARVE_E2E_POSE) {
+      const float ax = (float)(pixel % lv->w) + 0.5f;
+      const float ay = (float)(pixel / lv->w) + 0.5f;
+      for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
+        row[6 + j] = __fmul_rn(extra[j] + ax, lv->stride);
+        row[6 + j + 1] = __fmul_rn(extra[j + 1] + ay, lv->stride);
+        row[6 + j + 2] = carve_cu_sigmoid(extra[j + 2]);
+      }
+    } else {
+      for (size_t j = 0; j < extra_channels; j++) {
+        row[6 + j] = extra[j];
+      }
+    }
+  }
+}
+
+// ---- Host ------------------------------------------------------------------------------------------
+
+static size_t nms_align8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+// Scratch: anchor scores (A), order (k'), boxes (k', 5), kept anchors (min(max_det, k')), then the
+// top-k's scratch; k' = min(A, CARVE_NMS_MAX_NMS).
+extern "C" size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det) {
+  if (anchors == 0 || anchors > (size_t)INT32_MAX) {
+    return anchors == 0 ? 0 : SIZE_MAX;
+  }
+  const size_t kk = anchors < CARVE_NMS_MAX_NMS ? anchors : CARVE_NMS_MAX_NMS;
+  const size_t kept = max_det < kk ? max_det : kk;
+  return nms_align8(anchors * sizeof(float)) + nms_align8(kk * sizeof(int32_t)) + nms_align8(kk * 5 * sizeof(float)) +
+         nms_align8(kept * sizeof(int32_t)) + carve_cu_topk_scratch_bytes(anchors, kk);
+}
+
+static int nms_task_ok(carve_e2e_task task, size_t extra_channels) {
+  switch (task) {
+    case CARVE_E2E_DETECT:
+    case CARVE_E2E_SEGMENT:
+      return 1;
+    case CARVE_E2E_POSE:
+      return extra_channels % 3 == 0;
+    case CARVE_E2E_OBB:
+      return extra_channels == 1;
+    default:
+      return 0;
+  }
+}
+
+extern "C" carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                 size_t num_levels, size_t nc, size_t extra_channels,
+                                                 carve_e2e_task task, const float* conf, double iou, int agnostic,
+                                                 size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
+  if (ctx == NULL || levels == NULL || conf == NULL || scratch == NULL || rows == NULL || num_rows == NULL ||
+      nc == 0 || num_levels == 0 || num_levels > CARVE_CU_NMS_MAX_LEVELS ||
+      (uintptr_t)scratch % sizeof(uint64_t) != 0 || !(iou >= 0.0 && iou <= 1.0) ||
+      !nms_task_ok(task, extra_channels)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  nms_levels L;
+  memset(&L, 0, sizeof L);
+  L.num = (uint32_t)num_levels;
+  size_t anchors = 0;
+  for (size_t l = 0; l < num_levels; l++) {
+    const carve_level* lv = &levels[l];
+    if (lv->box == NULL || lv->cls == NULL || (extra_channels != 0 && lv->extra == NULL) || lv->box_stride < 4 ||
+        lv->cls_stride < nc || (extra_channels != 0 && lv->extra_stride < extra_channels)) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+    L.lv[l] = *lv;
+    L.start[l] = anchors;
+    anchors += lv->h * lv->w;
+  }
+  L.start[num_levels] = anchors;
+  if (anchors > (size_t)INT32_MAX) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (anchors == 0 || max_det == 0) {
+    if (cudaMemsetAsync(num_rows, 0, sizeof(uint32_t), ctx->stream) != cudaSuccess) {
+      return CARVE_ERR_BACKEND;
+    }
+    return CARVE_OK;
+  }
+  const size_t kk = anchors < CARVE_NMS_MAX_NMS ? anchors : CARVE_NMS_MAX_NMS;
+  const size_t cap = max_det < kk ? max_det : kk;  // rows, and kept anchors
+
+  unsigned char* base = (unsigned char*)scratch;
+  float* s = (float*)base;                                                     // (A) candidate scores
+  int32_t* order = (int32_t*)(base + nms_align8(anchors * sizeof(float)));     // (k') anchors, best first
+  float* boxes = (float*)((unsigned char*)order + nms_align8(kk * sizeof(int32_t)));  // (k', 5)
+  int32_t* keep = (int32_t*)((unsigned char*)boxes + nms_align8(kk * 5 * sizeof(float)));  // (cap) kept anchors
+  void* tk = (unsigned char*)keep + nms_align8(cap * sizeof(int32_t));         // top-k scratch
+
+  CARVE_LAUNCH(carve_cu_nms_scores_kernel, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors, nc,
+               conf, s);
+  CARVE_CU_CHECK_LAUNCH();
+  const carve_status st = carve_cu_topk(ctx, s, anchors, kk, order, NULL, tk);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  CARVE_LAUNCH(carve_cu_nms_suppress_kernel, 1, CARVE_CU_NMS_THREADS, ctx->stream, L, nc, (int)task, agnostic, iou,
+               (const float*)s, (const int32_t*)order, (uint32_t)kk, (uint32_t)cap, boxes, keep, num_rows);
+  CARVE_CU_CHECK_LAUNCH();
+  CARVE_LAUNCH(carve_cu_nms_rows_kernel, carve_cu_blocks(cap), CARVE_CU_THREADS, ctx->stream, L, nc, extra_channels,
+               (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, rows);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}

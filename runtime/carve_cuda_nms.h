@@ -1,0 +1,57 @@
+// carve runtime, CUDA: the one-to-many head + non-maximum suppression of --head nms on
+// the device (carve_cuda_nms.cu), the semantics of the CPU runtime's carve_nms.h. The
+// contract of carve_cuda.h holds: device pointers unless said, work enqueued on
+// ctx->stream only (no allocation, no host copy, no synchronisation), so it can be
+// captured into a CUDA Graph; the run's confidence threshold is therefore read from
+// device memory (`conf`), which the caller writes before the forward.
+
+#ifndef CARVE_CUDA_NMS_H
+#define CARVE_CUDA_NMS_H
+
+#include "carve_cuda.h"
+#include "carve_nms.h"  // CARVE_NMS_MAX_NMS, CARVE_NMS_MAX_WH
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// What a generated cuda package keeps at the end of its device scratch, where no other call of
+// the forward reaches: the run's conf (a float) and the rows' count (a uint32) of the NMS.
+#define CARVE_CU_NMS_PARAM_BYTES 256
+
+// Bytes of scratch carve_cu_nms_postprocess needs (8-byte aligned), for `anchors` = sum of
+// h*w over the levels and the rows' max_det; SIZE_MAX when too large.
+size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det);
+
+// carve_nms_postprocess on the device, in four steps, each indexing what it reads
+// (gather-style: no index_put or scatter, every thread writes its own slot):
+//   1. scores (one thread per anchor): the best class score, or NaN when the anchor is
+//      not a candidate (score <= *conf, or every logit NaN);
+//   2. order: carve_cu_topk's radix select + sort of those scores, min(anchors,
+//      CARVE_NMS_MAX_NMS) anchors best first, ties to the lower anchor (NaN last);
+//   3. suppression (one block): the candidates in that order, one after another; thread 0
+//      decodes the next one, the block compares it with the kept boxes (detect, segment,
+//      pose: torchvision's greedy NMS, float IoU of the class-offset boxes compared in
+//      double) or with every earlier candidate (obb: fast NMS with batch_probiou, compared
+//      in float); a kept one's anchor goes to the kept list (its next slot, on the one
+//      thread that decides); stops at max_det kept or at the first non-candidate;
+//   4. rows (one thread per row r < max_det): row r decoded from the r-th kept anchor,
+//      as carve_nms_postprocess writes it (rows from *num_rows on are not written).
+// conf: device, one float (the run's threshold); num_rows: device, one uint32 (the rows
+// written). iou in [0, 1]; rows: min(max_det, anchors) rows of 6 + extra_channels floats.
+// Products are rounded one by one (__fmul_rn: no FMA contraction), so the rows equal the
+// CPU's bit for bit where expf / cosf / sinf / logf / sqrtf do (the emulation's C
+// library: always; a GPU's: to their ulp error). CARVE_ERR_INVALID_ARGUMENT for NULL
+// pointers, nc == 0, no level or more than 8, a scratch not 8-byte aligned, iou outside
+// [0, 1], an unknown task or extras that do not fit it (carve_nms.h), more than 2^31 - 1
+// anchors; nothing is enqueued then. max_det == 0 or no anchors: *num_rows = 0 (a memset).
+carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level* levels, size_t num_levels,
+                                      size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
+                                      double iou, int agnostic, size_t max_det, void* scratch, float* rows,
+                                      uint32_t* num_rows);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CARVE_CUDA_NMS_H
