@@ -44,9 +44,9 @@
 // How long a thread spins before it sleeps, in microseconds: long enough to span the gap between two
 // steps of a run (a serial layer, a step too small to share), short enough to leave a CPU to the
 // other programs soon after a run ends. Measured in time, not in pause instructions, whose latency
-// differs tenfold between CPUs. A pool with more threads than CPUs does not spin at all: there a
-// spinning thread keeps a thread with work off its CPU. docs/performance.md has the measurements
-// behind the value.
+// differs tenfold between CPUs. A pool whose width (see `adapt`) is above the CPU count does not spin
+// at all: there a spinning thread keeps a thread with work off its CPU. docs/performance.md has the
+// measurements behind the value.
 #ifndef CARVE_POOL_SPIN_US
 #define CARVE_POOL_SPIN_US 100
 #endif
@@ -362,7 +362,8 @@ struct pthreadpool {
   step step;
   size_t threads;
   adapt adapt;                                    // the caller's: how `width` follows the waits
-  int64_t spin_ns;                  // CARVE_POOL_SPIN_US, or 0 when threads > carve_cpu_count()
+  int64_t spin_ns;                  // CARVE_POOL_SPIN_US
+  size_t cpus;                      // carve_cpu_count() at create: no spinning while width > cpus
   size_t workers_started;
   slot* slots;                      // threads of them: [0] the caller's, [1 + i] worker i's
 #if !CARVE_POOL_FUTEX
@@ -500,7 +501,7 @@ static int64_t now_ns(void) {
 // (acquired). The clock is read once per 16 pauses.
 static uint32_t spin_while(struct pthreadpool* pool, _Atomic uint32_t* word, uint32_t value) {
   uint32_t w = atomic_load_explicit(word, memory_order_acquire);
-  if (w != value || pool->spin_ns == 0) {
+  if (w != value || atomic_load_explicit(&pool->width, memory_order_relaxed) > pool->cpus) {
     return w;
   }
   const int64_t until = now_ns() + pool->spin_ns;
@@ -722,7 +723,8 @@ pthreadpool_t pthreadpool_create(size_t threads) {
   }
   pool->threads = threads;
   atomic_init(&pool->width, threads);
-  pool->spin_ns = threads <= carve_cpu_count() ? (int64_t)CARVE_POOL_SPIN_US * 1000 : 0;
+  pool->spin_ns = (int64_t)CARVE_POOL_SPIN_US * 1000;
+  pool->cpus = carve_cpu_count();
   atomic_init(&pool->pending, 0);
   atomic_init(&pool->epoch, 0);
   atomic_init(&pool->sleepers, 0);
