@@ -201,6 +201,11 @@ def cmd_generate_multi(args, say) -> int:
     manifests = check_specs(specs)
     out = Path(args.out) if args.out else Path.cwd() / "generated" / default_out_name(manifests, args.backend)
     if out.exists() and not args.force:  # refuse before the (long) compiles
+        from .checkpoint import read_checkpoint
+        from .compiler import check_checkpoint
+        for s, m in zip(specs, manifests):  # but after a checkpoint that does not fit its manifest: the real error
+            say(f"reading weights {s.checkpoint}")
+            check_checkpoint(m, read_checkpoint(s.checkpoint))
         raise CarveError("output folder exists", location=str(out), hint="pass --force to update it")
     result = compile_models(specs, args.imgsz, {"weights_format": weights_format, "weights_dtype": args.weights_dtype,
                                                 **head_args(args)},

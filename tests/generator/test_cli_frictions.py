@@ -201,3 +201,15 @@ def test_launcher_through_symlinks_from_any_directory(tmp_path):
         r = subprocess.run(argv, cwd=tmp_path / "bin", env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, (argv, r.stderr)
         assert "yolo26n-shapes" in r.stdout and "yolo26x-cls" in r.stdout, argv
+
+
+def test_multi_checkpoint_mismatch_before_output_folder_exists(capsys, tmp_path):
+    """The same order for several models in one package: a checkpoint that does not fit its manifest first."""
+    out = tmp_path / "pkg"
+    out.mkdir()
+    seg = REPO / "manifests" / "yolo26n-seg.yaml"
+    line = _error(capsys, "generate", SHAPES, seg, "--backend", "portable", "--checkpoint", PT, "--checkpoint", PT,
+                  "--out", out)
+    assert "output folder exists" not in line
+    assert "checkpoint is a 'detect' model" in line and f"hint: use {SHAPES}" in line
+    assert list(out.iterdir()) == []
