@@ -327,12 +327,17 @@ typedef struct slot {
   size_t index;
 } slot;
 
-// The pool's width follows what the OS gives it. A thread preempted while it holds a chunk makes
-// the caller wait for it (the chunk cannot be taken back), for a time slice of the scheduler, not
-// a chunk's time; on a machine whose CPUs are shared that happens every few steps, and the threads
-// then lose more than they win. The caller counts, per window of ADAPT_WINDOW parallel steps, the
-// time it waited beyond the chunks' own length (a wait longer than 2 chunks + ADAPT_SLACK_NS); when
-// that is more than 1/ADAPT_WAIT_SHARE of the window, it halves the width. After `backoff` good
+// The pool's width follows what the OS gives it. On a machine whose CPUs are shared (another busy
+// process, more threads than CPUs) the threads of a wide pool lose more than they win, two ways:
+//   - a worker preempted while it holds a chunk makes the caller wait for it (the chunk cannot be
+//     taken back) for a time slice of the scheduler, not a chunk's time;
+//   - the caller itself is preempted, by the other programs or by its own workers, and no step
+//     starts until it runs again: with one busy process on two CPUs, three threads share two CPUs
+//     and a two-thread run gets no further than a one-thread run, which keeps a CPU to itself.
+// So the caller counts, per window of ADAPT_WINDOW parallel steps, the time each step lost: the
+// longer of its wait beyond the step's tail (2 of its chunks + ADAPT_SLACK_NS) and its time off
+// the CPU during the step (wall time less its thread CPU time). When that is more than
+// 1/ADAPT_WAIT_SHARE of the window, it halves the width. After `backoff` good
 // windows it tries twice the width again (a probe); a bad probe doubles the backoff, up to
 // ADAPT_BACKOFF_MAX windows, a good one resets it. The tiles, and so the results, do not depend on
 // the width: XNNPACK and carve's kernels size them by pthreadpool_get_threads_count.
@@ -491,11 +496,13 @@ static int claim(struct pthreadpool* pool, size_t self, size_t width, uint32_t* 
   return 0;
 }
 
-static int64_t now_ns(void) {
+static int64_t clock_ns(clockid_t clock) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(clock, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
+
+static int64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 // Spins while *word == value, for at most the pool's spin time; returns the word's last value
 // (acquired). The clock is read once per 16 pauses.
@@ -649,7 +656,7 @@ static void run_step(struct pthreadpool* pool, step* s) {
     }
     return;
   }
-  const int64_t t0 = now_ns();
+  const int64_t t0 = now_ns(), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   pool->step = *s;  // no chunk is outstanding: no thread reads it now
   atomic_store_explicit(&pool->pending, (uint32_t)chunks, memory_order_relaxed);
   const uint64_t gen = (uint64_t)++pool->generation << 32;
@@ -676,11 +683,13 @@ static void run_step(struct pthreadpool* pool, step* s) {
     }
     atomic_store(&pool->caller_waiting, 0);
   }
-  const int64_t t2 = now_ns();
+  const int64_t t2 = now_ns(), off_cpu = (t2 - t0) - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
   // A wait up to two of the caller's chunks (and some slack) is the step's tail; beyond it, a worker
-  // held a chunk while the OS ran something else.
+  // held a chunk while the OS ran something else. Time off the CPU was lost (a sleep while waiting
+  // is counted once).
   const int64_t normal = own > 0 ? 2 * (t1 - t0) / own + ADAPT_SLACK_NS : ADAPT_SLACK_NS;
-  adapt_step(pool, t2 - t0, t2 - t1 > normal ? t2 - t1 - normal : 0);
+  const int64_t waited = t2 - t1 > normal ? t2 - t1 - normal : 0;
+  adapt_step(pool, t2 - t0, waited > off_cpu ? waited : off_cpu);
 }
 
 // ---- Pool lifecycle ---------------------------------------------------------
