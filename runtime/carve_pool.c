@@ -337,7 +337,7 @@ typedef struct slot {
 // So the caller counts, per window of ADAPT_WINDOW parallel steps, the time each step lost: the
 // longer of its wait beyond the step's tail (2 of its chunks + ADAPT_SLACK_NS) and its time off
 // the CPU during the step (wall time less its thread CPU time). When that is more than
-// 1/ADAPT_WAIT_SHARE of the window, it halves the width. After `backoff` good
+// 1/ADAPT_WAIT_SHARE of the window, it halves the width (or, above the CPU count, narrows it to that). After `backoff` good
 // windows it tries twice the width again (a probe); a bad probe doubles the backoff, up to
 // ADAPT_BACKOFF_MAX windows, a good one resets it. The tiles, and so the results, do not depend on
 // the width: XNNPACK and carve's kernels size them by pthreadpool_get_threads_count.
@@ -361,6 +361,8 @@ struct pthreadpool {
   _Alignas(CACHE_LINE) _Atomic uint32_t epoch;    // bumped once per step: the workers' futex word
   _Atomic uint32_t sleepers;                      // workers asleep (or about to be) on epoch
   _Atomic uint32_t stop;
+  _Atomic uint32_t unpark;                        // bumped when the width grows or the pool stops: the
+                                                  // futex word of the workers outside the width
   _Atomic uint64_t steps;
   _Atomic size_t width;                           // threads the caller deals steps to (1..threads)
   _Alignas(CACHE_LINE) uint32_t generation;       // the caller's
@@ -558,9 +560,14 @@ static void* worker_main(void* arg) {
   const size_t index = self->index;
   uint32_t seen = 0;
   for (;;) {
-    uint32_t e = index < atomic_load_explicit(&pool->width, memory_order_relaxed)
-                     ? spin_while(pool, &pool->epoch, seen)  // outside the width: straight to sleep
-                     : atomic_load(&pool->epoch);
+    // Outside the width: parked on a word of its own, so that the caller's wake-ups on `epoch` go to
+    // the workers it deals to (a futex wakes any of its sleepers).
+    const uint32_t u = atomic_load(&pool->unpark);
+    if (index >= atomic_load(&pool->width) && atomic_load(&pool->stop) == 0) {
+      wait_word(pool, &pool->unpark, u);  // returns at once if the width grew since `u` was read
+      continue;
+    }
+    uint32_t e = spin_while(pool, &pool->epoch, seen);
     if (e == seen) {
       atomic_fetch_add(&pool->sleepers, 1);
       while ((e = atomic_load(&pool->epoch)) == seen) {
@@ -589,7 +596,7 @@ static void adapt_step(struct pthreadpool* pool, int64_t step_ns, int64_t waited
   const size_t width = atomic_load_explicit(&pool->width, memory_order_relaxed);
   size_t next = width;
   if (a->waited_ns * ADAPT_WAIT_SHARE > a->window_ns) {  // bad: narrower, and probe later than last time
-    next = width / 2 > 0 ? width / 2 : 1;
+    next = width > pool->cpus ? pool->cpus : (width / 2 > 0 ? width / 2 : 1);  // more than the CPUs: the CPUs
     a->backoff = a->probing ? (a->backoff * 2 < ADAPT_BACKOFF_MAX ? a->backoff * 2 : ADAPT_BACKOFF_MAX)
                             : (a->backoff > 0 ? a->backoff : 1);
     a->left = a->backoff;
@@ -608,7 +615,11 @@ static void adapt_step(struct pthreadpool* pool, int64_t step_ns, int64_t waited
       }
     }
   }
-  atomic_store_explicit(&pool->width, next, memory_order_relaxed);
+  atomic_store(&pool->width, next);
+  if (next > width) {  // after the store: a parked worker that saw the old width sees the new count
+    atomic_fetch_add(&pool->unpark, 1);
+    wake(pool, &pool->unpark, 0x7fffffffu);
+  }
   a->window_ns = 0;
   a->waited_ns = 0;
   a->steps = 0;
@@ -698,6 +709,8 @@ static void stop_workers(struct pthreadpool* pool) {
   atomic_store(&pool->stop, 1);
   atomic_fetch_add(&pool->epoch, 1);
   wake(pool, &pool->epoch, 0x7fffffffu);
+  atomic_fetch_add(&pool->unpark, 1);
+  wake(pool, &pool->unpark, 0x7fffffffu);
   for (size_t i = 0; i < pool->workers_started; i++) {
     pthread_join(pool->workers[i], NULL);
   }
@@ -739,6 +752,7 @@ pthreadpool_t pthreadpool_create(size_t threads) {
   atomic_init(&pool->sleepers, 0);
   atomic_init(&pool->caller_waiting, 0);
   atomic_init(&pool->stop, 0);
+  atomic_init(&pool->unpark, 0);
   atomic_init(&pool->steps, 0);
   for (size_t i = 0; i < threads; i++) {
     atomic_init(&pool->slots[i].range, 0);
