@@ -334,9 +334,9 @@ typedef struct slot {
 //   - the caller itself is preempted, by the other programs or by its own workers, and no step
 //     starts until it runs again: with one busy process on two CPUs, three threads share two CPUs
 //     and a two-thread run gets no further than a one-thread run, which keeps a CPU to itself.
-// So the caller counts, per window of ADAPT_WINDOW parallel steps, the time each step lost: the
-// longer of its wait beyond the step's tail (2 of its chunks + ADAPT_SLACK_NS) and its time off
-// the CPU during the step (wall time less its thread CPU time). When that is more than
+// So the caller counts, per window of ADAPT_WINDOW parallel steps, the time each step lost: its
+// time off the CPU while it ran its chunks (wall time less its thread CPU time) and its wait beyond
+// the step's tail (2 of its chunks + ADAPT_SLACK_NS). When that is more than
 // 1/ADAPT_WAIT_SHARE of the window, it halves the width (or, above the CPU count, narrows it to that). After `backoff` good
 // windows it tries twice the width again (a probe); a bad probe doubles the backoff, up to
 // ADAPT_BACKOFF_MAX windows, a good one resets it. The tiles, and so the results, do not depend on
@@ -682,7 +682,7 @@ static void run_step(struct pthreadpool* pool, step* s) {
     wake(pool, &pool->epoch, asleep < want ? asleep : want);
   }
   const uint32_t own = run_chunks(pool, 0);
-  const int64_t t1 = now_ns();
+  const int64_t t1 = now_ns(), cpu1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   uint32_t left = atomic_load_explicit(&pool->pending, memory_order_acquire);
   if (left != 0) {
     left = spin_while(pool, &pool->pending, left);
@@ -694,13 +694,14 @@ static void run_step(struct pthreadpool* pool, step* s) {
     }
     atomic_store(&pool->caller_waiting, 0);
   }
-  const int64_t t2 = now_ns(), off_cpu = (t2 - t0) - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0);
-  // A wait up to two of the caller's chunks (and some slack) is the step's tail; beyond it, a worker
-  // held a chunk while the OS ran something else. Time off the CPU was lost (a sleep while waiting
-  // is counted once).
-  const int64_t normal = own > 0 ? 2 * (t1 - t0) / own + ADAPT_SLACK_NS : ADAPT_SLACK_NS;
+  const int64_t t2 = now_ns();
+  // Lost: the caller's time off the CPU while it had chunks to run (preempted), and its wait beyond
+  // the step's tail (two of its chunks and some slack: a worker held a chunk while the OS ran
+  // something else). A sleep while waiting is the caller's own choice, not counted twice.
+  const int64_t preempted = (t1 - t0) - (cpu1 - cpu0);
+  const int64_t normal = own > 0 ? 2 * (t1 - t0 - preempted) / own + ADAPT_SLACK_NS : ADAPT_SLACK_NS;
   const int64_t waited = t2 - t1 > normal ? t2 - t1 - normal : 0;
-  adapt_step(pool, t2 - t0, waited > off_cpu ? waited : off_cpu);
+  adapt_step(pool, t2 - t0, (preempted > 0 ? preempted : 0) + waited);
 }
 
 // ---- Pool lifecycle ---------------------------------------------------------
