@@ -5,7 +5,7 @@
 
 Not part of CI (it needs a GPU; tests/cuda/cuda_vs_xnnpack.py checks the same generated code without one).
 Steps:
-1. a random-weight checkpoint of the model (tools/oracle.py make_checkpoint, cached in WORK/checkpoints/);
+1. a random-weight checkpoint of the model (tools/oracle.py make_checkpoint, cached in WORK/checkpoints-r<recipe>/);
 2. ``./carve generate`` for xnnpack and for cuda; both built with their own CMakeLists.txt (the cuda one
    with nvcc for --arch, default the GPU of this machine);
 3. both demos on the same input tensor (Ultralytics' bus.jpg, letterboxed) with ``--dump``; per-layer

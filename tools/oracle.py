@@ -355,6 +355,17 @@ def _train_args(cfg: str, task: str, seed: int) -> dict:
     return {k: v for k, v in args.items() if k in DEFAULT_CFG_KEYS}
 
 
+# What make_checkpoint's random checkpoints hold; bumped when that changes, so that a build folder's cached
+# checkpoints (checkpoint_dir) are made again rather than reused stale. 2: the one-to-many head is calibrated too
+# (--head nms), so that it keeps tens of boxes rather than none.
+CHECKPOINT_RECIPE = 2
+
+
+def checkpoint_dir(work) -> Path:
+    """Where the tests cache make_checkpoint's checkpoints under their work folder."""
+    return Path(work) / f"checkpoints-r{CHECKPOINT_RECIPE}"
+
+
 def make_checkpoint(cfg: str, out, seed: int = 0, half: bool = True, passes: int = 2) -> Path:
     """Build `cfg` with Ultralytics, give it realistic BN statistics and head biases, save like strip_optimizer.
 

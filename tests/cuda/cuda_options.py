@@ -4,7 +4,7 @@ caller-owned memory (<name>_create_with), built on the host with the emulation h
 
     cuda_options.py --work build/work [--imgsz 64] [--keep]
 
-yolo26n (random Ultralytics weights, realistic BN statistics: tools/oracle.py, cached in WORK/checkpoints/)
+yolo26n (random Ultralytics weights, realistic BN statistics: tools/oracle.py, cached in WORK/checkpoints-r<recipe>/)
 generated for --backend cuda four times: blob f32 (the reference), file f32, c-array f16 and file f16. Each
 package's ``<name>.cu`` and ``<name>_demo.cu`` are built as C++ with tests/cuda/cuda_emu.h, with the device
 runtime compiled once (cuda_vs_xnnpack.build_runtime). Then:

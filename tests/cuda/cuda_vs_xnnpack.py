@@ -7,7 +7,7 @@ against the xnnpack package of the same variant and checkpoint, layer by layer a
 For each variant yolo26<scale><task suffix> of the batch:
 
 1. the checkpoint: Ultralytics' own yaml with random weights and realistic BatchNorm statistics
-   (tools/oracle.py make_checkpoint, seed 0), cached in WORK/checkpoints/ and shared with the oracle tests;
+   (tools/oracle.py make_checkpoint, seed 0), cached in WORK/checkpoints-r<recipe>/ (oracle.checkpoint_dir) and shared with the oracle tests;
 2. ``./carve generate --backend xnnpack`` and ``--backend cuda`` at --imgsz;
 3. builds: the xnnpack package with its C runtime and XNNPACK; the cuda package's ``<name>.cu`` and
    ``<name>_demo.cu`` as C++ with ``tests/cuda/cuda_emu.h`` (kernels run on the CPU, cuBLAS is a host GEMM)
@@ -180,7 +180,7 @@ def check_runtime_copies(pkg: Path) -> None:
 
 
 def checkpoint(work: Path, model: str) -> Path:
-    pt = work / "checkpoints" / f"{model}.pt"
+    pt = oracle.checkpoint_dir(work) / f"{model}.pt"
     if not pt.exists():
         pt.parent.mkdir(parents=True, exist_ok=True)
         tmp = pt.with_suffix(f".tmp{os.getpid()}.pt")

@@ -4,7 +4,7 @@
     nvcc_packages.py --work build/work [--tasks detect,segment,pose,obb,classify] [--archs 75,80,86,89,90]
                      [--options detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,...]
 
-For each task, yolo26n of that task (checkpoint from tools/oracle.py, cached in WORK/checkpoints/ as the
+For each task, yolo26n of that task (checkpoint from tools/oracle.py, cached in WORK/checkpoints-r<recipe>/ as the
 oracle tests do) is generated for ``--backend cuda`` at --imgsz 64 (blob, f32), and so is each
 ``task:format:dtype[:head]`` of --options (the weights file and f16 code paths: ``--weights-format file``,
 ``--weights-dtype f16``, and create_with, which every package has; ``--head nms``); its ``<name>.cu`` and

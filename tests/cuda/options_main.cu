@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
       sb.image_bytes = (size_t)wh[0] * wh[1] * 3;
       const bool f16 = YOLO26N_WEIGHT_STORAGE_BYTES < YOLO26N_WEIGHT_BYTES;
       char chunks[64] = "f32: one upload";
-      if (f16) std::snprintf(chunks, sizeof(chunks), "f16: %zu chunks rebuilt", (YOLO26N_WEIGHT_BYTES / 4 + 4095) / 4096);
+      if (f16) std::snprintf(chunks, sizeof(chunks), "f16: %zu chunks rebuilt", (size_t)((YOLO26N_WEIGHT_BYTES / 4 + 4095) / 4096));
       char what[200];
       std::snprintf(what, sizeof(what), "create_with for images up to %dx%d: scratch %zu, image %zu bytes (%s)", wh[0],
                     wh[1], sb.scratch_bytes, sb.image_bytes, chunks);

@@ -1,6 +1,6 @@
 """Helpers of the firmware tests (tests/firmware/*.py): checkpoints, generation, builds, demo runs.
 
-Checkpoints come from Ultralytics (tools/oracle.py make-checkpoint, fixed seed, cached in WORK/checkpoints,
+Checkpoints come from Ultralytics (tools/oracle.py make-checkpoint, fixed seed, cached in WORK/checkpoints-r<recipe>,
 shared with the oracle tests); packages are generated with ./carve and built with the system's tools.
 """
 
@@ -38,9 +38,9 @@ def run(cmd, cwd=None, check=True, env=None) -> subprocess.CompletedProcess:
 def checkpoint(work: Path, cfg: str = "yolo26n.yaml", half: bool = True) -> Path:
     """A random-weight Ultralytics checkpoint (realistic BN statistics), cached like run_oracle.py's; saved in
     float16 as Ultralytics saves them, or (half=False) in float32 (<name>-f32.pt)."""
-    pt = work.resolve() / "checkpoints" / cfg.replace(".yaml", ".pt" if half else "-f32.pt")
+    import oracle
+    pt = oracle.checkpoint_dir(work.resolve()) / cfg.replace(".yaml", ".pt" if half else "-f32.pt")
     if not pt.exists():
-        import oracle
         pt.parent.mkdir(parents=True, exist_ok=True)
         tmp = pt.with_suffix(".tmp.pt")
         oracle.make_checkpoint(cfg, tmp, seed=0, half=half)

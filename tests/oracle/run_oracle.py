@@ -106,7 +106,7 @@ def main() -> int:
     t0 = time.time()
 
     # 1. checkpoint (cached: deterministic for the seed)
-    pt = args.work.resolve() / "checkpoints" / f"{model}.pt"
+    pt = oracle.checkpoint_dir(args.work.resolve()) / f"{model}.pt"
     if not pt.exists():
         pt.parent.mkdir(parents=True, exist_ok=True)
         tmp = pt.with_suffix(".tmp.pt")

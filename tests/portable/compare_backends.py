@@ -6,7 +6,7 @@
 For each scale of the task (yolo26{S}{,-seg,-pose,-obb,-cls}), in one process:
 
 1. The checkpoint: built with Ultralytics from its own yaml (tools/oracle.py make_checkpoint, seed 0, realistic
-   BN statistics), cached in WORK/checkpoints/ and shared with tests/oracle/run_oracle.py.
+   BN statistics), cached in WORK/checkpoints-r<recipe>/ (oracle.checkpoint_dir) and shared with tests/oracle/run_oracle.py.
 2. `./carve generate` of the manifest for both backends at the reduced --imgsz; both packages are built with
    the plain compiler command of a C11 package (no CMake): gcc -std=c11 -Wall -Wextra -Werror -O2. The
    portable one links with -lm only (and -lstb for the demo), and its objects must not reference a pthread,
@@ -130,7 +130,7 @@ def main() -> int:
         t0 = time.time()
         model = f"yolo26{scale}{TASKS[args.task]}"
         prefix = model.replace("-", "_")
-        pt = work / "checkpoints" / f"{model}.pt"
+        pt = oracle.checkpoint_dir(work) / f"{model}.pt"
         if not pt.exists():  # the same cache and seed as tests/oracle/run_oracle.py
             pt.parent.mkdir(parents=True, exist_ok=True)
             tmp = pt.with_suffix(f".tmp{os.getpid()}.pt")
