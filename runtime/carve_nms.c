@@ -11,58 +11,12 @@
 // no qsort, which may allocate).
 
 #include "carve_nms.h"
+#include "carve_post_shared.h"
 
 #include <math.h>
 #include <string.h>
 
-// ---- Keys (the order of carve_post.c) ---------------------------------------
-
-// Maps a float to bits whose unsigned order is the float order; NaN -> 0 (lowest),
-// -0 -> the bits of +0.
-static uint32_t order_bits(float score) {
-  if (score != score) {
-    return 0;
-  }
-  if (score == 0.0f) {
-    score = 0.0f;
-  }
-  uint32_t u;
-  memcpy(&u, &score, sizeof u);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Ranking key of anchor `index` (< 2^32) with this score; never 0 for a score that
-// is not NaN, so 0 marks "not a candidate".
-static uint64_t make_key(float score, size_t index) {
-  return ((uint64_t)order_bits(score) << 32) | (uint64_t)(UINT32_MAX - (uint32_t)index);
-}
-
-static size_t key_index(uint64_t key) { return (size_t)(UINT32_MAX - (uint32_t)key); }
-
-// sigmoid(x) = 1 / (1 + exp(-x)) in float, as torch.sigmoid (and carve_post.c).
-static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// ---- Sorting ------------------------------------------------------------------
-
-// Restores the min-heap order of heap[0 .. n) below position i.
-static void sift_down(uint64_t* heap, size_t n, size_t i) {
-  const uint64_t v = heap[i];
-  for (;;) {
-    size_t child = 2 * i + 1;
-    if (child >= n) {
-      break;
-    }
-    if (child + 1 < n && heap[child + 1] < heap[child]) {
-      child++;
-    }
-    if (heap[child] >= v) {
-      break;
-    }
-    heap[i] = heap[child];
-    i = child;
-  }
-  heap[i] = v;
-}
+// ---- Sorting (keys: carve_post_shared.h, the order of carve_post.c) ----------------
 
 // keys[0 .. n) in descending order (heap sort: a min-heap, its root moved to the back).
 static void sort_keys_descending(uint64_t* keys, size_t n) {
@@ -70,32 +24,17 @@ static void sort_keys_descending(uint64_t* keys, size_t n) {
     return;
   }
   for (size_t i = n / 2; i-- > 0;) {
-    sift_down(keys, n, i);
+    carve_key_sift_down(keys, n, i);
   }
   for (size_t end = n - 1; end > 0; end--) {
     const uint64_t smallest = keys[0];
     keys[0] = keys[end];
     keys[end] = smallest;
-    sift_down(keys, end, 0);
+    carve_key_sift_down(keys, end, 0);
   }
 }
 
 // ---- Anchors ------------------------------------------------------------------
-
-// The level and the pixel within it of anchor a (< the number of anchors).
-static const carve_level* locate_anchor(const carve_level* levels, size_t num_levels, size_t a,
-                                        size_t* pixel) {
-  for (size_t l = 0; l < num_levels; l++) {
-    const size_t count = levels[l].h * levels[l].w;
-    if (a < count) {
-      *pixel = a;
-      return &levels[l];
-    }
-    a -= count;
-  }
-  *pixel = 0;
-  return NULL;  // not reached for a < A
-}
 
 // max over c of x[c], ignoring NaN; *any = 0 when every x[c] is NaN. The maximum is
 // kept in 8 lanes from -inf (one compare and select per element, which NaN never
@@ -133,7 +72,7 @@ static float max_logit(const float* x, size_t n, int* any) {
 }
 
 // The class non_max_suppression gives an anchor: cls.max(1), the first class whose
-// sigmoid is the largest sigmoid, `score` (= sigmoid(max logit): sigmoid is
+// sigmoid is the largest sigmoid, `score` (= carve_sigmoid(max logit): sigmoid is
 // monotonic, but saturates, so a smaller logit before the largest can tie with it).
 static size_t best_class(const float* cls, size_t nc, float m, float score) {
   size_t first = 0;
@@ -141,7 +80,7 @@ static size_t best_class(const float* cls, size_t nc, float m, float score) {
     first++;
   }
   for (size_t c = 0; c < first; c++) {
-    if (sigmoid(cls[c]) == score) {
+    if (carve_sigmoid(cls[c]) == score) {
       return c;
     }
   }
@@ -160,13 +99,13 @@ typedef struct nms_keys_ctx {
   uint64_t* keys;
 } nms_keys_ctx;
 
-// keys[a] for anchors [start, start + count): make_key(best score, a) for a
+// keys[a] for anchors [start, start + count): carve_make_key(best score, a) for a
 // candidate (best score > conf), else 0. Each key lands in its own slot: the same
 // bits for any split.
 static void candidate_keys_task(void* context, size_t start, size_t count) {
   const nms_keys_ctx* ctx = context;
   size_t p;
-  const carve_level* L = locate_anchor(ctx->levels, ctx->num_levels, start, &p);
+  const carve_level* L = carve_locate_anchor(ctx->levels, ctx->num_levels, start, &p);
   for (size_t a = start; a < start + count; a++, p++) {
     while (p == L->h * L->w) {  // past this level: on to the next non-empty one (a < A)
       L++;
@@ -174,8 +113,8 @@ static void candidate_keys_task(void* context, size_t start, size_t count) {
     }
     int any;
     const float m = max_logit(L->cls + p * L->cls_stride, ctx->nc, &any);
-    const float score = sigmoid(m);
-    ctx->keys[a] = (any && score > ctx->conf) ? make_key(score, a) : 0;
+    const float score = carve_sigmoid(m);
+    ctx->keys[a] = (any && score > ctx->conf) ? carve_make_key(score, a) : 0;
   }
 }
 
@@ -194,33 +133,6 @@ static void decode_xyxy(const float* ltrb, float ax, float ay, float s, float* o
   out[1] = cy - hh;
   out[2] = cx + hw;
   out[3] = cy + hh;
-}
-
-// dist2rbox * stride: ltrb distances and raw angle -> (cx, cy, w, h), as carve_post.c.
-static void decode_rbox(const float* ltrb, float theta, float ax, float ay, float s, float* out) {
-  const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
-  const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
-  const float c = cosf(theta), sn = sinf(theta);
-  volatile float xc = xf * c, ys = yf * sn, xs = xf * sn, yc = yf * c;
-  const float x = xc - ys, y = xs + yc;
-  out[0] = (x + ax) * s;
-  out[1] = (y + ay) * s;
-  out[2] = (ltrb[0] + ltrb[2]) * s;
-  out[3] = (ltrb[1] + ltrb[3]) * s;
-}
-
-// The extras of a row: Pose26.kpts_decode for keypoints, else copied raw (as carve_post.c).
-static void decode_extras(carve_e2e_task task, const float* raw, size_t extra_channels, float ax,
-                          float ay, float s, float* out) {
-  if (task == CARVE_E2E_POSE) {
-    for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
-      out[j] = (raw[j] + ax) * s;
-      out[j + 1] = (raw[j + 1] + ay) * s;
-      out[j + 2] = sigmoid(raw[j + 2]);
-    }
-  } else if (extra_channels != 0) {
-    memcpy(out, raw, extra_channels * sizeof(float));
-  }
 }
 
 // ---- Overlap ------------------------------------------------------------------------
@@ -361,9 +273,9 @@ carve_status carve_nms_postprocess(const carve_level* levels, size_t num_levels,
   const float iou_f = (float)params->iou;  // fast_nms compares in float (a float tensor against the scalar)
   size_t kept = 0;
   for (size_t i = 0; i < n && kept < params->max_det; i++) {
-    const size_t a = key_index(keys[i]);
+    const size_t a = carve_key_index(keys[i]);
     size_t pixel;
-    const carve_level* L = locate_anchor(levels, num_levels, a, &pixel);
+    const carve_level* L = carve_locate_anchor(levels, num_levels, a, &pixel);
     const float ax = (float)(pixel % L->w) + 0.5f;
     const float ay = (float)(pixel / L->w) + 0.5f;
     const float* ltrb = L->box + pixel * L->box_stride;
@@ -371,7 +283,7 @@ carve_status carve_nms_postprocess(const carve_level* levels, size_t num_levels,
     const float* extra = extra_channels != 0 ? L->extra + pixel * L->extra_stride : NULL;
     int any;
     const float m = max_logit(cls, nc, &any);
-    const float score = sigmoid(m);
+    const float score = carve_sigmoid(m);
     const size_t c = best_class(cls, nc, m, score);
     // c = x[:, 5:6] * max_wh: the class as a float times the offset (exact)
     const float offset = params->agnostic ? 0.0f : (float)c * (float)CARVE_NMS_MAX_WH;
@@ -379,7 +291,7 @@ carve_status carve_nms_postprocess(const carve_level* levels, size_t num_levels,
     float box[4];
     int suppressed = 0;
     if (task == CARVE_E2E_OBB) {
-      decode_rbox(ltrb, extra[0], ax, ay, L->stride, box);
+      carve_decode_rbox(ltrb, extra[0], ax, ay, L->stride, box);
       cands[i] = probiou_prepare(box[0] + offset, box[1] + offset, box[2], box[3], extra[0]);
       // fast_nms: removed when any better candidate (kept or not) overlaps by more than iou
       for (size_t j = 0; j < i && !suppressed; j++) {
@@ -409,7 +321,7 @@ carve_status carve_nms_postprocess(const carve_level* levels, size_t num_levels,
     if (task == CARVE_E2E_OBB) {
       row[6] = extra[0];
     } else {
-      decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
+      carve_decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
     }
     kept++;
   }

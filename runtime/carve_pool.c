@@ -336,15 +336,18 @@ typedef struct slot {
 //     and a two-thread run gets no further than a one-thread run, which keeps a CPU to itself.
 // So the caller counts, per window of ADAPT_WINDOW parallel steps, the time each step lost: its
 // time off the CPU while it ran its chunks (wall time less its thread CPU time) and its wait beyond
-// the step's tail (2 of its chunks + ADAPT_SLACK_NS). When that is more than
-// 1/ADAPT_WAIT_SHARE of the window, it halves the width (or, above the CPU count, narrows it to that). After `backoff` good
-// windows it tries twice the width again (a probe); a bad probe doubles the backoff, up to
+// the step's tail (2 of its chunks + ADAPT_SLACK_NS). When that is more than 1/ADAPT_WAIT_SHARE
+// of ADAPT_STRIKES windows in a row (of one, for a probe: so that a passing spike of load, say
+// another program's threads spinning down, costs no narrowing), it halves the width (above the
+// CPU count: narrows it to the CPU count). After `backoff` good windows it tries twice the width
+// again (a probe); a bad probe doubles the backoff, up to
 // ADAPT_BACKOFF_MAX windows, a good one resets it. The tiles, and so the results, do not depend on
 // the width: XNNPACK and carve's kernels size them by pthreadpool_get_threads_count.
 #define ADAPT_WINDOW 64
 #define ADAPT_SLACK_NS 50000
 #define ADAPT_WAIT_SHARE 5
 #define ADAPT_BACKOFF_MAX 256
+#define ADAPT_STRIKES 2
 
 typedef struct adapt {
   int64_t window_ns;   // the parallel steps of this window: their time,
@@ -353,6 +356,7 @@ typedef struct adapt {
   uint32_t backoff;    // good windows to wait before the next probe
   uint32_t left;       // of them, still to go
   int probing;         // this window runs a wider width than the last good one
+  uint32_t strikes;    // bad windows in a row at a width that was good before
 } adapt;
 
 struct pthreadpool {
@@ -595,13 +599,16 @@ static void adapt_step(struct pthreadpool* pool, int64_t step_ns, int64_t waited
   }
   const size_t width = atomic_load_explicit(&pool->width, memory_order_relaxed);
   size_t next = width;
-  if (a->waited_ns * ADAPT_WAIT_SHARE > a->window_ns) {  // bad: narrower, and probe later than last time
+  const int bad = a->waited_ns * ADAPT_WAIT_SHARE > a->window_ns;
+  a->strikes = bad ? a->strikes + 1 : 0;
+  if (bad && (a->probing || a->strikes >= ADAPT_STRIKES)) {  // narrower, and probe later than last time
+    a->strikes = 0;
     next = width > pool->cpus ? pool->cpus : (width / 2 > 0 ? width / 2 : 1);  // more than the CPUs: the CPUs
     a->backoff = a->probing ? (a->backoff * 2 < ADAPT_BACKOFF_MAX ? a->backoff * 2 : ADAPT_BACKOFF_MAX)
                             : (a->backoff > 0 ? a->backoff : 1);
     a->left = a->backoff;
     a->probing = 0;
-  } else {
+  } else if (!bad) {
     if (a->probing) {
       a->backoff = 1;
       a->probing = 0;

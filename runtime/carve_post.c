@@ -10,58 +10,12 @@
 // survivors: no full sort of A * nc scores.
 
 #include "carve_post.h"
+#include "carve_post_shared.h"
 
 #include <math.h>
 #include <string.h>
 
-// ---- Keys -------------------------------------------------------------------
-
-// Maps a float to bits whose unsigned order is the float order; NaN -> 0 (lowest),
-// -0 -> the bits of +0.
-static uint32_t order_bits(float score) {
-  if (score != score) {
-    return 0;
-  }
-  if (score == 0.0f) {
-    score = 0.0f;
-  }
-  uint32_t u;
-  memcpy(&u, &score, sizeof u);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// Ranking key of candidate `index` (< 2^32) with this score.
-static uint64_t make_key(float score, size_t index) {
-  return ((uint64_t)order_bits(score) << 32) | (uint64_t)(UINT32_MAX - (uint32_t)index);
-}
-
-// Candidate index stored in a key.
-static size_t key_index(uint64_t key) { return (size_t)(UINT32_MAX - (uint32_t)key); }
-
-// sigmoid(x) = 1 / (1 + exp(-x)) in float, as torch.sigmoid.
-static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// ---- Selection --------------------------------------------------------------
-
-// Restores the min-heap order of heap[0 .. n) below position i.
-static void sift_down(uint64_t* heap, size_t n, size_t i) {
-  const uint64_t v = heap[i];
-  for (;;) {
-    size_t child = 2 * i + 1;
-    if (child >= n) {
-      break;
-    }
-    if (child + 1 < n && heap[child + 1] < heap[child]) {
-      child++;
-    }
-    if (heap[child] >= v) {
-      break;
-    }
-    heap[i] = heap[child];
-    i = child;
-  }
-  heap[i] = v;
-}
+// ---- Selection (keys: carve_post_shared.h) ----------------------------------- --------------------------------------------------------------
 
 // keys[0 .. k) = the k largest of the distinct keys[0 .. n), in descending order.
 static void select_top_keys(uint64_t* keys, size_t n, size_t k) {
@@ -70,12 +24,12 @@ static void select_top_keys(uint64_t* keys, size_t n, size_t k) {
   }
   // Invariant: keys[0 .. k) is a min-heap of the k largest keys seen so far.
   for (size_t i = k / 2; i-- > 0;) {
-    sift_down(keys, k, i);
+    carve_key_sift_down(keys, k, i);
   }
   for (size_t i = k; i < n; i++) {
     if (keys[i] > keys[0]) {
       keys[0] = keys[i];
-      sift_down(keys, k, 0);
+      carve_key_sift_down(keys, k, 0);
     }
   }
   // Heap sort: each step moves the smallest remaining key to the back.
@@ -83,26 +37,11 @@ static void select_top_keys(uint64_t* keys, size_t n, size_t k) {
     const uint64_t smallest = keys[0];
     keys[0] = keys[end];
     keys[end] = smallest;
-    sift_down(keys, end, 0);
+    carve_key_sift_down(keys, end, 0);
   }
 }
 
 // ---- Anchors ----------------------------------------------------------------
-
-// The level and the pixel within it of anchor a.
-static const carve_level* locate_anchor(const carve_level* levels, size_t num_levels, size_t a,
-                                        size_t* pixel) {
-  for (size_t l = 0; l < num_levels; l++) {
-    const size_t count = levels[l].h * levels[l].w;
-    if (a < count) {
-      *pixel = a;
-      return &levels[l];
-    }
-    a -= count;
-  }
-  *pixel = 0;
-  return NULL;  // not reached for a < A
-}
 
 // max over c of x[c], ignoring NaN; NaN only when every x[c] is NaN (the value
 // of one pass in order keeping x[c] where x[c] > m or m is NaN, except that of a
@@ -186,14 +125,14 @@ static void anchor_keys_task(void* context, size_t start, size_t count) {
   const e2e_keys_ctx* ctx = context;
   const size_t nc = ctx->nc;
   size_t p;
-  const carve_level* L = locate_anchor(ctx->levels, ctx->num_levels, start, &p);
+  const carve_level* L = carve_locate_anchor(ctx->levels, ctx->num_levels, start, &p);
   for (size_t a = start; a < start + count; a++, p++) {
     while (p == L->h * L->w) {  // past this level: on to the next non-empty one (a < A)
       L++;
       p = 0;
     }
     // sigmoid is monotonic, so max_c sigmoid(x[c]) = sigmoid(max_c x[c]).
-    ctx->keys[a] = make_key(sigmoid(max_ignoring_nan(L->cls + p * L->cls_stride, nc)), a);
+    ctx->keys[a] = carve_make_key(carve_sigmoid(max_ignoring_nan(L->cls + p * L->cls_stride, nc)), a);
   }
 }
 
@@ -203,43 +142,12 @@ static void rank_keys_task(void* context, size_t start, size_t count) {
   const size_t nc = ctx->nc;
   for (size_t r = start; r < start + count; r++) {
     size_t pixel;
-    const carve_level* L = locate_anchor(ctx->levels, ctx->num_levels, ctx->ori[r], &pixel);
+    const carve_level* L = carve_locate_anchor(ctx->levels, ctx->num_levels, ctx->ori[r], &pixel);
     const float* cls = L->cls + pixel * L->cls_stride;
     for (size_t c = 0; c < nc; c++) {
-      ctx->keys[r * nc + c] = make_key(sigmoid(cls[c]), r * nc + c);
+      ctx->keys[r * nc + c] = carve_make_key(carve_sigmoid(cls[c]), r * nc + c);
     }
   }
-}
-
-// Writes row i's extras for the task, decoded as the head decodes them at
-// inference (see carve_post.h). ax, ay, s: the anchor and stride of the row's box.
-static void decode_extras(carve_e2e_task task, const float* raw, size_t extra_channels, float ax,
-                          float ay, float s, float* out) {
-  if (task == CARVE_E2E_POSE) {
-    // Pose26.kpts_decode: (raw + anchor) * stride for x and y, sigmoid for visibility.
-    for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
-      out[j] = (raw[j] + ax) * s;
-      out[j + 1] = (raw[j + 1] + ay) * s;
-      out[j + 2] = sigmoid(raw[j + 2]);
-    }
-  } else if (extra_channels != 0) {
-    memcpy(out, raw, extra_channels * sizeof(float));
-  }
-}
-
-// dist2rbox on one anchor: ltrb distances and raw angle -> (cx, cy, w, h) * stride.
-// Each product is rounded on its own (volatile: no contraction into an FMA), as
-// PyTorch's elementwise kernels do.
-static void decode_rbox(const float* ltrb, float theta, float ax, float ay, float s, float* out) {
-  const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
-  const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
-  const float c = cosf(theta), sn = sinf(theta);
-  volatile float xc = xf * c, ys = yf * sn, xs = xf * sn, yc = yf * c;
-  const float x = xc - ys, y = xs + yc;
-  out[0] = (x + ax) * s;
-  out[1] = (y + ay) * s;
-  out[2] = (ltrb[0] + ltrb[2]) * s;
-  out[3] = (ltrb[1] + ltrb[3]) * s;
 }
 
 carve_status carve_e2e_postprocess_task(const carve_level* levels, size_t num_levels, size_t nc,
@@ -297,7 +205,7 @@ carve_status carve_e2e_postprocess_task(const carve_level* levels, size_t num_le
   carve_parallelize_1d_tile(pool, anchor_keys_task, &ctx, anchors, CARVE_E2E_ANCHORS_PER_TASK);
   select_top_keys(keys, anchors, kk);
   for (size_t r = 0; r < kk; r++) {
-    ori[r] = (uint32_t)key_index(keys[r]);
+    ori[r] = (uint32_t)carve_key_index(keys[r]);
   }
 
   // Step 2: the k' best of the k' x nc (anchor rank, class) scores, the keys
@@ -309,26 +217,26 @@ carve_status carve_e2e_postprocess_task(const carve_level* levels, size_t num_le
   // Rows: decoded box, score, class, decoded extras of the chosen anchor.
   const size_t row_width = 6 + extra_channels;
   for (size_t i = 0; i < kk; i++) {
-    const size_t flat = key_index(keys[i]);
+    const size_t flat = carve_key_index(keys[i]);
     const size_t c = flat % nc;
     size_t pixel;
-    const carve_level* L = locate_anchor(levels, num_levels, ori[flat / nc], &pixel);
+    const carve_level* L = carve_locate_anchor(levels, num_levels, ori[flat / nc], &pixel);
     const float ax = (float)(pixel % L->w) + 0.5f;
     const float ay = (float)(pixel / L->w) + 0.5f;
     const float* ltrb = L->box + pixel * L->box_stride;
     const float* extra = extra_channels != 0 ? L->extra + pixel * L->extra_stride : NULL;
     float* row = rows + i * row_width;
     if (task == CARVE_E2E_OBB) {
-      decode_rbox(ltrb, extra[0], ax, ay, L->stride, row);
+      carve_decode_rbox(ltrb, extra[0], ax, ay, L->stride, row);
     } else {
       row[0] = (ax - ltrb[0]) * L->stride;
       row[1] = (ay - ltrb[1]) * L->stride;
       row[2] = (ax + ltrb[2]) * L->stride;
       row[3] = (ay + ltrb[3]) * L->stride;
     }
-    row[4] = sigmoid(L->cls[pixel * L->cls_stride + c]);
+    row[4] = carve_sigmoid(L->cls[pixel * L->cls_stride + c]);
     row[5] = (float)c;
-    decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
+    carve_decode_extras(task, extra, extra_channels, ax, ay, L->stride, row + 6);
   }
   *num_rows = kk;
   return CARVE_OK;
@@ -374,15 +282,15 @@ carve_status carve_softmax(const float* x, size_t n, float* y) {
 // Restores the min-heap order (by make_key of p[heap[.]]) of heap[0 .. n) below i.
 static void sift_down_index(const float* p, int* heap, size_t n, size_t i) {
   const int v = heap[i];
-  const uint64_t vk = make_key(p[v], (size_t)v);
+  const uint64_t vk = carve_make_key(p[v], (size_t)v);
   for (;;) {
     size_t child = 2 * i + 1;
     if (child >= n) {
       break;
     }
-    uint64_t ck = make_key(p[heap[child]], (size_t)heap[child]);
+    uint64_t ck = carve_make_key(p[heap[child]], (size_t)heap[child]);
     if (child + 1 < n) {
-      const uint64_t rk = make_key(p[heap[child + 1]], (size_t)heap[child + 1]);
+      const uint64_t rk = carve_make_key(p[heap[child + 1]], (size_t)heap[child + 1]);
       if (rk < ck) {
         child++;
         ck = rk;
@@ -414,7 +322,7 @@ size_t carve_topk_probs(const float* p, size_t n, size_t k, int* idx, float* val
     sift_down_index(p, idx, kk, i);
   }
   for (size_t i = kk; i < n; i++) {
-    if (make_key(p[i], i) > make_key(p[idx[0]], (size_t)idx[0])) {
+    if (carve_make_key(p[i], i) > carve_make_key(p[idx[0]], (size_t)idx[0])) {
       idx[0] = (int)i;
       sift_down_index(p, idx, kk, 0);
     }
