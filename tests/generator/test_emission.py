@@ -43,7 +43,7 @@ def test_runtime_define_refuses_missing():
 def test_runtime_closure():
     # without threads, carve_rt.h's #include "carve_pool.h" (in its #else branch) does not count
     got = runtime_closure(["carve_post.h"], ("CARVE_RT_NO_THREADS",))
-    assert got == ["carve_post.c", "carve_post.h", "carve_rt.c", "carve_rt.h"]
+    assert got == ["carve_post.c", "carve_post.h", "carve_post_shared.h", "carve_rt.c", "carve_rt.h"]
     assert set(runtime_closure(["carve_post.h"])) == set(got) | {"carve_pool.c", "carve_pool.h"}
     cuda = runtime_closure(["carve_cuda_topk.cu"])
     assert {"carve_cuda_impl.h", "carve_cuda.h", "carve_pre.c", "carve_post.c"} <= set(cuda)
