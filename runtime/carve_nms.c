@@ -36,39 +36,12 @@ static void sort_keys_descending(uint64_t* keys, size_t n) {
 
 // ---- Anchors ------------------------------------------------------------------
 
-// max over c of x[c], ignoring NaN; *any = 0 when every x[c] is NaN. The maximum is
-// kept in 8 lanes from -inf (one compare and select per element, which NaN never
-// wins), as carve_post.c's max_ignoring_nan.
-#define CARVE_NMS_MAX_LANES 8
+// max over c of x[c], ignoring NaN (carve_max_ignoring_nan); -inf and *any = 0 when every
+// x[c] is NaN.
 static float max_logit(const float* x, size_t n, int* any) {
-  float lane[CARVE_NMS_MAX_LANES];
-  for (size_t l = 0; l < CARVE_NMS_MAX_LANES; l++) {
-    lane[l] = -INFINITY;
-  }
-  size_t c = 0;
-  for (; c + CARVE_NMS_MAX_LANES <= n; c += CARVE_NMS_MAX_LANES) {
-    for (size_t l = 0; l < CARVE_NMS_MAX_LANES; l++) {
-      lane[l] = x[c + l] > lane[l] ? x[c + l] : lane[l];
-    }
-  }
-  float m = -INFINITY;
-  for (size_t l = 0; l < CARVE_NMS_MAX_LANES; l++) {
-    m = lane[l] > m ? lane[l] : m;
-  }
-  for (; c < n; c++) {
-    m = x[c] > m ? x[c] : m;
-  }
-  *any = 1;
-  if (m == -INFINITY) {  // every x[c] is -inf or NaN: is any a number?
-    *any = 0;
-    for (c = 0; c < n; c++) {
-      if (x[c] == x[c]) {
-        *any = 1;
-        break;
-      }
-    }
-  }
-  return m;
+  const float m = carve_max_ignoring_nan(x, n);
+  *any = m == m;
+  return m == m ? m : -INFINITY;
 }
 
 // The class non_max_suppression gives an anchor: cls.max(1), the first class whose
