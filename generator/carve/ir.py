@@ -23,9 +23,19 @@ Shape = tuple  # (h, w, c)
 
 
 @dataclass(frozen=True)
+class QParams:
+    """An int8 tensor's affine quantization: real = scale * (q - zero_point) (docs/quantization.md)."""
+
+    scale: float                # a float32 value, > 0
+    zero_point: int             # [-128, 127]
+
+
+@dataclass(frozen=True)
 class Tensor:
     name: str
     shape: Shape
+    dtype: str = "f32"          # "f32", or "i8" in a quantized graph (quant/), then with quant set
+    quant: QParams | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,7 @@ class Graph:
     input: str
     tensors: dict               # name -> Tensor
     ops: tuple                  # topologically ordered Ops
-    weights: dict               # name -> np.ndarray (float32)
+    weights: dict               # name -> np.ndarray (float32; int8 / int32 for the q* ops' params)
     layers: tuple               # Layer per Ultralytics layer
     outputs: dict               # role ('output0') -> tensor name
     meta: dict                  # task, nc, names, strides, imgsz, k, ...
@@ -217,6 +227,12 @@ def _infer_e2e(op, ins):
     return [(1, k, 6 + a["extra_channels"])]
 
 
+def _infer_qconv(op, ins):
+    if len(ins) != 1:
+        raise CarveError(f"{op.name}: qconv2d takes one input (a residual is a separate qadd)")
+    return _infer_conv(op, ins)
+
+
 def _flops_zero(op, ins, outs):
     return 0
 
@@ -245,6 +261,13 @@ OPS = {
                "YOLO26 end-to-end post-processing: decode, top-k anchors, top-k anchors x classes, gather"),
         OpKind("nms_detect", _infer_e2e, _flops_zero,
                "YOLO26 one-to-many post-processing: decode, confidence filter, non-maximum suppression, gather"),
+        # int8 (docs/quantization.md#integer-arithmetic); maxpool2d, upsample_nearest, concat and slice also run on
+        # i8 tensors, whose inputs and outputs then share one QParams.
+        OpKind("quantize", _infer_same, _flops_elementwise, "f32 -> i8: q = clamp(rint(x / scale) + zero_point)"),
+        OpKind("dequantize", _infer_same, _flops_elementwise, "i8 -> f32: x = (q - zero_point) * scale"),
+        OpKind("qconv2d", _infer_qconv, _flops_conv,
+               "int8 convolution: int32 accumulation, per-channel requantization, optional SiLU lookup table"),
+        OpKind("qadd", _infer_add, _flops_elementwise, "int8 element-wise sum, both inputs requantized"),
     )
 }
 
