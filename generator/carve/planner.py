@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import CarveError
 from .ir import Graph
+
+ITEMSIZE = {"f32": 4, "i8": 1}   # bytes per element of each tensor dtype
 
 ALIGN = 64          # bytes; cache line and AVX-512 vector
 TAIL_PAD = 64       # bytes after the arena: XNNPACK kernels may over-read up to XNN_EXTRA_BYTES
@@ -38,7 +41,7 @@ class View:
 @dataclass(frozen=True)
 class Storage:
     name: str
-    floats: int
+    floats: int         # its size in 4-byte words (an int8 storage of n elements: ceil(n / 4))
     first: int          # index of the first op writing it (-1: before the run, the input)
     last: int           # index of the last op reading it
     offset: int = 0     # bytes into the arena
@@ -52,9 +55,15 @@ class Plan:
     arena_bytes: int
 
     def float_offset(self, tensor: str) -> int:
-        """Offset of the tensor's first element, in floats from the arena base."""
+        """Offset of the tensor's first element, in floats from the arena base (a float32 tensor)."""
         v = self.views[tensor]
         return self.storages[v.storage].offset // 4 + v.offset
+
+    def byte_offset(self, tensor: str, itemsize: int) -> int:
+        """Offset of the tensor's first element, in bytes from the arena base, for elements of ``itemsize`` bytes
+        (1 for an int8 tensor: its view's channel offset counts bytes)."""
+        v = self.views[tensor]
+        return self.storages[v.storage].offset + v.offset * itemsize
 
 
 def _base(tensor: str, slice_of: dict) -> tuple:
@@ -158,9 +167,13 @@ def plan_memory(graph: Graph) -> Plan:
     storages = {}
     for root, names in members.items():
         h, w, c = graph.tensors[root].shape
+        dtypes = {graph.tensors[n].dtype for n in names}
+        if len(dtypes) != 1:
+            raise CarveError(f"internal: storage '{root}' holds tensors of dtypes {sorted(dtypes)}")
+        words = (h * w * c * ITEMSIZE[dtypes.pop()] + 3) // 4
         first = min(producer_idx.get(n, end) for n in names)
         last = max(max(last_use.get(n, -1), producer_idx.get(n, -1)) for n in names)
-        storages[root] = Storage(name=root, floats=h * w * c, first=first, last=last)
+        storages[root] = Storage(name=root, floats=words, first=first, last=last)
 
     placed_st: list = []
     for st in sorted(storages.values(), key=lambda s: (-s.floats, s.first, s.name)):

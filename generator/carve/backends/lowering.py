@@ -579,8 +579,16 @@ class WeightBlob:
         self._used: set = set()
 
     def add(self, a: np.ndarray, name: str = "W", tensor: str = "", source: WeightSource | None = None) -> WeightRef:
-        a = np.ascontiguousarray(a, dtype="<f4")
-        shape = "(" + ",".join(str(d) for d in a.shape) + ")"
+        """Appends a tensor: float arrays as little-endian float32; int8 / int32 arrays (an int8 package's weights,
+        biases, multipliers, tables) as their little-endian bytes, zero-padded to whole 4-byte words (their offset
+        in bytes is 4 * the constant)."""
+        shape = "(" + ",".join(str(d) for d in np.shape(a)) + ")"
+        a = np.asarray(a)
+        if a.dtype in (np.int8, np.int32):
+            raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
+            a = np.frombuffer(raw + bytes(-len(raw) % 4), dtype="<f4")
+        else:
+            a = np.ascontiguousarray(a, dtype="<f4")
         a = a.reshape(-1)
         pad = (-self.floats) % self.ALIGN_FLOATS
         if pad:
