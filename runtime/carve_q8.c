@@ -9,8 +9,8 @@
 // run of the input (GCC turns them into pmaddwd on x86-64), the depthwise one
 // over CARVE_Q8_DW_CH channels with a fixed trip count. GCC 12's -O2 uses its
 // "very cheap" vectoriser cost model, which leaves loops with a run-time trip
-// count scalar; CARVE_Q8_VECTORIZE gives those few functions -O3's model
-// instead (as carve_portable.c steers GCC with an optimize attribute).
+// count scalar; CARVE_Q8_VECTORIZE gives the kernels' loop functions -O3's
+// model instead (as carve_portable.c steers GCC with an optimize attribute).
 // docs/quantization.md ("Kernels") lists what GCC and Clang vectorise.
 
 #include "carve_q8.h"
@@ -227,7 +227,7 @@ static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x
 // ---- Element-wise -----------------------------------------------------------------
 
 // arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64.
-static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b, int8_t* restrict y) {
+CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b, int8_t* restrict y) {
   const size_t pixels = (size_t)d->h * d->w, c = d->cin;
   const int64_t ma = d->mul_a, mb = d->mul_b, rnd = (int64_t)1 << (d->shift - 1);
   const int32_t za = d->in_zero, zb = d->in2_zero, zy = d->out_zero, n = d->shift;
@@ -268,7 +268,7 @@ static void upsample2x(const carve_q8_desc* d, const int8_t* restrict x, int8_t*
 // ---- Pooling ----------------------------------------------------------------------
 
 // y[oy][ox][c] = max over the in-image taps of the k x k window (padding never wins).
-static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
+CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
   const size_t h = d->h, wd = d->w, c = d->cin, k = d->kh, s = d->stride, pad = d->pad;
   const size_t oh = out_size(h, k, s, pad), ow = out_size(wd, k, s, pad);
   for (size_t oy = 0; oy < oh; oy++) {
@@ -297,7 +297,7 @@ static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* 
 
 // arith.quantize: v = x / scale in float32; NaN -> 0, clamped to [-512, 512] (so +-inf -> +-512);
 // q = clamp(rint(v) + zp), rint rounding half to even (nearbyintf in the default rounding mode).
-static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y) {
+CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y) {
   const size_t pixels = (size_t)d->h * d->w, c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->out_zero;
@@ -314,7 +314,7 @@ static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* re
 }
 
 // arith.dequantize: y = (float)(q - zp) * scale, one float32 multiply.
-static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y) {
+CARVE_Q8_VECTORIZE static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y) {
   const size_t pixels = (size_t)d->h * d->w, c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->in_zero;
