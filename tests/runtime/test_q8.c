@@ -12,6 +12,7 @@ _Static_assert((CARVE_Q8_ALIGN & (CARVE_Q8_ALIGN - 1)) == 0, "CARVE_Q8_ALIGN is 
 _Static_assert(CARVE_Q8_ALIGN % alignof(int32_t) == 0 && CARVE_Q8_ALIGN % alignof(float) == 0,
                "a CONV record's int32 arrays and the float32 views need CARVE_Q8_ALIGN");
 _Static_assert(CARVE_Q8_LUT_SIZE == 256, "an int8 -> int8 table");
+_Static_assert(CARVE_Q8_LAYOUT == 1, "conv_desc() below writes a CONV record of layout 1 by hand");
 
 // The entry point's type (a change breaks this line).
 static carve_status (*const k_q8_run)(const carve_q8_desc*, const uint8_t*, uint8_t*) = carve_q8_run;
