@@ -11,6 +11,8 @@ multipliers from arith.quantize_multiplier / add_multipliers, SiLU tables from a
 stride 1 / 2 with padding, 5x5 and 7x7 depthwise (windows wider than the image), kernels of 1x3 and 3x1, grouped
 convs, depthwise with a channel multiplier (dense path), channel counts off every block size, packed inputs and
 strided channel slices on both sides, unaligned int8 views and records at 4 bytes past a 16-byte boundary.
+And layers of the trained demo model (assets/yolo26n-shapes.pt) on a real image's activations: the stem, 3x3
+stride 2, 1x1, a 3x3 reading a channel slice, the head's depthwise convs, the image's quantization, SPPF's pool.
 
 Each case sits in an arena of random bytes; the output view must equal arith's result exactly (int8, or the bits
 of float32) and every other byte of the arena must be unchanged. Outputs must spread: a convolution or add whose
@@ -138,23 +140,38 @@ STATS = {"in_zero": set(), "conv": [], "add": []}  # what the cases covered (pri
 
 
 def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1, act=True, in_extra=0,
-              out_extra=0, in_zero=None, real_multiplier=None, neg128=False, spread=True, tight=False):
-    """tight: the input view ends the arena and the record ends the blob (an over-read leaves the buffers that
-    q8_tool mallocs: the AddressSanitizer build reports it)."""
+              out_extra=0, in_zero=None, real_multiplier=None, neg128=False, spread=True, tight=False,
+              trained=None):
+    """A CONV case with random weights and input, or a trained layer's.
+
+    tight: the input view ends the arena and the record ends the blob (an over-read leaves the buffers that
+    q8_tool mallocs: the AddressSanitizer build reports it). trained: dict(x=the float input tensor (h, w, C)
+    the layer reads channels c0 .. c0 + cin of, c0, w=float weights (cout, cin/g, kh, kw), b=float bias, y=the
+    float output or None): the input quantized with its tensor's own range (as calibration on this image), the
+    conv reading it as a channel slice when C > cin; the printed error of the dequantized result against y."""
     kw = kh if kw is None else kw
     cin_g = cin // groups
-    in_scale = loguniform(rng, 2e-3, 5e-2)
-    zx = int(rng.integers(-128, 128)) if in_zero is None else in_zero
-    x_q = rng.integers(-128, 128, (h, w, cin)).astype(np.int8)
-    w_f = rng.standard_normal((cout, cin_g, kh, kw)) * np.exp(rng.uniform(np.log(0.02), np.log(1.0), (cout, 1, 1, 1)))
+    if trained is None:
+        in_scale = loguniform(rng, 2e-3, 5e-2)
+        zx = int(rng.integers(-128, 128)) if in_zero is None else in_zero
+        x_view = rng.integers(-128, 128, (h, w, cin + in_extra)).astype(np.int8)  # the wider tensor of the view
+        c0 = int(rng.integers(0, in_extra + 1))
+        w_f = rng.standard_normal((cout, cin_g, kh, kw)) * np.exp(rng.uniform(np.log(0.02), 0.0, (cout, 1, 1, 1)))
+        b_f = rng.standard_normal(cout) * 0.5
+        narrow = 0.9
+    else:
+        x_f = trained["x"]
+        in_scale, zx = arith.range_qparams(float(x_f.min()), float(x_f.max()))
+        x_view = arith.quantize(x_f, in_scale, zx)
+        c0, w_f, b_f, narrow = trained["c0"], trained["w"], trained["b"], 1.0
+    x_q = np.ascontiguousarray(x_view[:, :, c0:c0 + cin])
     w_q, w_scale = arith.quantize_weights(w_f)
     if neg128:  # outside arith's [-127, 127], but the kernels take any int8
         w_q.reshape(-1)[rng.integers(0, w_q.size, 8)] = -128
-    b_f = rng.standard_normal(cout) * 0.5
     bias_q = arith.quantize_bias(b_f, in_scale, w_scale)
     acc = arith.conv_acc(x_q, zx, w_q, bias_q, stride, pad, groups)
     real = acc * (np.float64(in_scale) * w_scale.astype(np.float64))
-    pre_scale, pre_zero = calibrate(real)
+    pre_scale, pre_zero = calibrate(real, narrow)
     if real_multiplier is not None:
         ratios = np.full(cout, real_multiplier)
     else:
@@ -163,19 +180,26 @@ def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1
     if real_multiplier is None:
         STATS["conv"].extend(ratios.tolist())
     STATS["in_zero"].add(zx)
-    lut = None
+    lut, y_scale, y_zero = None, pre_scale, pre_zero
     if act:
         y_real = silu(real)
-        out_scale, out_zero = calibrate(y_real, 0.9, narrow_lo=False)  # SiLU's minimum is no outlier
-        lut = arith.silu_lut(pre_scale, pre_zero, out_scale, out_zero)
+        y_scale, y_zero = calibrate(y_real, narrow, narrow_lo=False)  # SiLU's minimum is no outlier
+        lut = arith.silu_lut(pre_scale, pre_zero, y_scale, y_zero)
     expect = arith.qconv2d(x_q, zx, w_q, bias_q, mul, shift, pre_zero, stride, pad, groups, lut)
     oh, ow = expect.shape[:2]
+    if trained is not None and trained.get("y") is not None:
+        err = np.abs(arith.dequantize(expect, y_scale, y_zero) - trained["y"]).max() / y_scale
+        print(f"  {name}: arith's int8 result within {err:.2f} output steps of the float layer")
 
     arena = Arena(rng)
-    in_stride, out_stride = cin + in_extra, cout + out_extra
+    c_view = x_view.shape[2]
+    in_stride, out_stride = c_view, cout + out_extra
     if tight:
         out_off = arena.out(oh * ow, cout, out_stride, 1, 1, int(rng.integers(0, 4)))
-    in_off = arena.view(x_q.reshape(-1, cin), in_stride, 1, int(rng.integers(0, 4)))
+    in_off = arena.view(x_view.reshape(-1, c_view), in_stride, 1, int(rng.integers(0, 4)))
+    if tight and c0 + cin < c_view:  # the view's last pixel then ends the arena
+        arena.buf = arena.buf[:in_off + ((h * w - 1) * in_stride + c0 + cin)]
+    in_off += c0
     if not tight:
         out_off = arena.out(oh * ow, cout, out_stride, 1, 1, int(rng.integers(0, 4)))
     blob = bytearray(rng.integers(0, 256, 20, dtype=np.uint8).tobytes())  # a record at 4 past a 16-byte line
@@ -245,6 +269,61 @@ def conv_cases(rng):
     return cases
 
 
+TRAINED_PT = REPO / "assets" / "yolo26n-shapes.pt"   # docs/demo-model.md
+TRAINED_IMAGE = REPO / "assets" / "shapes-3.png"
+TRAINED_LAYERS = ("model.0", "model.1", "model.2.cv1", "model.2.m.0.cv1", "model.5", "model.8.cv1",
+                  "model.23.one2one_cv3.0.0.0", "model.23.one2one_cv3.2.0.0", "model.10.m.0.attn.pe")
+
+
+def trained_cases(rng) -> list:
+    """Layers of the trained demo model (yolo26n-shapes, BN folded by the generator) on the activations of a real
+    image at 128x128 (tests/generator/irsim.py, the numpy interpreter of the IR): the stem, 3x3 stride 2, 1x1,
+    a 3x3 reading a channel slice, the head's depthwise 3x3 and the attention's positional depthwise conv, plus
+    the image's QUANTIZE and the SPPF max pool on a real int8 tensor. [] (with a message) without the checkpoint."""
+    if not TRAINED_PT.exists():
+        print(f"  trained layers: skipped ({TRAINED_PT.relative_to(REPO)} not found: tools/train_demo.py)")
+        return []
+    sys.path.insert(0, str(REPO / "tests" / "generator"))
+    import irsim
+    from PIL import Image
+    from carve.checkpoint import read_checkpoint
+    from carve.compiler import load_architecture
+    from carve.frontend.yolo26 import build_graph
+    from carve.manifest import load_manifest
+    from carve.passes import optimize
+
+    manifest = load_manifest(REPO / "manifests" / "yolo26n-shapes.yaml")
+    graph = optimize(build_graph(manifest, load_architecture(manifest), read_checkpoint(str(TRAINED_PT)), 128))
+    image = np.asarray(Image.open(TRAINED_IMAGE).convert("RGB").resize((128, 128)), np.float32) / 255
+    env = irsim.run_graph(graph, image)
+    ops = {op.name: op for op in graph.ops}
+    cases = []
+    for name in TRAINED_LAYERS:
+        op = ops[name]
+        a, src = op.attrs, op.inputs[0]
+        parent, c0 = src, 0
+        m = re.fullmatch(r"(.+)\[(\d+):(\d+)\]", src)
+        if m:  # a channel slice: the conv reads its parent tensor through a strided view
+            parent, c0 = m.group(1), int(m.group(2))
+        w_f, b_f = graph.weights[op.params["weight"]], graph.weights[op.params["bias"]]
+        residual = len(op.inputs) > 1  # y = act(conv) + r: the int8 graph adds r with a separate qadd
+        trained = dict(x=env[parent], c0=c0, w=w_f, b=b_f, y=None if residual else env[op.outputs[0]])
+        h, w_, _ = env[parent].shape
+        kh, kw = a["kernel"]
+        cases.append(conv_case(rng, f"trained {name} ({op.source})", h, w_, a["cin"], a["cout"], kh, kw,
+                               a["stride"], a["pad"], a["groups"], a["act"] == "silu", trained=trained))
+    # the image through QUANTIZE (the graph's input scale: [0, 1] -> 1/255, zero point -128)
+    scale, zp = arith.range_qparams(0.0, 1.0)
+    cases.append(quantize_case(rng, f"trained: the image, scale {scale:.4g} zp {zp}", image.reshape(-1, 3), scale, zp))
+    # SPPF's first max pool on the real int8 of its input
+    pool = ops["model.9.m#0"]
+    x_f = env[pool.inputs[0]]
+    x_q = arith.quantize(x_f, *arith.range_qparams(float(x_f.min()), float(x_f.max())))
+    k, s, p = pool.attrs["kernel"], pool.attrs["stride"], pool.attrs["pad"]
+    cases.append(pool_case(rng, "trained model.9.m#0 (SPPF)", *x_q.shape, k, s, p, False, data=x_q))
+    return cases
+
+
 def add_case(rng, name, h, w, c, ratio=None, strides=(0, 0, 0), spread=True):
     a_scale = loguniform(rng, 1e-3, 1e-1)
     b_scale = a_scale * (loguniform(rng, 0.2, 5.0) if ratio is None else ratio)
@@ -265,9 +344,9 @@ def add_case(rng, name, h, w, c, ratio=None, strides=(0, 0, 0), spread=True):
                 in2_zero=zb, out_zero=zy, mul_a=ma, mul_b=mb, shift=n)
 
 
-def pool_case(rng, name, h, w, c, k, s, p, negative, extra=(0, 0)):
+def pool_case(rng, name, h, w, c, k, s, p, negative, extra=(0, 0), data=None):
     lo, hi = (-128, -100) if negative else (-128, 128)
-    x = rng.integers(lo, hi, (h, w, c)).astype(np.int8)
+    x = rng.integers(lo, hi, (h, w, c)).astype(np.int8) if data is None else data
     expect = arith.maxpool(x, k, s, p)
     oh, ow = expect.shape[:2]
     arena = Arena(rng)
@@ -373,7 +452,7 @@ def all_cases(rng):
     cases += quantize_cases(rng)
     for zp, extra in ((-128, (0, 0)), (0, (3, 1)), (127, (1, 2)), (-7, (0, 5))):
         cases.append(dequantize_case(rng, loguniform(rng, 1e-4, 10.0), zp, extra))
-    return cases + refusal_cases(rng)
+    return cases + trained_cases(rng) + refusal_cases(rng)
 
 
 # ---- Run and compare --------------------------------------------------------------------------------------
