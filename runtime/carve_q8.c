@@ -1,0 +1,426 @@
+// carve runtime: the portable backend's int8 kernels (see carve_q8.h).
+//
+// Every kernel is the arithmetic of generator/carve/quant/arith.py, written out
+// once per op; tests/runtime/q8_vs_arith.py compares them bit for bit.
+//
+// Vectorisation. The convolutions' inner loops run over contiguous int8 with
+// restrict pointers, widen each input to int16 after subtracting the zero point
+// and accumulate in int32: the dense kernel as CARVE_Q8_OC dot products over one
+// run of the input (GCC turns them into pmaddwd on x86-64), the depthwise one
+// over CARVE_Q8_DW_CH channels with a fixed trip count. GCC 12's -O2 uses its
+// "very cheap" vectoriser cost model, which leaves loops with a run-time trip
+// count scalar; CARVE_Q8_VECTORIZE gives the kernels' loop functions -O3's
+// model instead (as carve_portable.c steers GCC with an optimize attribute).
+// docs/quantization.md ("Kernels") lists what GCC and Clang vectorise.
+
+#include "carve_q8.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+// The requantization (acc * m + 2^(n-1)) >> n floors: `>>` of a negative int64
+// must be an arithmetic shift. C11 leaves it implementation-defined (6.5.7);
+// every compiler carve supports shifts arithmetically, and this checks it.
+_Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) == -2,
+               "carve_q8 needs >> of a negative integer to be an arithmetic shift");
+
+// Output channels of one dense block: CARVE_Q8_OC dot products share each widened input. (Not part of the
+// weight layout: a kernel-side choice.)
+#define CARVE_Q8_OC 4
+// Channels of one depthwise block: int32 accumulators on the stack (128 bytes).
+#define CARVE_Q8_DW_CH 32
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define CARVE_Q8_VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+#else
+#define CARVE_Q8_VECTORIZE
+#endif
+
+static size_t out_size(size_t in, size_t k, size_t stride, size_t pad) { return (in + 2 * pad - k) / stride + 1; }
+
+static int8_t clamp8(int64_t v) { return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v); }
+
+// arith.requantize + the zero point + clamp: clamp(zp + ((acc * m + 2^(n-1)) >> n)), in int64
+// (|acc * m| < 2^62 and 2^(n-1) <= 2^61: no overflow).
+static int8_t requantize(int32_t acc, int32_t m, int32_t n, int32_t zp) {
+  const int64_t r = ((int64_t)acc * m + ((int64_t)1 << (n - 1))) >> n;
+  return clamp8(zp + r);
+}
+
+// The [lo, hi) range of kernel taps k whose input o * s + k - pad lies in [0, in): taps outside
+// the image are padding, skipped (they hold the input zero point: contribute 0).
+static void tap_range(size_t o, size_t s, size_t pad, size_t k, size_t in, size_t* lo, size_t* hi) {
+  const size_t first = o * s;  // input coordinate of tap 0, plus pad
+  *lo = first < pad ? pad - first : 0;
+  const size_t end = in + pad > first ? in + pad - first : 0;  // taps below this are inside
+  *hi = end < k ? end : k;
+}
+
+// ---- CONV record ----------------------------------------------------------------
+
+typedef struct conv_params {
+  const int32_t* bias;   // (cout)
+  const int32_t* mul;    // (cout)
+  const int32_t* shift;  // (cout)
+  const int8_t* w;       // carve_q8.h's layout
+  const int8_t* lut;     // int8[256] or NULL
+} conv_params;
+
+static conv_params conv_record(const carve_q8_desc* d, const uint8_t* blob) {
+  const uint8_t* rec = blob + d->weight_off;
+  const size_t cout = d->cout;
+  conv_params p;
+  p.bias = (const int32_t*)(const void*)rec;
+  p.mul = p.bias + cout;
+  p.shift = p.mul + cout;
+  p.w = (const int8_t*)(const void*)(rec + 3 * cout * sizeof(int32_t));
+  p.lut = d->act == CARVE_ACT_SILU ? (const int8_t*)(const void*)(blob + d->lut_off) : NULL;
+  return p;
+}
+
+// y = (lut ? lut[q + 128] : q) for q = requantize(acc + bias) of output channel o.
+static int8_t conv_out(const conv_params* p, size_t o, int32_t acc, int32_t zp) {
+  const int8_t q = requantize(acc + p->bias[o], p->mul[o], p->shift[o], zp);
+  return p->lut != NULL ? p->lut[q + 128] : q;
+}
+
+// ---- Dense and grouped convolution ----------------------------------------------
+
+// acc[o] += sum_{i < n} (x[i] - zx) * w[o][off + i] for the CARVE_Q8_OC weight rows w[0..CARVE_Q8_OC-1]:
+// CARVE_Q8_OC dot products over one contiguous run of input channels (and, for a packed
+// input, of consecutive kernel taps). The products fit int16; the sums are int32.
+_Static_assert(CARVE_Q8_OC == 4, "dot_rows is written for 4 output channels");
+
+CARVE_Q8_VECTORIZE static void dot_rows(const int8_t* restrict x, const int8_t* const w[CARVE_Q8_OC], size_t off, size_t n,
+                                        int32_t zx, int32_t acc[CARVE_Q8_OC]) {
+  const int8_t* restrict w0 = w[0] + off;
+  const int8_t* restrict w1 = w[1] + off;
+  const int8_t* restrict w2 = w[2] + off;
+  const int8_t* restrict w3 = w[3] + off;
+  const int16_t z = (int16_t)zx;
+  int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const int16_t v = (int16_t)(x[i] - z);
+    a0 += v * w0[i];
+    a1 += v * w1[i];
+    a2 += v * w2[i];
+    a3 += v * w3[i];
+  }
+  acc[0] += a0;
+  acc[1] += a1;
+  acc[2] += a2;
+  acc[3] += a3;
+}
+
+// Per group and block of CARVE_Q8_OC output channels, per output pixel:
+//   acc[o] = sum over in-image taps (ky, kx) and i < cin/g of (x[iy][ix][g*cin_g + i] - zx) * W[o][ky][kx][i]
+// With one group and a packed input (in_stride == cin), the in-image taps of one kernel row are
+// consecutive pixels, so a kernel row is one dot product over (kx_hi - kx_lo) * cin channels.
+static void conv_dense(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
+  const size_t h = d->h, wd = d->w, k_h = d->kh, k_w = d->kw, s = d->stride, pad = d->pad;
+  const size_t groups = d->groups, cin_g = d->cin / groups, cout_g = d->cout / groups;
+  const size_t row = k_h * k_w * cin_g;  // weights of one output channel
+  const size_t oh = out_size(h, k_h, s, pad), ow = out_size(wd, k_w, s, pad);
+  const size_t in_stride = d->in_stride, out_stride = d->out_stride;
+  const int packed = groups == 1 && in_stride == cin_g;
+  const int32_t zx = d->in_zero, zy = d->out_zero;
+  for (size_t g = 0; g < groups; g++) {
+    for (size_t o0 = 0; o0 < cout_g; o0 += CARVE_Q8_OC) {
+      const size_t co = g * cout_g + o0;  // first output channel of the block
+      const size_t nc = cout_g - o0 < CARVE_Q8_OC ? cout_g - o0 : CARVE_Q8_OC;
+      const int8_t* w[CARVE_Q8_OC];
+      for (size_t o = 0; o < CARVE_Q8_OC; o++) {
+        w[o] = p->w + (co + (o < nc ? o : 0)) * row;  // a short block repeats its first row
+      }
+      for (size_t oy = 0; oy < oh; oy++) {
+        size_t ky0, ky1;
+        tap_range(oy, s, pad, k_h, h, &ky0, &ky1);
+        for (size_t ox = 0; ox < ow; ox++) {
+          size_t kx0, kx1;
+          tap_range(ox, s, pad, k_w, wd, &kx0, &kx1);
+          int32_t acc[CARVE_Q8_OC] = {0};
+          for (size_t ky = ky0; ky < ky1 && kx0 < kx1; ky++) {
+            const int8_t* xr = x + ((oy * s + ky - pad) * wd + (ox * s + kx0 - pad)) * in_stride + g * cin_g;
+            const size_t off = (ky * k_w + kx0) * cin_g;
+            if (packed) {
+              dot_rows(xr, w, off, (kx1 - kx0) * cin_g, zx, acc);
+            } else {
+              for (size_t kx = kx0; kx < kx1; kx++) {
+                dot_rows(xr + (kx - kx0) * in_stride, w, off + (kx - kx0) * cin_g, cin_g, zx, acc);
+              }
+            }
+          }
+          int8_t* yp = y + (oy * ow + ox) * out_stride + co;
+          for (size_t o = 0; o < nc; o++) {
+            yp[o] = conv_out(p, co + o, acc[o], zy);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- Depthwise convolution --------------------------------------------------------
+
+// acc[c] += (x[c] - zx) * w[c] for a full block of CARVE_Q8_DW_CH channels (a fixed trip count) ...
+CARVE_Q8_VECTORIZE static void dw_tap_block(const int8_t* restrict x, const int8_t* restrict w, int32_t zx,
+                                            int32_t* restrict acc) {
+  const int16_t z = (int16_t)zx;
+  for (size_t c = 0; c < CARVE_Q8_DW_CH; c++) {
+    acc[c] += (int16_t)((int16_t)(x[c] - z) * w[c]);  // |product| <= 255 * 128: exact in int16
+  }
+}
+
+// ... and for the last n < CARVE_Q8_DW_CH channels.
+CARVE_Q8_VECTORIZE static void dw_tap_tail(const int8_t* restrict x, const int8_t* restrict w, int32_t zx,
+                                           int32_t* restrict acc, size_t n) {
+  const int16_t z = (int16_t)zx;
+  for (size_t c = 0; c < n; c++) {
+    acc[c] += (int16_t)((int16_t)(x[c] - z) * w[c]);
+  }
+}
+
+// groups == cin == cout: y[oy][ox][c] = out(sum over in-image taps of (x[iy][ix][c] - zx) * W[ky][kx][c]),
+// per output pixel and block of CARVE_Q8_DW_CH channels (weights (kh, kw, c): each tap's channels contiguous).
+static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
+  const size_t h = d->h, wd = d->w, c = d->cin, k_h = d->kh, k_w = d->kw, s = d->stride, pad = d->pad;
+  const size_t oh = out_size(h, k_h, s, pad), ow = out_size(wd, k_w, s, pad);
+  const int32_t zx = d->in_zero, zy = d->out_zero;
+  for (size_t oy = 0; oy < oh; oy++) {
+    size_t ky0, ky1;
+    tap_range(oy, s, pad, k_h, h, &ky0, &ky1);
+    for (size_t ox = 0; ox < ow; ox++) {
+      size_t kx0, kx1;
+      tap_range(ox, s, pad, k_w, wd, &kx0, &kx1);
+      int8_t* yp = y + (oy * ow + ox) * d->out_stride;
+      for (size_t c0 = 0; c0 < c; c0 += CARVE_Q8_DW_CH) {
+        const size_t nc = c - c0 < CARVE_Q8_DW_CH ? c - c0 : CARVE_Q8_DW_CH;
+        int32_t acc[CARVE_Q8_DW_CH] = {0};
+        for (size_t ky = ky0; ky < ky1; ky++) {
+          for (size_t kx = kx0; kx < kx1; kx++) {
+            const int8_t* xp = x + ((oy * s + ky - pad) * wd + (ox * s + kx - pad)) * d->in_stride + c0;
+            const int8_t* wp = p->w + (ky * k_w + kx) * c + c0;
+            if (nc == CARVE_Q8_DW_CH) {
+              dw_tap_block(xp, wp, zx, acc);
+            } else {
+              dw_tap_tail(xp, wp, zx, acc, nc);
+            }
+          }
+        }
+        for (size_t i = 0; i < nc; i++) {
+          yp[c0 + i] = conv_out(p, c0 + i, acc[i], zy);
+        }
+      }
+    }
+  }
+}
+
+static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
+  if (d->groups == d->cin && d->cin == d->cout) {
+    conv_depthwise(d, p, x, y);
+  } else {
+    conv_dense(d, p, x, y);
+  }
+}
+
+// ---- Element-wise -----------------------------------------------------------------
+
+// arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64.
+CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b, int8_t* restrict y) {
+  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+  const int64_t ma = d->mul_a, mb = d->mul_b, rnd = (int64_t)1 << (d->shift - 1);
+  const int32_t za = d->in_zero, zb = d->in2_zero, zy = d->out_zero, n = d->shift;
+  for (size_t px = 0; px < pixels; px++) {
+    const int8_t* restrict ap = a + px * d->in_stride;
+    const int8_t* restrict bp = b + px * d->in2_stride;
+    int8_t* restrict yp = y + px * d->out_stride;
+    for (size_t ch = 0; ch < c; ch++) {
+      const int64_t sum = (ap[ch] - za) * ma + (bp[ch] - zb) * mb + rnd;
+      yp[ch] = clamp8(zy + (sum >> n));
+    }
+  }
+}
+
+// y[p][0:c] = x[p][0:c] for every pixel.
+static void copy_channels(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
+  const size_t pixels = (size_t)d->h * d->w;
+  for (size_t px = 0; px < pixels; px++) {
+    memcpy(y + px * d->out_stride, x + px * d->in_stride, d->cin);
+  }
+}
+
+// y[2i + a][2j + b][c] = x[i][j][c] for a, b in {0, 1}.
+static void upsample2x(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
+  const size_t h = d->h, wd = d->w, c = d->cin, ow = 2 * wd;
+  for (size_t i = 0; i < h; i++) {
+    for (size_t j = 0; j < wd; j++) {
+      const int8_t* restrict xp = x + (i * wd + j) * d->in_stride;
+      for (size_t a = 0; a < 2; a++) {
+        for (size_t b = 0; b < 2; b++) {
+          memcpy(y + ((2 * i + a) * ow + 2 * j + b) * d->out_stride, xp, c);
+        }
+      }
+    }
+  }
+}
+
+// ---- Pooling ----------------------------------------------------------------------
+
+// y[oy][ox][c] = max over the in-image taps of the k x k window (padding never wins).
+CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
+  const size_t h = d->h, wd = d->w, c = d->cin, k = d->kh, s = d->stride, pad = d->pad;
+  const size_t oh = out_size(h, k, s, pad), ow = out_size(wd, k, s, pad);
+  for (size_t oy = 0; oy < oh; oy++) {
+    size_t ky0, ky1;
+    tap_range(oy, s, pad, k, h, &ky0, &ky1);
+    for (size_t ox = 0; ox < ow; ox++) {
+      size_t kx0, kx1;
+      tap_range(ox, s, pad, k, wd, &kx0, &kx1);
+      int8_t* restrict yp = y + (oy * ow + ox) * d->out_stride;
+      for (size_t ch = 0; ch < c; ch++) {
+        yp[ch] = INT8_MIN;
+      }
+      for (size_t ky = ky0; ky < ky1; ky++) {
+        for (size_t kx = kx0; kx < kx1; kx++) {
+          const int8_t* restrict xp = x + ((oy * s + ky - pad) * wd + (ox * s + kx - pad)) * d->in_stride;
+          for (size_t ch = 0; ch < c; ch++) {
+            yp[ch] = xp[ch] > yp[ch] ? xp[ch] : yp[ch];
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- Quantize / dequantize -----------------------------------------------------------
+
+// arith.quantize: v = x / scale in float32; NaN -> 0, clamped to [-512, 512] (so +-inf -> +-512);
+// q = clamp(rint(v) + zp), rint rounding half to even (nearbyintf in the default rounding mode).
+CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y) {
+  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+  const float scale = d->scale;
+  const int32_t zp = d->out_zero;
+  for (size_t px = 0; px < pixels; px++) {
+    const float* restrict xp = x + px * d->in_stride;
+    int8_t* restrict yp = y + px * d->out_stride;
+    for (size_t ch = 0; ch < c; ch++) {
+      float v = xp[ch] / scale;
+      v = v != v ? 0.0f : v;  // NaN
+      v = v > 512.0f ? 512.0f : v < -512.0f ? -512.0f : v;
+      yp[ch] = clamp8((int32_t)nearbyintf(v) + zp);
+    }
+  }
+}
+
+// arith.dequantize: y = (float)(q - zp) * scale, one float32 multiply.
+CARVE_Q8_VECTORIZE static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y) {
+  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+  const float scale = d->scale;
+  const int32_t zp = d->in_zero;
+  for (size_t px = 0; px < pixels; px++) {
+    const int8_t* restrict xp = x + px * d->in_stride;
+    float* restrict yp = y + px * d->out_stride;
+    for (size_t ch = 0; ch < c; ch++) {
+      yp[ch] = (float)(xp[ch] - zp) * scale;
+    }
+  }
+}
+
+// ---- Argument checks ----------------------------------------------------------------
+
+static int is_zero_point(int32_t z) { return z >= -128 && z <= 127; }
+
+static int is_aligned(const void* ptr) { return ((uintptr_t)ptr % CARVE_Q8_ALIGN) == 0; }
+
+// A kernel of k taps with stride s and padding pad on an input of n: at least one output.
+static int window_ok(uint32_t n, uint32_t k, uint32_t s, uint32_t pad) {
+  return n > 0 && k > 0 && s > 0 && (uint64_t)n + 2 * (uint64_t)pad >= k;
+}
+
+static int valid_conv(const carve_q8_desc* d, const uint8_t* blob) {
+  if (blob == NULL || d->groups == 0 || d->cin == 0 || d->cout == 0 || d->cin % d->groups != 0 ||
+      d->cout % d->groups != 0 || !window_ok(d->h, d->kh, d->stride, d->pad) ||
+      !window_ok(d->w, d->kw, d->stride, d->pad) || !is_zero_point(d->in_zero) || !is_zero_point(d->out_zero) ||
+      (d->act != CARVE_ACT_NONE && d->act != CARVE_ACT_SILU) || !is_aligned(blob + d->weight_off)) {
+    return 0;
+  }
+  // a depthwise input may be a channel slice; a dense one is read cin/groups channels per group
+  if (d->in_stride < d->cin || d->out_stride < d->cout) {
+    return 0;
+  }
+  const int32_t* shift = (const int32_t*)(const void*)(blob + d->weight_off) + 2 * (size_t)d->cout;
+  for (size_t o = 0; o < d->cout; o++) {
+    if (shift[o] < 1 || shift[o] > 62) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int valid_scale(float s) { return s > 0.0f && s <= FLT_MAX; }  // positive and finite (NaN fails)
+
+// The per-pixel kinds: h * w pixels of cin channels.
+static int valid_pixels(const carve_q8_desc* d) {
+  return d->h > 0 && d->w > 0 && d->cin > 0 && d->in_stride >= d->cin && d->out_stride >= d->cin;
+}
+
+static int valid(const carve_q8_desc* d, const uint8_t* blob, const uint8_t* arena) {
+  switch (d->kind) {
+    case CARVE_Q8_CONV:
+      return valid_conv(d, blob);
+    case CARVE_Q8_ADD:
+      return valid_pixels(d) && d->in2_stride >= d->cin && is_zero_point(d->in_zero) &&
+             is_zero_point(d->in2_zero) && is_zero_point(d->out_zero) && d->shift >= 1 && d->shift <= 62;
+    case CARVE_Q8_MAXPOOL:
+      // PyTorch's rule pad <= k / 2: every window has an in-image tap
+      return valid_pixels(d) && window_ok(d->h, d->kh, d->stride, d->pad) &&
+             window_ok(d->w, d->kh, d->stride, d->pad) && 2 * (uint64_t)d->pad <= d->kh;
+    case CARVE_Q8_COPY:
+    case CARVE_Q8_UPSAMPLE2X:
+      return valid_pixels(d);
+    case CARVE_Q8_QUANTIZE:
+      return valid_pixels(d) && is_zero_point(d->out_zero) && valid_scale(d->scale) &&
+             is_aligned(arena + d->in_off);
+    case CARVE_Q8_DEQUANTIZE:
+      return valid_pixels(d) && is_zero_point(d->in_zero) && valid_scale(d->scale) &&
+             is_aligned(arena + d->out_off);
+  }
+  return 0;  // an unknown kind
+}
+
+// ---- Dispatch -----------------------------------------------------------------------
+
+carve_status carve_q8_run(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
+  if (d == NULL || arena == NULL || !valid(d, blob, arena)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const int8_t* x = (const int8_t*)(const void*)(arena + d->in_off);
+  int8_t* y = (int8_t*)(void*)(arena + d->out_off);
+  switch (d->kind) {
+    case CARVE_Q8_CONV: {
+      const conv_params p = conv_record(d, blob);
+      conv2d(d, &p, x, y);
+      return CARVE_OK;
+    }
+    case CARVE_Q8_ADD:
+      add(d, x, (const int8_t*)(const void*)(arena + d->in2_off), y);
+      return CARVE_OK;
+    case CARVE_Q8_MAXPOOL:
+      maxpool2d(d, x, y);
+      return CARVE_OK;
+    case CARVE_Q8_COPY:
+      copy_channels(d, x, y);
+      return CARVE_OK;
+    case CARVE_Q8_UPSAMPLE2X:
+      upsample2x(d, x, y);
+      return CARVE_OK;
+    case CARVE_Q8_QUANTIZE:
+      quantize(d, (const float*)(const void*)(arena + d->in_off), y);
+      return CARVE_OK;
+    case CARVE_Q8_DEQUANTIZE:
+      dequantize(d, x, (float*)(void*)(arena + d->out_off));
+      return CARVE_OK;
+  }
+  return CARVE_ERR_INVALID_ARGUMENT;  // not reached: valid() refused unknown kinds
+}

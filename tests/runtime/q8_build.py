@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Builds of the int8 kernels (runtime/carve_q8.c) with every compiler here, and what they vectorise.
+
+    q8_build.py compile     -std=c11 -Wall -Wextra -Werror with gcc (x86-64: baseline, AVX2, AVX-512), clang,
+                            arm-none-eabi-gcc for a Cortex-M7 (tests/firmware/cross.py's flags) and
+                            aarch64-linux-gnu-gcc, at -O2 and -O3; prints the loops each vectorised (GCC's
+                            -fopt-info-vec, Clang's -Rpass=loop-vectorize) by function, and checks:
+                              * the convolutions' inner loops (dot_rows, dw_tap_block) are vectorised by gcc
+                                (x86-64 and aarch64, -O2 and -O3) and clang (-O2 and -O3);
+                              * the Cortex-M7 object has no floating-point arithmetic outside quantize and
+                                dequantize (carve_q8_run may compare the descriptor's scale, nothing else).
+                            A cross compiler that is not installed is skipped with a message (tools/install.sh
+                            --test installs them); gcc must be there.
+    q8_build.py aarch64     q8_tool.c + carve_q8.c for aarch64 Linux (GCC vectorises for NEON), run under
+                            qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
+                            Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+SRC = REPO / "runtime" / "carve_q8.c"
+WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DCARVE_RT_NO_THREADS", f"-I{REPO / 'runtime'}"]
+M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
+AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")
+SKIP = 77
+HOT = ("dot_rows", "dw_tap_block")  # the convolutions' inner loops
+
+# (label, compiler, flags, hot loops must vectorise)
+CONFIGS = [
+    ("gcc x86-64 -O2", "gcc", ["-O2"], True),
+    ("gcc x86-64 -O3", "gcc", ["-O3"], True),
+    ("gcc x86-64 -O2 -mavx2", "gcc", ["-O2", "-mavx2"], True),
+    ("gcc x86-64 -O3 -march=skylake-avx512", "gcc", ["-O3", "-march=skylake-avx512"], True),
+    ("clang x86-64 -O2", "clang", ["-O2"], True),
+    ("clang x86-64 -O3 -mavx2", "clang", ["-O3", "-mavx2"], True),
+    ("arm-none-eabi-gcc cortex-m7 -O2", "arm-none-eabi-gcc", ["-O2", *M7], False),
+    ("arm-none-eabi-gcc cortex-m7 -O3", "arm-none-eabi-gcc", ["-O3", *M7], False),
+    ("aarch64-linux-gnu-gcc -O2", "aarch64-linux-gnu-gcc", ["-O2"], True),
+]
+
+
+def functions_by_line() -> list:
+    """The function each line of carve_q8.c belongs to (index: line number - 1)."""
+    out, current = [], "?"
+    start = re.compile(r"^(?:CARVE_Q8_VECTORIZE )?(?:static )?(?:inline )?[\w ]+?[ *](\w+)\(")
+    for line in SRC.read_text().splitlines():
+        m = start.match(line)
+        if m and not line.startswith(("//", "#", " ", "}")):
+            current = m.group(1)
+        out.append(current)
+    return out
+
+
+def vectorised(cc: str, flags: list, obj: Path) -> tuple:
+    """Compiles carve_q8.c to obj; returns (ok, message, {function: sorted loop lines vectorised})."""
+    report = ["-Rpass=loop-vectorize"] if cc == "clang" else ["-fopt-info-vec-optimized"]
+    p = subprocess.run([cc, *WARN, *flags, *report, "-c", str(SRC), "-o", str(obj)], capture_output=True, text=True)
+    if p.returncode != 0:
+        return False, p.stderr.strip(), {}
+    owner = functions_by_line()
+    loops: dict = {}
+    pat = re.compile(re.escape(SRC.name) + r":(\d+):\d+: (?:remark: vectorized loop|optimized: loop vectorized)")
+    for m in pat.finditer(p.stderr):
+        line = int(m.group(1))
+        loops.setdefault(owner[line - 1], set()).add(line)
+    return True, "", {f: sorted(v) for f, v in loops.items()}
+
+
+FP_ARITH = re.compile(r"^v(add|sub|mul|div|fma|fms|fnm|neg|abs|sqrt|cvt|rint|max|min|mla|mls)")
+FP_ANY = re.compile(r"^v")
+
+
+def m7_float_check(obj: Path) -> list:
+    """Problems: VFP instructions where there should be none (objdump of the Cortex-M7 object)."""
+    dump = subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", str(obj)], capture_output=True,
+                          text=True, check=True).stdout
+    fn, problems = "?", []
+    for line in dump.splitlines():
+        m = re.match(r"^[0-9a-f]+ <(\w+)>:$", line)
+        if m:
+            fn = m.group(1)
+            continue
+        parts = line.split("\t")
+        if len(parts) < 2:
+            continue
+        op = parts[1].strip()
+        if fn in ("quantize", "dequantize") or not FP_ANY.match(op):
+            continue
+        if fn == "carve_q8_run" and not FP_ARITH.match(op):
+            continue  # the scale checks: vldr / vcmp / vmrs
+        problems.append(f"{fn}: {op} {parts[2].strip() if len(parts) > 2 else ''}")
+    return problems
+
+
+def compile_all() -> int:
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, cc, flags, hot in CONFIGS:
+            if shutil.which(cc) is None:
+                if cc == "gcc":
+                    print(f"FAIL {label}: gcc not found")
+                    failed += 1
+                else:
+                    print(f"  {label}: {cc} not installed, skipped (sh tools/install.sh --test)")
+                continue
+            obj = Path(tmp, re.sub(r"\W+", "_", label) + ".o")
+            ok, msg, loops = vectorised(cc, flags, obj)
+            if not ok:
+                print(f"FAIL {label}: does not compile with -Werror:\n{msg}")
+                failed += 1
+                continue
+            text = ", ".join(f"{f} {'/'.join(map(str, v))}" for f, v in sorted(loops.items())) or "none"
+            print(f"  {label}: compiles; loops vectorised (function line): {text}")
+            missing = [f for f in HOT if hot and f not in loops]
+            if missing:
+                print(f"FAIL {label}: the inner loops of {', '.join(missing)} are not vectorised")
+                failed += 1
+            if cc == "arm-none-eabi-gcc":
+                problems = m7_float_check(obj)
+                for p in problems[:10]:
+                    print(f"FAIL {label}: floating point outside quantize / dequantize: {p}")
+                failed += bool(problems)
+                if not problems:
+                    print(f"  {label}: no floating-point instruction outside quantize / dequantize (and the "
+                          f"scale checks' compares)")
+    print("q8_build compile: " + ("ok" if not failed else f"{failed} FAILED"))
+    return 1 if failed else 0
+
+
+def aarch64() -> int:
+    cc = "aarch64-linux-gnu-gcc"
+    for tool in (cc, "qemu-aarch64"):
+        if shutil.which(tool) is None:
+            print(f"q8_build aarch64: SKIPPED: {tool} not installed (sh tools/install.sh --test)")
+            return SKIP
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp, "q8_tool")
+        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), "-o", str(exe), "-lm"], check=True)
+        print(f"  {exe.name} built with {cc} -O2; running q8_vs_arith.py under qemu-aarch64")
+        p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), "--exec", f"qemu-aarch64 -L {AARCH64_LIBC}",
+                            str(exe)])
+        return p.returncode
+
+
+def main() -> int:
+    if len(sys.argv) != 2 or sys.argv[1] not in ("compile", "aarch64"):
+        print(__doc__)
+        return 2
+    return compile_all() if sys.argv[1] == "compile" else aarch64()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+// Helper for q8_vs_arith.py: runs carve_q8_run on cases the script writes.
+//
+//   q8_tool CASES.bin RESULTS.bin
+//
+// CASES.bin (little-endian): "Q8C1", uint32 layout (the CARVE_Q8_LAYOUT the script's blobs are packed in:
+// generator/carve/backends/q8_pack.PACKS_LAYOUT), uint32 number of cases, then per case:
+//   int64 fields[Q8_FIELDS]   the carve_q8_desc, in the order of read_desc() (scale: its float32 bits)
+//   uint64 blob bytes, the blob; uint64 arena bytes, the arena
+// RESULTS.bin: per case, int32 carve_status then the arena after the call (as many bytes as it came with).
+// The blob and arena are copied into malloc'd buffers (aligned for any type), so the offsets set the
+// alignment the kernels see. Only carve_q8.c and libc: it also runs cross-compiled (qemu-aarch64).
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "carve_q8.h"
+
+#define Q8_FIELDS 26
+
+static int fail(const char* what) {
+  fprintf(stderr, "q8_tool: %s\n", what);
+  return 1;
+}
+
+static int read_exact(FILE* f, void* p, size_t n) { return n == 0 || fread(p, 1, n, f) == n; }
+
+static uint64_t le64(const unsigned char b[8]) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) {
+    v = (v << 8) | b[i];
+  }
+  return v;
+}
+
+static int read_u64(FILE* f, uint64_t* v) {
+  unsigned char b[8];
+  if (!read_exact(f, b, 8)) {
+    return 0;
+  }
+  *v = le64(b);
+  return 1;
+}
+
+static carve_q8_desc read_desc(const int64_t v[Q8_FIELDS]) {
+  carve_q8_desc d;
+  memset(&d, 0, sizeof d);
+  d.kind = (int)v[0];
+  d.kh = (uint32_t)v[1];
+  d.kw = (uint32_t)v[2];
+  d.stride = (uint32_t)v[3];
+  d.pad = (uint32_t)v[4];
+  d.groups = (uint32_t)v[5];
+  d.cin = (uint32_t)v[6];
+  d.cout = (uint32_t)v[7];
+  d.h = (uint32_t)v[8];
+  d.w = (uint32_t)v[9];
+  d.in_stride = (size_t)v[10];
+  d.in2_stride = (size_t)v[11];
+  d.out_stride = (size_t)v[12];
+  d.in_off = (size_t)v[13];
+  d.in2_off = (size_t)v[14];
+  d.out_off = (size_t)v[15];
+  d.weight_off = (size_t)v[16];
+  d.lut_off = (size_t)v[17];
+  d.act = (int)v[18];
+  d.in_zero = (int32_t)v[19];
+  d.in2_zero = (int32_t)v[20];
+  d.out_zero = (int32_t)v[21];
+  d.mul_a = (int32_t)v[22];
+  d.mul_b = (int32_t)v[23];
+  d.shift = (int32_t)v[24];
+  const uint32_t bits = (uint32_t)v[25];
+  memcpy(&d.scale, &bits, sizeof d.scale);
+  return d;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s CASES.bin RESULTS.bin\n", argv[0]);
+    return 2;
+  }
+  FILE* in = fopen(argv[1], "rb");
+  FILE* out = fopen(argv[2], "wb");
+  if (in == NULL || out == NULL) {
+    return fail("cannot open the files");
+  }
+  unsigned char head[12];
+  if (!read_exact(in, head, sizeof head) || memcmp(head, "Q8C1", 4) != 0) {
+    return fail("not a Q8C1 cases file");
+  }
+  const uint32_t layout = head[4] | head[5] << 8 | (uint32_t)head[6] << 16 | (uint32_t)head[7] << 24;
+  const uint32_t cases = head[8] | head[9] << 8 | (uint32_t)head[10] << 16 | (uint32_t)head[11] << 24;
+  if (layout != CARVE_Q8_LAYOUT) {
+    fprintf(stderr, "q8_tool: blobs packed in layout %u, the runtime reads layout %d\n", (unsigned)layout,
+            CARVE_Q8_LAYOUT);
+    return 1;
+  }
+  for (uint32_t c = 0; c < cases; c++) {
+    int64_t fields[Q8_FIELDS];
+    for (int i = 0; i < Q8_FIELDS; i++) {
+      uint64_t v;
+      if (!read_u64(in, &v)) {
+        return fail("truncated case");
+      }
+      fields[i] = (int64_t)v;
+    }
+    uint64_t blob_n, arena_n;
+    if (!read_u64(in, &blob_n)) {
+      return fail("truncated case");
+    }
+    uint8_t* blob = malloc(blob_n ? blob_n : 1);
+    if (blob == NULL || !read_exact(in, blob, blob_n) || !read_u64(in, &arena_n)) {
+      return fail("truncated case or out of memory");
+    }
+    uint8_t* arena = malloc(arena_n ? arena_n : 1);
+    if (arena == NULL || !read_exact(in, arena, arena_n)) {
+      return fail("truncated case or out of memory");
+    }
+    const carve_q8_desc d = read_desc(fields);
+    const int32_t status = (int32_t)carve_q8_run(&d, blob_n ? blob : NULL, arena);
+    unsigned char sb[4] = {(unsigned char)status, (unsigned char)(status >> 8), (unsigned char)(status >> 16),
+                           (unsigned char)(status >> 24)};
+    if (fwrite(sb, 1, 4, out) != 4 || fwrite(arena, 1, arena_n, out) != arena_n) {
+      return fail("cannot write the results");
+    }
+    free(blob);
+    free(arena);
+  }
+  if (fclose(out) != 0) {
+    return fail("cannot write the results");
+  }
+  fclose(in);
+  return 0;
+}
