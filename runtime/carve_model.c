@@ -231,6 +231,7 @@ void carve_model_destroy(carve_model* m) {
   }
 #ifndef CARVE_RT_NO_HEAP
   free(m->weights_file);  // NULL unless create read a weights file
+  free(m->layer_f32);     // NULL unless an int8 package's layer callback was set
   if (m->owned) {
     if (m->desc != NULL && m->desc->wide_weight_bytes > 0) {
       free(m->wide_weights);
@@ -257,9 +258,41 @@ carve_status carve_model_layer_done(carve_model* m, int layer, size_t off, size_
   return CARVE_OK;
 }
 
+carve_status carve_model_layer_done_q8(carve_model* m, int layer, size_t off, size_t h, size_t w, size_t c,
+                                       size_t stride, float scale, int zero, double ms) {
+  if (m == NULL || layer < 0 || layer >= m->desc->num_layers || h * w * c > m->desc->layer_dequant_floats) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  m->layer_ms[layer] = ms;
+  if (m->layer_fn != NULL && m->layer_f32 != NULL) {
+    const int8_t* q = (const int8_t*)m->arena + off;
+    for (size_t p = 0; p < h * w; p++) {
+      for (size_t k = 0; k < c; k++) {
+        m->layer_f32[p * c + k] = (float)((int)q[p * stride + k] - zero) * scale;
+      }
+    }
+    const carve_view view = {m->layer_f32, h, w, c, c};
+    m->layer_fn(m->layer_user, layer, m->desc->layer_types[layer], &view);
+  }
+  return CARVE_OK;
+}
+
 carve_status carve_model_set_layer_callback(carve_model* m, carve_model_layer_fn fn, void* user) {
   if (m == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (fn != NULL && m->desc->layer_dequant_floats > 0 && m->layer_f32 == NULL) {
+#ifdef CARVE_RT_NO_HEAP
+    return CARVE_ERR_UNSUPPORTED;
+#else
+    if (!m->owned) {
+      return CARVE_ERR_UNSUPPORTED;  // create_with allocates nothing
+    }
+    m->layer_f32 = (float*)malloc(m->desc->layer_dequant_floats * sizeof(float));
+    if (m->layer_f32 == NULL) {
+      return CARVE_ERR_OUT_OF_MEMORY;
+    }
+#endif
   }
   m->layer_fn = fn;
   m->layer_user = user;

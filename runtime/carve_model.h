@@ -129,6 +129,10 @@ typedef struct carve_model_desc {
   size_t output1_off;          // segment: the mask prototypes (proto_h, proto_w, num_protos) NHWC
   size_t proto_h, proto_w, num_protos, proto_stride;
 
+  // int8 packages (--precision int8): the largest int8 layer output in elements, which the layer callback
+  // gets dequantized (carve_model_set_layer_callback allocates a float buffer of it); 0 for float packages.
+  size_t layer_dequant_floats;
+
   // Tables.
   int num_layers;
   const char* const* layer_types;  // num_layers Ultralytics module names
@@ -174,6 +178,7 @@ typedef struct carve_model_desc {
   double* layer_ms;             /* desc->num_layers timings in the context (desc->layer_ms_offset) */ \
   carve_model_layer_fn layer_fn;                                                                   \
   void* layer_user;                                                                                \
+  float* layer_f32;             /* int8 layers' outputs dequantized for layer_fn (set_layer_callback) */ \
   carve_letterbox_info letterbox; /* of the last image run */
 
 struct carve_model {
@@ -212,6 +217,15 @@ void carve_model_destroy(carve_model* m);
 carve_status carve_model_layer_done(carve_model* m, int layer, size_t off, size_t h, size_t w, size_t c,
                                     size_t stride, double ms);
 
+// The same for an int8 layer output (int8 packages): `off` in bytes, real = scale * (q - zero). The callback
+// gets it dequantized to float32, contiguous (stride c), in m->layer_f32.
+carve_status carve_model_layer_done_q8(carve_model* m, int layer, size_t off, size_t h, size_t w, size_t c,
+                                       size_t stride, float scale, int zero, double ms);
+
+// Sets (fn non-NULL) or clears the per-layer callback. In an int8 package (desc->layer_dequant_floats > 0) the
+// first callback set allocates the float buffer the int8 layers' outputs are dequantized into (freed by
+// destroy): CARVE_ERR_UNSUPPORTED for a model of create_with or a CARVE_RT_NO_HEAP build, which allocate
+// nothing, CARVE_ERR_OUT_OF_MEMORY if it fails (the callback then stays unset).
 carve_status carve_model_set_layer_callback(carve_model* m, carve_model_layer_fn fn, void* user);
 
 // The threads a run uses, the caller included (the options resolved at create); 0 for NULL.

@@ -45,7 +45,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 8
+//   #if CARVE_RT_ABI != 9
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -63,7 +63,9 @@
 //    carve_model.h: the generated code's create / create_with / destroy / runs / masks.
 // 8: f16 packages store the checkpoint's halves and rebuild the f32 package's weights
 //    (carve_weights_piece, carve_weights_expand; carve_model_desc's weight_pieces).
-#define CARVE_RT_ABI 8
+// 9: int8 packages: carve_q8.h (carve_q8_run), carve_model_layer_done_q8 and the context's layer_f32
+//    (carve_model_desc's layer_dequant_floats).
+#define CARVE_RT_ABI 9
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

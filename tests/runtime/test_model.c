@@ -103,6 +103,31 @@ static void on_layer(void* user, int layer, const char* type, const carve_view* 
   g_layers++;
 }
 
+// int8 layers (ABI 9): carve_model_layer_done_q8 dequantizes an int8 output (strided view, bytes into the arena)
+// into the buffer set_layer_callback allocated, contiguous.
+static int g_q8_layers;
+static void on_q8_layer(void* user, int layer, const char* type, const carve_view* v) {
+  (void)type;
+  CHECK(user == &g_q8_layers && layer == 0 && v->h == 2 && v->w == 1 && v->c == 3 && v->stride == 3);
+  // q = {-128, 0, 127} and {5, -5, 1} (stride 4 in the arena), zero point 2, scale 0.5
+  static const float want[6] = {-65.0f, -1.0f, 62.5f, 1.5f, -3.5f, -0.5f};
+  for (int i = 0; i < 6; i++) {
+    CHECK(v->data[i] == want[i]);
+  }
+  g_q8_layers++;
+}
+
+static carve_status q8_network(carve_model* m) {
+  int8_t* q = (int8_t*)m->arena + 64;
+  const int8_t vals[8] = {-128, 0, 127, 99, 5, -5, 1, 99};
+  memcpy(q, vals, sizeof(vals));
+  CHECK(carve_model_layer_done_q8(m, 0, 64, 2, 1, 3, 4, 0.5f, 2, 1.0) == CARVE_OK);
+  CHECK(carve_model_layer_done_q8(m, 0, 64, 3, 1, 3, 4, 0.5f, 2, 1.0) == CARVE_ERR_INVALID_ARGUMENT);  // > buffer
+  CHECK(carve_model_layer_done_q8(NULL, 0, 64, 2, 1, 3, 4, 0.5f, 2, 1.0) == CARVE_ERR_INVALID_ARGUMENT);
+  m->num_rows = 0;
+  return CARVE_OK;
+}
+
 // A descriptor's threads_for as carve_threads_for is on a 2-CPU machine: 0 -> 2, more clamped unless allowed.
 static int g_threads_for_calls;
 static size_t threads_for_2cpus(size_t requested, int allow_oversubscribe) {
@@ -249,7 +274,22 @@ int main(void) {
   CHECK(!m->owned && m->arena == (float*)(void*)arena && m->scratch_slots == 1 && carve_model_threads(m) == 1);
   g_layers = 0;
   check_detections(m);
+  // An int8 model's callback needs the dequantization buffer, which create_with's models cannot allocate.
+  carve_model_desc q8 = d;
+  q8.layer_dequant_floats = 6;
+  CHECK(carve_model_set_layer_callback(m, on_q8_layer, &g_q8_layers) == CARVE_OK);  // a float model: no buffer
+  m->desc = &q8;
+  CHECK(carve_model_set_layer_callback(m, on_q8_layer, &g_q8_layers) == CARVE_ERR_UNSUPPORTED);
+  CHECK(carve_model_set_layer_callback(m, NULL, NULL) == CARVE_OK);
+  m->desc = &d;
   carve_model_destroy(m);  // the buffers are static: freeing any of them would crash
+
+  q8.run_network = q8_network;
+  CHECK(carve_model_create(&q8, k_weights, NULL, &m) == CARVE_OK);
+  CHECK(q8_network(m) == CARVE_OK && g_q8_layers == 0);  // no callback: nothing dequantized
+  CHECK(carve_model_set_layer_callback(m, on_q8_layer, &g_q8_layers) == CARVE_OK && m->layer_f32 != NULL);
+  CHECK(q8_network(m) == CARVE_OK && g_q8_layers == 1);
+  carve_model_destroy(m);  // frees the buffer (ASan/valgrind runs of this test see a leak otherwise)
 
   // f16 weights: rebuilt (here one piece of halves, widened exactly) into create's allocation or create_with's
   // buffer (which is required); a table that reads past the payload fails create with its status.

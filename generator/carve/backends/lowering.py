@@ -392,10 +392,19 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
 
     off, v = lw.off, plan.views
     out0 = graph.outputs["output0"]
+    dequant = 0   # the largest int8 layer output: the layer callback gets it dequantized
     for lay in layers.values():
         t = lay["output"]
         lh, lw_, lc = graph.tensors[t].shape
-        lay.update(out_off=off(t), out_h=lh, out_w=lw_, out_c=lc, out_stride=v[t].stride,
+        q = graph.tensors[t].quant if graph.tensors[t].dtype == "i8" else None
+        if q is not None:  # an int8 output: its offset in bytes, and its scale and zero point
+            dequant = max(dequant, lh * lw_ * lc)
+            k = v[t].offset
+            lay.update(out_off=f"4 * {lw.storages[v[t].storage]['macro']}" + (f" + {k}" if k else ""),
+                       out_q8=dict(scale=f"{float(np.float32(q.scale))!r}f", zero=int(q.zero_point)))
+        else:
+            lay.update(out_off=off(t), out_q8=None)
+        lay.update(out_h=lh, out_w=lw_, out_c=lc, out_stride=v[t].stride,
                    is_rows=(t == out0 and graph.meta["task"] != "classify"),
                    flops=sum(st.flops for st in lay["steps"]))
     steps = [st for lay in layers.values() for st in lay["steps"]]
@@ -418,7 +427,7 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
                 weight_refs=lw.blob.refs, weight_sources=lw.blob.sources, blob=lw.blob.bytes(),
                 blob_floats=lw.blob.floats, attention=attn, e2e=e2e, nms=nms,
                 input_off=off(graph.input), rows_k=rows.k if rows else 0, row_len=rows.row if rows else 0,
-                arena_bytes=plan.arena_bytes,
+                arena_bytes=plan.arena_bytes, layer_dequant_floats=dequant,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
                                             graph.tensors[graph.input].shape[1], backend.letterbox_bands, nms),
@@ -579,12 +588,12 @@ class WeightBlob:
         self._used: set = set()
 
     def add(self, a: np.ndarray, name: str = "W", tensor: str = "", source: WeightSource | None = None) -> WeightRef:
-        """Appends a tensor: float arrays as little-endian float32; int8 / int32 arrays (an int8 package's weights,
+        """Appends a tensor: float arrays as little-endian float32; int8 / uint8 / int32 arrays (an int8 package's weights,
         biases, multipliers, tables) as their little-endian bytes, zero-padded to whole 4-byte words (their offset
         in bytes is 4 * the constant)."""
         shape = "(" + ",".join(str(d) for d in np.shape(a)) + ")"
         a = np.asarray(a)
-        if a.dtype in (np.int8, np.int32):
+        if a.dtype in (np.int8, np.uint8, np.int32):
             raw = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
             a = np.frombuffer(raw + bytes(-len(raw) % 4), dtype="<f4")
         else:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from .emit_c import runtime_define
-from .lowering import CPU_RULES, CBackend, Layouts
+from .lowering import CPU_LOWERINGS, CPU_RULES, CBackend, Layouts, concat_lowering, cpu_copy
+from .q8 import Q8_RULES, with_q8
 from .steps import PtOp
 
 # Output channels of one register block, read from runtime/carve_portable.h (the generated code also
@@ -58,7 +59,8 @@ LAYOUTS = Layouts(conv=conv_layout, deconv=deconv_layout, linear=lambda w, a: np
 class PortableBackend(CBackend):
     name = "portable"
     description = "CPU, any C11 compiler: plain C + libm, single-threaded, no XNNPACK"
-    lowerable = CPU_RULES
+    lowerable = dict(CPU_RULES, **Q8_RULES)       # and the int8 ops of --precision int8 (q8.py)
+    lowerings = with_q8(CPU_LOWERINGS, concat_lowering, cpu_copy)
     prefix = "CARVE_PT_"
     layouts = LAYOUTS
     step_classes = {"op": PtOp}

@@ -48,6 +48,7 @@ RUNTIME_FAMILIES = {
     "io": "carve_io.h",               # the demo's image / tensor files
     "xnn": "carve_xnn.h",             # XNNPACK operators
     "portable": "carve_portable.h",   # carve_pt_run
+    "q8": "carve_q8.h",               # carve_q8_run: the int8 kernels (--precision int8)
     "cuda": "carve_cuda.h",           # the device runtime's contract (host side)
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
@@ -214,6 +215,19 @@ class PtOp(DescriptorOp):
     macro: ClassVar[str] = "pt_op"
     function: ClassVar[str] = "carve_pt_run"
     families: ClassVar[tuple] = ("portable",)
+
+
+@dataclass(kw_only=True)
+class Q8Op(Step):
+    """An int8 op (--precision int8): carve_q8_run of the package's int8 descriptor table k_q8_ops[index]
+    (runtime/carve_q8.h), on the calling thread."""
+
+    index: int
+    what: str | None = None
+    kind: ClassVar[str] = "q8"
+    macro: ClassVar[str] = "q8_op"
+    function: ClassVar[str] = "carve_q8_run"
+    families: ClassVar[tuple] = ("q8",)
 
 
 @dataclass(kw_only=True)
