@@ -25,6 +25,11 @@
 _Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) == -2,
                "carve_q8 needs >> of a negative integer to be an arithmetic shift");
 
+// The blob's int32 arrays are little-endian (carve_q8.h), read in place.
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "carve_q8.c reads the blob's int32 arrays in place: it needs a little-endian target"
+#endif
+
 // Output channels of one dense block: CARVE_Q8_OC dot products share each widened input. (Not part of the
 // weight layout: a kernel-side choice.)
 #define CARVE_Q8_OC 4
@@ -92,8 +97,8 @@ static int8_t conv_out(const conv_params* p, size_t o, int32_t acc, int32_t zp) 
 // input, of consecutive kernel taps). The products fit int16; the sums are int32.
 _Static_assert(CARVE_Q8_OC == 4, "dot_rows is written for 4 output channels");
 
-CARVE_Q8_VECTORIZE static void dot_rows(const int8_t* restrict x, const int8_t* const w[CARVE_Q8_OC], size_t off, size_t n,
-                                        int32_t zx, int32_t acc[CARVE_Q8_OC]) {
+CARVE_Q8_VECTORIZE static void dot_rows(const int8_t* restrict x, const int8_t* const w[CARVE_Q8_OC], size_t off,
+                                        size_t n, int32_t zx, int32_t acc[CARVE_Q8_OC]) {
   const int8_t* restrict w0 = w[0] + off;
   const int8_t* restrict w1 = w[1] + off;
   const int8_t* restrict w2 = w[2] + off;
@@ -227,7 +232,8 @@ static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x
 // ---- Element-wise -----------------------------------------------------------------
 
 // arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64.
-CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b, int8_t* restrict y) {
+CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
+                                   int8_t* restrict y) {
   const size_t pixels = (size_t)d->h * d->w, c = d->cin;
   const int64_t ma = d->mul_a, mb = d->mul_b, rnd = (int64_t)1 << (d->shift - 1);
   const int32_t za = d->in_zero, zb = d->in2_zero, zy = d->out_zero, n = d->shift;

@@ -96,7 +96,8 @@ typedef enum carve_q8_kind {
 //   CONV         kh kw stride pad groups cin cout in, out                         in_zero, out_zero (arith's pre_zero),
 //                                                weight_off (the record)      act + lut_off
 //   ADD          h w cin                         in (a), in2 (b), out         in_zero, in2_zero, out_zero,
-//                                                                             mul_a, mul_b, shift (arith.add_multipliers)
+//                                                                             mul_a, mul_b, shift
+//                                                                             (arith.add_multipliers)
 //   MAXPOOL      kh (= kw) stride pad h w cin    in, out                      -
 //   COPY         h w cin                         in, out                      -
 //   UPSAMPLE2X   h w cin (output 2h x 2w)        in, out                      -

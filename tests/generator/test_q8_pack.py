@@ -23,7 +23,8 @@ def test_layout_constants_come_from_the_runtime():
     assert q8_pack.ALIGN == 4 and q8_pack.LUT_SIZE == 256
 
 
-@pytest.mark.parametrize("cout,cin_g,kh,kw,groups", [(6, 5, 3, 3, 1), (8, 2, 3, 1, 2), (4, 1, 3, 3, 2), (3, 7, 1, 1, 1)])
+@pytest.mark.parametrize("cout,cin_g,kh,kw,groups",
+                         [(6, 5, 3, 3, 1), (8, 2, 3, 1, 2), (4, 1, 3, 3, 2), (3, 7, 1, 1, 1)])
 def test_dense_record(cout, cin_g, kh, kw, groups):
     w, bias, mul, shift, rec = _record(cout, cin_g, kh, kw, groups)
     assert len(rec) == q8_pack.conv_record_bytes(cout, cin_g, kh, kw)

@@ -26,7 +26,6 @@ and leave the arena alone.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 import struct
@@ -214,7 +213,8 @@ def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1
         blob += q8_pack.lut_bytes(lut)
     if not tight or lut is not None:
         blob += rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
-    return Case(name, "CONV", arena, bytes(blob), expect.reshape(-1, cout), (out_off, oh * ow, cout, out_stride, np.int8),
+    out = (out_off, oh * ow, cout, out_stride, np.int8)
+    return Case(name, "CONV", arena, bytes(blob), expect.reshape(-1, cout), out,
                 spread, kh=kh, kw=kw, stride=stride, pad=pad, groups=groups, cin=cin, cout=cout, h=h, w=w,
                 in_stride=in_stride, out_stride=out_stride, in_off=in_off, out_off=out_off, weight_off=weight_off,
                 lut_off=lut_off, act=ACT_SILU if act else ACT_NONE, in_zero=zx, out_zero=pre_zero)
@@ -436,10 +436,10 @@ def refusal_cases(rng):
 
 def all_cases(rng):
     cases = conv_cases(rng)
-    for name, h, w, c, ratio, strides in [("4x5x16", 4, 5, 16, None, (0, 0, 0)), ("3x7x13 strided", 3, 7, 13, None, (3, 5, 2)),
-                                          ("b dominates", 5, 5, 24, 300.0, (0, 1, 0)),
-                                          ("a dominates", 5, 5, 24, 1 / 300.0, (0, 0, 4)),
-                                          ("equal scales", 6, 6, 8, 1.0, (0, 0, 0)), ("1x1x1", 1, 1, 1, None, (0, 0, 0))]:
+    adds = [("4x5x16", 4, 5, 16, None, (0, 0, 0)), ("3x7x13 strided", 3, 7, 13, None, (3, 5, 2)),
+            ("b dominates", 5, 5, 24, 300.0, (0, 1, 0)), ("a dominates", 5, 5, 24, 1 / 300.0, (0, 0, 4)),
+            ("equal scales", 6, 6, 8, 1.0, (0, 0, 0)), ("1x1x1", 1, 1, 1, None, (0, 0, 0))]
+    for name, h, w, c, ratio, strides in adds:
         cases.append(add_case(rng, name, h, w, c, ratio, strides, spread=h * w * c > 1))
     for name, h, w, c, k, s, p in [("5/1/2 (SPPF)", 8, 9, 12, 5, 1, 2), ("3/2/1", 9, 10, 7, 3, 2, 1),
                                    ("2/2/0", 8, 7, 5, 2, 2, 0), ("3/1/1 on 1x2", 1, 2, 3, 3, 1, 1)]:
@@ -532,7 +532,8 @@ def main() -> int:
             print(f"FAIL {kind}: the outputs never reach both ends of int8: clamping is not exercised")
             failed += 1
     mc, ma = np.array(STATS["conv"]), np.array(STATS["add"])
-    print(f"  calibrated real multipliers: conv {mc.min():.3g} .. {mc.max():.3g}, add {ma.min():.3g} .. {ma.max():.3g}; "
+    print(f"  calibrated real multipliers: conv {mc.min():.3g} .. {mc.max():.3g}, add {ma.min():.3g} .. "
+          f"{ma.max():.3g}; "
           f"conv input zero points {min(STATS['in_zero'])} .. {max(STATS['in_zero'])}")
     print(f"  cases per kind {dict(sorted(by_kind.items()))}")
     if failed:
