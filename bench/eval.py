@@ -35,8 +35,9 @@ The peers run bench/peer.py's pre- and post-processing (LetterBox(320, auto=Fals
 ops.scale_boxes), the int8 models with float32 for what stays in float. Everything lives in build/eval/:
 images/ + gt.json (held-out set), calib/ (each with a <folder>.rendered.json stamp beside it), models/ (the
 exports and int8 models: bench/quantize.py's names), pkg/ (carve packages), results/<system>.json (COCO results
-files), eval.md (the table) and eval.json (the numbers). Rendered sets, exports and quantized models are cached (kept when present and complete); detections are recomputed.
-A system that fails is reported in its row and the run exits 1 after the others; "not available" does not fail.
+files), eval.md (the table) and eval.json (the numbers). Rendered sets, exports and quantized models are cached
+(kept when present and complete); detections are recomputed. A system that fails is reported in its row and the
+run exits 1 after the others; "not available" does not fail.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ import train_demo  # noqa: E402
 OUT = ROOT / "build" / "eval"
 PT = ROOT / "assets" / "yolo26n-shapes.pt"
 MANIFEST = ROOT / "manifests" / "yolo26n-shapes.yaml"
-EVAL_SEED, EVAL_COUNT = 3000, 500      # held out: seeds 0, 1, 1000 and 2000 are taken (tools/train_demo.py)
+EVAL_SEED, EVAL_COUNT = train_demo.EVAL_SEED, 500  # 3000: held out (0, 1, 1000, 2000 have other uses)
 CALIB_SEED, CALIB_COUNT = train_demo.TRAIN_SEED, 200
 CONF = 0.001                           # the floor every system reports down to (Ultralytics' val default)
 JOBS = os.environ.get("JOBS", "2")
@@ -203,11 +204,17 @@ class Context:
         return [(im["id"], self.images / im["file_name"]) for im in self.gt["images"]]
 
     def checkpoint(self) -> Path:
-        if not self.pt.exists() or self.pt.read_bytes() != PT.read_bytes():
-            self.pt.parent.mkdir(parents=True, exist_ok=True)
-            for stale in self.pt.parent.iterdir():  # exports of another checkpoint
-                shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+        """The copy of the checkpoint in models/; that folder (exports, int8 models) is emptied first when the
+        checkpoint or the calibration set differ from those its models were made from (models/.made-from)."""
+        models = self.pt.parent
+        stamp = self.calib.with_name(self.calib.name + ".rendered.json")
+        key = hashlib.sha256(PT.read_bytes() + stamp.read_bytes()).hexdigest()
+        made_from = models / ".made-from"
+        if not (self.pt.exists() and made_from.exists() and made_from.read_text() == key):
+            shutil.rmtree(models, ignore_errors=True)
+            models.mkdir(parents=True)
             shutil.copyfile(PT, self.pt)
+            made_from.write_text(key)
         return self.pt
 
 

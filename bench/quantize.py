@@ -20,8 +20,9 @@ included, and every other op the quantizer supports run in int8. ONNX Runtime: i
 its documentation recommends for CNNs). NNCF: its defaults (preset PERFORMANCE: symmetric int8 weights per channel
 and activations per tensor) with all calibration images (subset_size = their count).
 Ultralytics' exports calibrate from a data yaml (<stem>-calib.yaml beside the checkpoint) whose train and val are the
-same folder, through its own dataloader, and choose their own settings (ONNX: only Conv/Gemm/MatMul quantized;
-OpenVINO: NNCF preset MIXED, the head's decode ignored).
+same folder, through its own dataloader (which shuffles: torch.manual_seed(0) first, so that the order, which NNCF's
+bias correction depends on, is the same every time), and choose their own settings (ONNX: only Conv/Gemm/MatMul
+quantized; OpenVINO: NNCF preset MIXED, the head's decode ignored).
 
 make eval builds these; the CPU benchmark can load the same files (bench/peer.py --artifact).
 """
@@ -160,6 +161,9 @@ def quantize_ultralytics(pt: Path, fmt: str, out: Path, calib: Path, imgsz: int)
     folder = calib.resolve()
     data.write_text(f"path: {folder}\ntrain: {folder}\nval: {folder}\nnames:\n"
                     + "".join(f"  {i}: {n}\n" for i, n in enumerate(names)))
+    import torch
+
+    torch.manual_seed(0)  # its calibration loader shuffles from torch's seed: the same order every time
     model.export(format=fmt, imgsz=imgsz, batch=1, device="cpu", quantize=8, data=str(data), nms=False,
                            fraction=1.0, **({"simplify": False} if fmt == "onnx" else {}))
     if not out.exists():

@@ -29,7 +29,7 @@ def rendered(tmp_path_factory):
 
 def test_seeds_are_held_out():
     used = {train_demo.TRAIN_SEED, train_demo.VAL_SEED, train_demo.SAMPLE_SEED, train_demo.TEST_SEED}
-    assert harness.EVAL_SEED not in used
+    assert harness.EVAL_SEED == 3000 and harness.EVAL_SEED not in used
     assert harness.CALIB_SEED == train_demo.TRAIN_SEED  # calibration: training images, never the held-out ones
 
 
