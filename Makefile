@@ -32,6 +32,7 @@ help:
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
 	@echo "make bench  carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch; writes docs/performance.md (slow)"
 	@echo "make bench-threads  carve, ONNX Runtime and OpenVINO idle, over-asked and beside a busy process; docs/performance.md"
+	@echo "make eval   accuracy (COCO mAP) of carve fp32/int8, Ultralytics and the int8 peers on 500 held-out images (slow)"
 
 install:
 	@sh tools/install.sh
@@ -114,3 +115,13 @@ THREADS_ARGS ?=
 .PHONY: bench-threads
 bench-threads: install-test $(BENCH_VENV)/.installed
 	PATH="$(abspath $(BENCH_VENV))/bin:$$PATH" JOBS=$(JOBS) $(BENCH_VENV)/bin/python bench/threads.py --docs $(THREADS_ARGS)
+
+# Accuracy on real detections (issue 19 item 3, bench/eval.py, docs/quantization.md "Accuracy: make eval"): the demo
+# model on 500 held-out images (seed 3000), COCO mAP50-95 / mAP50 (pycocotools) of Ultralytics, carve's packages
+# (fp32; int8 once the generator takes --precision int8) and the peers (ONNX Runtime, OpenVINO, their int8
+# quantizations from 200 calibration images). Uses the bench venv (the peers, NNCF). Not part of CI. EVAL_ARGS is
+# passed on, e.g. `make eval EVAL_ARGS="--systems carve-fp32-xnnpack,carve-int8-xnnpack"`. Writes build/eval/.
+EVAL_ARGS ?=
+.PHONY: eval
+eval: install-test $(BENCH_VENV)/.installed
+	PATH="$(abspath $(BENCH_VENV))/bin:$$PATH" JOBS=$(JOBS) $(BENCH_VENV)/bin/python bench/eval.py $(EVAL_ARGS)

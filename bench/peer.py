@@ -55,7 +55,6 @@ def main() -> None:
     import numpy as np
     import torch
     from ultralytics.data.augment import LetterBox
-    from ultralytics.utils import ops
 
     torch.set_num_threads(a.threads)
     cv2.setNumThreads(1)
@@ -66,19 +65,15 @@ def main() -> None:
     baseline = rss_kb()
 
     t0 = time.perf_counter()
-    net = make_network(a, np, torch)
+    net = make_network(a.system, a.artifact, a.pt, a.threads)
     init_ms = (time.perf_counter() - t0) * 1e3
 
     def run() -> tuple[np.ndarray, float]:
-        x = letterbox(image=img)
-        x = np.ascontiguousarray(x[..., ::-1].transpose(2, 0, 1)[None], dtype=np.float32) / np.float32(255.0)
+        x = to_tensor(img, letterbox)
         t = time.perf_counter()
         rows = net(x)[0]
         net_ms = (time.perf_counter() - t) * 1e3
-        rows = rows[rows[:, 4] > a.conf]
-        boxes = ops.scale_boxes(x.shape[2:], torch.from_numpy(np.ascontiguousarray(rows[:, :4])), img.shape)
-        rows[:, :4] = boxes.numpy()
-        return rows, net_ms
+        return to_image(rows, x.shape, img.shape, a.conf), net_ms
 
     rows, _ = run()
     print(json.dumps({"init_ms": init_ms, "baseline_rss_kb": baseline, "detections": len(rows),
@@ -100,45 +95,76 @@ def main() -> None:
     print(json.dumps({"maxrss_kb": rss_kb()}), flush=True)
 
 
-def make_network(a, np, torch):
-    """A function (1,3,H,W) float32 array -> (1, rows, 6 + extra) array, created for a.threads threads."""
-    if a.system == "onnxruntime":
+def to_tensor(img, letterbox):
+    """Pre-processing, as Ultralytics' predictor: the letterboxed BGR image as a (1,3,H,W) float32 RGB array / 255."""
+    import numpy as np
+
+    x = letterbox(image=img)
+    return np.ascontiguousarray(x[..., ::-1].transpose(2, 0, 1)[None], dtype=np.float32) / np.float32(255.0)
+
+
+def to_image(rows, shape, image_shape, conf: float):
+    """Post-processing: the rows (N, 6 + extra) of score > conf, boxes mapped from the network input of `shape`
+    (1,3,H,W) back to the image's pixels (ops.scale_boxes: letterbox undone, clipped), as the predictor does."""
+    import numpy as np
+    import torch
+    from ultralytics.utils import ops
+
+    rows = rows[rows[:, 4] > conf]
+    boxes = ops.scale_boxes(shape[2:], torch.from_numpy(np.ascontiguousarray(rows[:, :4])), image_shape)
+    rows[:, :4] = boxes.numpy()
+    return rows
+
+
+def openvino_network(artifact, threads: int, precision: str | None = "f32"):
+    """(run, compiled): an OpenVINO CPU model. precision "f32" like every other system (the CPU plugin would
+    otherwise pick bf16 on AVX512-BF16/AMX CPUs); None: the plugin's default (compiled's INFERENCE_PRECISION_HINT
+    says which it chose)."""
+    import openvino as ov
+
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"}
+    if precision is not None:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    compiled = core.compile_model(core.read_model(str(artifact)), "CPU", config)
+    request = compiled.create_infer_request()
+
+    def run_ov(x):
+        request.infer({0: x})
+        return request.get_output_tensor(0).data
+    return run_ov, compiled
+
+
+def make_network(system: str, artifact, pt, threads: int):
+    """A function (1,3,H,W) float32 array -> (1, rows, 6 + extra) array, created for `threads` threads."""
+    import torch
+
+    if system == "onnxruntime":
         import onnxruntime as ort
 
         so = ort.SessionOptions()
-        so.intra_op_num_threads = a.threads
+        so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(a.artifact, so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(artifact), so, providers=["CPUExecutionProvider"])
         name = sess.get_inputs()[0].name
         return lambda x: sess.run(None, {name: x})[0]
-    if a.system == "openvino":
-        import openvino as ov
-
-        core = ov.Core()
-        # f32 like every other system (the CPU plugin would otherwise pick bf16 on AVX512-BF16/AMX CPUs).
-        compiled = core.compile_model(core.read_model(a.artifact), "CPU", {
-            "INFERENCE_NUM_THREADS": a.threads, "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"})
-        request = compiled.create_infer_request()
-
-        def run_ov(x):
-            request.infer({0: x})
-            return request.get_output_tensor(0).data
-        return run_ov
-    if a.system == "executorch":
+    if system == "openvino":
+        return openvino_network(artifact, threads)[0]
+    if system == "executorch":
         from executorch.extension.pybindings import portable_lib
         from executorch.runtime import Runtime
 
-        portable_lib._unsafe_reset_threadpool(a.threads)
-        method = Runtime.get().load_program(a.artifact).load_method("forward")
+        portable_lib._unsafe_reset_threadpool(threads)
+        method = Runtime.get().load_program(str(artifact)).load_method("forward")
         return lambda x: method.execute([torch.from_numpy(x)])[0].numpy()
-    if a.system == "pytorch":
+    if system == "pytorch":
         from ultralytics import YOLO
         from ultralytics.nn.modules import Detect
 
         torch.set_num_interop_threads(1)
-        model = YOLO(a.pt).model.float()
+        model = YOLO(str(pt)).model.float()
         model.end2end = True
         model = model.fuse().eval()
         for m in model.modules():
@@ -150,7 +176,7 @@ def make_network(a, np, torch):
                 y = model(torch.from_numpy(x))
             return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
         return run_torch
-    raise ValueError(a.system)
+    raise ValueError(system)
 
 
 if __name__ == "__main__":

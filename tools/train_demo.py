@@ -17,8 +17,10 @@ stripes, checkerboards, grey clutter lines and blobs), with sensor noise and a l
 overlap, but one is kept only if every object keeps at least 60 % of its pixels visible, so the labels (the box of
 the whole shape) stay honest. Labels are YOLO txt (class cx cy w h, normalised).
 
-Seeds: training images use seed 0, validation seed 1, the sample PNGs in assets/ seed 1000, and the test
-(tests/oracle/test_demo_model.py) renders its held-out set with seed 2000: none of these images is seen in training.
+Seeds: training images use seed 0, validation seed 1, the sample PNGs in assets/ seed 1000, the test
+(tests/oracle/test_demo_model.py) renders its held-out set with seed 2000 and the accuracy evaluation (make eval,
+bench/eval.py) its 500 images with seed 3000: none of these images is seen in training. (make eval calibrates its
+int8 systems with training images: seed 0.)
 
 The dataset is written under build/demo-data/ (not committed); the trainer's runs go under build/demo-train/.
 The best checkpoint (already stripped by Ultralytics: EMA weights, fp16, no optimizer) is re-saved with a fixed
@@ -46,7 +48,7 @@ os.environ.setdefault("YOLO_AUTOINSTALL", "False")
 
 NAMES = ["circle", "square", "triangle", "star", "cross"]
 HUES = [0, 110, 60, 28, 150]  # OpenCV hue (0-179): red, blue, green, yellow, magenta
-TRAIN_SEED, VAL_SEED, SAMPLE_SEED, TEST_SEED = 0, 1, 1000, 2000
+TRAIN_SEED, VAL_SEED, SAMPLE_SEED, TEST_SEED, EVAL_SEED = 0, 1, 1000, 2000, 3000
 IMGSZ = 320
 CHECKPOINT_DATE = "2026-01-14T00:00:00+00:00"
 ASSETS = ROOT / "assets"
