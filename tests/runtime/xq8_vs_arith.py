@@ -110,6 +110,35 @@ class Blob:
 COUNTS: dict = {}   # group -> [values compared, values off by one]
 
 
+def qconv_case(rng, name, x_view, c0, cin, zx, w_q, bias_q, scales, pre_zero, stride, pad, groups, lut, expect,
+               pre, out_extra=0, threads=1, check="near", group="QCONV", spread=True, status=OK) -> Case:
+    """A QCONV case: channels c0 .. c0 + cin of the int8 tensor x_view (h, w, C) convolved with w_q (cout, cin/g,
+    kh, kw) as the xnnpack backend lowers it (xnn_q8.qc8_weights, the float32 scales given), then the SiLU table
+    applied in place when lut is not None (as the package's Q8Lut step); expect: arith's result (after the table),
+    pre: arith's pre-activation (oh, ow, cout)."""
+    h, w, c_view = x_view.shape
+    cout, _, kh, kw = w_q.shape
+    oh, ow = pre.shape[:2]
+    arena = Arena(rng)
+    in_off = arena.view(np.asarray(x_view, np.int8).reshape(-1, c_view), c_view, 1, int(rng.integers(0, 4))) + c0
+    out_stride = cout + out_extra
+    out_off = arena.out(oh * ow, cout, out_stride, 1, 1, int(rng.integers(0, 4)))
+    blob = Blob(rng)
+    weight_off = blob.add(xnn_q8.qc8_weights(w_q).tobytes())
+    bias_off = blob.add(np.asarray(bias_q, "<i4").tobytes())
+    scale_off = blob.add(np.asarray(scales, "<f4").tobytes())
+    lut_off = blob.add(np.asarray(lut, np.int8).tobytes()) if lut is not None else 0
+    c = Case(name, "QCONV", arena, bytes(blob.buf), (out_off, oh * ow, cout, out_stride, np.int8),
+             np.asarray(expect).reshape(-1, cout), "lut" if lut is not None and check == "near" else check,
+             status=status, spread=spread, group=group, kh=kh, kw=kw, stride=stride, pad=pad, groups=groups, cin=cin,
+             cout=cout, h=h, w=w, in_stride=c_view, out_stride=out_stride, weight_off=weight_off, bias_off=bias_off,
+             in_off=in_off, out_off=out_off, scale_off=scale_off, in_zero=zx, out_zero=pre_zero, lut_off=lut_off,
+             threads=threads)
+    c.pre = np.asarray(pre).reshape(-1, cout)
+    c.lut = None if lut is None else np.asarray(lut, np.int64)
+    return c
+
+
 def conv_cases(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1, act=False, in_extra=0,
                out_extra=0, in_zero=None, real_multiplier=None, threads=1, trained=None, spread=True,
                status=OK, group=None) -> list:
@@ -120,7 +149,6 @@ def conv_cases(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=
     cp = q8.conv_params(rng, name, h, w, cin, cout, kh, kw, stride, pad, groups, act, in_extra, in_zero,
                         real_multiplier, trained=trained)
     pre = arith.qconv2d(cp.x_q, cp.zx, cp.w_q, cp.bias_q, cp.mul, cp.shift, cp.pre_zero, stride, pad, groups)
-    oh, ow = pre.shape[:2]
     fixed = xnn_q8.qc8_scales(cp.mul, cp.shift)
     real = (np.float32(cp.in_scale) * cp.w_scale.astype(np.float32)) / np.float32(cp.pre_scale)
     out = []
@@ -128,26 +156,11 @@ def conv_cases(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=
     if real_multiplier is None and status == OK:  # the real scales give the same multipliers only when calibrated
         variants.append((" [real scales]", real.astype(np.float32)))
     for variant, scales in variants:
-        arena = Arena(rng)
-        c_view = cp.x_view.shape[2]
-        in_off = arena.view(cp.x_view.reshape(-1, c_view), c_view, 1, int(rng.integers(0, 4))) + cp.c0
-        out_stride = cout + out_extra
-        out_off = arena.out(oh * ow, cout, out_stride, 1, 1, int(rng.integers(0, 4)))
-        blob = Blob(rng)
-        weight_off = blob.add(xnn_q8.qc8_weights(cp.w_q).tobytes())
-        bias_off = blob.add(np.asarray(cp.bias_q, "<i4").tobytes())
-        scale_off = blob.add(np.asarray(scales, "<f4").tobytes())
-        lut_off = blob.add(np.asarray(cp.lut, np.int8).tobytes()) if act else 0
-        check = "measure" if variant else ("lut" if act else "near")
-        c = Case(name + variant, "QCONV", arena, bytes(blob.buf), (out_off, oh * ow, cout, out_stride, np.int8),
-                 (cp.expect if act else pre).reshape(-1, cout), check, status=status, spread=spread,
-                 group=group or ("QCONV real scales" if variant else ("QCONV + SiLU" if act else "QCONV")), kh=kh, kw=kw,
-                 stride=stride, pad=pad, groups=groups, cin=cin, cout=cout, h=h, w=w, in_stride=c_view,
-                 out_stride=out_stride, weight_off=weight_off, bias_off=bias_off, in_off=in_off, out_off=out_off,
-                 scale_off=scale_off, in_zero=cp.zx, out_zero=cp.pre_zero, threads=threads)
-        c.fields["lut_off"], c.pre = lut_off, pre.reshape(-1, cout)
-        c.lut = None if cp.lut is None else np.asarray(cp.lut, np.int64)
-        out.append(c)
+        out.append(qconv_case(rng, name + variant, cp.x_view, cp.c0, cin, cp.zx, cp.w_q, cp.bias_q, scales,
+                              cp.pre_zero, stride, pad, groups, cp.lut, cp.expect if act else pre, pre, out_extra,
+                              threads, "measure" if variant else "near",
+                              group or ("QCONV real scales" if variant else ("QCONV + SiLU" if act else "QCONV")),
+                              spread, status))
     return out
 
 
@@ -222,8 +235,22 @@ def trained_cases(rng) -> list:
 
 # ---- Add, dequantize, table, quantize ----------------------------------------------------------------------
 
+def qadd_case(rng, name, a, za, b, zb, mul_a, mul_b, shift, zy, expect, threads=1, status=OK, spread=True,
+              group="QADD") -> Case:
+    """A QADD case of two int8 (pixels, c) tensors as the lowering makes it (xnn_q8.qadd_scales: arith's ratios
+    mul * 2^-shift, output scale 1); expect: arith.qadd's result."""
+    pixels, c = a.shape
+    sa, sb, so = xnn_q8.qadd_scales(mul_a, mul_b, shift)
+    arena = Arena(rng)
+    a_off, b_off = arena.view(np.asarray(a, np.int8), c, 1, 1), arena.view(np.asarray(b, np.int8), c, 1, 3)
+    y_off = arena.out(pixels, c, c, 1)
+    return Case(name, "QADD", arena, b"", (y_off, pixels, c, c, np.int8), expect, "near", status=status,
+                spread=spread, group=group, h=1, w=pixels, cin=c, in_stride=c, out_stride=c, in_off=a_off,
+                in2_off=b_off, out_off=y_off, in_zero=za, in2_zero=zb, out_zero=zy, in_scale=sa, in2_scale=sb,
+                out_scale=so, threads=threads)
+
+
 def add_case(rng, name, h, w, c, ratio=None, threads=1, status=OK) -> Case:
-    """QADD as the lowering makes it (xnn_q8.qadd_scales: arith's ratios mul * 2^-shift, output scale 1)."""
     a_scale = loguniform(rng, 1e-3, 1e-1)
     b_scale = a_scale * (loguniform(rng, 0.2, 5.0) if ratio is None else ratio)
     za, zb = (int(v) for v in rng.integers(-128, 128, 2))
@@ -233,14 +260,7 @@ def add_case(rng, name, h, w, c, ratio=None, threads=1, status=OK) -> Case:
     out_scale, zy = q8.calibrate(real)
     ma, mb, n = arith.add_multipliers(a_scale, b_scale, out_scale)
     expect = arith.qadd(a, za, b, zb, ma, mb, n, zy)
-    sa, sb, so = xnn_q8.qadd_scales(ma, mb, n)
-    arena = Arena(rng)
-    a_off, b_off = arena.view(a, c, 1, 1), arena.view(b, c, 1, 3)
-    y_off = arena.out(h * w, c, c, 1)
-    return Case(f"add {name}", "QADD", arena, b"", (y_off, h * w, c, c, np.int8), expect, "near", status=status,
-                spread=h * w * c > 1, h=h, w=w, cin=c, in_stride=c, out_stride=c, in_off=a_off, in2_off=b_off,
-                out_off=y_off, in_zero=za, in2_zero=zb, out_zero=zy, in_scale=sa, in2_scale=sb, out_scale=so,
-                threads=threads)
+    return qadd_case(rng, f"add {name}", a, za, b, zb, ma, mb, n, zy, expect, threads, status, h * w * c > 1)
 
 
 def dequantize_case(rng, scale, zp, extra, threads) -> Case:
@@ -388,25 +408,35 @@ def check(case: Case, status: int, heap: int, arena: bytes) -> list:
     return problems
 
 
-def main() -> int:
-    if len(sys.argv) != 2:
-        print(__doc__)
-        return 2
-    rng = np.random.default_rng(1919)
-    cases = all_conv_cases(rng) + trained_cases(rng) + other_cases(rng)
-    results = run_tool(sys.argv[1], cases)
+def compare(tool: str, cases: list) -> tuple:
+    """Runs the cases through xq8_tool and checks them: (number failed, XNNPACK heap use / bound ratios); prints
+    each failure. COUNTS holds the values compared and off by one per group."""
     failed, ratios = 0, []
-    for case, (status, heap, arena) in zip(cases, results):
+    for case, (status, heap, arena) in zip(cases, run_tool(tool, cases)):
         problems = check(case, status, heap, arena)
         if case.kind in ("QCONV", "QADD", "DEQUANTIZE") and case.status == OK:
             ratios.append(heap / heap_bound(case))
         if problems:
             failed += 1
             print(f"FAIL {case.name}: " + "; ".join(problems))
+    return failed, ratios
+
+
+def print_counts() -> None:
     for group, (n, one, worst) in sorted(COUNTS.items()):
         what = "bit for bit" if group in ("DEQUANTIZE", "LUT") else \
             f"{one} off by one ({one / max(n, 1):.3%}), largest difference {worst}"
         print(f"  {group}: {n} values, {what}")
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    rng = np.random.default_rng(1919)
+    cases = all_conv_cases(rng) + trained_cases(rng) + other_cases(rng)
+    failed, ratios = compare(sys.argv[1], cases)
+    print_counts()
     print(f"  XNNPACK heap use / xnn_heap bound: {min(ratios):.2f} .. {max(ratios):.2f}")
     print(f"  cases per kind {dict(sorted({k: sum(c.kind == k for c in cases) for k in KIND}.items()))}")
     if failed:
