@@ -13,14 +13,14 @@ arithmetic bit for bit (carve_q8), the xnnpack one XNNPACK's int8 operators, whi
    test images (handquant.simulate); each int8 op the xnnpack lowering gives to XNNPACK (its descriptor table
    says which: QCONV with its SiLU table, QADD, DEQUANTIZE) run by xq8_tool on its simulated input, against
    arith: every value within 1 (a SiLU table after the conv: a table entry within 1 of arith's pre-activation),
-   DEQUANTIZE bit for bit. Printed: how many values differ.
+   at most xq8_vs_arith.MAX_OFF_BY_ONE of them off by one, DEQUANTIZE bit for bit.
 2. The two packages (generated, built with the plain compiler command, run with --dump on the test images):
    every layer's output in units of its int8 scale (printed: the largest difference and the share of values
    that differ, which grow along the network: one unit off in one layer is a different input to the next), and
    the detections: every detection scoring at least CONF + MARGIN in one package is in the other, same class,
    IoU >= MIN_IOU, scores within MARGIN (a detection within MARGIN of the threshold may be on one side of it in
-   one package and on the other in the other). The fp32 package of the same model is run too: printed, the
-   int8 packages' distance from it, for scale.
+   one package and on the other in the other). The xnnpack package gives the same bytes on 1 and 3 threads. The
+   fp32 package of the same model is run too: printed, how many of its detections the int8 one finds.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def main() -> int:
     failed, _ = xq8.compare(args.tool, cases)
     print(f"1. per operator, the xnnpack package's XNNPACK int8 operators on arith's inputs ({len(cases)} runs, "
           f"{IMAGES[0].name} and {IMAGES[1].name}):")
-    xq8.print_counts()
+    failed += xq8.print_counts()
     if failed:
         print(f"FAIL: {failed} operator runs")
 
@@ -218,6 +218,14 @@ def main() -> int:
                 big, share = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)), float(np.mean(a != b))
             old = worst.get(layer.index, (0.0, 0.0))
             worst[layer.index] = (max(old[0], big), max(old[1], share))
+        if img == IMAGES[0]:  # the xnnpack package on 1 and 3 threads (--oversubscribe): the same bytes
+            for threads in (1, 3):
+                d = work / f"dump-xnnpack-{img.stem}-t{threads}"
+                subprocess.run([str(demos["xnnpack"]), "--input", str(inputs[img.name]), "--dump", str(d),
+                                "--threads", str(threads), "--oversubscribe"], check=True, capture_output=True)
+                for f in sorted(dumps["xnnpack"].glob("*.npy")):
+                    if f.read_bytes() != (d / f.name).read_bytes():
+                        problems.append(f"{img.name}: {f.name} on {threads} thread(s) differs from the default run")
         rows = {k: np.load(dumps[k] / "output0.npy")[0] for k in dumps}
         for a, b in (("xnnpack", "portable"), ("portable", "xnnpack")):
             bad, pairs = match_detections(rows[a], rows[b])
