@@ -19,7 +19,8 @@ arithmetic bit for bit (carve_q8), the xnnpack one XNNPACK's int8 operators, whi
    that differ, which grow along the network: one unit off in one layer is a different input to the next), and
    the detections: every detection scoring at least CONF + MARGIN in one package is in the other, same class,
    IoU >= MIN_IOU, scores within MARGIN (a detection within MARGIN of the threshold may be on one side of it in
-   one package and on the other in the other). The xnnpack package gives the same bytes on 1 and 3 threads. The
+   one package and on the other in the other). The xnnpack package gives the same bytes on 1 and 3 threads and
+   with --caller-memory (create_with: XNNPACK's operators in a heap of <NAME>_XNN_HEAP_BYTES, xnn_heap.py's). The
    fp32 package of the same model is run too: printed, how many of its detections the int8 one finds.
 """
 
@@ -218,14 +219,18 @@ def main() -> int:
                 big, share = float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)), float(np.mean(a != b))
             old = worst.get(layer.index, (0.0, 0.0))
             worst[layer.index] = (max(old[0], big), max(old[1], share))
-        if img == IMAGES[0]:  # the xnnpack package on 1 and 3 threads (--oversubscribe): the same bytes
-            for threads in (1, 3):
-                d = work / f"dump-xnnpack-{img.stem}-t{threads}"
-                subprocess.run([str(demos["xnnpack"]), "--input", str(inputs[img.name]), "--dump", str(d),
-                                "--threads", str(threads), "--oversubscribe"], check=True, capture_output=True)
+        if img == IMAGES[0]:  # the xnnpack package on 1 and 3 threads, and in the caller's memory: the same bytes
+            for tag, extra in (("t1", ["--threads", "1"]), ("t3", ["--threads", "3", "--oversubscribe"]),
+                               ("caller", ["--caller-memory"])):
+                d = work / f"dump-xnnpack-{img.stem}-{tag}"
+                r = subprocess.run([str(demos["xnnpack"]), "--input", str(inputs[img.name]), "--dump", str(d),
+                                    *extra], check=True, capture_output=True, text=True)
+                heap = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("xnn_heap:")]
+                if heap:
+                    print(f"  xnnpack int8 package, --caller-memory: {heap[0]}")
                 for f in sorted(dumps["xnnpack"].glob("*.npy")):
                     if f.read_bytes() != (d / f.name).read_bytes():
-                        problems.append(f"{img.name}: {f.name} on {threads} thread(s) differs from the default run")
+                        problems.append(f"{img.name}: {f.name} with {' '.join(extra)} differs from the default run")
         rows = {k: np.load(dumps[k] / "output0.npy")[0] for k in dumps}
         for a, b in (("xnnpack", "portable"), ("portable", "xnnpack")):
             bad, pairs = match_detections(rows[a], rows[b])

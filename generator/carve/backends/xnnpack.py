@@ -179,6 +179,7 @@ class XnnpackBackend(CBackend):
     description = "CPU: C11 + XNNPACK operators + carve's thread pool"
     lowerable = dict(CPU_RULES, **Q8_RULES)       # and the int8 ops of --precision int8 (xnn_q8.py, q8.py)
     lowerings = with_q8(CPU_LOWERINGS, concat_lowering, cpu_copy, XNN_Q8_LOWERINGS)
+    lowers_int8 = True   # Backend.lowers_int8 of the quantization pass (branch quant): quantized graphs are lowered
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
     runtime_conv = staticmethod(runtime_conv)
