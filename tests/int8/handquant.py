@@ -153,8 +153,8 @@ def simulate(graph, image) -> dict:
         elif op.kind == "qadd":
             out = [arith.qadd(ins[0], qi[0].zero_point, ins[1], qi[1].zero_point, a["mul_a"], a["mul_b"], a["shift"],
                               qo.zero_point)]
-        else:
+        else:  # float ops, and max pool / upsample / concat / slice on int8 (exact on integer values)
             out = irsim.eval_op(graph, op, ins)
         for t, y in zip(op.outputs, out):
-            env[t] = y
+            env[t] = y.astype(np.int8) if graph.tensors[t].dtype == "i8" else y
     return env

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """An int8 package of the trained demo model on the xnnpack backend against the portable backend's.
 
-    xnn_vs_portable.py --tool PATH/TO/xq8_tool --work DIR [--imgsz 160] [--keep]
+    xnn_vs_portable.py --tool PATH/TO/xq8_tool --work DIR [--imgsz 160] [--keep] [--quant-pass]
 
-The quantized graph: until the quantization pass (generator/carve/quant/, --precision int8) is merged, the demo
-model (manifests/yolo26n-shapes.yaml, assets/yolo26n-shapes.pt) with every convolution in int8 by
-tests/int8/handquant.py, calibrated on 8 images rendered by tools/train_demo.py (not the test images). Both
+The quantized graph: the demo model (manifests/yolo26n-shapes.yaml, assets/yolo26n-shapes.pt) with every
+convolution in int8 by tests/int8/handquant.py, calibrated on 8 images rendered by tools/train_demo.py (not the
+test images); with --quant-pass, the quantization pass's graph instead (generator/carve/quant/, --precision int8:
+compiler.quantized_graph on 32 rendered images), once it is merged. Both
 packages come from the same graph (compile_model's graph_hook): the portable one runs arith.py's integer
 arithmetic bit for bit (carve_q8), the xnnpack one XNNPACK's int8 operators, which requantize in float32.
 
@@ -27,7 +28,6 @@ arithmetic bit for bit (carve_q8), the xnnpack one XNNPACK's int8 operators, whi
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -57,21 +57,39 @@ MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
 WEIGHTS = REPO / "assets" / "yolo26n-shapes.pt"
 PREFIX = "yolo26n_shapes"
 IMAGES = [REPO / "assets" / f"shapes-{i}.png" for i in (1, 2, 3, 4)]
-CALIB_SEED, CALIB_COUNT = 5, 8      # tools/train_demo.py render_image(seed, index): not the test images (seed 9)
+CALIB_SEED, CALIB_COUNT = 5, 8      # tools/train_demo.py render_image(seed, index): not the test images
+QUANT_PASS_IMAGES = 32              # --quant-pass: the pass wants at least 32
 CONF, MARGIN, MIN_IOU = 0.25, 0.05, 0.9
 
 
-def calibration_inputs(work: Path, imgsz: int) -> list:
+def calibration_images(work: Path, count: int) -> list:
+    """count images rendered by tools/train_demo.py into WORK/calib (kept between runs)."""
     import cv2
     import train_demo
     out = []
-    for i in range(CALIB_COUNT):
+    for i in range(count):
         path = work / "calib" / f"calib-{i}.png"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             cv2.imwrite(str(path), train_demo.render_image(CALIB_SEED, i)[0])
-        out.append(nhwc(oracle.make_input(path, imgsz)))
+        out.append(path)
     return out
+
+
+def quantized(work: Path, imgsz: int, quant_pass: bool):
+    """The quantized graph of the demo model (module docstring)."""
+    if quant_pass:
+        from carve import compiler
+        if not hasattr(compiler, "quantized_graph"):
+            raise SystemExit("xnn_vs_portable: --quant-pass: this carve has no quantization pass "
+                             "(compiler.quantized_graph) yet")
+        calib = calibration_images(work, QUANT_PASS_IMAGES)[0].parent
+        return compiler.quantized_graph(str(MANIFEST), str(WEIGHTS), str(calib), imgsz).graph
+    manifest = load_manifest(MANIFEST)
+    fgraph = optimize(build_graph(manifest, load_architecture(manifest), read_checkpoint(str(WEIGHTS)), imgsz))
+    images = [nhwc(oracle.make_input(p, imgsz)) for p in calibration_images(work, CALIB_COUNT)]
+    return handquant.quantize_graph(fgraph, handquant.calibrate(fgraph, images))
+
 
 
 def nhwc(x: np.ndarray) -> np.ndarray:
@@ -161,13 +179,12 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--imgsz", type=int, default=160)
     ap.add_argument("--keep", action="store_true", help="keep the packages' builds and dumps")
+    ap.add_argument("--quant-pass", action="store_true", help="the quantization pass's graph, not handquant's")
     args = ap.parse_args()
     t0 = time.time()
     work = (args.work / f"int8-xnn-vs-portable-{args.imgsz}").resolve()
     work.mkdir(parents=True, exist_ok=True)
-    manifest = load_manifest(MANIFEST)
-    fgraph = optimize(build_graph(manifest, load_architecture(manifest), read_checkpoint(str(WEIGHTS)), args.imgsz))
-    qgraph = handquant.quantize_graph(fgraph, handquant.calibrate(fgraph, calibration_inputs(work, args.imgsz)))
+    qgraph = quantized(work, args.imgsz, args.quant_pass)
     which = xnnpack_ops(qgraph)
     counts = {k: sum(v == k for v in which.values()) for k in ("QCONV", "QADD", "DEQUANTIZE")}
     n_q = sum(op.kind == "qconv2d" for op in qgraph.ops)

@@ -10,8 +10,9 @@ as float32 (backends/xnn_q8.py), so the two may differ by one unit where acc * r
 half-integer. Checked here, per output value:
 
 * QCONV (the pre-activation, qconv2d's pre_zero): within 1 of arith; the number that differ is printed and must
-  be a small fraction (MAX_OFF_BY_ONE: a scale off by 0.2 % stays within 1 but puts 0.7 % to 6 % one unit off). SiLU layers run as the package does, the conv then carve_q8_lut in place: the result must be
-  lut[p] for a p within 1 of arith's pre-activation (the table can turn one unit before it into two after);
+  be a small fraction (MAX_OFF_BY_ONE: a scale off by 0.2 % stays within 1 but puts 0.7 % to 6 % one unit off).
+  SiLU layers run as the package does, the conv then carve_q8_lut in place: the result must be lut[p] for a p
+  within 1 of arith's pre-activation (the table can turn one unit before it into two after);
 * the same convolutions with XNNPACK's requantization scale formed from the real scales, fl(fl(in_scale *
   w_scale[o]) / out_scale) (what XNNPACK computes from input, kernel and output scales): measured and printed
   only, to compare the two choices;
