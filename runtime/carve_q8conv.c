@@ -1,0 +1,643 @@
+// carve runtime: the int8 dense convolution on AMX, AVX-512 VNNI or portable C (see carve_q8conv.h).
+//
+// One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
+// over `slots` tasks; a variant is how one block is computed (q8c_isa): its im2col rows packed into the slot's
+// A (or, AMX only, read in place), the GEMM with the weight panels, the requantization and the store, then the
+// table. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
+// compares each with arith.qconv2d bit for bit.
+
+#define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)
+
+#include "carve_q8conv.h"
+#include "carve_q8conv_isa.h"
+
+#include <string.h>
+
+#include "carve_simd.h"
+
+#ifdef CARVE_HAVE_X86_SIMD
+#include <cpuid.h>
+#include <immintrin.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
+
+// The requantization (acc * m + 2^(n-1)) >> n floors: `>>` of a negative int64 must be arithmetic (as carve_q8.c).
+_Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) == -2,
+               "carve_q8conv needs >> of a negative integer to be an arithmetic shift");
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "carve_q8conv.c reads the record's int32 arrays in place: it needs a little-endian target"
+#endif
+_Static_assert(CARVE_Q8CONV_MB % 32 == 0, "a block is whole AMX tile pairs (2 x 16 rows) and VNNI row blocks (8)");
+_Static_assert(CARVE_Q8CONV_NR == 16 && CARVE_Q8CONV_KB == 64, "a panel is 16 channels, a K block one 64-byte tile row");
+_Static_assert(CARVE_Q8CONV_SLOT_FIXED % 64 == 0 && CARVE_Q8CONV_HEADER_BYTES % 64 == 0, "64-byte aligned parts");
+
+#define MB CARVE_Q8CONV_MB
+#define SLOT_C 64                        // the slot's int32 results of a block: MB rows x 32 channels (AMX)
+#define SLOT_A CARVE_Q8CONV_SLOT_FIXED   // the slot's A: MB rows of kp bytes
+
+// ---- Context ------------------------------------------------------------------------
+
+typedef struct q8c_ctx q8c_ctx;
+
+// A variant: begin (or NULL) before a task's blocks with the task's slot, block for each block (its first output
+// pixel m0), end (or NULL) after them.
+typedef struct q8c_isa {
+  void (*begin)(unsigned char* slot);
+  void (*block)(const q8c_ctx* c, size_t m0, unsigned char* slot);
+  void (*end)(void);
+} q8c_isa;
+
+struct q8c_ctx {
+  const int8_t* x;                   // (h, w, cin), pixel stride x_stride
+  size_t x_stride, h, w, cin;
+  size_t kh, kw, stride, pad;
+  size_t oh, ow, m;                  // output size, m = oh * ow pixels (rows of A)
+  size_t k, kp, k4;                  // K = kh * kw * cin, K padded to 64, groups of 4 k up to K (ceil(K / 4))
+  size_t cout, panels;               // output channels, panels of 16
+  const int32_t* bias;               // (coutp) each: the record's arrays
+  const int32_t* wsum;
+  const int32_t* mul;
+  const int32_t* shift;
+  const int8_t* wt;                  // the panels: panel q at wt + q * kp * 16
+  const int8_t* lut;                 // int8[256], or NULL (act none)
+  int8_t* y;                         // (oh, ow, cout), pixel stride y_stride
+  size_t y_stride;
+  int32_t zx, zy;                    // input zero point, output (pre-activation) zero point
+  size_t blocks, slots, slot_bytes;
+  unsigned char* scratch;            // slots of slot_bytes
+  int vbmi;                          // the table by VPERMI2B (AVX-512 variants on a CPU with VBMI)
+  int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
+  const q8c_isa* isa;
+};
+
+// int8 of int64 clamped to [-128, 127].
+static int8_t clamp8(int64_t v) { return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v); }
+
+// arith: clamp(zy + ((acc * m + 2^(n-1)) >> n)) in int64 (|acc| < 2^31, m < 2^31, n in [1, 62]: no overflow).
+static int8_t requantize(int64_t acc, int32_t m, int32_t n, int32_t zy) {
+  return clamp8(zy + ((acc * m + ((int64_t)1 << (n - 1))) >> n));
+}
+
+// ---- Packing A ------------------------------------------------------------------------
+//
+// Rows [m0, m0 + MB) of A into `a` (MB rows of kp bytes), every byte XORed with `flip` (0, or 0x80 for VNNI's
+// unsigned A + 128): row p holds, for each tap (ky, kx) in order, the cin input channels of pixel
+// (oy * stride + ky - pad, ox * stride + kx - pad), or cin copies of zx where that lies outside the image; then
+// zeros up to kp. Rows p >= m are zeros.
+
+// The input pixel of tap t (0 .. kh * kw) of output pixel (oy, ox), or NULL outside the image.
+static inline const uint8_t* tap_pixel(const q8c_ctx* c, size_t oy, size_t ox, size_t ky, size_t kx) {
+  const size_t iy = oy * c->stride + ky, ix = ox * c->stride + kx;  // plus pad
+  if (iy < c->pad || ix < c->pad || iy - c->pad >= c->h || ix - c->pad >= c->w) {
+    return NULL;
+  }
+  return (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
+}
+
+static void pack_block_portable(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  const uint8_t fill = (uint8_t)((uint8_t)c->zx ^ flip);
+  for (size_t i = 0; i < MB; i++, a += c->kp) {
+    if (m0 + i >= c->m) {
+      memset(a, 0, c->kp);
+      continue;
+    }
+    uint8_t* d = a;
+    for (size_t ky = 0; ky < c->kh; ky++) {
+      for (size_t kx = 0; kx < c->kw; kx++, d += c->cin) {
+        const uint8_t* s = tap_pixel(c, oy, ox, ky, kx);
+        if (s == NULL) {
+          memset(d, fill, c->cin);
+        } else {
+          for (size_t j = 0; j < c->cin; j++) {
+            d[j] = (uint8_t)(s[j] ^ flip);
+          }
+        }
+      }
+    }
+    memset(d, 0, c->kp - c->k);
+    if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
+// ---- Portable ----------------------------------------------------------------------------
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define Q8C_VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+#else
+#define Q8C_VECTORIZE
+#endif
+
+// acc[j] = sum over the k4 groups g and i < 4 of a[4g + i] * panel[g * 64 + 4j + i] (16 channels of one row).
+Q8C_VECTORIZE static void dot_panel(const int8_t* restrict a, const int8_t* restrict panel, size_t k4,
+                                    int32_t acc[restrict 16]) {
+  for (size_t j = 0; j < 16; j++) {
+    acc[j] = 0;
+  }
+  for (size_t g = 0; g < k4; g++) {
+    const int8_t* wg = panel + g * 64;
+    const int8_t* ag = a + 4 * g;
+    for (size_t j = 0; j < 16; j++) {
+      acc[j] += ag[0] * wg[4 * j] + ag[1] * wg[4 * j + 1] + ag[2] * wg[4 * j + 2] + ag[3] * wg[4 * j + 3];
+    }
+  }
+}
+
+// y[p][o] = lut[y[p][o] + 128] for the block's rows (rows output pixels from m0), a byte at a time.
+static void lut_rows_scalar(const q8c_ctx* c, size_t m0, size_t rows) {
+  const int8_t* lut = c->lut;
+  for (size_t r = 0; r < rows; r++) {
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    for (size_t o = 0; o < c->cout; o++) {
+      yp[o] = lut[(uint8_t)yp[o] ^ 0x80];
+    }
+  }
+}
+
+static void block_portable(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  uint8_t* a = slot + SLOT_A;
+  pack_block_portable(c, m0, a, 0);
+  const size_t rows = min_size(MB, c->m - m0);
+  for (size_t r = 0; r < rows; r++) {
+    const int8_t* ar = (const int8_t*)(a + r * c->kp);
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    for (size_t q = 0; q < c->panels; q++) {
+      int32_t acc[16];
+      dot_panel(ar, c->wt + q * c->kp * 16, c->k4, acc);
+      const size_t n = min_size(16, c->cout - 16 * q);
+      for (size_t j = 0; j < n; j++) {
+        const size_t o = 16 * q + j;
+        const int64_t v = (int64_t)acc[j] + c->bias[o] - (int64_t)c->zx * c->wsum[o];
+        yp[o] = requantize(v, c->mul[o], c->shift[o], c->zy);
+      }
+    }
+  }
+  if (c->lut != NULL) {
+    lut_rows_scalar(c, m0, rows);
+  }
+}
+
+#ifdef CARVE_HAVE_X86_SIMD
+// ---- AVX-512: packing, requantization, table ------------------------------------------------
+
+#define Q8C_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define Q8C_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define Q8C_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+
+// The low n (< 64) bytes, or all 64.
+static inline uint64_t byte_mask(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }
+
+// d[0 .. n) = s[0 .. n) ^ flip (64 bytes at a time, the tail masked: nothing past n is read or written).
+Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, __m512i flip) {
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    _mm512_storeu_si512(d, _mm512_xor_si512(_mm512_loadu_si512(s), flip));
+  }
+  if (n > 0) {
+    const __mmask64 k = byte_mask(n);
+    _mm512_mask_storeu_epi8(d, k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, s), flip));
+  }
+}
+
+Q8C_AVX512 static inline void fill_bytes(uint8_t* d, size_t n, __m512i v) {
+  for (; n >= 64; n -= 64, d += 64) {
+    _mm512_storeu_si512(d, v);
+  }
+  if (n > 0) {
+    _mm512_mask_storeu_epi8(d, byte_mask(n), v);
+  }
+}
+
+// pack_block_portable with 64-byte moves.
+Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  const __m512i vflip = _mm512_set1_epi8((char)flip);
+  const __m512i vfill = _mm512_set1_epi8((char)((uint8_t)c->zx ^ flip));
+  const __m512i zero = _mm512_setzero_si512();
+  for (size_t i = 0; i < MB; i++, a += c->kp) {
+    if (m0 + i >= c->m) {
+      fill_bytes(a, c->kp, zero);
+      continue;
+    }
+    uint8_t* d = a;
+    for (size_t ky = 0; ky < c->kh; ky++) {
+      for (size_t kx = 0; kx < c->kw; kx++, d += c->cin) {
+        const uint8_t* s = tap_pixel(c, oy, ox, ky, kx);
+        if (s == NULL) {
+          fill_bytes(d, c->cin, vfill);
+        } else {
+          copy_flip(d, s, c->cin, vflip);
+        }
+      }
+    }
+    fill_bytes(d, c->kp - c->k, zero);
+    if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
+// The requantization of the 16 output channels of a panel as 8 + 8 int64 lanes (lo: the channels 2i, the low
+// dword of each qword; hi: the channels 2i + 1): c0 = bias - zoff * wsum (zoff: zx plus A's shift), m, n and the
+// rounding term 2^(n-1).
+typedef struct rq16 {
+  __m512i c0, m_lo, m_hi, n_lo, n_hi, r_lo, r_hi;
+} rq16;
+
+Q8C_AVX512 static inline rq16 rq16_load(const q8c_ctx* c, size_t q, int32_t zoff) {
+  const size_t o = 16 * q;
+  const __m512i m = _mm512_loadu_si512(c->mul + o), n = _mm512_loadu_si512(c->shift + o);
+  const __m512i one = _mm512_set1_epi64(1), low = _mm512_set1_epi64(0xffffffff);
+  rq16 r;
+  // |zoff * wsum| <= 255 * sum|w| < 2^31 and |bias - zoff * wsum| < 2^31 (the record's precondition): no wrap
+  r.c0 = _mm512_sub_epi32(_mm512_loadu_si512(c->bias + o),
+                          _mm512_mullo_epi32(_mm512_set1_epi32(zoff), _mm512_loadu_si512(c->wsum + o)));
+  r.m_lo = _mm512_and_si512(m, low);
+  r.m_hi = _mm512_srli_epi64(m, 32);
+  r.n_lo = _mm512_and_si512(n, low);
+  r.n_hi = _mm512_srli_epi64(n, 32);
+  r.r_lo = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_lo, one));
+  r.r_hi = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_hi, one));
+  return r;
+}
+
+// clamp(zy + (((acc + c0) * m + 2^(n-1)) >> n)) of 16 int32 sums: 16 int8. The products are the signed 32 x 32
+// -> 64 bit VPMULDQ of each qword's low dword (m < 2^31 is non-negative), the shift VPSRAVQ (arithmetic, n <= 62).
+Q8C_AVX512 static inline __m128i rq16_apply(const rq16* r, __m512i acc, __m512i zy) {
+  const __m512i lo_clamp = _mm512_set1_epi64(-128), hi_clamp = _mm512_set1_epi64(127);
+  const __m512i v = _mm512_add_epi32(acc, r->c0);
+  __m512i lo = _mm512_mul_epi32(v, r->m_lo);
+  __m512i hi = _mm512_mul_epi32(_mm512_srli_epi64(v, 32), r->m_hi);
+  lo = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(lo, r->r_lo), r->n_lo));
+  hi = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(hi, r->r_hi), r->n_hi));
+  lo = _mm512_min_epi64(_mm512_max_epi64(lo, lo_clamp), hi_clamp);
+  hi = _mm512_min_epi64(_mm512_max_epi64(hi, lo_clamp), hi_clamp);
+  return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(0xAAAA, lo, _mm512_slli_epi64(hi, 32)));
+}
+
+// Stores the 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), only the channels below cout.
+Q8C_AVX512 static inline void store16(const q8c_ctx* c, int8_t* yp, size_t q, __m128i v) {
+  const size_t n = min_size(16, c->cout - 16 * q);
+  _mm_mask_storeu_epi8(yp + 16 * q, (__mmask16)((1u << n) - 1), v);
+}
+
+// lut_rows_scalar with VPERMI2B: 64 bytes at a time, the table's two halves as two 128-byte lookups and bit 7 of
+// the index choosing between them.
+Q8C_VBMI static void lut_rows_vbmi(const q8c_ctx* c, size_t m0, size_t rows) {
+  const __m512i t0 = _mm512_loadu_si512(c->lut), t1 = _mm512_loadu_si512(c->lut + 64);
+  const __m512i t2 = _mm512_loadu_si512(c->lut + 128), t3 = _mm512_loadu_si512(c->lut + 192);
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  for (size_t r = 0; r < rows; r++) {
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    for (size_t o = 0; o < c->cout; o += 64) {
+      const __mmask64 k = byte_mask(c->cout - o);
+      const __m512i idx = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, yp + o), flip);  // q + 128
+      const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1), hi = _mm512_permutex2var_epi8(t2, idx, t3);
+      _mm512_mask_storeu_epi8(yp + o, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+    }
+  }
+}
+
+static void lut_rows_avx512(const q8c_ctx* c, size_t m0, size_t rows) {
+  if (c->vbmi) {
+    lut_rows_vbmi(c, m0, rows);
+  } else {
+    lut_rows_scalar(c, m0, rows);
+  }
+}
+
+// ---- AVX-512 VNNI -----------------------------------------------------------------------------
+//
+// A is packed with its bytes flipped (A + 128, unsigned); VPDPBUSD multiplies 4 unsigned bytes of A (one pixel's
+// 4 consecutive k, broadcast) by the 4 signed weights of each of 16 channels (one 64-byte group of a panel) and
+// adds the 4 products to the channel's int32. 8 rows x np panels (np = 2: 16 accumulators, 2 weight vectors and
+// a broadcast in 19 of the 32 zmm registers), over the k4 groups that hold weights.
+
+Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_ctx* c, const uint8_t* a, size_t q,
+                                                                    const int np, __m512i acc[8][2]) {
+  const size_t kp = c->kp;
+  const int8_t* w0 = c->wt + q * kp * 16;
+  const int8_t* w1 = w0 + kp * 16;
+  for (int i = 0; i < 8; i++) {
+    acc[i][0] = _mm512_setzero_si512();
+    acc[i][1] = _mm512_setzero_si512();
+  }
+  for (size_t g = 0; g < c->k4; g++) {
+    const __m512i b0 = _mm512_loadu_si512(w0 + g * 64);
+    const __m512i b1 = np == 2 ? _mm512_loadu_si512(w1 + g * 64) : b0;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+      int32_t v;
+      memcpy(&v, a + i * kp + 4 * g, 4);
+      const __m512i av = _mm512_set1_epi32(v);
+      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
+      if (np == 2) {
+        acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
+      }
+    }
+  }
+}
+
+Q8C_VNNI static void block_avx512vnni(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  uint8_t* a = slot + SLOT_A;
+  pack_block_avx512(c, m0, a, 0x80);
+  const size_t rows = min_size(MB, c->m - m0);
+  const int32_t zoff = c->zx + 128;
+  const __m512i zy = _mm512_set1_epi64(c->zy);
+  for (size_t q = 0; q < c->panels; q += 2) {
+    const int np = c->panels - q >= 2 ? 2 : 1;
+    const rq16 r0 = rq16_load(c, q, zoff);
+    const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, zoff);
+    for (size_t i0 = 0; i0 < rows; i0 += 8) {
+      __m512i acc[8][2];
+      if (np == 2) {
+        vnni_tile(c, a + i0 * c->kp, q, 2, acc);
+      } else {
+        vnni_tile(c, a + i0 * c->kp, q, 1, acc);
+      }
+      const size_t n = min_size(8, rows - i0);
+      for (size_t i = 0; i < n; i++) {
+        int8_t* yp = c->y + (m0 + i0 + i) * c->y_stride;
+        store16(c, yp, q, rq16_apply(&r0, acc[i][0], zy));
+        if (np == 2) {
+          store16(c, yp, q + 1, rq16_apply(&r1, acc[i][1], zy));
+        }
+      }
+    }
+  }
+  if (c->lut != NULL) {
+    lut_rows_avx512(c, m0, rows);
+  }
+}
+
+// ---- AMX ---------------------------------------------------------------------------------------
+//
+// Tiles 0..3: C, 2 x 2 tiles of 16 x 16 int32 (rows 0-15 / 16-31 of the block x channels of panels q / q + 1);
+// 4, 5: A (16 rows x 64 bytes: 64 k of 16 pixels); 6, 7: B (16 rows x 64 bytes: panel q's or q + 1's groups of one
+// K block). TDPBSSD adds, for each C element, the 64 signed products of an A row and a B column (4 per dword),
+// with wrap-around. The tile instructions are written as inline assembly with a "memory" clobber: GCC's
+// _tile_loadd does not tell the compiler that it reads memory, so stores to A could be moved past it.
+
+#define Q8C_TILE_LOAD(t, base, stride) \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void*)(base)), "r"((long)(stride)) : "memory")
+#define Q8C_TILE_STORE(t, base, stride) \
+  __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void*)(base)), "r"((long)(stride)) : "memory")
+#define Q8C_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define Q8C_TILE_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
+static void amx_begin(unsigned char* slot) {
+  memset(slot, 0, 64);
+  slot[0] = 1;  // palette
+  for (int t = 0; t < 8; t++) {
+    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
+    slot[48 + t] = 16;      // rows
+  }
+  __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
+}
+
+// The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
+static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  int32_t* cbuf = (int32_t*)(void*)(slot + SLOT_C);  // (MB, 32) int32
+  const size_t rows = min_size(MB, c->m - m0), kp = c->kp;
+  const uint8_t* a;
+  size_t lda;
+  if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
+    a = (const uint8_t*)c->x + m0 * c->x_stride;
+    lda = c->x_stride;
+  } else {
+    pack_block_avx512(c, m0, slot + SLOT_A, 0);
+    a = slot + SLOT_A;
+    lda = kp;
+  }
+  const __m512i zy = _mm512_set1_epi64(c->zy);
+  for (size_t q = 0; q < c->panels; q += 2) {
+    const int np = c->panels - q >= 2 ? 2 : 1;
+    const int8_t* w0 = c->wt + q * kp * 16;
+    for (size_t i0 = 0; i0 < MB; i0 += 32) {
+      const uint8_t* ai = a + i0 * lda;
+      Q8C_TILE_ZERO(0);
+      Q8C_TILE_ZERO(2);
+      if (np == 2) {
+        Q8C_TILE_ZERO(1);
+        Q8C_TILE_ZERO(3);
+      }
+      for (size_t kb = 0; kb < kp; kb += 64) {
+        Q8C_TILE_LOAD(4, ai + kb, lda);
+        Q8C_TILE_LOAD(5, ai + 16 * lda + kb, lda);
+        Q8C_TILE_LOAD(6, w0 + kb * 16, 64);
+        Q8C_TILE_DPBSSD(0, 4, 6);
+        Q8C_TILE_DPBSSD(2, 5, 6);
+        if (np == 2) {
+          Q8C_TILE_LOAD(7, w0 + kp * 16 + kb * 16, 64);
+          Q8C_TILE_DPBSSD(1, 4, 7);
+          Q8C_TILE_DPBSSD(3, 5, 7);
+        }
+      }
+      int32_t* cb = cbuf + i0 * 32;
+      Q8C_TILE_STORE(0, cb, 128);
+      Q8C_TILE_STORE(2, cb + 16 * 32, 128);
+      if (np == 2) {
+        Q8C_TILE_STORE(1, cb + 16, 128);
+        Q8C_TILE_STORE(3, cb + 16 * 32 + 16, 128);
+      }
+    }
+    const rq16 r0 = rq16_load(c, q, c->zx);
+    const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, c->zx);
+    for (size_t r = 0; r < rows; r++) {
+      int8_t* yp = c->y + (m0 + r) * c->y_stride;
+      store16(c, yp, q, rq16_apply(&r0, _mm512_loadu_si512(cbuf + r * 32), zy));
+      if (np == 2) {
+        store16(c, yp, q + 1, rq16_apply(&r1, _mm512_loadu_si512(cbuf + r * 32 + 16), zy));
+      }
+    }
+  }
+  if (c->lut != NULL) {
+    lut_rows_avx512(c, m0, rows);
+  }
+}
+#endif  // CARVE_HAVE_X86_SIMD
+
+// ---- Driver --------------------------------------------------------------------------------------
+
+// Slots [start, start + count): slot s computes blocks [s * blocks / slots, (s + 1) * blocks / slots).
+static void q8c_task(void* context, size_t start, size_t count) {
+  const q8c_ctx* c = context;
+  for (size_t s = start; s < start + count; s++) {
+    const size_t b0 = s * c->blocks / c->slots, b1 = (s + 1) * c->blocks / c->slots;
+    if (b0 == b1) {
+      continue;
+    }
+    unsigned char* slot = c->scratch + s * c->slot_bytes;
+    if (c->isa->begin != NULL) {
+      c->isa->begin(slot);
+    }
+    for (size_t b = b0; b < b1; b++) {
+      c->isa->block(c, b * MB, slot);
+    }
+    if (c->isa->end != NULL) {
+      c->isa->end();
+    }
+  }
+}
+
+static uint32_t read_u32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
+
+// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
+static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                              size_t slots, pthreadpool_t pool, const q8c_isa* isa, int vbmi) {
+  if (d == NULL || blob == NULL || arena == NULL || scratch == NULL || slots == 0 ||
+      (uintptr_t)scratch % CARVE_Q8CONV_ALIGN != 0 || d->kind != CARVE_Q8_CONV || d->groups != 1 || d->kh == 0 ||
+      d->kw == 0 || d->stride == 0 || d->cin == 0 || d->cout == 0 || d->h == 0 || d->w == 0 ||
+      d->kh > (size_t)d->h + 2 * (size_t)d->pad || d->kw > (size_t)d->w + 2 * (size_t)d->pad ||
+      d->in_stride < d->cin || d->out_stride < d->cout || !zero_point_ok(d->in_zero) ||
+      !zero_point_ok(d->out_zero) || (d->act != CARVE_ACT_NONE && d->act != CARVE_ACT_SILU)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const uint8_t* rec = blob + d->weight_off;
+  const size_t kp = CARVE_Q8CONV_KP(d->kh, d->kw, d->cin), coutp = CARVE_Q8CONV_COUTP(d->cout);
+  if ((uintptr_t)rec % CARVE_Q8CONV_ALIGN != 0 || read_u32(rec) != CARVE_Q8CONV_LAYOUT ||
+      read_u32(rec + 4) != d->kh || read_u32(rec + 8) != d->kw || read_u32(rec + 12) != d->cin ||
+      read_u32(rec + 16) != d->cout || read_u32(rec + 20) != kp || read_u32(rec + 24) != coutp) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const int32_t* bias = (const int32_t*)(const void*)(rec + CARVE_Q8CONV_HEADER_BYTES);
+  const int32_t* shift = bias + 3 * coutp;
+  for (size_t o = 0; o < coutp; o++) {
+    if (shift[o] < 1 || shift[o] > 62) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+  }
+  const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
+  const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
+  const size_t k = (size_t)d->kh * d->kw * d->cin;
+  q8c_ctx c = {
+      .x = (const int8_t*)(arena + d->in_off), .x_stride = d->in_stride, .h = d->h, .w = d->w, .cin = d->cin,
+      .kh = d->kh, .kw = d->kw, .stride = d->stride, .pad = d->pad, .oh = oh, .ow = ow, .m = oh * ow,
+      .k = k, .kp = kp, .k4 = (k + 3) / 4, .cout = d->cout, .panels = coutp / CARVE_Q8CONV_NR,
+      .bias = bias, .wsum = bias + coutp, .mul = bias + 2 * coutp, .shift = shift,
+      .wt = (const int8_t*)(const void*)(rec + CARVE_Q8CONV_HEADER_BYTES + 16 * coutp),
+      .lut = d->act == CARVE_ACT_SILU ? (const int8_t*)(const void*)(blob + d->lut_off) : NULL,
+      .y = (int8_t*)(arena + d->out_off), .y_stride = d->out_stride, .zx = d->in_zero, .zy = d->out_zero,
+      .blocks = div_round_up(oh * ow, MB), .slots = slots,
+      .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch, .vbmi = vbmi,
+      .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
+      .isa = isa};
+  carve_parallelize_1d_tile(pool, q8c_task, &c, slots, 1);
+  return CARVE_OK;
+}
+
+// ---- Variants and selection ------------------------------------------------------------------------
+
+static const q8c_isa q8c_portable = {NULL, block_portable, NULL};
+
+carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                    size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable, 0);
+}
+
+#ifdef CARVE_HAVE_X86_SIMD
+static const q8c_isa q8c_avx512vnni = {NULL, block_avx512vnni, NULL};
+static const q8c_isa q8c_amx = {amx_begin, block_amx, amx_end};
+
+static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
+
+carve_status carve_q8conv__avx512vnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, cpu_has_vbmi());
+}
+
+carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
+                                             void* scratch, size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, 0);
+}
+
+carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                               size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, cpu_has_vbmi());
+}
+
+carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, 0);
+}
+#endif
+
+int carve_q8conv_vnni_ready(void) {
+#ifdef CARVE_HAVE_X86_SIMD
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+  return 0;
+#endif
+}
+
+// Linux's arch_prctl for the dynamically enabled XSAVE features (asm/prctl.h, Linux 5.16) and AMX's tile data.
+#define Q8C_ARCH_GET_XCOMP_PERM 0x1022
+#define Q8C_ARCH_REQ_XCOMP_PERM 0x1023
+#define Q8C_XFEATURE_XTILEDATA 18
+
+int carve_q8conv_amx_ready(void) {
+#if defined(CARVE_HAVE_X86_SIMD) && defined(__linux__) && defined(SYS_arch_prctl)
+  unsigned int a, b, c, d;
+  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+      !__builtin_cpu_supports("avx512vl") || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) ||
+      !(d & (1u << 25))) {
+    return 0;
+  }
+  // The kernel (>= 5.16) enables the 8 KB of tile data per thread only for a process that asked: a refusal
+  // (older kernel, a hypervisor or seccomp policy that hides AMX) leaves the VNNI variant.
+  if (syscall(SYS_arch_prctl, Q8C_ARCH_REQ_XCOMP_PERM, Q8C_XFEATURE_XTILEDATA) != 0) {
+    return 0;
+  }
+  unsigned long perm = 0;
+  if (syscall(SYS_arch_prctl, Q8C_ARCH_GET_XCOMP_PERM, &perm) != 0) {
+    return 0;
+  }
+  return (int)((perm >> Q8C_XFEATURE_XTILEDATA) & 1);
+#else
+  return 0;
+#endif
+}
+
+carve_q8conv_fn carve_q8conv_select(carve_isa isa) {
+#ifdef CARVE_HAVE_X86_SIMD
+  if (isa == CARVE_ISA_AVX512) {
+    if (carve_q8conv_amx_ready()) {
+      return carve_q8conv__amx;
+    }
+    if (carve_q8conv_vnni_ready()) {
+      return carve_q8conv__avx512vnni;
+    }
+  }
+#endif
+  (void)isa;
+  return carve_q8conv__portable;
+}
+
+const char* carve_q8conv_name(carve_q8conv_fn fn) {
+#ifdef CARVE_HAVE_X86_SIMD
+  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi) {
+    return "amx";
+  }
+  if (fn == carve_q8conv__avx512vnni || fn == carve_q8conv__avx512vnni_novbmi) {
+    return "avx512vnni";
+  }
+#endif
+  return fn == carve_q8conv__portable ? "portable" : "unknown";
+}
