@@ -68,7 +68,6 @@ struct q8c_ctx {
   int32_t zx, zy;                    // input zero point, output (pre-activation) zero point
   size_t blocks, slots, slot_bytes;
   unsigned char* scratch;            // slots of slot_bytes
-  int vbmi;                          // the table by VPERMI2B (AVX-512 variants on a CPU with VBMI)
   int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
   const q8c_isa* isa;
 };
@@ -95,6 +94,18 @@ static inline const uint8_t* tap_pixel(const q8c_ctx* c, size_t oy, size_t ox, s
     return NULL;
   }
   return (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
+}
+
+// The taps kx of output column ox whose input column ox * stride + kx - pad lies inside the image: [kx0, kx1)
+// (kx0 == kx1: none).
+static inline void tap_cols(const q8c_ctx* c, size_t ox, size_t* kx0, size_t* kx1) {
+  const size_t first = ox * c->stride;  // input column of tap 0, plus pad
+  *kx0 = first < c->pad ? c->pad - first : 0;
+  const size_t end = c->w + c->pad > first ? c->w + c->pad - first : 0;  // taps below this are inside
+  *kx1 = end < c->kw ? end : c->kw;
+  if (*kx1 < *kx0) {
+    *kx1 = *kx0;
+  }
 }
 
 static void pack_block_portable(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
@@ -189,6 +200,8 @@ static void block_portable(const q8c_ctx* c, size_t m0, unsigned char* slot) {
 #define Q8C_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define Q8C_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define Q8C_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+#define Q8C_AVX512_VBMI Q8C_VBMI
+#define Q8C_VNNI_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
 
 // The low n (< 64) bytes, or all 64.
 static inline uint64_t byte_mask(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }
@@ -204,38 +217,38 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
   }
 }
 
-Q8C_AVX512 static inline void fill_bytes(uint8_t* d, size_t n, __m512i v) {
-  for (; n >= 64; n -= 64, d += 64) {
-    _mm512_storeu_si512(d, v);
-  }
-  if (n > 0) {
-    _mm512_mask_storeu_epi8(d, byte_mask(n), v);
-  }
-}
-
-// pack_block_portable with 64-byte moves.
+// pack_block_portable with 64-byte moves, a kernel row at a time. Each row of A is first filled with zx (the K
+// padding then holds zx too, not zeros: its weights are zero, so any byte there adds 0), then the taps of kernel
+// row ky that lie inside the image, [kx0, kx1) (the same for every ky of the pixel), are copied over it: with a
+// packed input (pixel stride cin) as one run of bytes, else a tap at a time. Rows past m are left as they are (their
+// sums are not stored).
 Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
-  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin, rows = min_size(MB, c->m - m0);
+  const int packed = xs == cin;
   const __m512i vflip = _mm512_set1_epi8((char)flip);
   const __m512i vfill = _mm512_set1_epi8((char)((uint8_t)c->zx ^ flip));
-  const __m512i zero = _mm512_setzero_si512();
-  for (size_t i = 0; i < MB; i++, a += c->kp) {
-    if (m0 + i >= c->m) {
-      fill_bytes(a, c->kp, zero);
-      continue;
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  for (size_t i = 0; i < rows; i++, a += c->kp) {
+    for (size_t j = 0; j < c->kp; j += 64) {
+      _mm512_storeu_si512(a + j, vfill);
     }
-    uint8_t* d = a;
-    for (size_t ky = 0; ky < c->kh; ky++) {
-      for (size_t kx = 0; kx < c->kw; kx++, d += c->cin) {
-        const uint8_t* s = tap_pixel(c, oy, ox, ky, kx);
-        if (s == NULL) {
-          fill_bytes(d, c->cin, vfill);
-        } else {
-          copy_flip(d, s, c->cin, vflip);
+    size_t kx0, kx1;
+    tap_cols(c, ox, &kx0, &kx1);
+    for (size_t ky = 0; ky < c->kh && kx0 < kx1; ky++) {
+      const size_t iy = oy * c->stride + ky;  // plus pad
+      if (iy < c->pad || iy - c->pad >= c->h) {
+        continue;
+      }
+      const uint8_t* s = (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * xs;
+      uint8_t* d = a + ky * row + kx0 * cin;
+      if (packed) {
+        copy_flip(d, s, (kx1 - kx0) * cin, vflip);
+      } else {
+        for (size_t kx = kx0; kx < kx1; kx++, d += cin, s += xs) {
+          copy_flip(d, s, cin, vflip);
         }
       }
     }
-    fill_bytes(d, c->kp - c->k, zero);
     if (++ox == c->ow) {
       ox = 0;
       oy++;
@@ -281,35 +294,41 @@ Q8C_AVX512 static inline __m128i rq16_apply(const rq16* r, __m512i acc, __m512i 
   return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(0xAAAA, lo, _mm512_slli_epi64(hi, 32)));
 }
 
-// Stores the 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), only the channels below cout.
-Q8C_AVX512 static inline void store16(const q8c_ctx* c, int8_t* yp, size_t q, __m128i v) {
+// The table in four 64-byte quarters (VBMI's two 128-byte lookups).
+typedef struct lut256 {
+  __m512i t[4];
+} lut256;
+
+// lut[q + 128] of 16 int8 by VPERMI2B: each half of the table is one 128-byte lookup (bits 0-6 of q + 128), bit 7
+// chooses the half. Not always_inline: called (and inlined) only from the *_vbmi instances of the block bodies,
+// whose target has VBMI; the plain instances hold no call (their branch is dead).
+Q8C_VBMI static inline __m128i lut16_vbmi(const lut256* t, __m128i q) {
+  const __m512i idx = _mm512_castsi128_si512(_mm_xor_si128(q, _mm_set1_epi8((char)0x80)));
+  const __m512i lo = _mm512_permutex2var_epi8(t->t[0], idx, t->t[1]);
+  const __m512i hi = _mm512_permutex2var_epi8(t->t[2], idx, t->t[3]);
+  return _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+}
+
+// The table of the conv, or zeros without one.
+Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
+  lut256 t;
+  for (int i = 0; i < 4; i++) {
+    t.t[i] = c->lut != NULL ? _mm512_loadu_si512(c->lut + 64 * i) : _mm512_setzero_si512();
+  }
+  return t;
+}
+
+// The 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), requantized, through the table when
+// vbmi (else lut_rows_scalar follows), stored: only the channels below cout.
+Q8C_AVX512 __attribute__((always_inline)) static inline void out16(const q8c_ctx* c, int8_t* yp, size_t q,
+                                                                   const rq16* r, __m512i acc, __m512i zy,
+                                                                   const lut256* t, const int vbmi) {
+  __m128i v = rq16_apply(r, acc, zy);
+  if (vbmi && c->lut != NULL) {
+    v = lut16_vbmi(t, v);
+  }
   const size_t n = min_size(16, c->cout - 16 * q);
   _mm_mask_storeu_epi8(yp + 16 * q, (__mmask16)((1u << n) - 1), v);
-}
-
-// lut_rows_scalar with VPERMI2B: 64 bytes at a time, the table's two halves as two 128-byte lookups and bit 7 of
-// the index choosing between them.
-Q8C_VBMI static void lut_rows_vbmi(const q8c_ctx* c, size_t m0, size_t rows) {
-  const __m512i t0 = _mm512_loadu_si512(c->lut), t1 = _mm512_loadu_si512(c->lut + 64);
-  const __m512i t2 = _mm512_loadu_si512(c->lut + 128), t3 = _mm512_loadu_si512(c->lut + 192);
-  const __m512i flip = _mm512_set1_epi8((char)0x80);
-  for (size_t r = 0; r < rows; r++) {
-    int8_t* yp = c->y + (m0 + r) * c->y_stride;
-    for (size_t o = 0; o < c->cout; o += 64) {
-      const __mmask64 k = byte_mask(c->cout - o);
-      const __m512i idx = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, yp + o), flip);  // q + 128
-      const __m512i lo = _mm512_permutex2var_epi8(t0, idx, t1), hi = _mm512_permutex2var_epi8(t2, idx, t3);
-      _mm512_mask_storeu_epi8(yp + o, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
-    }
-  }
-}
-
-static void lut_rows_avx512(const q8c_ctx* c, size_t m0, size_t rows) {
-  if (c->vbmi) {
-    lut_rows_vbmi(c, m0, rows);
-  } else {
-    lut_rows_scalar(c, m0, rows);
-  }
 }
 
 // ---- AVX-512 VNNI -----------------------------------------------------------------------------
@@ -344,12 +363,14 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_c
   }
 }
 
-Q8C_VNNI static void block_avx512vnni(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_ctx* c, size_t m0,
+                                                                     unsigned char* slot, const int vbmi) {
   uint8_t* a = slot + SLOT_A;
   pack_block_avx512(c, m0, a, 0x80);
   const size_t rows = min_size(MB, c->m - m0);
   const int32_t zoff = c->zx + 128;
   const __m512i zy = _mm512_set1_epi64(c->zy);
+  const lut256 t = lut256_load(c);
   for (size_t q = 0; q < c->panels; q += 2) {
     const int np = c->panels - q >= 2 ? 2 : 1;
     const rq16 r0 = rq16_load(c, q, zoff);
@@ -364,16 +385,24 @@ Q8C_VNNI static void block_avx512vnni(const q8c_ctx* c, size_t m0, unsigned char
       const size_t n = min_size(8, rows - i0);
       for (size_t i = 0; i < n; i++) {
         int8_t* yp = c->y + (m0 + i0 + i) * c->y_stride;
-        store16(c, yp, q, rq16_apply(&r0, acc[i][0], zy));
+        out16(c, yp, q, &r0, acc[i][0], zy, &t, vbmi);
         if (np == 2) {
-          store16(c, yp, q + 1, rq16_apply(&r1, acc[i][1], zy));
+          out16(c, yp, q + 1, &r1, acc[i][1], zy, &t, vbmi);
         }
       }
     }
   }
-  if (c->lut != NULL) {
-    lut_rows_avx512(c, m0, rows);
+  if (!vbmi && c->lut != NULL) {
+    lut_rows_scalar(c, m0, rows);
   }
+}
+
+Q8C_VNNI static void block_avx512vnni(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  vnni_block(c, m0, slot, 0);
+}
+
+Q8C_VNNI_VBMI static void block_avx512vnni_vbmi(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  vnni_block(c, m0, slot, 1);
 }
 
 // ---- AMX ---------------------------------------------------------------------------------------
@@ -405,7 +434,8 @@ static void amx_begin(unsigned char* slot) {
 // The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
 static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
-Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+Q8C_AVX512 __attribute__((always_inline)) static inline void amx_block(const q8c_ctx* c, size_t m0,
+                                                                      unsigned char* slot, const int vbmi) {
   int32_t* cbuf = (int32_t*)(void*)(slot + SLOT_C);  // (MB, 32) int32
   const size_t rows = min_size(MB, c->m - m0), kp = c->kp;
   const uint8_t* a;
@@ -419,6 +449,7 @@ Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slo
     lda = kp;
   }
   const __m512i zy = _mm512_set1_epi64(c->zy);
+  const lut256 t = lut256_load(c);
   for (size_t q = 0; q < c->panels; q += 2) {
     const int np = c->panels - q >= 2 ? 2 : 1;
     const int8_t* w0 = c->wt + q * kp * 16;
@@ -454,15 +485,21 @@ Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slo
     const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, c->zx);
     for (size_t r = 0; r < rows; r++) {
       int8_t* yp = c->y + (m0 + r) * c->y_stride;
-      store16(c, yp, q, rq16_apply(&r0, _mm512_loadu_si512(cbuf + r * 32), zy));
+      out16(c, yp, q, &r0, _mm512_loadu_si512(cbuf + r * 32), zy, &t, vbmi);
       if (np == 2) {
-        store16(c, yp, q + 1, rq16_apply(&r1, _mm512_loadu_si512(cbuf + r * 32 + 16), zy));
+        out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cbuf + r * 32 + 16), zy, &t, vbmi);
       }
     }
   }
-  if (c->lut != NULL) {
-    lut_rows_avx512(c, m0, rows);
+  if (!vbmi && c->lut != NULL) {
+    lut_rows_scalar(c, m0, rows);
   }
+}
+
+Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slot) { amx_block(c, m0, slot, 0); }
+
+Q8C_AVX512_VBMI static void block_amx_vbmi(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  amx_block(c, m0, slot, 1);
 }
 #endif  // CARVE_HAVE_X86_SIMD
 
@@ -497,9 +534,13 @@ static uint32_t read_u32(const uint8_t* p) {
 
 static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
 
-// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
+// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots; isa
+// computes the blocks, or `small` where the conv has a single K block read through the packed A (kp 64, not
+// direct) and at most 32 output channels: there the AMX blocks' fixed latency (tile loads right after the packing
+// stores, tile stores right before the requantization; 2 TDPBSSD per block) is not hidden, and the VNNI blocks
+// are faster (bench/q8conv_vs_xnnpack.c: the stem, 1x1 16 / 32 -> 16 / 32 at 160x160 and 80x80).
 static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
-                              size_t slots, pthreadpool_t pool, const q8c_isa* isa, int vbmi) {
+                              size_t slots, pthreadpool_t pool, const q8c_isa* isa, const q8c_isa* small) {
   if (d == NULL || blob == NULL || arena == NULL || scratch == NULL || slots == 0 ||
       (uintptr_t)scratch % CARVE_Q8CONV_ALIGN != 0 || d->kind != CARVE_Q8_CONV || d->groups != 1 || d->kh == 0 ||
       d->kw == 0 || d->stride == 0 || d->cin == 0 || d->cout == 0 || d->h == 0 || d->w == 0 ||
@@ -534,9 +575,12 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .lut = d->act == CARVE_ACT_SILU ? (const int8_t*)(const void*)(blob + d->lut_off) : NULL,
       .y = (int8_t*)(arena + d->out_off), .y_stride = d->out_stride, .zx = d->in_zero, .zy = d->out_zero,
       .blocks = div_round_up(oh * ow, MB), .slots = slots,
-      .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch, .vbmi = vbmi,
+      .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
       .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
       .isa = isa};
+  if (kp == CARVE_Q8CONV_KB && !c.direct && c.panels <= 2) {
+    c.isa = small;
+  }
   carve_parallelize_1d_tile(pool, q8c_task, &c, slots, 1);
   return CARVE_OK;
 }
@@ -547,33 +591,38 @@ static const q8c_isa q8c_portable = {NULL, block_portable, NULL};
 
 carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                     size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable, 0);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable, &q8c_portable);
 }
 
 #ifdef CARVE_HAVE_X86_SIMD
 static const q8c_isa q8c_avx512vnni = {NULL, block_avx512vnni, NULL};
+static const q8c_isa q8c_avx512vnni_vbmi = {NULL, block_avx512vnni_vbmi, NULL};
 static const q8c_isa q8c_amx = {amx_begin, block_amx, amx_end};
+static const q8c_isa q8c_amx_vbmi = {amx_begin, block_amx_vbmi, amx_end};
 
 static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
 
 carve_status carve_q8conv__avx512vnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, cpu_has_vbmi());
+  const q8c_isa* isa = cpu_has_vbmi() ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni;
+  return q8c_drive(d, blob, arena, scratch, slots, pool, isa, isa);
 }
 
 carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
                                              void* scratch, size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, 0);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, &q8c_avx512vnni);
 }
 
 carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, cpu_has_vbmi());
+  const int vbmi = cpu_has_vbmi();
+  return q8c_drive(d, blob, arena, scratch, slots, pool, vbmi ? &q8c_amx_vbmi : &q8c_amx,
+                   vbmi ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni);
 }
 
 carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, 0);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, &q8c_avx512vnni);
 }
 #endif
 
@@ -594,9 +643,9 @@ int carve_q8conv_vnni_ready(void) {
 int carve_q8conv_amx_ready(void) {
 #if defined(CARVE_HAVE_X86_SIMD) && defined(__linux__) && defined(SYS_arch_prctl)
   unsigned int a, b, c, d;
-  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL
-  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-      !__builtin_cpu_supports("avx512vl") || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) ||
+  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL, the small
+  // convolutions run the VNNI blocks (every CPU with AMX has them)
+  if (!carve_q8conv_vnni_ready() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) ||
       !(d & (1u << 25))) {
     return 0;
   }
