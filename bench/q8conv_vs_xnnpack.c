@@ -8,9 +8,10 @@
 // the kernel). Timings on a shared machine are indicative only.
 //
 //   cc -std=c11 -O3 -Iruntime bench/q8conv_vs_xnnpack.c runtime/carve_q8conv.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c runtime/carve_epilogue.c runtime/carve_winograd.c runtime/carve_stem.c -o /tmp/q8conv_bench -lXNNPACK -lm -lpthread
-//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,avx512vnni,portable] [--no-fp32]
+//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,avx512vnni,portable] [--no-fp32] [--cpu]
 //
-// Per layer: the median of R runs (default 9) of each system, alternating, with a pool of N threads (default 2;
+// Per layer: the median of R runs (default 9) of each system, alternating (run r starts with system r mod the number
+// of systems, so that none always runs first), with a pool of N threads (default 2;
 // carve's pool, which XNNPACK's operators run on too, as in a package) and N * CARVE_POOL_SLOTS_PER_THREAD scratch
 // slots. carve int8 applies the layer's SiLU table in the kernel; XNNPACK's qc8 convolution has no SiLU (an int8
 // package would need one more pass): its times are the convolution alone. GOP/s counts 2 * MACs of the direct
@@ -135,9 +136,12 @@ static const layer k_layers[] = {
 };
 enum { NUM_LAYERS = sizeof k_layers / sizeof k_layers[0] };
 
+// Wall-clock time, or with --cpu the CPU time of the calling thread (for --threads 1: what the run cost the core,
+// whatever else the machine runs; with a pool the workers' time would be missing).
+static clockid_t g_clock = CLOCK_MONOTONIC;
 static double now_ms(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(g_clock, &t);
   return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 
@@ -214,13 +218,16 @@ int main(int argc, char** argv) {
       want = argv[++i];
     } else if (!strcmp(argv[i], "--no-fp32")) {
       fp32 = 0;
+    } else if (!strcmp(argv[i], "--cpu")) {
+      g_clock = CLOCK_THREAD_CPUTIME_ID;
     } else {
-      fprintf(stderr, "usage: q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants LIST] [--no-fp32]\n");
+      fprintf(stderr, "usage: q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants LIST] [--no-fp32] "
+                      "[--cpu]\n");
       return 2;
     }
   }
-  if (threads < 1 || threads > 64 || runs < 1 || runs > 1000) {
-    fprintf(stderr, "q8conv_bench: --threads 1..64, --runs 1..1000\n");
+  if (threads < 1 || threads > 64 || runs < 1 || runs > 1000 || (g_clock != CLOCK_MONOTONIC && threads != 1)) {
+    fprintf(stderr, "q8conv_bench: --threads 1..64, --runs 1..1000, --cpu only with --threads 1\n");
     return 2;
   }
   // The int8 variants to time, in the order asked, those this CPU runs.
@@ -250,8 +257,8 @@ int main(int argc, char** argv) {
   const carve_conv3x3s2_small_cin_fn stem = carve_conv3x3s2_small_cin_select(isa);
   const carve_epilogue_fn epilogue = carve_epilogue_select(isa);
 
-  printf("yolo26n 640, groups-1 convolutions, %zu thread(s), median of %d runs, ms (GOP/s); indicative only\n",
-         threads, runs);
+  printf("yolo26n 640, groups-1 convolutions, %zu thread(s), median of %d runs, %s ms (GOP/s); indicative only\n",
+         threads, runs, g_clock == CLOCK_MONOTONIC ? "wall-clock" : "thread CPU");
   printf("%-28s %-22s", "layer", "shape");
   for (int v = 0; v < nv; v++) {
     printf(" %16s", names[v]);
@@ -355,22 +362,19 @@ int main(int argc, char** argv) {
     const carve_act act = L->silu ? CARVE_ACT_SILU : CARVE_ACT_NONE;
     double t[8][1000];
     const int nsys = nv + 2;  // variants, XNNPACK qc8, fp32
-    for (int r = 0; r < runs + 1; r++) {  // run 0 warms up
-      for (int v = 0; v < nv; v++) {
-        const double t0 = now_ms();
-        if (fns[v](&d, blob, arena, scratch, slots, pool) != CARVE_OK) {
-          fprintf(stderr, "%s: carve_q8conv failed\n", L->name);
-          return 1;
+    for (int r = 0; r < runs + 1; r++) {  // run 0 warms up; run r starts with system r % nsys (no order bias)
+      for (int j = 0; j < nsys; j++) {
+        const int v = (r + j) % nsys;
+        if (v == nv + 1 && !fp32) {
+          continue;
         }
-        if (r > 0) t[v][r - 1] = now_ms() - t0;
-      }
-      double t0 = now_ms();
-      xnn_run_operator(q8op, pool);
-      if (r > 0) t[nv][r - 1] = now_ms() - t0;
-      if (fp32) {
-        t0 = now_ms();
-        carve_status st;
-        if (use_stem) {
+        const double t0 = now_ms();
+        carve_status st = CARVE_OK;
+        if (v < nv) {
+          st = fns[v](&d, blob, arena, scratch, slots, pool);
+        } else if (v == nv) {
+          st = xnn_run_operator(q8op, pool) == xnn_status_success ? CARVE_OK : CARVE_ERR_BACKEND;
+        } else if (use_stem) {
           st = stem(xf, cin, h, w, cin, wt, bf, cout, yf, cout, act, pool);
         } else if (use_wino) {
           st = wino(xf, cin, h, w, cin, wt, bf, cout, yf, cout, NULL, 0, act, wino_scratch, slots, pool);
@@ -381,10 +385,10 @@ int main(int argc, char** argv) {
           }
         }
         if (st != CARVE_OK) {
-          fprintf(stderr, "%s: fp32 failed\n", L->name);
+          fprintf(stderr, "%s: system %d failed\n", L->name, v);
           return 1;
         }
-        if (r > 0) t[nv + 1][r - 1] = now_ms() - t0;
+        if (r > 0) t[v][r - 1] = now_ms() - t0;
       }
     }
     // carve int8 (act none) against XNNPACK qc8

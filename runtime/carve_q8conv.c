@@ -35,7 +35,7 @@ _Static_assert(CARVE_Q8CONV_NR == 16 && CARVE_Q8CONV_KB == 64, "a panel is 16 ch
 _Static_assert(CARVE_Q8CONV_SLOT_FIXED % 64 == 0 && CARVE_Q8CONV_HEADER_BYTES % 64 == 0, "64-byte aligned parts");
 
 #define MB CARVE_Q8CONV_MB
-#define SLOT_C 64                        // the slot's int32 results of a block: MB rows x 32 channels (AMX)
+#define SLOT_C 64                        // the slot's int32 sums of a block (AMX): 2 buffers of MB rows x 32 channels
 #define SLOT_A CARVE_Q8CONV_SLOT_FIXED   // the slot's A: MB rows of kp bytes
 
 // ---- Context ------------------------------------------------------------------------
@@ -206,14 +206,18 @@ static void block_portable(const q8c_ctx* c, size_t m0, unsigned char* slot) {
 // The low n (< 64) bytes, or all 64.
 static inline uint64_t byte_mask(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }
 
-// d[0 .. n) = s[0 .. n) ^ flip (64 bytes at a time, the tail masked: nothing past n is read or written).
-Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, __m512i flip) {
+// d[0 .. n) = s[0 .. n) ^ flip, 64 bytes at a time, the tail stored masked (nothing past d + n is written). The
+// tail is read by a plain 64-byte load where that stays below s_end (the end of the bytes that may be read: a packed
+// input's own; NULL: none), else masked (nothing past s + n is read): a masked load costs more.
+Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, __m512i flip, const uint8_t* s_end) {
   for (; n >= 64; n -= 64, d += 64, s += 64) {
     _mm512_storeu_si512(d, _mm512_xor_si512(_mm512_loadu_si512(s), flip));
   }
   if (n > 0) {
     const __mmask64 k = byte_mask(n);
-    _mm512_mask_storeu_epi8(d, k, _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, s), flip));
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 64;  // s is below s_end when s_end is not NULL
+    const __m512i v = plain ? _mm512_loadu_si512(s) : _mm512_maskz_loadu_epi8(k, s);
+    _mm512_mask_storeu_epi8(d, k, _mm512_xor_si512(v, flip));
   }
 }
 
@@ -225,6 +229,8 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
 Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
   const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin, rows = min_size(MB, c->m - m0);
   const int packed = xs == cin;
+  // a packed input's bytes, all of which may be read (a strided view's gaps belong to other tensors)
+  const uint8_t* x_end = packed ? (const uint8_t*)c->x + c->h * c->w * cin : NULL;
   const __m512i vflip = _mm512_set1_epi8((char)flip);
   const __m512i vfill = _mm512_set1_epi8((char)((uint8_t)c->zx ^ flip));
   size_t oy = m0 / c->ow, ox = m0 % c->ow;
@@ -242,10 +248,10 @@ Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a
       const uint8_t* s = (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * xs;
       uint8_t* d = a + ky * row + kx0 * cin;
       if (packed) {
-        copy_flip(d, s, (kx1 - kx0) * cin, vflip);
+        copy_flip(d, s, (kx1 - kx0) * cin, vflip, x_end);
       } else {
         for (size_t kx = kx0; kx < kx1; kx++, d += cin, s += xs) {
-          copy_flip(d, s, cin, vflip);
+          copy_flip(d, s, cin, vflip, x_end);
         }
       }
     }
@@ -434,9 +440,64 @@ static void amx_begin(unsigned char* slot) {
 // The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
 static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
+// The C tiles of panels q (tiles 0, 2) and q + 1 (tiles 1, 3, when np == 2) for 32 rows of A from ai (rows lda
+// bytes apart), over the kp / 64 K blocks; w0: panel q. With a single K block, A's tiles (4, 5) are loaded by the
+// caller once for all the panels (a_loaded).
+static inline void amx_tiles(const uint8_t* ai, size_t lda, const int8_t* w0, size_t kp, int np, int a_loaded) {
+  Q8C_TILE_ZERO(0);
+  Q8C_TILE_ZERO(2);
+  if (np == 2) {
+    Q8C_TILE_ZERO(1);
+    Q8C_TILE_ZERO(3);
+  }
+  for (size_t kb = 0; kb < kp; kb += 64) {
+    if (!a_loaded) {
+      Q8C_TILE_LOAD(4, ai + kb, lda);
+      Q8C_TILE_LOAD(5, ai + 16 * lda + kb, lda);
+    }
+    Q8C_TILE_LOAD(6, w0 + kb * 16, 64);
+    Q8C_TILE_DPBSSD(0, 4, 6);
+    Q8C_TILE_DPBSSD(2, 5, 6);
+    if (np == 2) {
+      Q8C_TILE_LOAD(7, w0 + kp * 16 + kb * 16, 64);
+      Q8C_TILE_DPBSSD(1, 4, 7);
+      Q8C_TILE_DPBSSD(3, 5, 7);
+    }
+  }
+}
+
+// The C tiles to cb: 32 rows x 32 int32 (panel q in columns 0-15, q + 1 in 16-31).
+static inline void amx_store(int32_t* cb, int np) {
+  Q8C_TILE_STORE(0, cb, 128);
+  Q8C_TILE_STORE(2, cb + 16 * 32, 128);
+  if (np == 2) {
+    Q8C_TILE_STORE(1, cb + 16, 128);
+    Q8C_TILE_STORE(3, cb + 16 * 32 + 16, 128);
+  }
+}
+
+// The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32).
+Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_ctx* c, size_t m0, size_t rows,
+                                                                    size_t q, int np, const int32_t* cb,
+                                                                    const lut256* t, const int vbmi) {
+  const __m512i zy = _mm512_set1_epi64(c->zy);
+  const rq16 r0 = rq16_load(c, q, c->zx);
+  const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, c->zx);
+  for (size_t r = 0; r < rows; r++) {
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    out16(c, yp, q, &r0, _mm512_loadu_si512(cb + r * 32), zy, t, vbmi);
+    if (np == 2) {
+      out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cb + r * 32 + 16), zy, t, vbmi);
+    }
+  }
+}
+
+// One block: A packed (or read in place), then per pair of panels its tiles, whose sums go to one of two buffers
+// in turn; the requantization of the previous pair's buffer is issued after the current pair's TDPBSSDs, so that
+// the core works on it while the tile unit computes.
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_block(const q8c_ctx* c, size_t m0,
                                                                       unsigned char* slot, const int vbmi) {
-  int32_t* cbuf = (int32_t*)(void*)(slot + SLOT_C);  // (MB, 32) int32
+  int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
   const size_t rows = min_size(MB, c->m - m0), kp = c->kp;
   const uint8_t* a;
   size_t lda;
@@ -448,49 +509,26 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_block(const q8c
     a = slot + SLOT_A;
     lda = kp;
   }
-  const __m512i zy = _mm512_set1_epi64(c->zy);
   const lut256 t = lut256_load(c);
-  for (size_t q = 0; q < c->panels; q += 2) {
+  _Static_assert(MB == 32, "A's tiles are kept across the panels for one pair of 16-row tiles");
+  const int a_once = kp == 64;
+  if (a_once) {
+    Q8C_TILE_LOAD(4, a, lda);
+    Q8C_TILE_LOAD(5, a + 16 * lda, lda);
+  }
+  size_t j = 0;
+  for (size_t q = 0; q < c->panels; q += 2, j++) {
     const int np = c->panels - q >= 2 ? 2 : 1;
-    const int8_t* w0 = c->wt + q * kp * 16;
     for (size_t i0 = 0; i0 < MB; i0 += 32) {
-      const uint8_t* ai = a + i0 * lda;
-      Q8C_TILE_ZERO(0);
-      Q8C_TILE_ZERO(2);
-      if (np == 2) {
-        Q8C_TILE_ZERO(1);
-        Q8C_TILE_ZERO(3);
+      amx_tiles(a + i0 * lda, lda, c->wt + q * kp * 16, kp, np, a_once);
+      if (i0 == 0 && j > 0) {  // the previous pair, while these tiles compute
+        amx_out(c, m0, rows, q - 2, 2, cbuf[(j - 1) & 1], &t, vbmi);
       }
-      for (size_t kb = 0; kb < kp; kb += 64) {
-        Q8C_TILE_LOAD(4, ai + kb, lda);
-        Q8C_TILE_LOAD(5, ai + 16 * lda + kb, lda);
-        Q8C_TILE_LOAD(6, w0 + kb * 16, 64);
-        Q8C_TILE_DPBSSD(0, 4, 6);
-        Q8C_TILE_DPBSSD(2, 5, 6);
-        if (np == 2) {
-          Q8C_TILE_LOAD(7, w0 + kp * 16 + kb * 16, 64);
-          Q8C_TILE_DPBSSD(1, 4, 7);
-          Q8C_TILE_DPBSSD(3, 5, 7);
-        }
-      }
-      int32_t* cb = cbuf + i0 * 32;
-      Q8C_TILE_STORE(0, cb, 128);
-      Q8C_TILE_STORE(2, cb + 16 * 32, 128);
-      if (np == 2) {
-        Q8C_TILE_STORE(1, cb + 16, 128);
-        Q8C_TILE_STORE(3, cb + 16 * 32 + 16, 128);
-      }
-    }
-    const rq16 r0 = rq16_load(c, q, c->zx);
-    const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, c->zx);
-    for (size_t r = 0; r < rows; r++) {
-      int8_t* yp = c->y + (m0 + r) * c->y_stride;
-      out16(c, yp, q, &r0, _mm512_loadu_si512(cbuf + r * 32), zy, &t, vbmi);
-      if (np == 2) {
-        out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cbuf + r * 32 + 16), zy, &t, vbmi);
-      }
+      amx_store(cbuf[j & 1] + i0 * 32, np);
     }
   }
+  const size_t q_last = 2 * (j - 1);
+  amx_out(c, m0, rows, q_last, c->panels - q_last >= 2 ? 2 : 1, cbuf[(j - 1) & 1], &t, vbmi);
   if (!vbmi && c->lut != NULL) {
     lut_rows_scalar(c, m0, rows);
   }

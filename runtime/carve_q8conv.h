@@ -109,10 +109,10 @@ extern "C" {
   (CARVE_Q8CONV_HEADER_BYTES + 16 * CARVE_Q8CONV_COUTP(cout) +                \
    CARVE_Q8CONV_COUTP(cout) * CARVE_Q8CONV_KP(kh, kw, cin))
 
-// Bytes of one scratch slot: a fixed part (the AMX tile configuration, 64 bytes, and the int32 results of one
-// block, CARVE_Q8CONV_MB x 32) and the block of A (CARVE_Q8CONV_MB rows of kp bytes). Every size is a multiple of
-// 64, so slots laid end to end stay 64-byte aligned.
-#define CARVE_Q8CONV_SLOT_FIXED (64 + CARVE_Q8CONV_MB * 32 * 4)
+// Bytes of one scratch slot: a fixed part (the AMX tile configuration, 64 bytes, and two buffers of a block's
+// int32 sums, CARVE_Q8CONV_MB x 32 each) and the block of A (CARVE_Q8CONV_MB rows of kp bytes). Every size is a
+// multiple of 64, so slots laid end to end stay 64-byte aligned.
+#define CARVE_Q8CONV_SLOT_FIXED (64 + 2 * CARVE_Q8CONV_MB * 32 * 4)
 #define CARVE_Q8CONV_SLOT_BYTES(kh, kw, cin) \
   ((size_t)CARVE_Q8CONV_SLOT_FIXED + (size_t)CARVE_Q8CONV_MB * CARVE_Q8CONV_KP(kh, kw, cin))
 

@@ -23,7 +23,7 @@ def _conv(cout, cin, kh, kw, seed=0):
 def test_constants_come_from_the_runtime():
     assert qp.LAYOUT == qp.PACKS_LAYOUT
     assert (qp.ALIGN, qp.HEADER_BYTES, qp.NR, qp.KB) == (64, 64, 16, 64)
-    assert qp.MB % 32 == 0 and qp.SLOT_FIXED == 64 + qp.MB * 32 * 4
+    assert qp.MB % 32 == 0 and qp.SLOT_FIXED == 64 + 2 * qp.MB * 32 * 4
 
 
 @pytest.mark.parametrize("cout,cin,kh,kw", [(19, 20, 3, 3), (16, 64, 1, 1), (5, 3, 3, 3), (33, 7, 1, 3)])
