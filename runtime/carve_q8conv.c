@@ -69,6 +69,7 @@ struct q8c_ctx {
   size_t blocks, slots, slot_bytes;
   unsigned char* scratch;            // slots of slot_bytes
   int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
+  int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
   const q8c_isa* isa;
 };
 
@@ -262,11 +263,11 @@ Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a
   }
 }
 
-// The requantization of the 16 output channels of a panel as 8 + 8 int64 lanes (lo: the channels 2i, the low
-// dword of each qword; hi: the channels 2i + 1): c0 = bias - zoff * wsum (zoff: zx plus A's shift), m, n and the
-// rounding term 2^(n-1).
+// The requantization of the 16 output channels of a panel: c0 = bias - zoff * wsum (zoff: zx plus A's shift) and
+// m; for the int64 path, m and n as 8 + 8 int64 lanes (lo: the channels 2i, the low dword of each qword; hi: the
+// channels 2i + 1) and the rounding term 2^(n-1); for the narrow path (every n >= 33), t = n - 32 and 2^(t-1).
 typedef struct rq16 {
-  __m512i c0, m_lo, m_hi, n_lo, n_hi, r_lo, r_hi;
+  __m512i c0, m, m_hi, n_lo, n_hi, r_lo, r_hi, t, r_t, zy32;
 } rq16;
 
 Q8C_AVX512 static inline rq16 rq16_load(const q8c_ctx* c, size_t q, int32_t zoff) {
@@ -277,22 +278,36 @@ Q8C_AVX512 static inline rq16 rq16_load(const q8c_ctx* c, size_t q, int32_t zoff
   // |zoff * wsum| <= 255 * sum|w| < 2^31 and |bias - zoff * wsum| < 2^31 (the record's precondition): no wrap
   r.c0 = _mm512_sub_epi32(_mm512_loadu_si512(c->bias + o),
                           _mm512_mullo_epi32(_mm512_set1_epi32(zoff), _mm512_loadu_si512(c->wsum + o)));
-  r.m_lo = _mm512_and_si512(m, low);
+  r.m = m;
   r.m_hi = _mm512_srli_epi64(m, 32);
   r.n_lo = _mm512_and_si512(n, low);
   r.n_hi = _mm512_srli_epi64(n, 32);
   r.r_lo = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_lo, one));
   r.r_hi = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_hi, one));
+  r.t = _mm512_sub_epi32(n, _mm512_set1_epi32(32));
+  r.r_t = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(r.t, _mm512_set1_epi32(1)));
+  r.zy32 = _mm512_set1_epi32(c->zy);
   return r;
 }
 
 // clamp(zy + (((acc + c0) * m + 2^(n-1)) >> n)) of 16 int32 sums: 16 int8. The products are the signed 32 x 32
-// -> 64 bit VPMULDQ of each qword's low dword (m < 2^31 is non-negative), the shift VPSRAVQ (arithmetic, n <= 62).
-Q8C_AVX512 static inline __m128i rq16_apply(const rq16* r, __m512i acc, __m512i zy) {
-  const __m512i lo_clamp = _mm512_set1_epi64(-128), hi_clamp = _mm512_set1_epi64(127);
+// -> 64 bit VPMULDQ of each qword's low dword (m < 2^31 is non-negative).
+//
+// narrow (every channel's n >= 33, t = n - 32 >= 1: real multipliers below 1/4, as a convolution's are): with
+// P = (acc + c0) * m = H * 2^32 + L (H its high dword, signed; 0 <= L < 2^32), P + 2^(n-1) = (H + 2^(t-1)) * 2^32
+// + L, whose floor division by 2^n is (H + 2^(t-1)) >> t exactly (L / 2^32 < 1 cannot carry past a multiple of
+// 2^t). |H| <= 2^30 and 2^(t-1) <= 2^29, so that is int32 arithmetic (VPSRAVD), and VPMOVSDB's signed saturation
+// is the clamp. Otherwise in int64: VPSRAVQ by n (<= 62) and 64-bit clamps.
+Q8C_AVX512 static inline __m128i rq16_apply(const rq16* r, __m512i acc, __m512i zy, const int narrow) {
   const __m512i v = _mm512_add_epi32(acc, r->c0);
-  __m512i lo = _mm512_mul_epi32(v, r->m_lo);
+  __m512i lo = _mm512_mul_epi32(v, r->m);
   __m512i hi = _mm512_mul_epi32(_mm512_srli_epi64(v, 32), r->m_hi);
+  if (narrow) {
+    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(lo, 32), hi);  // high dwords, in order
+    const __m512i x = _mm512_srav_epi32(_mm512_add_epi32(h, r->r_t), r->t);
+    return _mm512_cvtsepi32_epi8(_mm512_add_epi32(x, r->zy32));
+  }
+  const __m512i lo_clamp = _mm512_set1_epi64(-128), hi_clamp = _mm512_set1_epi64(127);
   lo = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(lo, r->r_lo), r->n_lo));
   hi = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(hi, r->r_hi), r->n_hi));
   lo = _mm512_min_epi64(_mm512_max_epi64(lo, lo_clamp), hi_clamp);
@@ -329,7 +344,7 @@ Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
 Q8C_AVX512 __attribute__((always_inline)) static inline void out16(const q8c_ctx* c, int8_t* yp, size_t q,
                                                                    const rq16* r, __m512i acc, __m512i zy,
                                                                    const lut256* t, const int vbmi) {
-  __m128i v = rq16_apply(r, acc, zy);
+  __m128i v = rq16_apply(r, acc, zy, c->narrow);
   if (vbmi && c->lut != NULL) {
     v = lut16_vbmi(t, v);
   }
@@ -596,10 +611,12 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
   }
   const int32_t* bias = (const int32_t*)(const void*)(rec + CARVE_Q8CONV_HEADER_BYTES);
   const int32_t* shift = bias + 3 * coutp;
+  int narrow = 1;
   for (size_t o = 0; o < coutp; o++) {
     if (shift[o] < 1 || shift[o] > 62) {
       return CARVE_ERR_INVALID_ARGUMENT;
     }
+    narrow &= o >= d->cout || shift[o] >= 33;  // the padding channels' sums are not stored
   }
   const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
   const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
@@ -615,6 +632,7 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .blocks = div_round_up(oh * ow, MB), .slots = slots,
       .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
       .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
+      .narrow = narrow,
       .isa = isa};
   if (kp == CARVE_Q8CONV_KB && !c.direct && c.panels <= 2) {
     c.isa = small;

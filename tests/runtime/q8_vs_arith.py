@@ -171,8 +171,8 @@ def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1
     acc = arith.conv_acc(x_q, zx, w_q, bias_q, stride, pad, groups)
     real = acc * (np.float64(in_scale) * w_scale.astype(np.float64))
     pre_scale, pre_zero = calibrate(real, narrow)
-    if real_multiplier is not None:
-        ratios = np.full(cout, real_multiplier)
+    if real_multiplier is not None:  # one for all channels, or one per channel
+        ratios = np.broadcast_to(np.asarray(real_multiplier, np.float64), (cout,))
     else:
         ratios = np.float64(in_scale) * w_scale.astype(np.float64) / np.float64(pre_scale)
     mul, shift = map(np.array, zip(*(arith.quantize_multiplier(float(r)) for r in ratios)))

@@ -109,6 +109,13 @@ def conv_cases(rng) -> list:
                                   real_multiplier=r, spread=False))
     cases.append(qa.conv_case(rng, "conv 3x3 real multiplier 1e-12 (m = 0)", 6, 7, 5, 6, 3, 3, 1, 1, 1, False,
                               real_multiplier=1e-12, spread=False))
+    # the kernels requantize in int32 when every channel's shift is >= 33 (real multipliers below 1/4), else in
+    # int64: per-channel multipliers just below 1/4 (shift 33: the int32 path at its edge), across 1/4 (shifts 32
+    # and 33 in one conv: the int64 path), and tiny ones (shift 62, m 2^30 .. 2^31: the int32 path's largest t)
+    for name, lo, hi in (("shift 33", 0.126, 0.2499), ("shifts 32 and 33", 0.2, 0.3), ("shift 62", 2.4e-10, 4.6e-10)):
+        ratios = np.exp(rng.uniform(np.log(lo), np.log(hi), 24))
+        cases.append(qa.conv_case(rng, f"conv 3x3 per-channel multipliers, {name}", 6, 7, 9, 24, 3, 3, 1, 1, 1, True,
+                                  real_multiplier=ratios, spread=False))
     cases.append(qa.conv_case(rng, "conv weights -128", 7, 6, 12, 10, 3, 3, 1, 1, 1, False, neg128=True))
     cases.append(qa.conv_case(rng, "conv 1x1 weights -128 zx 127", 5, 7, 64, 20, 1, 1, 1, 0, 1, True, in_zero=127,
                               neg128=True))
