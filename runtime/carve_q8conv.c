@@ -42,12 +42,9 @@ _Static_assert(CARVE_Q8CONV_SLOT_FIXED % 64 == 0 && CARVE_Q8CONV_HEADER_BYTES % 
 
 typedef struct q8c_ctx q8c_ctx;
 
-// A variant: begin (or NULL) before a task's blocks with the task's slot, block for each block (its first output
-// pixel m0), end (or NULL) after them.
+// A variant: computes the blocks [b0, b1) (block b: output pixels [b * MB, b * MB + MB)) in one task's slot.
 typedef struct q8c_isa {
-  void (*begin)(unsigned char* slot);
-  void (*block)(const q8c_ctx* c, size_t m0, unsigned char* slot);
-  void (*end)(void);
+  void (*blocks)(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot);
 } q8c_isa;
 
 struct q8c_ctx {
@@ -214,9 +211,19 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
   for (; n >= 64; n -= 64, d += 64, s += 64) {
     _mm512_storeu_si512(d, _mm512_xor_si512(_mm512_loadu_si512(s), flip));
   }
-  if (n > 0) {
+  if (n > 0 && n <= 16) {  // short runs (the stem's 9 bytes): 16- or 32-byte moves, which cross fewer cache lines
+    const __mmask16 k = (__mmask16)((1u << n) - 1);
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 16;  // s is below s_end when s_end is not NULL
+    const __m128i v = plain ? _mm_loadu_si128((const __m128i*)(const void*)s) : _mm_maskz_loadu_epi8(k, s);
+    _mm_mask_storeu_epi8(d, k, _mm_xor_si128(v, _mm512_castsi512_si128(flip)));
+  } else if (n > 0 && n <= 32) {
+    const __mmask32 k = (__mmask32)byte_mask(n);
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 32;
+    const __m256i v = plain ? _mm256_loadu_si256((const __m256i*)(const void*)s) : _mm256_maskz_loadu_epi8(k, s);
+    _mm256_mask_storeu_epi8(d, k, _mm256_xor_si256(v, _mm512_castsi512_si256(flip)));
+  } else if (n > 0) {
     const __mmask64 k = byte_mask(n);
-    const int plain = s_end != NULL && (size_t)(s_end - s) >= 64;  // s is below s_end when s_end is not NULL
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 64;
     const __m512i v = plain ? _mm512_loadu_si512(s) : _mm512_maskz_loadu_epi8(k, s);
     _mm512_mask_storeu_epi8(d, k, _mm512_xor_si512(v, flip));
   }
@@ -418,12 +425,16 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_
   }
 }
 
-Q8C_VNNI static void block_avx512vnni(const q8c_ctx* c, size_t m0, unsigned char* slot) {
-  vnni_block(c, m0, slot, 0);
+Q8C_VNNI static void blocks_avx512vnni(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    vnni_block(c, b * MB, slot, 0);
+  }
 }
 
-Q8C_VNNI_VBMI static void block_avx512vnni_vbmi(const q8c_ctx* c, size_t m0, unsigned char* slot) {
-  vnni_block(c, m0, slot, 1);
+Q8C_VNNI_VBMI static void blocks_avx512vnni_vbmi(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    vnni_block(c, b * MB, slot, 1);
+  }
 }
 
 // ---- AMX ---------------------------------------------------------------------------------------
@@ -440,20 +451,6 @@ Q8C_VNNI_VBMI static void block_avx512vnni_vbmi(const q8c_ctx* c, size_t m0, uns
   __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void*)(base)), "r"((long)(stride)) : "memory")
 #define Q8C_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
 #define Q8C_TILE_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-
-// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
-static void amx_begin(unsigned char* slot) {
-  memset(slot, 0, 64);
-  slot[0] = 1;  // palette
-  for (int t = 0; t < 8; t++) {
-    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
-    slot[48 + t] = 16;      // rows
-  }
-  __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
-}
-
-// The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
-static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
 // The C tiles of panels q (tiles 0, 2) and q + 1 (tiles 1, 3, when np == 2) for 32 rows of A from ai (rows lda
 // bytes apart), over the kp / 64 K blocks; w0: panel q. With a single K block, A's tiles (4, 5) are loaded by the
@@ -491,7 +488,8 @@ static inline void amx_store(int32_t* cb, int np) {
   }
 }
 
-// The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32).
+// The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32); after the
+// block's last pair, its table pass when the table is not looked up in registers.
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_ctx* c, size_t m0, size_t rows,
                                                                     size_t q, int np, const int32_t* cb,
                                                                     const lut256* t, const int vbmi) {
@@ -505,54 +503,75 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_c
       out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cb + r * 32 + 16), zy, t, vbmi);
     }
   }
-}
-
-// One block: A packed (or read in place), then per pair of panels its tiles, whose sums go to one of two buffers
-// in turn; the requantization of the previous pair's buffer is issued after the current pair's TDPBSSDs, so that
-// the core works on it while the tile unit computes.
-Q8C_AVX512 __attribute__((always_inline)) static inline void amx_block(const q8c_ctx* c, size_t m0,
-                                                                      unsigned char* slot, const int vbmi) {
-  int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
-  const size_t rows = min_size(MB, c->m - m0), kp = c->kp;
-  const uint8_t* a;
-  size_t lda;
-  if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
-    a = (const uint8_t*)c->x + m0 * c->x_stride;
-    lda = c->x_stride;
-  } else {
-    pack_block_avx512(c, m0, slot + SLOT_A, 0);
-    a = slot + SLOT_A;
-    lda = kp;
-  }
-  const lut256 t = lut256_load(c);
-  _Static_assert(MB == 32, "A's tiles are kept across the panels for one pair of 16-row tiles");
-  const int a_once = kp == 64;
-  if (a_once) {
-    Q8C_TILE_LOAD(4, a, lda);
-    Q8C_TILE_LOAD(5, a + 16 * lda, lda);
-  }
-  size_t j = 0;
-  for (size_t q = 0; q < c->panels; q += 2, j++) {
-    const int np = c->panels - q >= 2 ? 2 : 1;
-    for (size_t i0 = 0; i0 < MB; i0 += 32) {
-      amx_tiles(a + i0 * lda, lda, c->wt + q * kp * 16, kp, np, a_once);
-      if (i0 == 0 && j > 0) {  // the previous pair, while these tiles compute
-        amx_out(c, m0, rows, q - 2, 2, cbuf[(j - 1) & 1], &t, vbmi);
-      }
-      amx_store(cbuf[j & 1] + i0 * 32, np);
-    }
-  }
-  const size_t q_last = 2 * (j - 1);
-  amx_out(c, m0, rows, q_last, c->panels - q_last >= 2 ? 2 : 1, cbuf[(j - 1) & 1], &t, vbmi);
-  if (!vbmi && c->lut != NULL) {
+  if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
     lut_rows_scalar(c, m0, rows);
   }
 }
 
-Q8C_AVX512 static void block_amx(const q8c_ctx* c, size_t m0, unsigned char* slot) { amx_block(c, m0, slot, 0); }
+// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
+static void amx_begin(unsigned char* slot) {
+  memset(slot, 0, 64);
+  slot[0] = 1;  // palette
+  for (int t = 0; t < 8; t++) {
+    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
+    slot[48 + t] = 16;      // rows
+  }
+  __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
+}
 
-Q8C_AVX512_VBMI static void block_amx_vbmi(const q8c_ctx* c, size_t m0, unsigned char* slot) {
-  amx_block(c, m0, slot, 1);
+// The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
+static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+// A task's blocks as one software pipeline of units (a unit: one pair of panels of one block): for each block, A
+// packed (or read in place; with a single K block, its two tiles loaded once), then per unit its tiles, whose sums
+// go to one of two buffers in turn. The requantization of the previous unit, of this block or the last one, is
+// issued after the current unit's TDPBSSDs, so that the core works on it while the tile unit computes.
+Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_ctx* c, size_t b0, size_t b1,
+                                                                    unsigned char* slot, const int vbmi) {
+  _Static_assert(MB == 32, "a block is one pair of 16-row tiles");
+  int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
+  const size_t kp = c->kp;
+  const lut256 t = lut256_load(c);
+  size_t u = 0, p_m0 = 0, p_rows = 0, p_q = 0;  // units issued; the previous unit's block and panel
+  int p_np = 0;
+  amx_begin(slot);
+  for (size_t b = b0; b < b1; b++) {
+    const size_t m0 = b * MB, rows = min_size(MB, c->m - m0);
+    const uint8_t* a;
+    size_t lda;
+    if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
+      a = (const uint8_t*)c->x + m0 * c->x_stride;
+      lda = c->x_stride;
+    } else {  // (the previous units' tile loads of A come before these stores in program order)
+      pack_block_avx512(c, m0, slot + SLOT_A, 0);
+      a = slot + SLOT_A;
+      lda = kp;
+    }
+    const int a_once = kp == 64;
+    if (a_once) {
+      Q8C_TILE_LOAD(4, a, lda);
+      Q8C_TILE_LOAD(5, a + 16 * lda, lda);
+    }
+    for (size_t q = 0; q < c->panels; q += 2, u++) {
+      const int np = c->panels - q >= 2 ? 2 : 1;
+      amx_tiles(a, lda, c->wt + q * kp * 16, kp, np, a_once);
+      if (u > 0) {
+        amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
+      }
+      amx_store(cbuf[u & 1], np);
+      p_m0 = m0, p_rows = rows, p_q = q, p_np = np;
+    }
+  }
+  amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
+  amx_end();
+}
+
+Q8C_AVX512 static void blocks_amx(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  amx_run(c, b0, b1, slot, 0);
+}
+
+Q8C_AVX512_VBMI static void blocks_amx_vbmi(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  amx_run(c, b0, b1, slot, 1);
 }
 #endif  // CARVE_HAVE_X86_SIMD
 
@@ -566,16 +585,7 @@ static void q8c_task(void* context, size_t start, size_t count) {
     if (b0 == b1) {
       continue;
     }
-    unsigned char* slot = c->scratch + s * c->slot_bytes;
-    if (c->isa->begin != NULL) {
-      c->isa->begin(slot);
-    }
-    for (size_t b = b0; b < b1; b++) {
-      c->isa->block(c, b * MB, slot);
-    }
-    if (c->isa->end != NULL) {
-      c->isa->end();
-    }
+    c->isa->blocks(c, b0, b1, c->scratch + s * c->slot_bytes);
   }
 }
 
@@ -587,13 +597,9 @@ static uint32_t read_u32(const uint8_t* p) {
 
 static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
 
-// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots; isa
-// computes the blocks, or `small` where the conv has a single K block read through the packed A (kp 64, not
-// direct) and at most 32 output channels: there the AMX blocks' fixed latency (tile loads right after the packing
-// stores, tile stores right before the requantization; 2 TDPBSSD per block) is not hidden, and the VNNI blocks
-// are faster (bench/q8conv_vs_xnnpack.c: the stem, 1x1 16 / 32 -> 16 / 32 at 160x160 and 80x80).
+// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
 static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
-                              size_t slots, pthreadpool_t pool, const q8c_isa* isa, const q8c_isa* small) {
+                              size_t slots, pthreadpool_t pool, const q8c_isa* isa) {
   if (d == NULL || blob == NULL || arena == NULL || scratch == NULL || slots == 0 ||
       (uintptr_t)scratch % CARVE_Q8CONV_ALIGN != 0 || d->kind != CARVE_Q8_CONV || d->groups != 1 || d->kh == 0 ||
       d->kw == 0 || d->stride == 0 || d->cin == 0 || d->cout == 0 || d->h == 0 || d->w == 0 ||
@@ -621,7 +627,7 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
   const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
   const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
   const size_t k = (size_t)d->kh * d->kw * d->cin;
-  q8c_ctx c = {
+  const q8c_ctx c = {
       .x = (const int8_t*)(arena + d->in_off), .x_stride = d->in_stride, .h = d->h, .w = d->w, .cin = d->cin,
       .kh = d->kh, .kw = d->kw, .stride = d->stride, .pad = d->pad, .oh = oh, .ow = ow, .m = oh * ow,
       .k = k, .kp = kp, .k4 = (k + 3) / 4, .cout = d->cout, .panels = coutp / CARVE_Q8CONV_NR,
@@ -634,51 +640,51 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
       .narrow = narrow,
       .isa = isa};
-  if (kp == CARVE_Q8CONV_KB && !c.direct && c.panels <= 2) {
-    c.isa = small;
-  }
-  carve_parallelize_1d_tile(pool, q8c_task, &c, slots, 1);
+  carve_parallelize_1d_tile(pool, q8c_task, (void*)&c, slots, 1);
   return CARVE_OK;
 }
 
 // ---- Variants and selection ------------------------------------------------------------------------
 
-static const q8c_isa q8c_portable = {NULL, block_portable, NULL};
+static void blocks_portable(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    block_portable(c, b * MB, slot);
+  }
+}
+
+static const q8c_isa q8c_portable = {blocks_portable};
 
 carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                     size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable, &q8c_portable);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable);
 }
 
 #ifdef CARVE_HAVE_X86_SIMD
-static const q8c_isa q8c_avx512vnni = {NULL, block_avx512vnni, NULL};
-static const q8c_isa q8c_avx512vnni_vbmi = {NULL, block_avx512vnni_vbmi, NULL};
-static const q8c_isa q8c_amx = {amx_begin, block_amx, amx_end};
-static const q8c_isa q8c_amx_vbmi = {amx_begin, block_amx_vbmi, amx_end};
+static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni};
+static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi};
+static const q8c_isa q8c_amx = {blocks_amx};
+static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi};
 
 static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
 
 carve_status carve_q8conv__avx512vnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
-  const q8c_isa* isa = cpu_has_vbmi() ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni;
-  return q8c_drive(d, blob, arena, scratch, slots, pool, isa, isa);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni);
 }
 
 carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
                                              void* scratch, size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni, &q8c_avx512vnni);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni);
 }
 
 carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                size_t slots, pthreadpool_t pool) {
-  const int vbmi = cpu_has_vbmi();
-  return q8c_drive(d, blob, arena, scratch, slots, pool, vbmi ? &q8c_amx_vbmi : &q8c_amx,
-                   vbmi ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_amx_vbmi : &q8c_amx);
 }
 
 carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
-  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx, &q8c_avx512vnni);
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx);
 }
 #endif
 
@@ -699,8 +705,8 @@ int carve_q8conv_vnni_ready(void) {
 int carve_q8conv_amx_ready(void) {
 #if defined(CARVE_HAVE_X86_SIMD) && defined(__linux__) && defined(SYS_arch_prctl)
   unsigned int a, b, c, d;
-  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL, the small
-  // convolutions run the VNNI blocks (every CPU with AMX has them)
+  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL (every CPU
+  // with AMX has them, and VNNI)
   if (!carve_q8conv_vnni_ready() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) ||
       !(d & (1u << 25))) {
     return 0;

@@ -66,9 +66,8 @@
 //               tiles of 16 x 16 int32 (32 pixels x 32 channels), A from the
 //               im2col block or, for 1x1 stride-1 convolutions with cin a multiple
 //               of 64, straight from the input view; the requantization in AVX-512,
-//               overlapping the next tiles' TDPBSSDs. Convolutions with a single K
-//               block read through the packed A and at most 32 output channels (the
-//               stem, 1x1 16 / 32 -> 16 / 32) run the VNNI blocks: faster there.
+//               overlapping the next tiles' TDPBSSDs (a task's blocks are one
+//               software pipeline).
 //   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
 //               channels in 16 zmm accumulators, over the im2col block (its bytes
 //               flipped to unsigned).
