@@ -1,9 +1,9 @@
 // carve runtime: the int8 dense convolution on AMX, AVX-512 VNNI or portable C (see carve_q8conv.h).
 //
 // One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
-// over `slots` tasks; a variant is how one block is computed (q8c_isa): its im2col rows packed into the slot's
-// A (or, AMX only, read in place), the GEMM with the weight panels, the requantization and the store, then the
-// table. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
+// over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
+// into the slot's A (or, AMX only, read in place), the GEMM with the weight panels, the requantization, the table
+// and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
 // compares each with arith.qconv2d bit for bit.
 
 #define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)
