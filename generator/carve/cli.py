@@ -160,7 +160,7 @@ def cmd_generate(args) -> int:
     for line in quant_summary_lines(s.get("quant")):
         print(f"carve: {line}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
-          f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
+          f"weights {s['weight_bytes'] / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
     return 0
 
