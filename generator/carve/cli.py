@@ -167,8 +167,8 @@ def cmd_generate(args) -> int:
     for w in (s.get("quant") or {}).get("warnings", []):
         print(f"carve: warning: {w}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
-          f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
-          f"{s['seconds']:.1f} s)")
+          f"weights {s.get('weight_bytes', s['weight_floats'] * 4) / 2**20:.1f} MiB, "
+          f"arena {s['arena_bytes'] / 2**20:.1f} MiB, {s['seconds']:.1f} s)")
     return 0
 
 

@@ -34,7 +34,7 @@ from carve import cli  # noqa: E402
 from carve.compiler import float_graph, quantized_graph  # noqa: E402
 from carve.errors import CarveError  # noqa: E402
 from carve.ir import GraphBuilder, validate  # noqa: E402
-from carve.quant import arith, calibrate, floatexec, images, qparams, rewrite, simulate  # noqa: E402
+from carve.quant import arith, calibrate, floatexec, images, qparams, rewrite, sensitivity, simulate  # noqa: E402
 
 PT = REPO / "assets" / "yolo26n-shapes.pt"
 SHAPES = REPO / "manifests" / "yolo26n-shapes.yaml"
@@ -302,6 +302,17 @@ def test_rewrite_plain_add_and_int8_graph_output():
     assert q.outputs == {"output0": y} and q.tensors[y].dtype == "f32"
     got, ref = simulate.run(q, xs[0])[y], floatexec.run(g, xs[0])[y]
     assert np.std(ref) > 0.1 and _rel(got, ref) < 0.1
+    errors = sensitivity.measure(g, q, xs, 2)
+    assert set(errors) == {"a", "b", "sum", "y"}
+    assert all(20.0 < e.local_db < 80.0 and 15.0 < e.output_db < 80.0 for e in errors.values()), errors
+
+
+def test_no_c_compiler_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(CarveError) as e:
+        images.preprocessor(tmp_path / "cache")
+    assert "no C compiler found (tried cc, gcc, clang)" in str(e.value) and "--precision fp32" in str(e.value)
 
 
 def test_qconv_params_well_formed(quant):
