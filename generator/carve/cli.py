@@ -184,7 +184,8 @@ def quant_summary_lines(q) -> list:
     for name, kind, reason in q["float_ops"]:
         lines.append(f"  float32 {name} ({kind}): {reason}")
     if q["worst"]:
-        lines.append("  largest int8 errors (output SQNR alone): " + ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"]))
+        worst = ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"])
+        lines.append(f"  largest int8 errors (output SQNR alone): {worst}")
     return lines
 
 

@@ -447,7 +447,8 @@ def test_cli_cuda_refuses_int8_at_once(capsys, tmp_path):
 def test_cli_bad_calibration_folders(capsys, tmp_path):
     out = tmp_path / "pkg"
     missing = tmp_path / "missing"
-    assert f"{missing}: --calib: no such folder" in _error(capsys, *_gen(out, "--precision", "int8", "--calib", missing))
+    msg = _error(capsys, *_gen(out, "--precision", "int8", "--calib", missing))
+    assert f"{missing}: --calib: no such folder" in msg
     a_file = tmp_path / "file.ppm"
     write_ppm(a_file, np.zeros((4, 4, 3), np.uint8))
     assert "not a folder" in _error(capsys, *_gen(out, "--precision", "int8", "--calib", a_file))
