@@ -407,6 +407,9 @@ def test_quant_json_byte_identical_on_regeneration(calib_dir, tmp_path):
             assert ops[op.name]["sqnr_db"] is not None and ops[op.name]["output_sqnr_db"] is not None
     assert ops["model.23.e2e"]["precision"] == "float32"
     assert len(a.summary["float_ops"]) >= 3       # two attentions and the e2e head at least
+    lines = cli.quant_summary_lines(a.summary)    # what `carve generate` prints for an int8 package
+    assert lines[0].startswith(f"int8: {a.summary['int8_ops']} of {a.summary['quantizable_ops']} conv/add ops")
+    assert any(ln.startswith("  float32 model.23.e2e (e2e_detect): no int8 kernel") for ln in lines)
 
 
 # ---- bad input ------------------------------------------------------------------------------------------------
