@@ -486,11 +486,24 @@ def test_cli_unreadable_files_are_listed(capsys, tmp_path, calib_dir):
     assert not out.exists()
 
 
-def test_cli_portable_refuses_the_quantized_graph(capsys, tmp_path, calib_dir):
+def test_cli_a_backend_without_int8_refuses_the_quantized_graph(capsys, tmp_path, calib_dir, monkeypatch):
+    """A backend whose lowers_int8 is False refuses the quantized graph in check, before writing anything."""
+    from carve.backends import portable
+    monkeypatch.setattr(portable.BACKEND, "lowers_int8", False)
     out = tmp_path / "pkg"
     msg = _error(capsys, *_gen(out, "--precision", "int8", "--calib", calib_dir))
     assert "int8 is not lowered by backend 'portable' yet" in msg and "qconv2d" in msg
     assert not out.exists()
+
+
+def test_cli_portable_writes_an_int8_package(capsys, tmp_path, calib_dir):
+    """portable lowers the quantized graph: the package has the int8 kernels, the int8 table and quant.json."""
+    out = tmp_path / "pkg"
+    assert cli.main([str(a) for a in _gen(out, "--precision", "int8", "--calib", calib_dir)]) == 0, \
+        capsys.readouterr().err
+    src = (out / "yolo26n_shapes.c").read_text()
+    assert "k_q8_ops[" in src and "carve_q8_run(" in src and (out / "runtime" / "carve_q8.c").exists()
+    assert json.loads((out / "quant.json").read_text())["calibration"]["count"] == images.MIN_IMAGES
 
 
 def _hook(op_name, change):
