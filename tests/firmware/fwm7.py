@@ -1,0 +1,186 @@
+"""The firmware harness of tests/firmware/m7 built around a generated package: for qemu's mps2-an500 (an
+emulated Cortex-M7, bare metal) and for the host, run, and its output read back.
+
+Used by tests/firmware/qemu_m7.py (the emulated run against the host) and tests/firmware/sizes.py --firmware (flash
+and RAM of the linked image). The harness's C files are in tests/firmware/m7/ (fw_main.c says what it prints);
+this module writes the two files it needs beside the package (fw_model.h, fw_image.rgb), compiles every package
+source with the harness, and parses what the program printed.
+
+Build (both targets): -std=c11 -O2 -Wall -Wextra -Werror -DCARVE_RT_NO_THREADS -DCARVE_RT_NO_FILE
+-DCARVE_RT_NO_HEAP (cross.py's bare-metal defines), every source of the package but the demo's carve_io.c.
+Cortex-M7: cross.py's -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard -mthumb, -ffunction-sections -fdata-sections
+and --gc-sections (what a firmware link does: unused runtime kernels dropped), -nostartfiles (startup_m7.S is the
+start-up), m7/mps2_an500.ld, newlib's libc and libm (--specs=nosys.specs: no system call is used; text and exit go
+through semihosting).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cross
+import fwlib
+from fwlib import run
+
+M7_DIR = Path(__file__).resolve().parent / "m7"
+LINKER_SCRIPT = M7_DIR / "mps2_an500.ld"
+QEMU = "qemu-system-arm"
+MACHINE = "mps2-an500"
+QEMU_X86 = "qemu-x86_64"   # qemu-user: runs the host build on a CPU without AVX2 / FMA (portable_isa_host)
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"]
+M7_FLAGS = [*cross.M7, "-ffunction-sections", "-fdata-sections"]
+M7_LDFLAGS = ["-nostartfiles", f"-T{LINKER_SCRIPT}", "-Wl,--gc-sections", "-Wl,--no-warn-execstack",
+              "--specs=nosys.specs"]
+JOBS = 2  # compiler processes at a time (CI: 2 cores)
+ALLOCATORS = ("malloc", "calloc", "realloc", "aligned_alloc", "posix_memalign", "free", "_malloc_r", "_free_r")
+
+
+def c_name(manifest_name: str) -> str:
+    return manifest_name.replace("-", "_")
+
+
+def write_inputs(pkg: Path, name: str, task: str, image: Path, image_scratch: int | None = None) -> tuple[int, int]:
+    """fw_model.h (the model's names, the task, the image's size) and fw_image.rgb (the PNG's RGB bytes, as stb
+    decodes it for the demo) in pkg; returns (width, height). classify: image_scratch is run_image's scratch."""
+    import cv2
+
+    bgr = cv2.imread(str(image), cv2.IMREAD_COLOR)
+    if bgr is None:
+        raise SystemExit(f"firmware harness: {image}: not an image cv2 can read")
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    h, w = rgb.shape[:2]
+    (pkg / "fw_image.rgb").write_bytes(rgb.tobytes())
+    lines = ["// Written by tests/firmware/fwm7.py for the firmware harness (tests/firmware/m7/fw_main.c).",
+             f'#include "{name}.h"', f'#define FW_NAME "{name}"', f"#define FW_T {name}",
+             f"#define FW(f) {name}_##f", f"#define FW_C(c) {name.upper()}_##c",
+             "#define FW_CLASSIFY 1" if task == "classify" else "#define FW_DETECT 1",
+             f"#define FW_IMAGE_W {w}", f"#define FW_IMAGE_H {h}"]
+    if task == "classify":
+        lines.append(f"#define FW_IMAGE_SCRATCH_BYTES {image_scratch or 64}u")
+    (pkg / "fw_model.h").write_text("\n".join(lines) + "\n")
+    return w, h
+
+
+def _compile(cc: str, flags: list, sources: list, objdir: Path) -> list:
+    objdir.mkdir(parents=True, exist_ok=True)
+    objs = [objdir / (src.name + ".o") for src in sources]  # <name>_weights.S.o: what mps2_an500.ld places
+    cmds = [[cc, *flags, "-c", src, "-o", obj] for src, obj in zip(sources, objs)]
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
+        list(pool.map(run, cmds))
+    return objs
+
+
+def _sources(pkg: Path, name: str, *harness: str) -> list:
+    return cross.package_sources(pkg, name) + [M7_DIR / f for f in ("fw_main.c", *harness, "fw_image.S")]
+
+
+def _common(pkg: Path) -> list:
+    return [*CFLAGS, f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-I{M7_DIR}", f"-DCARVE_PACKAGE_ABI={cross.abi()}",
+            *cross.M7_DEFINES]
+
+
+def build_m7(pkg: Path, name: str, stack_size: int | None = None) -> Path:
+    """pkg/fw-m7.elf (and its map, fw-m7.map); fails if it links an allocator."""
+    objs = _compile("arm-none-eabi-gcc", [*_common(pkg), *M7_FLAGS],
+                    _sources(pkg, name, "fw_m7.c", "startup_m7.S"), pkg / "obj-m7")
+    elf = pkg / "fw-m7.elf"
+    extra = [f"-Wl,--defsym=STACK_SIZE={stack_size}"] if stack_size else []
+    run(["arm-none-eabi-gcc", *cross.M7, *M7_LDFLAGS, *extra, f"-Wl,-Map={pkg / 'fw-m7.map'}", *objs, "-o", elf,
+         "-lm"])
+    syms = set(run(["arm-none-eabi-nm", elf]).stdout.split())
+    heap = sorted(syms.intersection(ALLOCATORS))
+    if heap:
+        raise SystemExit(f"firmware harness: {elf} links an allocator ({', '.join(heap)}): CARVE_RT_NO_HEAP broken")
+    return elf
+
+
+def build_host(pkg: Path, name: str) -> Path:
+    """pkg/fw-host: the same harness and package for the machine running the tests."""
+    objs = _compile("cc", _common(pkg), _sources(pkg, name, "fw_host.c"), pkg / "obj-host")
+    exe = pkg / "fw-host"
+    run(["cc", *objs, "-o", exe, "-lm"])
+    return exe
+
+
+def elf_sections(elf: Path) -> dict:
+    """{section: bytes} of arm-none-eabi-size -A."""
+    out = {}
+    for ln in run(["arm-none-eabi-size", "-A", elf]).stdout.splitlines():
+        m = re.match(r"^(\.\S+)\s+(\d+)\s+\d+", ln)
+        if m:
+            out[m.group(1)] = int(m.group(2))
+    return out
+
+
+@dataclass
+class Result:
+    """What one run printed, parsed (fw_main.c's format)."""
+    text: str
+    returncode: int
+    seconds: float
+    header: str = ""
+    records: list = field(default_factory=list)   # the det / top lines, platform-independent
+    values: list = field(default_factory=list)    # per record: (class_id, [floats from the bits])
+    count: int = -1
+    status: int = -1
+    stack_used: int = 0
+    stack_size: int = 0
+    image_scratch: int = 0
+
+
+def parse(text: str, returncode: int, seconds: float) -> Result:
+    r = Result(text, returncode, seconds)
+    for ln in text.splitlines():
+        f = ln.split()
+        if not f:
+            continue
+        if f[0] == "carve-fw":
+            r.header = re.sub(r" platform .* input ", " input ", ln)
+        elif f[0] in ("det", "top"):
+            r.records.append(ln)
+            bits = f[f.index("bits") + 1:]
+            r.values.append((int(f[3]), [struct.unpack("<f", bytes.fromhex(b)[::-1])[0] for b in bits]))
+        elif f[0] in ("detections", "classes"):
+            r.count = int(f[1])
+        elif f[0] == "stack_bytes":
+            r.stack_used, r.stack_size = int(f[1]), int(f[3])
+        elif f[0] == "image_scratch_bytes":
+            r.image_scratch = int(f[1])
+        elif f[0] == "status":
+            r.status = int(f[1])
+    return r
+
+
+def _timed(cmd: list, timeout: float) -> Result:
+    cmd = [str(c) for c in cmd]
+    fwlib.log("$ " + " ".join(cmd))
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return parse(out + f"\n(timed out after {timeout:.0f} s)\n", 124, time.time() - t0)
+    return parse(p.stdout + p.stderr, p.returncode, time.time() - t0)
+
+
+def run_qemu(elf: Path, timeout: float = 600) -> Result:
+    """The ELF on qemu's mps2-an500, semihosting on (text on qemu's stdout, the exit status qemu's)."""
+    return _timed([QEMU, "-M", MACHINE, "-nographic", "-monitor", "none", "-serial", "none", "-semihosting",
+                   "-kernel", elf], timeout)
+
+
+def run_host(exe: Path, portable_isa: bool = False, timeout: float = 600) -> Result:
+    """The host build; portable_isa: under qemu-user with a CPU without AVX2 or FMA (qemu64), where the runtime
+    picks its portable C kernels (carve_isa_detect) as on the Cortex-M7, instead of its AVX-512 / AVX2 ones."""
+    return _timed([QEMU_X86, "-cpu", "qemu64", exe] if portable_isa else [exe], timeout)
+
+
+def have(tool: str) -> bool:
+    return shutil.which(tool) is not None
