@@ -68,6 +68,38 @@ def write_inputs(pkg: Path, name: str, task: str, image: Path, image_scratch: in
     return w, h
 
 
+def classify_image_scratch(pkg: Path, width: int, height: int, imgsz: int) -> int:
+    """run_image's scratch of a classify package for a width x height image: the runtime's own
+    carve_pre_classify_scratch_bytes (runtime/carve_pre_math.h, static inline), compiled and run on the host."""
+    src = pkg / "fw_image_scratch.c"
+    src.write_text('#include <stdio.h>\n#include <stdlib.h>\n#include "carve_pre_math.h"\n'
+                   "int main(int argc, char** argv) {\n  (void)argc;\n"
+                   '  printf("%zu\\n",\n'
+                   "         carve_pre_classify_scratch_bytes(atoi(argv[1]), atoi(argv[2]), atoi(argv[3])));\n"
+                   "  return 0;\n}\n")
+    exe = pkg / "fw_image_scratch"
+    run(["cc", *CFLAGS, *cross.M7_DEFINES, f"-I{pkg / 'runtime'}", src, "-o", exe, "-lm"])
+    return int(run([exe, width, height, imgsz]).stdout)
+
+
+def calib_folder(work: Path, seed: int = 0, count: int = 32) -> Path:
+    """count PNGs of tools/train_demo.py's renderer (seed 0: the demo model's training images; index 0..count-1)
+    in WORK/calib-shapes-<seed>-<count>, rendered once; the folder holds nothing else (a --calib folder)."""
+    import cv2
+    import train_demo  # tools/, on the path through fwlib
+
+    out = work.resolve() / f"calib-shapes-{seed}-{count}"
+    if out.is_dir() and len(list(out.glob("*.png"))) == count:
+        return out
+    tmp = fwlib.fresh(out.with_name(out.name + ".tmp"))
+    for i in range(count):
+        img, _ = train_demo.render_image(seed, i)
+        cv2.imwrite(str(tmp / f"{seed}_{i:05d}.png"), img)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
 def _compile(cc: str, flags: list, sources: list, objdir: Path) -> list:
     objdir.mkdir(parents=True, exist_ok=True)
     objs = [objdir / (src.name + ".o") for src in sources]  # <name>_weights.S.o: what mps2_an500.ld places

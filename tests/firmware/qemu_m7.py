@@ -64,24 +64,6 @@ def supports_precision() -> bool:
     return "--precision" in p.stdout
 
 
-def calib_folder(work: Path, seed: int = CALIB_SEED, count: int = CALIB_COUNT) -> Path:
-    """count PNGs of tools/train_demo.py's renderer (seed, index 0..count-1) in WORK/calib-shapes-<seed>-<count>,
-    rendered once (the folder holds nothing else: it is a --calib folder)."""
-    import cv2
-    import train_demo  # tools/, on the path through fwlib
-
-    out = work.resolve() / f"calib-shapes-{seed}-{count}"
-    if out.is_dir() and len(list(out.glob("*.png"))) == count:
-        return out
-    tmp = fwlib.fresh(out.with_name(out.name + ".tmp"))
-    for i in range(count):
-        img, _ = train_demo.render_image(seed, i)
-        cv2.imwrite(str(tmp / f"{seed}_{i:05d}.png"), img)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
-
-
 def generate(out: Path, precision: str, imgsz: int, calib: Path | None) -> Path:
     flags = ["--imgsz", str(imgsz)]
     if precision != "fp32":
@@ -148,7 +130,7 @@ def main() -> int:
         log(f"{tag}: SKIPPED: --backend portable is not in this carve")
         return SKIP
     work = fwlib.fresh(args.work.resolve() / f"firmware-qemu-m7-{args.precision}-{args.imgsz}")
-    calib = args.calib or (calib_folder(args.work) if args.precision != "fp32" else None)
+    calib = args.calib or (fwm7.calib_folder(args.work, CALIB_SEED, CALIB_COUNT) if args.precision != "fp32" else None)
     pkg = generate(work / "pkg", args.precision, args.imgsz, calib)
     width, height = fwm7.write_inputs(pkg, NAME, TASK, args.image)
 
