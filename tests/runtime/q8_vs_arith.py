@@ -138,16 +138,19 @@ def silu(v):
 STATS = {"in_zero": set(), "conv": [], "add": []}  # what the cases covered (printed)
 
 
-def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1, act=True, in_extra=0,
-              out_extra=0, in_zero=None, real_multiplier=None, neg128=False, spread=True, tight=False,
-              trained=None):
-    """A CONV case with random weights and input, or a trained layer's.
+class ConvParams:
+    """One convolution's int8 parameters as the generator makes them, and arith's result (conv_params)."""
 
-    tight: the input view ends the arena and the record ends the blob (an over-read leaves the buffers that
-    q8_tool mallocs: the AddressSanitizer build reports it). trained: dict(x=the float input tensor (h, w, C)
-    the layer reads channels c0 .. c0 + cin of, c0, w=float weights (cout, cin/g, kh, kw), b=float bias, y=the
-    float output or None): the input quantized with its tensor's own range (as calibration on this image), the
-    conv reading it as a channel slice when C > cin; the printed error of the dequantized result against y."""
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def conv_params(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1, act=True, in_extra=0,
+                in_zero=None, real_multiplier=None, neg128=False, trained=None) -> ConvParams:
+    """A convolution with random weights and input, or a trained layer's (see conv_case): the input view
+    (x_view, the wider tensor, and c0, the first channel read), the quantized weights, bias, multipliers, SiLU
+    table and output quantization, and arith.qconv2d's result ``expect`` (oh, ow, cout). Also used by
+    xq8_vs_arith.py (the xnnpack backend's int8 operators)."""
     kw = kh if kw is None else kw
     cin_g = cin // groups
     if trained is None:
@@ -185,10 +188,31 @@ def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1
         y_scale, y_zero = calibrate(y_real, narrow, narrow_lo=False)  # SiLU's minimum is no outlier
         lut = arith.silu_lut(pre_scale, pre_zero, y_scale, y_zero)
     expect = arith.qconv2d(x_q, zx, w_q, bias_q, mul, shift, pre_zero, stride, pad, groups, lut)
-    oh, ow = expect.shape[:2]
     if trained is not None and trained.get("y") is not None:
         err = np.abs(arith.dequantize(expect, y_scale, y_zero) - trained["y"]).max() / y_scale
         print(f"  {name}: arith's int8 result within {err:.2f} output steps of the float layer")
+    return ConvParams(kh=kh, kw=kw, cin=cin, cout=cout, stride=stride, pad=pad, groups=groups, x_view=x_view, c0=c0,
+                      x_q=x_q, zx=zx, in_scale=in_scale, w_q=w_q, w_scale=w_scale, bias_q=bias_q, mul=mul,
+                      shift=shift, pre_scale=pre_scale, pre_zero=pre_zero, lut=lut, y_scale=y_scale, y_zero=y_zero,
+                      expect=expect)
+
+
+def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1, act=True, in_extra=0,
+              out_extra=0, in_zero=None, real_multiplier=None, neg128=False, spread=True, tight=False,
+              trained=None):
+    """A CONV case with random weights and input, or a trained layer's.
+
+    tight: the input view ends the arena and the record ends the blob (an over-read leaves the buffers that
+    q8_tool mallocs: the AddressSanitizer build reports it). trained: dict(x=the float input tensor (h, w, C)
+    the layer reads channels c0 .. c0 + cin of, c0, w=float weights (cout, cin/g, kh, kw), b=float bias, y=the
+    float output or None): the input quantized with its tensor's own range (as calibration on this image), the
+    conv reading it as a channel slice when C > cin; the printed error of the dequantized result against y."""
+    kw = kh if kw is None else kw
+    cp = conv_params(rng, name, h, w, cin, cout, kh, kw, stride, pad, groups, act, in_extra, in_zero,
+                     real_multiplier, neg128, trained)
+    x_view, c0, zx, w_q, bias_q, mul, shift = cp.x_view, cp.c0, cp.zx, cp.w_q, cp.bias_q, cp.mul, cp.shift
+    pre_zero, lut, expect = cp.pre_zero, cp.lut, cp.expect
+    oh, ow = expect.shape[:2]
 
     arena = Arena(rng)
     c_view = x_view.shape[2]
@@ -275,14 +299,13 @@ TRAINED_LAYERS = ("model.0", "model.1", "model.2.cv1", "model.2.m.0.cv1", "model
                   "model.23.one2one_cv3.0.0.0", "model.23.one2one_cv3.2.0.0", "model.10.m.0.attn.pe")
 
 
-def trained_cases(rng) -> list:
-    """Layers of the trained demo model (yolo26n-shapes, BN folded by the generator) on the activations of a real
-    image at 128x128 (tests/generator/irsim.py, the numpy interpreter of the IR): the stem, 3x3 stride 2, 1x1,
-    a 3x3 reading a channel slice, the head's depthwise 3x3 and the attention's positional depthwise conv, plus
-    the image's QUANTIZE and the SPPF max pool on a real int8 tensor. [] (with a message) without the checkpoint."""
+def trained_env():
+    """The trained demo model (yolo26n-shapes, BN folded by the generator) on a real image at 128x128
+    (tests/generator/irsim.py, the numpy interpreter of the IR): (ops by name, every tensor's value, the image),
+    or None (with a message) without the checkpoint."""
     if not TRAINED_PT.exists():
         print(f"  trained layers: skipped ({TRAINED_PT.relative_to(REPO)} not found: tools/train_demo.py)")
-        return []
+        return None
     sys.path.insert(0, str(REPO / "tests" / "generator"))
     import irsim
     from PIL import Image
@@ -296,19 +319,38 @@ def trained_cases(rng) -> list:
     graph = optimize(build_graph(manifest, load_architecture(manifest), read_checkpoint(str(TRAINED_PT)), 128))
     image = np.asarray(Image.open(TRAINED_IMAGE).convert("RGB").resize((128, 128)), np.float32) / 255
     env = irsim.run_graph(graph, image)
-    ops = {op.name: op for op in graph.ops}
-    cases = []
-    for name in TRAINED_LAYERS:
+    return {op.name: op for op in graph.ops}, env, image, graph
+
+
+def trained_convs(ops: dict, env: dict, graph, names=TRAINED_LAYERS) -> list:
+    """(name, op, trained) of the named conv layers: trained as conv_params takes it (the layer's input tensor, the
+    channel its slice starts at, float weights and bias, the float output unless a residual follows)."""
+    out = []
+    for name in names:
         op = ops[name]
-        a, src = op.attrs, op.inputs[0]
+        src = op.inputs[0]
         parent, c0 = src, 0
         m = re.fullmatch(r"(.+)\[(\d+):(\d+)\]", src)
         if m:  # a channel slice: the conv reads its parent tensor through a strided view
             parent, c0 = m.group(1), int(m.group(2))
         w_f, b_f = graph.weights[op.params["weight"]], graph.weights[op.params["bias"]]
         residual = len(op.inputs) > 1  # y = act(conv) + r: the int8 graph adds r with a separate qadd
-        trained = dict(x=env[parent], c0=c0, w=w_f, b=b_f, y=None if residual else env[op.outputs[0]])
-        h, w_, _ = env[parent].shape
+        out.append((name, op, dict(x=env[parent], c0=c0, w=w_f, b=b_f, y=None if residual else env[op.outputs[0]])))
+    return out
+
+
+def trained_cases(rng) -> list:
+    """Layers of the trained demo model on the activations of a real image (trained_env): the stem, 3x3 stride 2,
+    1x1, a 3x3 reading a channel slice, the head's depthwise 3x3 and the attention's positional depthwise conv,
+    plus the image's QUANTIZE and the SPPF max pool on a real int8 tensor. [] without the checkpoint."""
+    found = trained_env()
+    if found is None:
+        return []
+    ops, env, image, graph = found
+    cases = []
+    for name, op, trained in trained_convs(ops, env, graph):
+        a = op.attrs
+        h, w_, _ = trained["x"].shape
         kh, kw = a["kernel"]
         cases.append(conv_case(rng, f"trained {name} ({op.source})", h, w_, a["cin"], a["cout"], kh, kw,
                                a["stride"], a["pad"], a["groups"], a["act"] == "silu", trained=trained))

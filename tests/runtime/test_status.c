@@ -18,8 +18,8 @@
 #include "carve_weights.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 9
-#error "test written for carve runtime ABI 9"
+#if CARVE_RT_ABI != 10
+#error "test written for carve runtime ABI 10"
 #endif
 
 // Each of these was void before ABI 7.

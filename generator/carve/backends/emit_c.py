@@ -263,6 +263,13 @@ def package_runtime_seeds(backend, graph, program: dict, options: dict) -> list:
     return sorted(seeds)
 
 
+def _q8_layout() -> int:
+    """The CARVE_Q8_LAYOUT backends/q8_pack.py writes (imported here: q8_pack reads runtime defines through this
+    module)."""
+    from . import q8_pack
+    return q8_pack.PACKS_LAYOUT
+
+
 class CPackage:
     """Renders a lowered program with the backend's templates. Backend-independent parts live here:
     the banner (with the options), the weight storage (blob / c-array / file, f32 / f16), the ABI
@@ -312,6 +319,7 @@ class CPackage:
             model_includes=sorted(f for f in seeds if f.endswith(".h") and f != "carve_io.h"),
             runtime_cuda_sources=[f for f in runtime if f.endswith(".cu")],
             gflops=p["flops"] / 1e9, task=meta["task"], row_doc=ROW_DOCS.get(meta["task"], ""),
+            q8_layout=_q8_layout(),  # the layout of the carve_q8 CONV records (int8 packages)
             **self.backend.template_vars,
         )
         ctx["coco_ids"], ctx["coco_ids_rule"] = category_ids(meta["names"])  # the demo's --coco category_id

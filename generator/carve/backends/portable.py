@@ -61,6 +61,7 @@ class PortableBackend(CBackend):
     description = "CPU, any C11 compiler: plain C + libm, single-threaded, no XNNPACK"
     lowerable = dict(CPU_RULES, **Q8_RULES)       # and the int8 ops of --precision int8 (q8.py)
     lowerings = with_q8(CPU_LOWERINGS, concat_lowering, cpu_copy)
+    lowers_int8 = True   # Backend.lowers_int8 of the quantization pass (branch quant): tests/int8/ builds int8 packages
     prefix = "CARVE_PT_"
     layouts = LAYOUTS
     step_classes = {"op": PtOp}

@@ -43,11 +43,11 @@ def _desc(lw: Lowering, op, kind: str, what: str | None = None, name: str | None
     return Q8Op(**lw.head(op), index=len(table) - 1, what=what)
 
 
-def _zero(lw: Lowering, t: str) -> int:
+def zero(lw: Lowering, t: str) -> int:
     return int(lw.graph.tensors[t].quant.zero_point)
 
 
-def _scale(lw: Lowering, t: str) -> str:
+def scale(lw: Lowering, t: str) -> str:
     """A QParams scale as a C float literal that reads back as the same float32."""
     return float_literal(lw.graph.tensors[t].quant.scale)
 
@@ -61,7 +61,7 @@ def _blob(lw: Lowering, op, what: str, data: np.ndarray, suffix: str):
     return lw.blob.add(data, "W_" + op.name + suffix, op.params.get(what, op.name))
 
 
-def lower_qconv(lw: Lowering, op) -> list:
+def lower_qconv(lw: Lowering, op, what: str | None = None) -> list:
     x, y = op.inputs[0], op.outputs[0]
     h, w, _ = lw.shape(x)
     a = op.attrs
@@ -72,22 +72,22 @@ def lower_qconv(lw: Lowering, op) -> list:
     act = a.get("act", "none")
     lut = _blob(lw, op, "lut", np.asarray(g[p["lut"]], np.int8), "_LUT") if act == "silu" else None
     k = a["kernel"][0]
-    return [_desc(lw, op, "CONV", kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"],
+    return [_desc(lw, op, "CONV", what, kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"],
                   cout=a["cout"], h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
                   in_off=byte_off(lw, x), out_off=byte_off(lw, y), weight_off=blob_bytes(wref),
                   lut_off=blob_bytes(lut) if lut is not None else 0,
                   act="CARVE_ACT_SILU" if act == "silu" else "CARVE_ACT_NONE",
-                  in_zero=_zero(lw, x), out_zero=int(a["pre_zero"]))]
+                  in_zero=zero(lw, x), out_zero=int(a["pre_zero"]))]
 
 
-def lower_qadd(lw: Lowering, op) -> list:
+def lower_qadd(lw: Lowering, op, what: str | None = None) -> list:
     xa, xb = op.inputs
     y = op.outputs[0]
     h, w, c = lw.shape(y)
     a = op.attrs
-    return [_desc(lw, op, "ADD", cin=c, h=h, w=w, in_stride=lw.stride(xa), in2_stride=lw.stride(xb),
+    return [_desc(lw, op, "ADD", what, cin=c, h=h, w=w, in_stride=lw.stride(xa), in2_stride=lw.stride(xb),
                   out_stride=lw.stride(y), in_off=byte_off(lw, xa), in2_off=byte_off(lw, xb), out_off=byte_off(lw, y),
-                  in_zero=_zero(lw, xa), in2_zero=_zero(lw, xb), out_zero=_zero(lw, y),
+                  in_zero=zero(lw, xa), in2_zero=zero(lw, xb), out_zero=zero(lw, y),
                   mul_a=int(a["mul_a"]), mul_b=int(a["mul_b"]), shift=int(a["shift"]))]
 
 
@@ -95,14 +95,14 @@ def lower_quantize(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     h, w, c = lw.shape(x)
     return [_desc(lw, op, "QUANTIZE", cin=c, h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
-                  in_off=byte_off(lw, x), out_off=byte_off(lw, y), out_zero=_zero(lw, y), scale=_scale(lw, y))]
+                  in_off=byte_off(lw, x), out_off=byte_off(lw, y), out_zero=zero(lw, y), scale=scale(lw, y))]
 
 
 def lower_dequantize(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     h, w, c = lw.shape(x)
     return [_desc(lw, op, "DEQUANTIZE", cin=c, h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
-                  in_off=byte_off(lw, x), out_off=byte_off(lw, y), in_zero=_zero(lw, x), scale=_scale(lw, x))]
+                  in_off=byte_off(lw, x), out_off=byte_off(lw, y), in_zero=zero(lw, x), scale=scale(lw, x))]
 
 
 def lower_q8_maxpool(lw: Lowering, op) -> list:
@@ -156,10 +156,10 @@ Q8_LOWERINGS = {"qconv2d": lower_qconv, "qadd": lower_qadd, "quantize": lower_qu
                 "dequantize": lower_dequantize}
 
 
-def with_q8(lowerings: dict, concat_lowering, f32_copy) -> dict:
-    """A CPU backend's lowerings extended with the int8 ops, and its maxpool / upsample / concat dispatching on
-    the tensors' dtype."""
-    out = dict(lowerings, **Q8_LOWERINGS)
+def with_q8(lowerings: dict, concat_lowering, f32_copy, own: dict | None = None) -> dict:
+    """A CPU backend's lowerings extended with the int8 ops (``own``: the backend's lowerings of some int8 op kinds,
+    over Q8_LOWERINGS'), and its maxpool / upsample / concat dispatching on the tensors' dtype."""
+    out = {**lowerings, **Q8_LOWERINGS, **(own or {})}
     out["maxpool2d"] = dtype_dispatch(lowerings["maxpool2d"], lower_q8_maxpool)
     out["upsample_nearest"] = dtype_dispatch(lowerings["upsample_nearest"], lower_q8_upsample)
     out["concat"] = concat_lowering(concat_dispatch(f32_copy))

@@ -20,6 +20,11 @@ the store instead of XNNPACK's depthwise convolution + a SiLU pass; weights
 The lowering is ``lowering.lower``, shared with the other C backends;
 ``xnn_heap`` adds the size of the caller's XNNPACK heap for
 ``<name>_create_with``.
+A quantized graph's int8 ops (--precision int8) are ``xnn_q8``'s: XNNPACK's
+per-channel int8 convolution (runtime_conv never applies to them: it chooses
+among conv2d ops only), XNNPACK's int8 add and int8 -> float32 convert, the
+SiLU as an int8 table on the pool, and carve_q8 (one thread) for the rest
+(``q8``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ import numpy as np
 
 from . import lowering, xnn_heap
 from .emit_c import runtime_define
-from .lowering import CPU_RULES, CBackend, Layouts
+from .lowering import CPU_LOWERINGS, CPU_RULES, CBackend, Layouts, concat_lowering, cpu_copy
+from .q8 import Q8_RULES, with_q8
+from .xnn_q8 import XNN_Q8_LOWERINGS
 from .steps import WinogradConv, XnnOp
 
 # What carve_conv3x3s2_small_cin accepts, read from the runtime (the generated code also _Static_asserts each call).
@@ -170,7 +177,9 @@ LAYOUTS = Layouts(conv=lambda w, a: np.transpose(w, (0, 2, 3, 1)),
 class XnnpackBackend(CBackend):
     name = "xnnpack"
     description = "CPU: C11 + XNNPACK operators + carve's thread pool"
-    lowerable = CPU_RULES
+    lowerable = dict(CPU_RULES, **Q8_RULES)       # and the int8 ops of --precision int8 (xnn_q8.py, q8.py)
+    lowerings = with_q8(CPU_LOWERINGS, concat_lowering, cpu_copy, XNN_Q8_LOWERINGS)
+    lowers_int8 = True   # Backend.lowers_int8 of the quantization pass (branch quant): quantized graphs are lowered
     prefix = "CARVE_XNN_"
     layouts = LAYOUTS
     runtime_conv = staticmethod(runtime_conv)
