@@ -27,7 +27,7 @@ from pathlib import Path
 
 import cross
 import fwlib
-from fwlib import run
+from fwlib import REPO, run
 
 M7_DIR = Path(__file__).resolve().parent / "m7"
 LINKER_SCRIPT = M7_DIR / "mps2_an500.ld"
@@ -97,6 +97,65 @@ def calib_folder(work: Path, seed: int = 0, count: int = 32) -> Path:
         cv2.imwrite(str(tmp / f"{seed}_{i:05d}.png"), img)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+    return out
+
+
+HANDQUANT_IMAGES = 8  # quant "hand": the ranges (min / max) over the first 8 calibration images
+
+
+def supports_precision() -> bool:
+    """This carve's generate has --precision (the quantization pass)."""
+    p = subprocess.run([str(fwlib.CARVE), "generate", "--help"], text=True, capture_output=True)
+    return "--precision" in p.stdout
+
+
+def quant_mode(precision: str, quant: str = "auto") -> str:
+    """fp32: "fp32"; int8: "pass" (./carve generate --precision int8 --calib) or "hand" (tests/int8/handquant.py's
+    graph); "auto" picks the pass when this carve has it."""
+    if precision == "fp32":
+        return "fp32"
+    return ("pass" if supports_precision() else "hand") if quant == "auto" else quant
+
+
+def generate(manifest: str, checkpoint: Path, out: Path, imgsz: int, quant: str, calib: Path | None) -> Path:
+    """The portable package of manifests/<manifest> at imgsz: fp32, or int8 by quant_mode's "pass" or "hand"."""
+    if quant != "hand":
+        flags = ["--imgsz", str(imgsz)] + (["--precision", "int8", "--calib", calib] if quant == "pass" else [])
+        return fwlib.generate(manifest, checkpoint, out, *flags, backend="portable")
+    return generate_handquant(manifest, checkpoint, out, imgsz, calib)
+
+
+def generate_handquant(manifest: str, checkpoint: Path, out: Path, imgsz: int, calib: Path) -> Path:
+    """The int8 package of tests/int8/handquant.py's graph: every convolution in int8 between a quantize and a
+    dequantize, every other op float32, ranges from the first HANDQUANT_IMAGES images of calib; through
+    compile_model's graph_hook, as tests/int8/xnn_vs_portable.py makes it. The portable backend's int8 lowering
+    and carve_q8 kernels, before the quantization pass (--precision int8) exists; not its packages (the pass keeps
+    tensors int8 across ops, so its arena differs)."""
+    import sys
+    sys.path[:0] = [str(REPO / "generator"), str(REPO / "tests" / "int8")]
+    import handquant
+    import numpy as np
+    import oracle
+    from carve.checkpoint import read_checkpoint
+    from carve.compiler import compile_model, load_architecture
+    from carve.frontend.yolo26 import build_graph
+    from carve.manifest import load_manifest
+    from carve.passes import optimize
+
+    path = REPO / "manifests" / manifest
+    m = load_manifest(path)
+    task = "classify" if m.task == "classify" else "detect"
+    fgraph = optimize(build_graph(m, load_architecture(m), read_checkpoint(str(checkpoint)), imgsz))
+    images = [np.ascontiguousarray(oracle.make_input(p, imgsz, task=task)[0].transpose(1, 2, 0), np.float32)
+              for p in sorted(calib.glob("*.png"))[:HANDQUANT_IMAGES]]
+    qgraph = handquant.quantize_graph(fgraph, handquant.calibrate(fgraph, images))
+    res = compile_model(str(path), "portable", str(checkpoint), imgsz, graph_hook=lambda g: qgraph)
+    fwlib.fresh(out)
+    for rel, data in res.files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+    n = sum(op.kind == "qconv2d" for op in qgraph.ops)
+    fwlib.log(f"int8 package of handquant's graph ({n} qconv2d, calibrated on {len(images)} images) in {out}")
     return out
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -57,18 +56,6 @@ CHECKPOINT = REPO / "assets" / "yolo26n-shapes.pt"
 SCORE_TOL, BOX_TOL = 1e-4, 1e-4  # fp32, Cortex-M7 vs native host (docstring, 4d); box: x the image's longer side
 CALIB_SEED, CALIB_COUNT = 0, 32  # the demo model's training images (tools/train_demo.py TRAIN_SEED)
 QEMU_TIMEOUT = 600
-
-
-def supports_precision() -> bool:
-    p = subprocess.run([str(fwlib.CARVE), "generate", "--help"], text=True, capture_output=True)
-    return "--precision" in p.stdout
-
-
-def generate(out: Path, precision: str, imgsz: int, calib: Path | None) -> Path:
-    flags = ["--imgsz", str(imgsz)]
-    if precision != "fp32":
-        flags += ["--precision", precision, "--calib", calib]
-    return fwlib.generate(MANIFEST, CHECKPOINT, out, *flags, backend="portable")
 
 
 def show(label: str, r: fwm7.Result) -> None:
@@ -110,6 +97,9 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     ap.add_argument("--calib", type=Path, help="int8: calibration images (default: rendered, see above)")
+    ap.add_argument("--quant", default="auto", choices=("auto", "pass", "hand"),
+                    help="int8: the quantization pass (--precision int8 --calib), tests/int8/handquant.py's graph, or "
+                         "the pass when this carve has it, else handquant (auto)")
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--image", type=Path, default=fwlib.IMAGE)
     ap.add_argument("--keep", action="store_true", help="keep the package and builds in WORK")
@@ -119,8 +109,9 @@ def main() -> int:
     if not fwm7.have(fwm7.QEMU):
         log(f"{tag}: SKIPPED: {fwm7.QEMU} not found (sh tools/install.sh --test installs Debian's qemu-system-arm)")
         return SKIP
-    if args.precision != "fp32" and not supports_precision():
-        log(f"{tag}: SKIPPED: --precision {args.precision} is not in this carve yet")
+    quant = fwm7.quant_mode(args.precision, args.quant)
+    if quant == "pass" and not fwm7.supports_precision():
+        log(f"{tag}: SKIPPED: --precision {args.precision} is not in this carve yet (--quant hand: handquant's graph)")
         return SKIP
     for tool in ("arm-none-eabi-gcc", fwm7.QEMU_X86):
         if not fwm7.have(tool):
@@ -131,7 +122,7 @@ def main() -> int:
         return SKIP
     work = fwlib.fresh(args.work.resolve() / f"firmware-qemu-m7-{args.precision}-{args.imgsz}")
     calib = args.calib or (fwm7.calib_folder(args.work, CALIB_SEED, CALIB_COUNT) if args.precision != "fp32" else None)
-    pkg = generate(work / "pkg", args.precision, args.imgsz, calib)
+    pkg = fwm7.generate(MANIFEST, CHECKPOINT, work / "pkg", args.imgsz, quant, calib)
     width, height = fwm7.write_inputs(pkg, NAME, TASK, args.image)
 
     elf = fwm7.build_m7(pkg, NAME)
@@ -157,7 +148,8 @@ def main() -> int:
         log(f"   {'ok  ' if good else 'FAIL'} {what}")
         ok &= good
 
-    log(f"== {NAME} {args.precision} at {args.imgsz} on {args.image.name} ({width}x{height})")
+    how = {"fp32": "", "pass": " (quantization pass)", "hand": " (tests/int8/handquant.py's graph)"}[quant]
+    log(f"== {NAME} {args.precision}{how} at {args.imgsz} on {args.image.name} ({width}x{height})")
     for label, r in (("Cortex-M7", m7), ("host", native), ("host, portable kernels", portable)):
         check(r.returncode == 0 and r.status == 0 and r.count == len(r.values) > 0,
               f"{label}: exit 0, status CARVE_OK, {r.count} detections")

@@ -71,7 +71,8 @@ endforeach()
 # script and semihosting in tests/firmware/m7): yolo26n-shapes at 320 in static buffers, assets/shapes-3.png linked
 # in, its detections against the same harness built for the host (bit for bit with the runtime's portable kernels,
 # under qemu-x86_64 on a CPU without AVX2; natively: int8 bit for bit, fp32 within 1e-4) and the package's demo.
-# About 25 s each. Skipped (exit 77): qemu-system-arm absent; int8 while --precision is not in this carve.
+# int8: --precision int8 --calib, or tests/int8/handquant.py's graph while this carve has no --precision.
+# About 25 s each. Skipped (exit 77): qemu-system-arm absent.
 foreach(precision fp32 int8)
   add_test(NAME firmware_qemu_m7_${precision}
            COMMAND ${CARVE_PYTHON} ${CARVE_FW}/qemu_m7.py --work ${CARVE_WORK} --precision ${precision}
