@@ -71,12 +71,24 @@ endforeach()
 # script and semihosting in tests/firmware/m7): yolo26n-shapes at 320 in static buffers, assets/shapes-3.png linked
 # in, its detections against the same harness built for the host (bit for bit with the runtime's portable kernels,
 # under qemu-x86_64 on a CPU without AVX2; natively: int8 bit for bit, fp32 within 1e-4) and the package's demo.
-# int8: --precision int8 --calib, or tests/int8/handquant.py's graph while this carve has no --precision.
-# About 25 s each. Skipped (exit 77): qemu-system-arm absent.
-foreach(precision fp32 int8)
-  add_test(NAME firmware_qemu_m7_${precision}
-           COMMAND ${CARVE_PYTHON} ${CARVE_FW}/qemu_m7.py --work ${CARVE_WORK} --precision ${precision}
+# int8: tests/int8/handquant.py's graph (every convolution int8; about 25 s like fp32); int8_pass: the quantization
+# pass's package (--precision int8 --calib, 32 calibration images: minutes of generation, so `make test-full` only;
+# skipped while this carve has no --precision). Skipped (exit 77) when qemu-system-arm is absent.
+set(carve_qemu_m7 fp32=fp32 int8=hand)
+if(CARVE_ORACLE_FULL)
+  list(APPEND carve_qemu_m7 int8_pass=pass)
+endif()
+foreach(variant ${carve_qemu_m7})
+  string(REPLACE "=" ";" parts ${variant})
+  list(GET parts 0 name)
+  list(GET parts 1 quant)
+  set(precision int8)
+  if(quant STREQUAL "fp32")
+    set(precision fp32)
+    set(quant auto)
+  endif()
+  add_test(NAME firmware_qemu_m7_${name}
+           COMMAND ${CARVE_PYTHON} ${CARVE_FW}/qemu_m7.py --work ${CARVE_WORK} --precision ${precision} --quant ${quant}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(firmware_qemu_m7_${precision} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy
-                       SKIP_RETURN_CODE 77)
+  set_tests_properties(firmware_qemu_m7_${name} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
 endforeach()
