@@ -20,6 +20,8 @@ EPILOG = """examples:
   ./carve generate manifests/yolo26n.yaml --backend xnnpack --checkpoint yolo26n.pt --head nms --imgsz 640 480
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --imgsz 256 384 \\
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
+  ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --precision int8 \\
+      --calib calib-images/
   ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
       --checkpoint shapes.pt --checkpoint cls.pt --out /tmp/two-models
   ./carve list
@@ -111,10 +113,15 @@ def cmd_generate(args) -> int:
     size, then the output folder (when it exists, after the checkpoint's task, architecture and scale against
     the manifest); then the compile."""
     from .checkpoint import Checkpoint, read_checkpoint
-    from .compiler import check_backend, check_checkpoint, compile_model, infer_manifest
+    from .compiler import check_backend, check_checkpoint, compile_model, infer_manifest, precision_options
     from .manifest import load_manifest, looks_like_checkpoint
+    from .quant.images import list_images
     say = _progress()
+    precision_options(precision_args(args))  # --precision / --calib: checked first
     if len(args.manifest) > 1:  # several models in one package: carve.multi
+        if args.precision == "int8":
+            raise CarveError("--precision int8: one model per package for now (several manifests given)",
+                             hint="generate each model on its own with --precision int8")
         from .multi import cmd_generate_multi
         return cmd_generate_multi(args, say)
     args.manifest = args.manifest[0] if args.manifest else None
@@ -122,7 +129,8 @@ def cmd_generate(args) -> int:
             w not in WEIGHT_FORMATS for w in args.weights or []):
         args.checkpoint, args.manifest = [args.manifest], None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
-    options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype, **head_args(args)}
+    options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype, **head_args(args),
+               **precision_args(args)}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     weights = checkpoint
@@ -132,7 +140,10 @@ def cmd_generate(args) -> int:
         args.manifest = infer_manifest(weights)
         say(f"no manifest given: {args.manifest} (the checkpoint's task and scale)")
     manifest = load_manifest(args.manifest)
-    check_backend(manifest, args.backend)
+    be = check_backend(manifest, args.backend)
+    if options.get("precision") == "int8":
+        be.check_precision("int8")       # cuda: refused before anything is read
+        list_images(options["calib"])     # the folder exists and holds files: before the (long) compile
     out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
         if not isinstance(weights, Checkpoint):  # but after a checkpoint that does not fit the manifest: the real error
@@ -146,10 +157,38 @@ def cmd_generate(args) -> int:
     s = result.summary
     for w in s.get("warnings", []):
         print(f"carve: warning: {w}", file=sys.stderr)
+    for line in quant_summary_lines(s.get("quant")):
+        print(f"carve: {line}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
           f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
     return 0
+
+
+def quant_summary_lines(q) -> list:
+    """The generation summary of an int8 package: the counts, then every op that stays in float32 and why (with
+    its measured error), then the int8 ops with the largest error (quant.json has every op)."""
+    if not q:
+        return []
+    lines = [f"int8: {q['int8_ops']} of {q['quantizable_ops']} conv/add ops in int8, calibrated on {q['images']} "
+             f"images ({q['estimator']} ranges); an op stays float32 when, alone in int8, the network's output "
+             f"SQNR falls below {q['threshold_db']:g} dB; quant.json has every op's errors and every tensor's "
+             "scale and zero point"]
+    for name, kind, reason in q["float_ops"]:
+        lines.append(f"  float32 {name} ({kind}): {reason}")
+    if q["worst"]:
+        lines.append("  largest int8 errors (output SQNR alone): " + ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"]))
+    return lines
+
+
+def precision_args(args) -> dict:
+    """--precision and --calib as compile options (compiler.precision_options checks them)."""
+    out = {}
+    if getattr(args, "precision", None) is not None:
+        out["precision"] = args.precision
+    if getattr(args, "calib", None) is not None:
+        out["calib"] = args.calib
+    return out
 
 
 def head_args(args) -> dict:
@@ -251,6 +290,13 @@ def parser() -> argparse.ArgumentParser:
                    help="--head nms: the IoU threshold of the suppression, in [0, 1] (default 0.7, Ultralytics')")
     g.add_argument("--agnostic", action="store_true",
                    help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
+    g.add_argument("--precision", choices=("fp32", "int8"),
+                   help="fp32 (default), or int8: static post-training quantization from --calib images (int8 "
+                        "weights per output channel, int8 activations per tensor, int32 accumulation; the layers "
+                        "that lose too much stay float32: docs/quantization.md)")
+    g.add_argument("--calib", metavar="DIR",
+                   help="--precision int8: a folder of calibration images (at least 32, the first 200 by name "
+                        "are used; JPEG, PNG, BMP, ... as the demo reads them)")
     g.add_argument("--force", action="store_true", help="update an existing output folder")
     g.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                    help="show a traceback on errors")

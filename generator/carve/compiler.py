@@ -138,23 +138,38 @@ def option_warnings(graph, ckpt: Checkpoint, options: dict) -> list:
             "losslessly)"]
 
 
-def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
-                  options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
-    """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
-    (height, width). ``weights``: a checkpoint's path, or a Checkpoint already read. ``options``: weights_format (blob | c-array | file), weights_dtype (f32 | f16),
-    head (e2e | nms; None: the manifest's), iou and agnostic (--head nms only: see head_options).
-    ``graph_hook`` (tests) may rewrite the optimised graph."""
-    t0 = time.perf_counter()
-    manifest = load_manifest(manifest_path)
-    be = check_backend(manifest, backend)
-    if imgsz is not None:
-        hw = input_hw(imgsz)
-        for v in hw:
-            if v <= 0 or v % 32:
-                raise CarveError(f"--imgsz {format_hw(hw)}: {v} is not a positive multiple of 32 (the largest stride)")
-        imgsz = hw
-    head = head_options(manifest, options)
-    options = normalize_options(options, be)
+PRECISIONS = ("fp32", "int8")
+
+
+def precision_options(options: dict | None) -> tuple:
+    """(precision, calibration folder or None) from the options' ``precision`` (default fp32) and ``calib``:
+    int8 needs a calibration folder, fp32 takes none."""
+    o = options or {}
+    precision = o.get("precision") or "fp32"
+    calib = o.get("calib")
+    if precision not in PRECISIONS:
+        raise CarveError(f"--precision {precision}: not one of {', '.join(PRECISIONS)}")
+    if precision == "int8" and not calib:
+        raise CarveError("--precision int8 needs --calib DIR: a folder of calibration images (at least "
+                         "32, like the images the model will see)", hint="docs/quantization.md#calibration-images")
+    if precision == "fp32" and calib:
+        raise CarveError("--calib: calibration images are for --precision int8 (the precision is fp32)",
+                         hint="add --precision int8, or drop --calib")
+    return precision, calib
+
+
+def _check_imgsz(imgsz):
+    if imgsz is None:
+        return None
+    hw = input_hw(imgsz)
+    for v in hw:
+        if v <= 0 or v % 32:
+            raise CarveError(f"--imgsz {format_hw(hw)}: {v} is not a positive multiple of 32 (the largest stride)")
+    return hw
+
+
+def _optimized_graph(manifest: Manifest, weights, imgsz, head: dict, progress, graph_hook=None):
+    """(checkpoint, the graph after passes.optimize and the hook)."""
     if isinstance(weights, Checkpoint):
         ckpt = weights
     else:
@@ -169,6 +184,57 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     graph = optimize(graph)
     if graph_hook is not None:
         graph = graph_hook(graph)
+    return ckpt, graph
+
+
+def float_graph(manifest_path: str, weights, imgsz=None, options: dict | None = None, progress=_noop, graph_hook=None):
+    """The float graph compile_model lowers (after passes.optimize), without a backend: for tools and tests."""
+    manifest = load_manifest(manifest_path)
+    return _optimized_graph(manifest, weights, _check_imgsz(imgsz), head_options(manifest, options), progress,
+                            graph_hook)[1]
+
+
+def quantize(graph, calib, progress=_noop, cache_root=None, **kw):
+    """The int8 pass on an optimized graph: the calibration images of folder ``calib`` (quant/images.py), then
+    quant.pipeline.quantize_model (keyword arguments: estimator, threshold_db, sens_images). A QuantResult."""
+    from .quant.images import load_images
+    from .quant.pipeline import quantize_model
+    progress(f"reading the calibration images of {calib}")
+    faults.point("calib")
+    imgs = load_images(calib, graph.meta["task"], tuple(graph.meta["input_hw"]), cache_root, progress)
+    progress(f"quantizing to int8 from {len(imgs)} calibration images")
+    return quantize_model(graph, imgs, progress, **kw)
+
+
+def quantized_graph(manifest_path: str, weights, calib, imgsz=None, options: dict | None = None, progress=_noop,
+                    graph_hook=None, **kw):
+    """compile_model's int8 graph without a backend (tools, tests): a quant.pipeline.QuantResult with the quantized
+    graph, its quant.json and its summary."""
+    g = float_graph(manifest_path, weights, imgsz, options, progress, graph_hook)
+    return quantize(g, calib, progress, **kw)
+
+
+def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
+                  options: dict | None = None, progress=_noop, graph_hook=None) -> Result:
+    """Run the whole pipeline in memory. ``imgsz``: None (the manifest's), one size (square) or
+    (height, width). ``weights``: a checkpoint's path, or a Checkpoint already read. ``options``: weights_format
+    (blob | c-array | file), weights_dtype (f32 | f16), head (e2e | nms; None: the manifest's), iou and agnostic
+    (--head nms only: see head_options), precision (fp32 | int8) and calib (int8: the calibration folder).
+    ``graph_hook`` (tests) may rewrite the optimised graph (before quantization)."""
+    t0 = time.perf_counter()
+    manifest = load_manifest(manifest_path)
+    be = check_backend(manifest, backend)
+    imgsz = _check_imgsz(imgsz)
+    head = head_options(manifest, options)
+    precision, calib = precision_options(options)
+    if precision == "int8":
+        be.check_precision(precision)
+    options = normalize_options(options, be)
+    ckpt, graph = _optimized_graph(manifest, weights, imgsz, head, progress, graph_hook)
+    quant = None
+    if precision == "int8":
+        quant = quantize(graph, calib, progress)
+        graph = quant.graph
     faults.point("check")
     be.check(graph)
     progress("planning memory")
@@ -177,8 +243,14 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     progress(f"emitting the {be.name} package")
     faults.point("emit")
     files = be.emit(graph, plan, options)
+    if quant is not None:
+        files = dict(files, **{QUANT_JSON: quant.json})
     summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
                    weight_floats=sum(w.size for w in graph.weights.values()),
                    imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies),
-                   warnings=option_warnings(graph, ckpt, options))
+                   warnings=option_warnings(graph, ckpt, options), precision=precision,
+                   quant=quant.summary if quant is not None else None)
     return Result(manifest=manifest, files=files, summary=summary)
+
+
+QUANT_JSON = "quant.json"   # the quantization parameters, beside the package's code (docs/quantization.md#quantjson)

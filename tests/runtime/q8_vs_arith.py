@@ -174,8 +174,8 @@ def conv_params(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups
     acc = arith.conv_acc(x_q, zx, w_q, bias_q, stride, pad, groups)
     real = acc * (np.float64(in_scale) * w_scale.astype(np.float64))
     pre_scale, pre_zero = calibrate(real, narrow)
-    if real_multiplier is not None:
-        ratios = np.full(cout, real_multiplier)
+    if real_multiplier is not None:  # one for all channels, or one per channel
+        ratios = np.broadcast_to(np.asarray(real_multiplier, np.float64), (cout,))
     else:
         ratios = np.float64(in_scale) * w_scale.astype(np.float64) / np.float64(pre_scale)
     mul, shift = map(np.array, zip(*(arith.quantize_multiplier(float(r)) for r in ratios)))
@@ -238,10 +238,13 @@ def conv_case(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups=1
     if not tight or lut is not None:
         blob += rng.integers(0, 256, 16, dtype=np.uint8).tobytes()
     out = (out_off, oh * ow, cout, out_stride, np.int8)
-    return Case(name, "CONV", arena, bytes(blob), expect.reshape(-1, cout), out,
+    case = Case(name, "CONV", arena, bytes(blob), expect.reshape(-1, cout), out,
                 spread, kh=kh, kw=kw, stride=stride, pad=pad, groups=groups, cin=cin, cout=cout, h=h, w=w,
                 in_stride=in_stride, out_stride=out_stride, in_off=in_off, out_off=out_off, weight_off=weight_off,
                 lut_off=lut_off, act=ACT_SILU if act else ACT_NONE, in_zero=zx, out_zero=pre_zero)
+    # the quantized layer, for tests that pack it in another layout (q8conv_vs_arith.py)
+    case.params = dict(w_q=w_q, bias_q=bias_q, mul=mul, shift=shift, lut=lut)
+    return case
 
 
 def conv_cases(rng):

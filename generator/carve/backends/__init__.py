@@ -25,6 +25,24 @@ class Backend:
     cc_libs: tuple = ()        # libraries (-l) of the README's one-line cc build, besides stb and m
     cc_defines: tuple = ()     # macros (-D) of that build, besides CARVE_PACKAGE_ABI
     runtime_macros: tuple = ()  # macros the package's runtime is compiled with (emit_c.runtime_closure)
+    # int8 (--precision int8, docs/quantization.md): lowers_int8 stays False until the backend lowers quantized
+    # graphs (the int8 op kinds and int8 tensors); int8_refusal, when set, says why it never will, and refuses
+    # --precision int8 at generation, before the calibration images are read.
+    lowers_int8: bool = False
+    int8_refusal: str = ""
+
+    def check_precision(self, precision: str) -> None:
+        """Refuse a precision this backend never takes (before any work)."""
+        if precision == "int8" and self.int8_refusal:
+            raise CarveError(f"--precision int8: {self.int8_refusal}",
+                             hint="generate with --precision fp32 (the default); no files were written")
+
+    def int8_ops(self, graph: Graph) -> list:
+        """The ops of a quantized graph that touch int8: the int8 op kinds and every op reading or writing an i8
+        tensor."""
+        quant = ("quantize", "dequantize", "qconv2d", "qadd")
+        i8 = {n for n, t in graph.tensors.items() if getattr(t, "dtype", "f32") == "i8"}
+        return [op for op in graph.ops if op.kind in quant or any(t in i8 for t in op.inputs + op.outputs)]
 
     def unsupported(self, graph: Graph) -> list:
         """Human-readable reasons, one per op this backend cannot lower."""
@@ -40,6 +58,13 @@ class Backend:
         return out
 
     def check(self, graph: Graph) -> None:
+        if not self.lowers_int8:
+            ops = self.int8_ops(graph)
+            if ops:
+                shown = ", ".join(f"{op.name} ({op.kind})" for op in ops[:4])
+                raise CarveError(f"int8 is not lowered by backend '{self.name}' yet: {len(ops)} op(s) of "
+                                 f"{graph.name} run in int8 (e.g. {shown})",
+                                 hint="generate with --precision fp32 for now; no files were written")
         missing = self.unsupported(graph)
         if missing:
             raise CarveError(f"backend '{self.name}' cannot lower {len(missing)} op(s) of {graph.name}:\n  "

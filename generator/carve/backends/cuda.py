@@ -158,6 +158,8 @@ CUDA_LOWERINGS = dict(CPU_LOWERINGS, **{
 class CudaBackend(CBackend):
     name = "cuda"
     description = "NVIDIA GPU: CUDA C++ + cuBLAS, CUDA Graph replay"
+    int8_refusal = ("the cuda backend computes in float32 only; int8 packages are for the CPU backends "
+                    "(portable, xnnpack: docs/quantization.md)")
     lowerable = {
         "conv2d": _conv_rule,
         "deconv2d": _deconv_rule,

@@ -1,0 +1,41 @@
+"""The quantization pass as one function: float graph + calibration images -> quantized graph + report.
+
+    calibrate (float executor + observers) -> estimate ranges -> rewrite with every conv / add in int8
+      -> sensitivity (each op alone) -> rewrite again with the sensitive ops in float -> report (quant.json)
+
+``compiler.compile_model`` runs it after passes.optimize when ``--precision int8`` is asked;
+``compiler.quantized_graph`` runs it without a backend (tests, tools).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import calibrate, report, rewrite, sensitivity
+
+
+@dataclass(frozen=True)
+class QuantResult:
+    graph: object           # the quantized ir.Graph (validated)
+    float_graph: object     # the float graph it came from (after passes.optimize)
+    report: dict            # quant.json as a dict
+    json: bytes             # quant.json's bytes
+    summary: dict           # for the generation summary (report.summary)
+    ranges: dict            # {observation key: (lo, hi)}
+    errors: dict            # {op: sensitivity.OpError} of every conv2d / add alone in int8
+
+
+def quantize_model(float_graph, images, progress=None, estimator: str = calibrate.DEFAULT_ESTIMATOR,
+                   threshold_db: float = sensitivity.THRESHOLD_DB,
+                   sens_images: int = sensitivity.SENSITIVITY_IMAGES) -> QuantResult:
+    """Quantize ``float_graph`` (after passes.optimize) from ``images`` (images.CalibImages)."""
+    stats = calibrate.calibrate(float_graph, images, progress)
+    ranges = calibrate.ranges(float_graph, stats, estimator)
+    all_int8 = rewrite.quantize(float_graph, ranges)
+    errors = sensitivity.measure(float_graph, all_int8.graph, images, sens_images, progress)
+    keep = sensitivity.choose(errors, threshold_db)
+    final = rewrite.quantize(float_graph, ranges, keep) if keep else all_int8
+    rows = report.op_rows(float_graph, final.precisions, errors, keep, threshold_db)
+    rep = report.build(float_graph, final.graph, images, rows, estimator, threshold_db, min(sens_images, len(images)))
+    return QuantResult(graph=final.graph, float_graph=float_graph, report=rep, json=report.to_json(rep),
+                       summary=report.summary(rows, rep), ranges=ranges, errors=errors)

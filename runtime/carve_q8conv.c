@@ -1,0 +1,754 @@
+// carve runtime: the int8 dense convolution on AMX, AVX-512 VNNI or portable C (see carve_q8conv.h).
+//
+// One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
+// over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
+// into the slot's A (or, AMX only, read in place), the GEMM with the weight panels, the requantization, the table
+// and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
+// compares each with arith.qconv2d bit for bit.
+
+#define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)
+
+#include "carve_q8conv.h"
+#include "carve_q8conv_isa.h"
+
+#include <string.h>
+
+#include "carve_simd.h"
+
+#ifdef CARVE_HAVE_X86_SIMD
+#include <cpuid.h>
+#include <immintrin.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
+
+// The requantization (acc * m + 2^(n-1)) >> n floors: `>>` of a negative int64 must be arithmetic (as carve_q8.c).
+_Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) == -2,
+               "carve_q8conv needs >> of a negative integer to be an arithmetic shift");
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "carve_q8conv.c reads the record's int32 arrays in place: it needs a little-endian target"
+#endif
+_Static_assert(CARVE_Q8CONV_MB % 32 == 0, "a block is whole AMX tile pairs (2 x 16 rows) and VNNI row blocks (8)");
+_Static_assert(CARVE_Q8CONV_NR == 16 && CARVE_Q8CONV_KB == 64, "a panel is 16 channels, a K block one 64-byte tile row");
+_Static_assert(CARVE_Q8CONV_SLOT_FIXED % 64 == 0 && CARVE_Q8CONV_HEADER_BYTES % 64 == 0, "64-byte aligned parts");
+
+#define MB CARVE_Q8CONV_MB
+#define SLOT_C 64                        // the slot's int32 sums of a block (AMX): 2 buffers of MB rows x 32 channels
+#define SLOT_A CARVE_Q8CONV_SLOT_FIXED   // the slot's A: MB rows of kp bytes
+
+// ---- Context ------------------------------------------------------------------------
+
+typedef struct q8c_ctx q8c_ctx;
+
+// A variant: computes the blocks [b0, b1) (block b: output pixels [b * MB, b * MB + MB)) in one task's slot.
+typedef struct q8c_isa {
+  void (*blocks)(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot);
+} q8c_isa;
+
+struct q8c_ctx {
+  const int8_t* x;                   // (h, w, cin), pixel stride x_stride
+  size_t x_stride, h, w, cin;
+  size_t kh, kw, stride, pad;
+  size_t oh, ow, m;                  // output size, m = oh * ow pixels (rows of A)
+  size_t k, kp, k4;                  // K = kh * kw * cin, K padded to 64, groups of 4 k up to K (ceil(K / 4))
+  size_t cout, panels;               // output channels, panels of 16
+  const int32_t* bias;               // (coutp) each: the record's arrays
+  const int32_t* wsum;
+  const int32_t* mul;
+  const int32_t* shift;
+  const int8_t* wt;                  // the panels: panel q at wt + q * kp * 16
+  const int8_t* lut;                 // int8[256], or NULL (act none)
+  int8_t* y;                         // (oh, ow, cout), pixel stride y_stride
+  size_t y_stride;
+  int32_t zx, zy;                    // input zero point, output (pre-activation) zero point
+  size_t blocks, slots, slot_bytes;
+  unsigned char* scratch;            // slots of slot_bytes
+  int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
+  int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
+  const q8c_isa* isa;
+};
+
+// int8 of int64 clamped to [-128, 127].
+static int8_t clamp8(int64_t v) { return (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v); }
+
+// arith: clamp(zy + ((acc * m + 2^(n-1)) >> n)) in int64 (|acc| < 2^31, m < 2^31, n in [1, 62]: no overflow).
+static int8_t requantize(int64_t acc, int32_t m, int32_t n, int32_t zy) {
+  return clamp8(zy + ((acc * m + ((int64_t)1 << (n - 1))) >> n));
+}
+
+// ---- Packing A ------------------------------------------------------------------------
+//
+// Rows [m0, m0 + MB) of A into `a` (MB rows of kp bytes), every byte XORed with `flip` (0, or 0x80 for VNNI's
+// unsigned A + 128): row p holds, for each tap (ky, kx) in order, the cin input channels of pixel
+// (oy * stride + ky - pad, ox * stride + kx - pad), or cin copies of zx where that lies outside the image; then
+// zeros up to kp. Rows p >= m are zeros.
+
+// The input pixel of tap t (0 .. kh * kw) of output pixel (oy, ox), or NULL outside the image.
+static inline const uint8_t* tap_pixel(const q8c_ctx* c, size_t oy, size_t ox, size_t ky, size_t kx) {
+  const size_t iy = oy * c->stride + ky, ix = ox * c->stride + kx;  // plus pad
+  if (iy < c->pad || ix < c->pad || iy - c->pad >= c->h || ix - c->pad >= c->w) {
+    return NULL;
+  }
+  return (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
+}
+
+// The taps kx of output column ox whose input column ox * stride + kx - pad lies inside the image: [kx0, kx1)
+// (kx0 == kx1: none).
+static inline void tap_cols(const q8c_ctx* c, size_t ox, size_t* kx0, size_t* kx1) {
+  const size_t first = ox * c->stride;  // input column of tap 0, plus pad
+  *kx0 = first < c->pad ? c->pad - first : 0;
+  const size_t end = c->w + c->pad > first ? c->w + c->pad - first : 0;  // taps below this are inside
+  *kx1 = end < c->kw ? end : c->kw;
+  if (*kx1 < *kx0) {
+    *kx1 = *kx0;
+  }
+}
+
+static void pack_block_portable(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  const uint8_t fill = (uint8_t)((uint8_t)c->zx ^ flip);
+  for (size_t i = 0; i < MB; i++, a += c->kp) {
+    if (m0 + i >= c->m) {
+      memset(a, 0, c->kp);
+      continue;
+    }
+    uint8_t* d = a;
+    for (size_t ky = 0; ky < c->kh; ky++) {
+      for (size_t kx = 0; kx < c->kw; kx++, d += c->cin) {
+        const uint8_t* s = tap_pixel(c, oy, ox, ky, kx);
+        if (s == NULL) {
+          memset(d, fill, c->cin);
+        } else {
+          for (size_t j = 0; j < c->cin; j++) {
+            d[j] = (uint8_t)(s[j] ^ flip);
+          }
+        }
+      }
+    }
+    memset(d, 0, c->kp - c->k);
+    if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
+// ---- Portable ----------------------------------------------------------------------------
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define Q8C_VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+#else
+#define Q8C_VECTORIZE
+#endif
+
+// acc[j] = sum over the k4 groups g and i < 4 of a[4g + i] * panel[g * 64 + 4j + i] (16 channels of one row).
+Q8C_VECTORIZE static void dot_panel(const int8_t* restrict a, const int8_t* restrict panel, size_t k4,
+                                    int32_t acc[restrict 16]) {
+  for (size_t j = 0; j < 16; j++) {
+    acc[j] = 0;
+  }
+  for (size_t g = 0; g < k4; g++) {
+    const int8_t* wg = panel + g * 64;
+    const int8_t* ag = a + 4 * g;
+    for (size_t j = 0; j < 16; j++) {
+      acc[j] += ag[0] * wg[4 * j] + ag[1] * wg[4 * j + 1] + ag[2] * wg[4 * j + 2] + ag[3] * wg[4 * j + 3];
+    }
+  }
+}
+
+// y[p][o] = lut[y[p][o] + 128] for the block's rows (rows output pixels from m0), a byte at a time.
+static void lut_rows_scalar(const q8c_ctx* c, size_t m0, size_t rows) {
+  const int8_t* lut = c->lut;
+  for (size_t r = 0; r < rows; r++) {
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    for (size_t o = 0; o < c->cout; o++) {
+      yp[o] = lut[(uint8_t)yp[o] ^ 0x80];
+    }
+  }
+}
+
+static void block_portable(const q8c_ctx* c, size_t m0, unsigned char* slot) {
+  uint8_t* a = slot + SLOT_A;
+  pack_block_portable(c, m0, a, 0);
+  const size_t rows = min_size(MB, c->m - m0);
+  for (size_t r = 0; r < rows; r++) {
+    const int8_t* ar = (const int8_t*)(a + r * c->kp);
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    for (size_t q = 0; q < c->panels; q++) {
+      int32_t acc[16];
+      dot_panel(ar, c->wt + q * c->kp * 16, c->k4, acc);
+      const size_t n = min_size(16, c->cout - 16 * q);
+      for (size_t j = 0; j < n; j++) {
+        const size_t o = 16 * q + j;
+        const int64_t v = (int64_t)acc[j] + c->bias[o] - (int64_t)c->zx * c->wsum[o];
+        yp[o] = requantize(v, c->mul[o], c->shift[o], c->zy);
+      }
+    }
+  }
+  if (c->lut != NULL) {
+    lut_rows_scalar(c, m0, rows);
+  }
+}
+
+#ifdef CARVE_HAVE_X86_SIMD
+// ---- AVX-512: packing, requantization, table ------------------------------------------------
+
+#define Q8C_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define Q8C_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define Q8C_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+#define Q8C_AVX512_VBMI Q8C_VBMI
+#define Q8C_VNNI_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")))
+
+// The low n (< 64) bytes, or all 64.
+static inline uint64_t byte_mask(size_t n) { return n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n) - 1; }
+
+// d[0 .. n) = s[0 .. n) ^ flip, 64 bytes at a time, the tail stored masked (nothing past d + n is written). The
+// tail is read by a plain 64-byte load where that stays below s_end (the end of the bytes that may be read: a packed
+// input's own; NULL: none), else masked (nothing past s + n is read): a masked load costs more.
+Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, __m512i flip, const uint8_t* s_end) {
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    _mm512_storeu_si512(d, _mm512_xor_si512(_mm512_loadu_si512(s), flip));
+  }
+  if (n > 0 && n <= 16) {  // short runs (the stem's 9 bytes): 16- or 32-byte moves, which cross fewer cache lines
+    const __mmask16 k = (__mmask16)((1u << n) - 1);
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 16;  // s is below s_end when s_end is not NULL
+    const __m128i v = plain ? _mm_loadu_si128((const __m128i*)(const void*)s) : _mm_maskz_loadu_epi8(k, s);
+    _mm_mask_storeu_epi8(d, k, _mm_xor_si128(v, _mm512_castsi512_si128(flip)));
+  } else if (n > 0 && n <= 32) {
+    const __mmask32 k = (__mmask32)byte_mask(n);
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 32;
+    const __m256i v = plain ? _mm256_loadu_si256((const __m256i*)(const void*)s) : _mm256_maskz_loadu_epi8(k, s);
+    _mm256_mask_storeu_epi8(d, k, _mm256_xor_si256(v, _mm512_castsi512_si256(flip)));
+  } else if (n > 0) {
+    const __mmask64 k = byte_mask(n);
+    const int plain = s_end != NULL && (size_t)(s_end - s) >= 64;
+    const __m512i v = plain ? _mm512_loadu_si512(s) : _mm512_maskz_loadu_epi8(k, s);
+    _mm512_mask_storeu_epi8(d, k, _mm512_xor_si512(v, flip));
+  }
+}
+
+// pack_block_portable with 64-byte moves, a kernel row at a time. Each row of A is first filled with zx (the K
+// padding then holds zx too, not zeros: its weights are zero, so any byte there adds 0), then the taps of kernel
+// row ky that lie inside the image, [kx0, kx1) (the same for every ky of the pixel), are copied over it: with a
+// packed input (pixel stride cin) as one run of bytes, else a tap at a time. Rows past m are left as they are (their
+// sums are not stored).
+Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin, rows = min_size(MB, c->m - m0);
+  const int packed = xs == cin;
+  // a packed input's bytes, all of which may be read (a strided view's gaps belong to other tensors)
+  const uint8_t* x_end = packed ? (const uint8_t*)c->x + c->h * c->w * cin : NULL;
+  const __m512i vflip = _mm512_set1_epi8((char)flip);
+  const __m512i vfill = _mm512_set1_epi8((char)((uint8_t)c->zx ^ flip));
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  for (size_t i = 0; i < rows; i++, a += c->kp) {
+    for (size_t j = 0; j < c->kp; j += 64) {
+      _mm512_storeu_si512(a + j, vfill);
+    }
+    size_t kx0, kx1;
+    tap_cols(c, ox, &kx0, &kx1);
+    for (size_t ky = 0; ky < c->kh && kx0 < kx1; ky++) {
+      const size_t iy = oy * c->stride + ky;  // plus pad
+      if (iy < c->pad || iy - c->pad >= c->h) {
+        continue;
+      }
+      const uint8_t* s = (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * xs;
+      uint8_t* d = a + ky * row + kx0 * cin;
+      if (packed) {
+        copy_flip(d, s, (kx1 - kx0) * cin, vflip, x_end);
+      } else {
+        for (size_t kx = kx0; kx < kx1; kx++, d += cin, s += xs) {
+          copy_flip(d, s, cin, vflip, x_end);
+        }
+      }
+    }
+    if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
+// The requantization of the 16 output channels of a panel: c0 = bias - zoff * wsum (zoff: zx plus A's shift) and
+// m; for the int64 path, m and n as 8 + 8 int64 lanes (lo: the channels 2i, the low dword of each qword; hi: the
+// channels 2i + 1) and the rounding term 2^(n-1); for the narrow path (every n >= 33), t = n - 32 and 2^(t-1).
+typedef struct rq16 {
+  __m512i c0, m, m_hi, n_lo, n_hi, r_lo, r_hi, t, r_t, zy32;
+} rq16;
+
+Q8C_AVX512 static inline rq16 rq16_load(const q8c_ctx* c, size_t q, int32_t zoff) {
+  const size_t o = 16 * q;
+  const __m512i m = _mm512_loadu_si512(c->mul + o), n = _mm512_loadu_si512(c->shift + o);
+  const __m512i one = _mm512_set1_epi64(1), low = _mm512_set1_epi64(0xffffffff);
+  rq16 r;
+  // |zoff * wsum| <= 255 * sum|w| < 2^31 and |bias - zoff * wsum| < 2^31 (the record's precondition): no wrap
+  r.c0 = _mm512_sub_epi32(_mm512_loadu_si512(c->bias + o),
+                          _mm512_mullo_epi32(_mm512_set1_epi32(zoff), _mm512_loadu_si512(c->wsum + o)));
+  r.m = m;
+  r.m_hi = _mm512_srli_epi64(m, 32);
+  r.n_lo = _mm512_and_si512(n, low);
+  r.n_hi = _mm512_srli_epi64(n, 32);
+  r.r_lo = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_lo, one));
+  r.r_hi = _mm512_sllv_epi64(one, _mm512_sub_epi64(r.n_hi, one));
+  r.t = _mm512_sub_epi32(n, _mm512_set1_epi32(32));
+  r.r_t = _mm512_sllv_epi32(_mm512_set1_epi32(1), _mm512_sub_epi32(r.t, _mm512_set1_epi32(1)));
+  r.zy32 = _mm512_set1_epi32(c->zy);
+  return r;
+}
+
+// clamp(zy + (((acc + c0) * m + 2^(n-1)) >> n)) of 16 int32 sums: 16 int8. The products are the signed 32 x 32
+// -> 64 bit VPMULDQ of each qword's low dword (m < 2^31 is non-negative).
+//
+// narrow (every channel's n >= 33, t = n - 32 >= 1: real multipliers below 1/4, as a convolution's are): with
+// P = (acc + c0) * m = H * 2^32 + L (H its high dword, signed; 0 <= L < 2^32), P + 2^(n-1) = (H + 2^(t-1)) * 2^32
+// + L, whose floor division by 2^n is (H + 2^(t-1)) >> t exactly (L / 2^32 < 1 cannot carry past a multiple of
+// 2^t). |H| <= 2^30 and 2^(t-1) <= 2^29, so that is int32 arithmetic (VPSRAVD), and VPMOVSDB's signed saturation
+// is the clamp. Otherwise in int64: VPSRAVQ by n (<= 62) and 64-bit clamps.
+Q8C_AVX512 static inline __m128i rq16_apply(const rq16* r, __m512i acc, __m512i zy, const int narrow) {
+  const __m512i v = _mm512_add_epi32(acc, r->c0);
+  __m512i lo = _mm512_mul_epi32(v, r->m);
+  __m512i hi = _mm512_mul_epi32(_mm512_srli_epi64(v, 32), r->m_hi);
+  if (narrow) {
+    const __m512i h = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(lo, 32), hi);  // high dwords, in order
+    const __m512i x = _mm512_srav_epi32(_mm512_add_epi32(h, r->r_t), r->t);
+    return _mm512_cvtsepi32_epi8(_mm512_add_epi32(x, r->zy32));
+  }
+  const __m512i lo_clamp = _mm512_set1_epi64(-128), hi_clamp = _mm512_set1_epi64(127);
+  lo = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(lo, r->r_lo), r->n_lo));
+  hi = _mm512_add_epi64(zy, _mm512_srav_epi64(_mm512_add_epi64(hi, r->r_hi), r->n_hi));
+  lo = _mm512_min_epi64(_mm512_max_epi64(lo, lo_clamp), hi_clamp);
+  hi = _mm512_min_epi64(_mm512_max_epi64(hi, lo_clamp), hi_clamp);
+  return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(0xAAAA, lo, _mm512_slli_epi64(hi, 32)));
+}
+
+// The table in four 64-byte quarters (VBMI's two 128-byte lookups).
+typedef struct lut256 {
+  __m512i t[4];
+} lut256;
+
+// lut[q + 128] of 16 int8 by VPERMI2B: each half of the table is one 128-byte lookup (bits 0-6 of q + 128), bit 7
+// chooses the half. Not always_inline: called (and inlined) only from the *_vbmi instances of the block bodies,
+// whose target has VBMI; the plain instances hold no call (their branch is dead).
+Q8C_VBMI static inline __m128i lut16_vbmi(const lut256* t, __m128i q) {
+  const __m512i idx = _mm512_castsi128_si512(_mm_xor_si128(q, _mm_set1_epi8((char)0x80)));
+  const __m512i lo = _mm512_permutex2var_epi8(t->t[0], idx, t->t[1]);
+  const __m512i hi = _mm512_permutex2var_epi8(t->t[2], idx, t->t[3]);
+  return _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+}
+
+// The table of the conv, or zeros without one.
+Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
+  lut256 t;
+  for (int i = 0; i < 4; i++) {
+    t.t[i] = c->lut != NULL ? _mm512_loadu_si512(c->lut + 64 * i) : _mm512_setzero_si512();
+  }
+  return t;
+}
+
+// The 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), requantized, through the table when
+// vbmi (else lut_rows_scalar follows), stored: only the channels below cout.
+Q8C_AVX512 __attribute__((always_inline)) static inline void out16(const q8c_ctx* c, int8_t* yp, size_t q,
+                                                                   const rq16* r, __m512i acc, __m512i zy,
+                                                                   const lut256* t, const int vbmi) {
+  __m128i v = rq16_apply(r, acc, zy, c->narrow);
+  if (vbmi && c->lut != NULL) {
+    v = lut16_vbmi(t, v);
+  }
+  const size_t n = min_size(16, c->cout - 16 * q);
+  _mm_mask_storeu_epi8(yp + 16 * q, (__mmask16)((1u << n) - 1), v);
+}
+
+// ---- AVX-512 VNNI -----------------------------------------------------------------------------
+//
+// A is packed with its bytes flipped (A + 128, unsigned); VPDPBUSD multiplies 4 unsigned bytes of A (one pixel's
+// 4 consecutive k, broadcast) by the 4 signed weights of each of 16 channels (one 64-byte group of a panel) and
+// adds the 4 products to the channel's int32. 8 rows x np panels (np = 2: 16 accumulators, 2 weight vectors and
+// a broadcast in 19 of the 32 zmm registers), over the k4 groups that hold weights.
+
+Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_ctx* c, const uint8_t* a, size_t q,
+                                                                    const int np, __m512i acc[8][2]) {
+  const size_t kp = c->kp;
+  const int8_t* w0 = c->wt + q * kp * 16;
+  const int8_t* w1 = w0 + kp * 16;
+  for (int i = 0; i < 8; i++) {
+    acc[i][0] = _mm512_setzero_si512();
+    acc[i][1] = _mm512_setzero_si512();
+  }
+  for (size_t g = 0; g < c->k4; g++) {
+    const __m512i b0 = _mm512_loadu_si512(w0 + g * 64);
+    const __m512i b1 = np == 2 ? _mm512_loadu_si512(w1 + g * 64) : b0;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+      int32_t v;
+      memcpy(&v, a + i * kp + 4 * g, 4);
+      const __m512i av = _mm512_set1_epi32(v);
+      acc[i][0] = _mm512_dpbusd_epi32(acc[i][0], av, b0);
+      if (np == 2) {
+        acc[i][1] = _mm512_dpbusd_epi32(acc[i][1], av, b1);
+      }
+    }
+  }
+}
+
+Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_ctx* c, size_t m0,
+                                                                     unsigned char* slot, const int vbmi) {
+  uint8_t* a = slot + SLOT_A;
+  pack_block_avx512(c, m0, a, 0x80);
+  const size_t rows = min_size(MB, c->m - m0);
+  const int32_t zoff = c->zx + 128;
+  const __m512i zy = _mm512_set1_epi64(c->zy);
+  const lut256 t = lut256_load(c);
+  for (size_t q = 0; q < c->panels; q += 2) {
+    const int np = c->panels - q >= 2 ? 2 : 1;
+    const rq16 r0 = rq16_load(c, q, zoff);
+    const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, zoff);
+    for (size_t i0 = 0; i0 < rows; i0 += 8) {
+      __m512i acc[8][2];
+      if (np == 2) {
+        vnni_tile(c, a + i0 * c->kp, q, 2, acc);
+      } else {
+        vnni_tile(c, a + i0 * c->kp, q, 1, acc);
+      }
+      const size_t n = min_size(8, rows - i0);
+      for (size_t i = 0; i < n; i++) {
+        int8_t* yp = c->y + (m0 + i0 + i) * c->y_stride;
+        out16(c, yp, q, &r0, acc[i][0], zy, &t, vbmi);
+        if (np == 2) {
+          out16(c, yp, q + 1, &r1, acc[i][1], zy, &t, vbmi);
+        }
+      }
+    }
+  }
+  if (!vbmi && c->lut != NULL) {
+    lut_rows_scalar(c, m0, rows);
+  }
+}
+
+Q8C_VNNI static void blocks_avx512vnni(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    vnni_block(c, b * MB, slot, 0);
+  }
+}
+
+Q8C_VNNI_VBMI static void blocks_avx512vnni_vbmi(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    vnni_block(c, b * MB, slot, 1);
+  }
+}
+
+// ---- AMX ---------------------------------------------------------------------------------------
+//
+// Tiles 0..3: C, 2 x 2 tiles of 16 x 16 int32 (rows 0-15 / 16-31 of the block x channels of panels q / q + 1);
+// 4, 5: A (16 rows x 64 bytes: 64 k of 16 pixels); 6, 7: B (16 rows x 64 bytes: panel q's or q + 1's groups of one
+// K block). TDPBSSD adds, for each C element, the 64 signed products of an A row and a B column (4 per dword),
+// with wrap-around. The tile instructions are written as inline assembly with a "memory" clobber: GCC's
+// _tile_loadd does not tell the compiler that it reads memory, so stores to A could be moved past it.
+
+#define Q8C_TILE_LOAD(t, base, stride) \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"((const void*)(base)), "r"((long)(stride)) : "memory")
+#define Q8C_TILE_STORE(t, base, stride) \
+  __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"((void*)(base)), "r"((long)(stride)) : "memory")
+#define Q8C_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define Q8C_TILE_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+// The C tiles of panels q (tiles 0, 2) and q + 1 (tiles 1, 3, when np == 2) for 32 rows of A from ai (rows lda
+// bytes apart), over the kp / 64 K blocks; w0: panel q. With a single K block, A's tiles (4, 5) are loaded by the
+// caller once for all the panels (a_loaded).
+static inline void amx_tiles(const uint8_t* ai, size_t lda, const int8_t* w0, size_t kp, int np, int a_loaded) {
+  Q8C_TILE_ZERO(0);
+  Q8C_TILE_ZERO(2);
+  if (np == 2) {
+    Q8C_TILE_ZERO(1);
+    Q8C_TILE_ZERO(3);
+  }
+  for (size_t kb = 0; kb < kp; kb += 64) {
+    if (!a_loaded) {
+      Q8C_TILE_LOAD(4, ai + kb, lda);
+      Q8C_TILE_LOAD(5, ai + 16 * lda + kb, lda);
+    }
+    Q8C_TILE_LOAD(6, w0 + kb * 16, 64);
+    Q8C_TILE_DPBSSD(0, 4, 6);
+    Q8C_TILE_DPBSSD(2, 5, 6);
+    if (np == 2) {
+      Q8C_TILE_LOAD(7, w0 + kp * 16 + kb * 16, 64);
+      Q8C_TILE_DPBSSD(1, 4, 7);
+      Q8C_TILE_DPBSSD(3, 5, 7);
+    }
+  }
+}
+
+// The C tiles to cb: 32 rows x 32 int32 (panel q in columns 0-15, q + 1 in 16-31).
+static inline void amx_store(int32_t* cb, int np) {
+  Q8C_TILE_STORE(0, cb, 128);
+  Q8C_TILE_STORE(2, cb + 16 * 32, 128);
+  if (np == 2) {
+    Q8C_TILE_STORE(1, cb + 16, 128);
+    Q8C_TILE_STORE(3, cb + 16 * 32 + 16, 128);
+  }
+}
+
+// The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32); after the
+// block's last pair, its table pass when the table is not looked up in registers.
+Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_ctx* c, size_t m0, size_t rows,
+                                                                    size_t q, int np, const int32_t* cb,
+                                                                    const lut256* t, const int vbmi) {
+  const __m512i zy = _mm512_set1_epi64(c->zy);
+  const rq16 r0 = rq16_load(c, q, c->zx);
+  const rq16 r1 = rq16_load(c, np == 2 ? q + 1 : q, c->zx);
+  for (size_t r = 0; r < rows; r++) {
+    int8_t* yp = c->y + (m0 + r) * c->y_stride;
+    out16(c, yp, q, &r0, _mm512_loadu_si512(cb + r * 32), zy, t, vbmi);
+    if (np == 2) {
+      out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cb + r * 32 + 16), zy, t, vbmi);
+    }
+  }
+  if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
+    lut_rows_scalar(c, m0, rows);
+  }
+}
+
+// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
+static void amx_begin(unsigned char* slot) {
+  memset(slot, 0, 64);
+  slot[0] = 1;  // palette
+  for (int t = 0; t < 8; t++) {
+    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
+    slot[48 + t] = 16;      // rows
+  }
+  __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
+}
+
+// The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
+static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
+
+// A task's blocks as one software pipeline of units (a unit: one pair of panels of one block): for each block, A
+// packed (or read in place; with a single K block, its two tiles loaded once), then per unit its tiles, whose sums
+// go to one of two buffers in turn. The requantization of the previous unit, of this block or the last one, is
+// issued after the current unit's TDPBSSDs, so that the core works on it while the tile unit computes.
+Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_ctx* c, size_t b0, size_t b1,
+                                                                    unsigned char* slot, const int vbmi) {
+  _Static_assert(MB == 32, "a block is one pair of 16-row tiles");
+  int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
+  const size_t kp = c->kp;
+  const lut256 t = lut256_load(c);
+  size_t u = 0, p_m0 = 0, p_rows = 0, p_q = 0;  // units issued; the previous unit's block and panel
+  int p_np = 0;
+  amx_begin(slot);
+  for (size_t b = b0; b < b1; b++) {
+    const size_t m0 = b * MB, rows = min_size(MB, c->m - m0);
+    const uint8_t* a;
+    size_t lda;
+    if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
+      a = (const uint8_t*)c->x + m0 * c->x_stride;
+      lda = c->x_stride;
+    } else {  // (the previous units' tile loads of A come before these stores in program order)
+      pack_block_avx512(c, m0, slot + SLOT_A, 0);
+      a = slot + SLOT_A;
+      lda = kp;
+    }
+    const int a_once = kp == 64;
+    if (a_once) {
+      Q8C_TILE_LOAD(4, a, lda);
+      Q8C_TILE_LOAD(5, a + 16 * lda, lda);
+    }
+    for (size_t q = 0; q < c->panels; q += 2, u++) {
+      const int np = c->panels - q >= 2 ? 2 : 1;
+      amx_tiles(a, lda, c->wt + q * kp * 16, kp, np, a_once);
+      if (u > 0) {
+        amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
+      }
+      amx_store(cbuf[u & 1], np);
+      p_m0 = m0, p_rows = rows, p_q = q, p_np = np;
+    }
+  }
+  amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
+  amx_end();
+}
+
+Q8C_AVX512 static void blocks_amx(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  amx_run(c, b0, b1, slot, 0);
+}
+
+Q8C_AVX512_VBMI static void blocks_amx_vbmi(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  amx_run(c, b0, b1, slot, 1);
+}
+#endif  // CARVE_HAVE_X86_SIMD
+
+// ---- Driver --------------------------------------------------------------------------------------
+
+// Slots [start, start + count): slot s computes blocks [s * blocks / slots, (s + 1) * blocks / slots).
+static void q8c_task(void* context, size_t start, size_t count) {
+  const q8c_ctx* c = context;
+  for (size_t s = start; s < start + count; s++) {
+    const size_t b0 = s * c->blocks / c->slots, b1 = (s + 1) * c->blocks / c->slots;
+    if (b0 == b1) {
+      continue;
+    }
+    c->isa->blocks(c, b0, b1, c->scratch + s * c->slot_bytes);
+  }
+}
+
+static uint32_t read_u32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
+
+// The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
+static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                              size_t slots, pthreadpool_t pool, const q8c_isa* isa) {
+  if (d == NULL || blob == NULL || arena == NULL || scratch == NULL || slots == 0 ||
+      (uintptr_t)scratch % CARVE_Q8CONV_ALIGN != 0 || d->kind != CARVE_Q8_CONV || d->groups != 1 || d->kh == 0 ||
+      d->kw == 0 || d->stride == 0 || d->cin == 0 || d->cout == 0 || d->h == 0 || d->w == 0 ||
+      d->kh > (size_t)d->h + 2 * (size_t)d->pad || d->kw > (size_t)d->w + 2 * (size_t)d->pad ||
+      d->in_stride < d->cin || d->out_stride < d->cout || !zero_point_ok(d->in_zero) ||
+      !zero_point_ok(d->out_zero) || (d->act != CARVE_ACT_NONE && d->act != CARVE_ACT_SILU)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const uint8_t* rec = blob + d->weight_off;
+  const size_t kp = CARVE_Q8CONV_KP(d->kh, d->kw, d->cin), coutp = CARVE_Q8CONV_COUTP(d->cout);
+  if ((uintptr_t)rec % CARVE_Q8CONV_ALIGN != 0 || read_u32(rec) != CARVE_Q8CONV_LAYOUT ||
+      read_u32(rec + 4) != d->kh || read_u32(rec + 8) != d->kw || read_u32(rec + 12) != d->cin ||
+      read_u32(rec + 16) != d->cout || read_u32(rec + 20) != kp || read_u32(rec + 24) != coutp) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const int32_t* bias = (const int32_t*)(const void*)(rec + CARVE_Q8CONV_HEADER_BYTES);
+  const int32_t* shift = bias + 3 * coutp;
+  int narrow = 1;
+  for (size_t o = 0; o < coutp; o++) {
+    if (shift[o] < 1 || shift[o] > 62) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+    narrow &= o >= d->cout || shift[o] >= 33;  // the padding channels' sums are not stored
+  }
+  const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
+  const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
+  const size_t k = (size_t)d->kh * d->kw * d->cin;
+  const q8c_ctx c = {
+      .x = (const int8_t*)(arena + d->in_off), .x_stride = d->in_stride, .h = d->h, .w = d->w, .cin = d->cin,
+      .kh = d->kh, .kw = d->kw, .stride = d->stride, .pad = d->pad, .oh = oh, .ow = ow, .m = oh * ow,
+      .k = k, .kp = kp, .k4 = (k + 3) / 4, .cout = d->cout, .panels = coutp / CARVE_Q8CONV_NR,
+      .bias = bias, .wsum = bias + coutp, .mul = bias + 2 * coutp, .shift = shift,
+      .wt = (const int8_t*)(const void*)(rec + CARVE_Q8CONV_HEADER_BYTES + 16 * coutp),
+      .lut = d->act == CARVE_ACT_SILU ? (const int8_t*)(const void*)(blob + d->lut_off) : NULL,
+      .y = (int8_t*)(arena + d->out_off), .y_stride = d->out_stride, .zx = d->in_zero, .zy = d->out_zero,
+      .blocks = div_round_up(oh * ow, MB), .slots = slots,
+      .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
+      .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
+      .narrow = narrow,
+      .isa = isa};
+  carve_parallelize_1d_tile(pool, q8c_task, (void*)&c, slots, 1);
+  return CARVE_OK;
+}
+
+// ---- Variants and selection ------------------------------------------------------------------------
+
+static void blocks_portable(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot) {
+  for (size_t b = b0; b < b1; b++) {
+    block_portable(c, b * MB, slot);
+  }
+}
+
+static const q8c_isa q8c_portable = {blocks_portable};
+
+carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                    size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_portable);
+}
+
+#ifdef CARVE_HAVE_X86_SIMD
+static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni};
+static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi};
+static const q8c_isa q8c_amx = {blocks_amx};
+static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi};
+
+static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
+
+carve_status carve_q8conv__avx512vnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_avx512vnni_vbmi : &q8c_avx512vnni);
+}
+
+carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
+                                             void* scratch, size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_avx512vnni);
+}
+
+carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                               size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_amx_vbmi : &q8c_amx);
+}
+
+carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx);
+}
+#endif
+
+int carve_q8conv_vnni_ready(void) {
+#ifdef CARVE_HAVE_X86_SIMD
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#else
+  return 0;
+#endif
+}
+
+// Linux's arch_prctl for the dynamically enabled XSAVE features (asm/prctl.h, Linux 5.16) and AMX's tile data.
+#define Q8C_ARCH_GET_XCOMP_PERM 0x1022
+#define Q8C_ARCH_REQ_XCOMP_PERM 0x1023
+#define Q8C_XFEATURE_XTILEDATA 18
+
+int carve_q8conv_amx_ready(void) {
+#if defined(CARVE_HAVE_X86_SIMD) && defined(__linux__) && defined(SYS_arch_prctl)
+  unsigned int a, b, c, d;
+  // CPUID.(7, 0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8; the requantization needs AVX-512 F, BW and VL (every CPU
+  // with AMX has them, and VNNI)
+  if (!carve_q8conv_vnni_ready() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) ||
+      !(d & (1u << 25))) {
+    return 0;
+  }
+  // The kernel (>= 5.16) enables the 8 KB of tile data per thread only for a process that asked: a refusal
+  // (older kernel, a hypervisor or seccomp policy that hides AMX) leaves the VNNI variant.
+  if (syscall(SYS_arch_prctl, Q8C_ARCH_REQ_XCOMP_PERM, Q8C_XFEATURE_XTILEDATA) != 0) {
+    return 0;
+  }
+  unsigned long perm = 0;
+  if (syscall(SYS_arch_prctl, Q8C_ARCH_GET_XCOMP_PERM, &perm) != 0) {
+    return 0;
+  }
+  return (int)((perm >> Q8C_XFEATURE_XTILEDATA) & 1);
+#else
+  return 0;
+#endif
+}
+
+carve_q8conv_fn carve_q8conv_select(carve_isa isa) {
+#ifdef CARVE_HAVE_X86_SIMD
+  if (isa == CARVE_ISA_AVX512) {
+    if (carve_q8conv_amx_ready()) {
+      return carve_q8conv__amx;
+    }
+    if (carve_q8conv_vnni_ready()) {
+      return carve_q8conv__avx512vnni;
+    }
+  }
+#endif
+  (void)isa;
+  return carve_q8conv__portable;
+}
+
+const char* carve_q8conv_name(carve_q8conv_fn fn) {
+#ifdef CARVE_HAVE_X86_SIMD
+  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi) {
+    return "amx";
+  }
+  if (fn == carve_q8conv__avx512vnni || fn == carve_q8conv__avx512vnni_novbmi) {
+    return "avx512vnni";
+  }
+#endif
+  return fn == carve_q8conv__portable ? "portable" : "unknown";
+}

@@ -1,0 +1,155 @@
+// carve runtime: the int8 dense convolution as a GEMM on AMX, AVX-512 VNNI or
+// portable C (issue 19), bit for bit arith.qconv2d (generator/carve/quant/arith.py).
+//
+// What it runs: a CARVE_Q8_CONV of carve_q8.h with groups 1 (1x1, 3x3 stride 1 /
+// 2, the stem's 3x3 stride 2 on 3 channels, any kh, kw, stride, pad), the same
+// descriptor (carve_q8_desc: shapes, pixel strides, arena and blob offsets, zero
+// points, act + lut_off), but weights in this family's record (below) instead of
+// carve_q8's. Depthwise and grouped convolutions stay with carve_q8_run.
+//
+// The convolution as a GEMM: output pixel p (row-major over oh x ow) is row p of
+// the matrix A (M = oh * ow rows, K = kh * kw * cin columns: the im2col row of
+// p, tap (ky, kx) then input channel, taps outside the image holding the input
+// zero point zx), the weights are B (K x cout), and
+//
+//   acc[p][o] = bias[o] + sum_k B[k][o] * (A[p][k] - zx)
+//             = sum_k B[k][o] * (A[p][k] + s) + (bias[o] - (zx + s) * wsum[o])
+//
+// with wsum[o] = sum_k B[k][o] (all taps) and any shift s: s = 0 for AMX's signed
+// x signed TDPBSSD and the portable loops; s = 128 for VNNI's unsigned x signed
+// VPDPBUSD (A + 128 is A's bytes with the top bit flipped). A padded tap holds zx,
+// so it contributes B * (zx - zx) = 0 exactly, as arith's padding does. Then
+// arith's requantization, clamp(zy + ((acc * m + 2^(n-1)) >> n)) in int64, and
+// y = lut[pre + 128] when act is SiLU. No floating point anywhere.
+//
+// Exactness: integer sums are exact in any order, and neither the partial nor the
+// final sums can leave int32, given the record's precondition (q8_pack's
+// check_accumulators) |bias[o]| + 255 * sum_k |B[k][o]| < 2^31: with |A + s| <=
+// 255 every partial sum of products is at most 255 * sum |B| in magnitude; |(zx +
+// s) * wsum| <= 255 * sum |B| (zx + s is in [0, 255]); the constant bias - (zx +
+// s) * wsum and the final acc are within |bias| + 255 * sum |B|. (VPDPBUSD and
+// TDPBSSD add with wrap-around, not saturation, so even an overflowing partial
+// sum would end at the right value; the bound makes that moot.) So every
+// variant, thread count and split gives arith's bytes.
+//
+// ---- The record in the blob (generator/carve/backends/q8conv_pack.py writes it) ----
+//
+// At blob + weight_off, aligned to CARVE_Q8CONV_ALIGN (64) bytes, little-endian;
+// kp = CARVE_Q8CONV_KP(kh, kw, cin) (K rounded up to CARVE_Q8CONV_KB = 64),
+// coutp = CARVE_Q8CONV_COUTP(cout) (cout rounded up to CARVE_Q8CONV_NR = 16):
+//
+//   uint32 header[16]    CARVE_Q8CONV_LAYOUT, kh, kw, cin, cout, kp, coutp, then 9
+//                        zeros (64 bytes): checked against the descriptor
+//   int32 bias[coutp]    arith.quantize_bias (the input zero point not folded in)
+//   int32 wsum[coutp]    sum of the channel's kh * kw * cin weights
+//   int32 mul[coutp]     requantization multipliers m
+//   int32 shift[coutp]   right shifts n, in [1, 62]
+//   int8  weights        coutp / 16 panels of 16 output channels; panel q holds
+//                        channels 16q .. 16q + 15 as kp / 4 groups of 64 bytes:
+//                        byte (g * 64 + j * 4 + i) of panel q is B[4g + i][16q + j]
+//                        = the weight (o = 16q + j, ci, ky, kx) of PyTorch's
+//                        (cout, cin, kh, kw) with 4g + i = (ky * kw + kx) * cin + ci;
+//                        zero for k >= K and o >= cout
+//
+// Channels o >= cout have bias, wsum and mul 0 and shift 1. A panel is AMX's B
+// operand (16 rows of 64 bytes, "VNNI layout": 4 consecutive k of one output
+// channel in each dword) for every block of 64 k, and VPDPBUSD's (one 64-byte
+// vector per group of 4 k), so the three variants share it. CARVE_Q8CONV_LAYOUT
+// numbers this layout; q8conv_pack.py reads it from here and refuses to pack when
+// it writes another, and generated code _Static_asserts it.
+//
+// ---- Variants ----
+//
+//   amx         x86-64 with AMX-INT8 and AVX-512 (F, BW, VL, VNNI), and the OS's permission
+//               for the tile data (Linux >= 5.16: arch_prctl(ARCH_REQ_XCOMP_PERM),
+//               asked by carve_q8conv_select, once per process): TDPBSSD on 2 x 2
+//               tiles of 16 x 16 int32 (32 pixels x 32 channels), A from the
+//               im2col block or, for 1x1 stride-1 convolutions with cin a multiple
+//               of 64, straight from the input view; the requantization in AVX-512,
+//               overlapping the next tiles' TDPBSSDs (a task's blocks are one
+//               software pipeline).
+//   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
+//               channels in 16 zmm accumulators, over the im2col block (its bytes
+//               flipped to unsigned).
+//   portable    C11 everywhere else (and as the reference of the other two): a
+//               correctness fallback (about 11 GOP/s on a Sapphire Rapids core), not
+//               a fast path.
+// The SiLU table is looked up with VPERMI2B where the CPU has AVX-512 VBMI, else a
+// byte at a time. Work is split into blocks of CARVE_Q8CONV_MB output pixels, the
+// blocks into `slots` tasks over the pool.
+
+#ifndef CARVE_Q8CONV_H
+#define CARVE_Q8CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "carve_isa.h"
+#include "carve_q8.h"
+#include "carve_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Number of the record's layout (above).
+#define CARVE_Q8CONV_LAYOUT 1
+// Alignment of a record in the blob and of the scratch, in bytes.
+#define CARVE_Q8CONV_ALIGN 64
+// Bytes of the record's header (uint32[16]).
+#define CARVE_Q8CONV_HEADER_BYTES 64
+// Output channels per weight panel, and the multiple K is padded to (one AMX tile of A: 64 bytes a row).
+#define CARVE_Q8CONV_NR 16
+#define CARVE_Q8CONV_KB 64
+// Output pixels per block (a multiple of 32: two AMX tiles of 16 rows, four VNNI row blocks of 8).
+#define CARVE_Q8CONV_MB 32
+
+// K rounded up to CARVE_Q8CONV_KB, and cout to CARVE_Q8CONV_NR.
+#define CARVE_Q8CONV_KP(kh, kw, cin) \
+  (((size_t)(kh) * (size_t)(kw) * (size_t)(cin) + CARVE_Q8CONV_KB - 1) / CARVE_Q8CONV_KB * CARVE_Q8CONV_KB)
+#define CARVE_Q8CONV_COUTP(cout) (((size_t)(cout) + CARVE_Q8CONV_NR - 1) / CARVE_Q8CONV_NR * CARVE_Q8CONV_NR)
+// Bytes of a record: header, 4 int32 arrays of coutp, coutp * kp weights.
+#define CARVE_Q8CONV_RECORD_BYTES(kh, kw, cin, cout)                          \
+  (CARVE_Q8CONV_HEADER_BYTES + 16 * CARVE_Q8CONV_COUTP(cout) +                \
+   CARVE_Q8CONV_COUTP(cout) * CARVE_Q8CONV_KP(kh, kw, cin))
+
+// Bytes of one scratch slot: a fixed part (the AMX tile configuration, 64 bytes, and two buffers of a block's
+// int32 sums, CARVE_Q8CONV_MB x 32 each) and the block of A (CARVE_Q8CONV_MB rows of kp bytes). Every size is a
+// multiple of 64, so slots laid end to end stay 64-byte aligned.
+#define CARVE_Q8CONV_SLOT_FIXED (64 + 2 * CARVE_Q8CONV_MB * 32 * 4)
+#define CARVE_Q8CONV_SLOT_BYTES(kh, kw, cin) \
+  ((size_t)CARVE_Q8CONV_SLOT_FIXED + (size_t)CARVE_Q8CONV_MB * CARVE_Q8CONV_KP(kh, kw, cin))
+
+// ---- Run ----------------------------------------------------------------------
+
+// Runs the CARVE_Q8_CONV `d` (groups 1) with the record at blob + d->weight_off and, for act CARVE_ACT_SILU, the
+// int8[256] table at blob + d->lut_off: reads the int8 view at arena + d->in_off, writes the int8 view at
+// arena + d->out_off (only its cout channels of each pixel), exactly arith.qconv2d. Fields used: kind, kh, kw,
+// stride, pad, groups, cin, cout, h, w, in_stride, out_stride, in_off, out_off, weight_off, lut_off, act,
+// in_zero, out_zero (arith's pre_zero). scratch is `slots` slots of CARVE_Q8CONV_SLOT_BYTES(kh, kw, cin) bytes,
+// CARVE_Q8CONV_ALIGN-aligned, contents ignored; the blocks of CARVE_Q8CONV_MB output pixels are split into
+// `slots` tasks over `pool` (NULL: serial; task s takes blocks [s * B / slots, (s + 1) * B / slots)), and the
+// result does not depend on slots or threads. The output must not overlap the input. CARVE_ERR_INVALID_ARGUMENT,
+// with nothing written, for: NULL d, blob, arena or scratch; slots 0; a scratch or record not aligned to
+// CARVE_Q8CONV_ALIGN; kind not CARVE_Q8_CONV or groups not 1; zero sizes or stride; a kernel larger than the
+// padded input; pixel strides below the channels; zero points outside [-128, 127]; an act other than
+// CARVE_ACT_NONE / CARVE_ACT_SILU; a record whose header is not (CARVE_Q8CONV_LAYOUT, kh, kw, cin, cout, kp,
+// coutp) or with a shift outside [1, 62]. Offsets against the arena's and blob's lengths, and the scratch's size,
+// are the generator's, not checked again here.
+typedef carve_status (*carve_q8conv_fn)(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                        size_t slots, pthreadpool_t pool);
+
+// The best variant for this CPU given isa (from carve_isa_detect()): for CARVE_ISA_AVX512 the AMX variant where
+// the CPU has AMX-INT8 and the OS grants the tile data (this asks for it, for the whole process: call it once, at
+// create), else the AVX-512 VNNI one where the CPU has VNNI, else the portable one; the portable one for any other
+// isa. Never NULL.
+carve_q8conv_fn carve_q8conv_select(carve_isa isa);
+
+// "amx", "avx512vnni", "portable" for the variants carve_q8conv_select returns; "unknown" otherwise.
+const char* carve_q8conv_name(carve_q8conv_fn fn);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CARVE_Q8CONV_H

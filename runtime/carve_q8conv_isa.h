@@ -1,0 +1,40 @@
+// carve runtime, internal: the variants of the int8 convolution (carve_q8conv.h), each a full entry point with
+// carve_q8conv_fn's signature, for the selector, the tests and the benches. A variant runs only where
+// carve_q8conv_select would pick it or a better one (the AMX variant: after carve_q8conv_amx_ready() said 1);
+// only the variants this build can compile are declared.
+
+#ifndef CARVE_Q8CONV_ISA_H
+#define CARVE_Q8CONV_ISA_H
+
+#include "carve_q8conv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                    size_t slots, pthreadpool_t pool);
+#ifdef CARVE_HAVE_X86_SIMD
+carve_status carve_q8conv__avx512vnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool);
+carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                               size_t slots, pthreadpool_t pool);
+// The two AVX-512 variants with the table looked up a byte at a time even on a CPU with VBMI (for the tests: the
+// path of CPUs with VNNI but no VBMI, such as Cascade Lake).
+carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
+                                             void* scratch, size_t slots, pthreadpool_t pool);
+carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool);
+#endif
+
+// 1 where this CPU and build can run the variant: AVX-512 F, BW, VL and VNNI (carve_q8conv_vnni_ready), AMX-INT8
+// with those and the OS's permission for the tile data, which carve_q8conv_amx_ready asks for (once per process
+// is enough; asking again is harmless).
+int carve_q8conv_vnni_ready(void);
+int carve_q8conv_amx_ready(void);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // CARVE_Q8CONV_ISA_H
