@@ -110,19 +110,54 @@ def supports_precision() -> bool:
 
 
 def quant_mode(precision: str, quant: str = "auto") -> str:
-    """fp32: "fp32"; int8: "pass" (./carve generate --precision int8 --calib) or "hand" (tests/int8/handquant.py's
-    graph); "auto" picks the pass when this carve has it."""
+    """fp32: "fp32"; int8: "pass" (./carve generate --precision int8 --calib), "all" (the pass's calibration and
+    rewrite with no op kept in float32: generate_all_int8) or "hand" (tests/int8/handquant.py's graph); "auto" picks
+    the pass when this carve has it."""
     if precision == "fp32":
         return "fp32"
     return ("pass" if supports_precision() else "hand") if quant == "auto" else quant
 
 
 def generate(manifest: str, checkpoint: Path, out: Path, imgsz: int, quant: str, calib: Path | None) -> Path:
-    """The portable package of manifests/<manifest> at imgsz: fp32, or int8 by quant_mode's "pass" or "hand"."""
+    """The portable package of manifests/<manifest> at imgsz: fp32, or int8 by quant_mode's "pass", "all" or
+    "hand"."""
+    if quant == "all":
+        return generate_all_int8(manifest, checkpoint, out, imgsz, calib)
     if quant != "hand":
         flags = ["--imgsz", str(imgsz)] + (["--precision", "int8", "--calib", calib] if quant == "pass" else [])
-        return fwlib.generate(manifest, checkpoint, out, *flags, backend="portable")
+        p = run([fwlib.CARVE, "generate", REPO / "manifests" / manifest, "--backend", "portable", "--weights",
+                 checkpoint, "--out", out, "--force", *flags])
+        for ln in p.stderr.splitlines():  # the int8 summary: ops in int8, those kept float32 and why
+            if ln.startswith(("carve: int8", "carve:   ", "carve: generated")):
+                fwlib.log(ln)
+        return out
     return generate_handquant(manifest, checkpoint, out, imgsz, calib)
+
+
+def _write_files(files: dict, out: Path) -> None:
+    fwlib.fresh(out)
+    for rel, data in files.items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_bytes(data)
+
+
+def generate_all_int8(manifest: str, checkpoint: Path, out: Path, imgsz: int, calib: Path) -> Path:
+    """The int8 package of the quantization pass with its sensitivity threshold at -1e300 dB: calibrated and rewritten as
+    --precision int8 does, but every conv2d / add in int8 (ops without an int8 kernel stay float32), through
+    compile_model's graph_hook as tests/int8/xnn_vs_portable.py --quant-pass does. For sizes of random-weight
+    checkpoints, whose ops the sensitivity analysis would nearly all keep in float32 (alone in int8 each costs the
+    random network's output more than 35 dB of SQNR): the package a trained model gets when nothing is kept."""
+    import sys
+    sys.path.insert(0, str(REPO / "generator"))
+    from carve.compiler import compile_model, quantized_graph
+
+    path = str(REPO / "manifests" / manifest)
+    q = quantized_graph(path, str(checkpoint), str(calib), imgsz, threshold_db=-1e300, sens_images=1)
+    res = compile_model(path, "portable", str(checkpoint), imgsz, graph_hook=lambda g: q.graph)
+    _write_files(res.files, out)
+    fwlib.log(f"int8 package of the pass's graph with nothing kept in float32 ({q.summary['int8_ops']} of "
+              f"{q.summary['quantizable_ops']} conv/add ops in int8) in {out}")
+    return out
 
 
 def generate_handquant(manifest: str, checkpoint: Path, out: Path, imgsz: int, calib: Path) -> Path:
@@ -150,10 +185,7 @@ def generate_handquant(manifest: str, checkpoint: Path, out: Path, imgsz: int, c
               for p in sorted(calib.glob("*.png"))[:HANDQUANT_IMAGES]]
     qgraph = handquant.quantize_graph(fgraph, handquant.calibrate(fgraph, images))
     res = compile_model(str(path), "portable", str(checkpoint), imgsz, graph_hook=lambda g: qgraph)
-    fwlib.fresh(out)
-    for rel, data in res.files.items():
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_bytes(data)
+    _write_files(res.files, out)
     n = sum(op.kind == "qconv2d" for op in qgraph.ops)
     fwlib.log(f"int8 package of handquant's graph ({n} qconv2d, calibrated on {len(images)} images) in {out}")
     return out

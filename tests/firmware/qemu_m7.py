@@ -9,6 +9,7 @@ same package on the host.
    assets/yolo26n-shapes.pt) at --imgsz, in --precision. int8: --quant pass, --precision int8 --calib (--calib or,
    by default, CALIB_COUNT images of the demo model's training seed rendered by tools/train_demo.py, cached in
    WORK); --quant hand, tests/int8/handquant.py's graph (every convolution int8, the rest float32; fwm7.py);
+   --quant all, the pass's calibration and rewrite with no op kept in float32 (fwm7.generate_all_int8);
    --quant auto (default): the pass when this carve has it, else handquant.
 2. The firmware harness (tests/firmware/m7: startup, semihosting, linker script, fw_main.c) around it, built
    twice by tests/firmware/fwm7.py: for the Cortex-M7 (arm-none-eabi-gcc, newlib, -DCARVE_RT_NO_THREADS
@@ -101,9 +102,9 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--precision", default="fp32", choices=("fp32", "int8"))
     ap.add_argument("--calib", type=Path, help="int8: calibration images (default: rendered, see above)")
-    ap.add_argument("--quant", default="auto", choices=("auto", "pass", "hand"),
-                    help="int8: the quantization pass (--precision int8 --calib), tests/int8/handquant.py's graph, or "
-                         "the pass when this carve has it, else handquant (auto)")
+    ap.add_argument("--quant", default="auto", choices=("auto", "pass", "all", "hand"),
+                    help="int8: the quantization pass (--precision int8 --calib), the pass with no op kept in float32, "
+                         "tests/int8/handquant.py's graph, or the pass when this carve has it, else handquant (auto)")
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--image", type=Path, default=fwlib.IMAGE)
     ap.add_argument("--keep", action="store_true", help="keep the package and builds in WORK")
@@ -114,7 +115,7 @@ def main() -> int:
         log(f"{tag}: SKIPPED: {fwm7.QEMU} not found (sh tools/install.sh --test installs Debian's qemu-system-arm)")
         return SKIP
     quant = fwm7.quant_mode(args.precision, args.quant)
-    if quant == "pass" and not fwm7.supports_precision():
+    if quant in ("pass", "all") and not fwm7.supports_precision():
         log(f"{tag}: SKIPPED: --precision {args.precision} is not in this carve yet (--quant hand: handquant's graph)")
         return SKIP
     for tool in ("arm-none-eabi-gcc", fwm7.QEMU_X86):
@@ -152,7 +153,8 @@ def main() -> int:
         log(f"   {'ok  ' if good else 'FAIL'} {what}")
         ok &= good
 
-    how = {"fp32": "", "pass": " (quantization pass)", "hand": " (tests/int8/handquant.py's graph)"}[quant]
+    how = {"fp32": "", "pass": " (quantization pass)", "all": " (quantization pass, no op kept in float32)",
+           "hand": " (tests/int8/handquant.py's graph)"}[quant]
     log(f"== {NAME} {args.precision}{how} at {args.imgsz} on {args.image.name} ({width}x{height})")
     for label, r in (("Cortex-M7", m7), ("host", native), ("host, portable kernels", portable)):
         check(r.returncode == 0 and r.status == 0 and r.count == len(r.values) > 0,

@@ -12,10 +12,12 @@ context needs besides the stack). A Markdown table on stdout. Not a test: a meas
 
 --firmware: the flash and RAM of yolo26n and yolo26n-cls (random-weight checkpoints, tools/oracle.py) per input
 size and precision, as the bare-metal Cortex-M7 image of tests/firmware/qemu_m7.py links them (fwm7.py: portable,
--O2, --gc-sections, create_with in static buffers, run_image; int8 calibrated on images of tools/train_demo.py's
-renderer, which give a random-weight model meaningless ranges but the package's real sizes; while this carve has
-no --precision, tests/int8/handquant.py's graph instead, labelled so: every convolution int8, the rest float32,
-so its arena is not the pass's): flash = the weight
+-O2, --gc-sections, create_with in static buffers, run_image; int8: the quantization pass's calibration (images of
+tools/train_demo.py's renderer: meaningless ranges for random weights, the package's real sizes) and rewrite with
+no op kept in float32 (fwm7.generate_all_int8: its sensitivity analysis would keep nearly every op of a random
+network in float32, which a trained model's package does not); while this carve has no --precision,
+tests/int8/handquant.py's graph instead, labelled so: every convolution int8, the rest float32, so its arena is not
+the pass's): flash = the weight
 blob + .text + .rodata + .data + the vector table (not the harness's input image); RAM = arena + scratch + context
 (<name>.h) + the stack the run used, measured on qemu's mps2-an500 (painted at reset, the deepest word
 overwritten; needs qemu-system-arm, else "-"). Detect runs on assets/shapes-3.png (letterboxed by run_image);
@@ -89,6 +91,7 @@ def firmware(args) -> int:
             for precision in args.precision:
                 pkg = work / f"{name}-{imgsz}-{precision}"
                 quant = fwm7.quant_mode(precision)
+                quant = "all" if quant == "pass" else quant  # random weights: see the module docstring
                 if quant == "hand" and task == "classify":
                     fwlib.log(f"{name} {imgsz} int8: no row (handquant's calibration, tests/generator/irsim.py, has "
                               "no global_avgpool; the quantization pass will have it)")
@@ -116,7 +119,7 @@ def firmware(args) -> int:
                 other = sum(sec.get(k, 0) for k in (".vectors", ".rodata", ".ARM.exidx", ".ARM.extab", ".data"))
                 weights = sec.get(".weights", 0)
                 ram = const["ARENA_BYTES"] + const["SCRATCH_BYTES"] + const["CONTEXT_BYTES"]
-                label = {"fp32": "fp32", "pass": "int8", "hand": "int8 (handquant)"}[quant]
+                label = {"fp32": "fp32", "all": "int8", "hand": "int8 (handquant)"}[quant]
                 rows.append((f"{manifest[:-len('.yaml')]} {imgsz}", label, weights, code, other,
                              weights + code + other, const["ARENA_BYTES"], const["SCRATCH_BYTES"],
                              const["CONTEXT_BYTES"], stack, ram + (stack if stack != "-" else 0),
