@@ -142,11 +142,13 @@ def _write_files(files: dict, out: Path) -> None:
 
 
 def generate_all_int8(manifest: str, checkpoint: Path, out: Path, imgsz: int, calib: Path) -> Path:
-    """The int8 package of the quantization pass with its sensitivity threshold at -1e300 dB: calibrated and rewritten as
-    --precision int8 does, but every conv2d / add in int8 (ops without an int8 kernel stay float32), through
-    compile_model's graph_hook as tests/int8/xnn_vs_portable.py --quant-pass does. For sizes of random-weight
-    checkpoints, whose ops the sensitivity analysis would nearly all keep in float32 (alone in int8 each costs the
-    random network's output more than 35 dB of SQNR): the package a trained model gets when nothing is kept."""
+    """The int8 package of the quantization pass with its sensitivity threshold at -1e300 dB (measured on one
+    image, and ignored): calibrated and rewritten as --precision int8 does, but every conv2d / add in int8 (ops
+    without an int8 kernel stay float32), through compile_model's graph_hook as tests/int8/xnn_vs_portable.py
+    --quant-pass does. The package a trained model gets when the analysis keeps nothing in float32: for the demo
+    model, --precision int8's own package (which keeps none) without the minutes of the analysis; for random-weight
+    checkpoints (sizes.py), whose ops the analysis would nearly all keep in float32 (alone in int8, each brings the
+    random network's output below 35 dB of SQNR), the package a trained one would get."""
     import sys
     sys.path.insert(0, str(REPO / "generator"))
     from carve.compiler import compile_model, quantized_graph

@@ -25,17 +25,18 @@ same package on the host.
    b. the host harness = the package's demo --json (classes, count; scores and boxes to the demo's printed
       digits): the harness reads the image and the API as a program using the package does;
    c. Cortex-M7 = host with the portable kernels, bit for bit (every float of every detection);
-   d. Cortex-M7 = native host: handquant's int8 (every convolution int8: no SiLU on the FMA path below; measured
-      bit-identical on an AVX-512 host) bit for bit; fp32, and the pass's int8 (which may keep convolutions in float32), the same classes and
-      count, and |score| <= SCORE_TOL, |box| <= BOX_TOL x the image's longer side. Why float convolutions may
-      differ: both builds are ISO C11 (no contraction into FMA) and newlib's expf equals glibc's, so with the
-      same kernels they agree bit for bit (c); but natively on an x86-64 with AVX-512 or AVX2 + FMA the runtime's
-      SiLU runs its FMA intrinsics, which round once where the portable loop rounds twice (runtime/carve_simd.h:
-      99.96 % of SiLU values bit-equal, the rest within 4 ulp). Measured on yolo26n-shapes fp32 at 320: scores
-      differ by <= 1e-6 and boxes by <= 1 ulp; the tolerance is 1e-4 (the portable tests' per-layer bound,
-      compare_backends.TOL), two orders above that and far below what a wrong kernel gives.
+   d. Cortex-M7 = native host: --quant all and hand (every convolution int8: no SiLU on the FMA path below;
+      measured bit-identical on an AVX-512 host) bit for bit; fp32, and the pass's int8 (which may keep
+      convolutions in float32), the same classes and count, and |score| <= SCORE_TOL, |box| <= BOX_TOL x the
+      image's longer side. Why float convolutions may differ: both builds are ISO C11 (no contraction into FMA)
+      and newlib's expf equals glibc's, so with the same kernels they agree bit for bit (c); but natively on an
+      x86-64 with AVX-512 or AVX2 + FMA the runtime's SiLU runs its FMA intrinsics, which round once where the
+      portable loop rounds twice (runtime/carve_simd.h: 99.96 % of SiLU values bit-equal, the rest within 4 ulp).
+      Measured on yolo26n-shapes fp32 at 320: scores differ by <= 1e-6 and boxes by <= 1 ulp; the tolerance is
+      1e-4 (the portable tests' per-layer bound, compare_backends.TOL), two orders above that and far below what
+      a wrong kernel gives.
 Exit 77 (ctest: skipped), with the reason: qemu-system-arm absent (sh tools/install.sh --test installs it), or
---quant pass while this carve has no --precision. A missing arm-none-eabi-gcc or qemu-x86_64 fails.
+--quant pass / all while this carve has no --precision. A missing arm-none-eabi-gcc or qemu-x86_64 fails.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def main() -> int:
           "detections; to its printed digits)")
     check(m7.header == native.header, "same model, input and image in the header lines")
     check(m7.records == portable.records, "Cortex-M7 = host with the portable kernels, bit for bit")
-    if quant == "hand":
+    if quant in ("hand", "all"):
         check(m7.records == native.records, "Cortex-M7 = native host, bit for bit (int8, every convolution int8)")
     else:
         box_tol = BOX_TOL * max(width, height)

@@ -71,10 +71,11 @@ endforeach()
 # script and semihosting in tests/firmware/m7): yolo26n-shapes at 320 in static buffers, assets/shapes-3.png linked
 # in, its detections against the same harness built for the host (bit for bit with the runtime's portable kernels,
 # under qemu-x86_64 on a CPU without AVX2; natively: int8 bit for bit, fp32 within 1e-4) and the package's demo.
-# int8: tests/int8/handquant.py's graph (every convolution int8; about 25 s like fp32); int8_pass: the quantization
-# pass's package (--precision int8 --calib, 32 calibration images: minutes of generation, so `make test-full` only;
-# skipped while this carve has no --precision). Skipped (exit 77) when qemu-system-arm is absent.
-set(carve_qemu_m7 fp32=fp32 int8=hand)
+# int8: the quantization pass's calibration and rewrite with no op kept in float32 (--quant all: for the demo model
+# the same package as --precision int8, which keeps none, without the minutes of its sensitivity analysis; about
+# 50 s); int8_pass: --precision int8 --calib itself (about 4 minutes: `make test-full` only). Skipped (exit 77) when
+# qemu-system-arm is absent or this carve has no --precision.
+set(carve_qemu_m7 fp32=fp32 int8=all)
 if(CARVE_ORACLE_FULL)
   list(APPEND carve_qemu_m7 int8_pass=pass)
 endif()
