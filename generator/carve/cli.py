@@ -112,6 +112,11 @@ def cmd_generate(args) -> int:
     real one: the arguments, the manifest (given, or picked from the checkpoint), the backend and input
     size, then the output folder (when it exists, after the checkpoint's task, architecture and scale against
     the manifest); then the compile."""
+    if getattr(args, "precision", None) == "int8" and "numpy" not in sys.modules:
+        # The int8 pass runs thousands of small numpy matrix products; OpenBLAS's spinning worker threads make them
+        # up to 10x slower on a busy machine. One thread, unless the user set OPENBLAS_NUM_THREADS (read by
+        # OpenBLAS when numpy is first imported, just below).
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from .checkpoint import Checkpoint, read_checkpoint
     from .compiler import check_backend, check_checkpoint, compile_model, infer_manifest, precision_options
     from .manifest import load_manifest, looks_like_checkpoint
@@ -159,8 +164,10 @@ def cmd_generate(args) -> int:
         print(f"carve: warning: {w}", file=sys.stderr)
     for line in quant_summary_lines(s.get("quant")):
         print(f"carve: {line}", file=sys.stderr)
+    for w in (s.get("quant") or {}).get("warnings", []):
+        print(f"carve: warning: {w}", file=sys.stderr)
     print(f"carve: generated {out} ({s['ops']} ops, imgsz {s['imgsz']}, "
-          f"weights {s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
+          f"weights {s['weight_bytes'] / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB, "
           f"{s['seconds']:.1f} s)")
     return 0
 
@@ -177,7 +184,8 @@ def quant_summary_lines(q) -> list:
     for name, kind, reason in q["float_ops"]:
         lines.append(f"  float32 {name} ({kind}): {reason}")
     if q["worst"]:
-        lines.append("  largest int8 errors (output SQNR alone): " + ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"]))
+        worst = ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"])
+        lines.append(f"  largest int8 errors (output SQNR alone): {worst}")
     return lines
 
 

@@ -246,7 +246,7 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     if quant is not None:
         files = dict(files, **{QUANT_JSON: quant.json})
     summary = dict(ops=len(graph.ops), arena_bytes=plan.arena_bytes,
-                   weight_floats=sum(w.size for w in graph.weights.values()),
+                   weight_bytes=sum(int(w.nbytes) for w in graph.weights.values()),
                    imgsz=graph.meta["imgsz"], seconds=time.perf_counter() - t0, copies=len(plan.copies),
                    warnings=option_warnings(graph, ckpt, options), precision=precision,
                    quant=quant.summary if quant is not None else None)

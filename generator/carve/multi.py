@@ -98,7 +98,7 @@ def compile_models(specs: list, imgsz=None, options: dict | None = None, progres
     files = compose(results, specs[0].backend)
     summary = dict(models=len(results), seconds=time.perf_counter() - t0,
                    ops=sum(r.summary["ops"] for r in results),
-                   weight_floats=sum(r.summary["weight_floats"] for r in results),
+                   weight_bytes=sum(r.summary["weight_bytes"] for r in results),
                    arena_bytes=sum(r.summary["arena_bytes"] for r in results))
     return MultiResult(models=results, files=files, summary=summary)
 
@@ -217,6 +217,6 @@ def cmd_generate_multi(args, say) -> int:
         for w in s.get("warnings", []):
             print(f"carve: warning: {r.manifest.name}: {w}", file=sys.stderr)
         print(f"carve: {r.manifest.name}: {s['ops']} ops, imgsz {s['imgsz']}, weights "
-              f"{s['weight_floats'] * 4 / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB")
+              f"{s['weight_bytes'] / 2**20:.1f} MiB, arena {s['arena_bytes'] / 2**20:.1f} MiB")
     print(f"carve: generated {out} ({len(result.models)} models, one runtime, {result.summary['seconds']:.1f} s)")
     return 0

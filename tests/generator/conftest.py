@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+# One BLAS thread unless asked otherwise: the tests run numpy's many small matrix products (the int8 pass's float
+# executor, irsim) two at a time on a 2-core machine, where OpenBLAS's spinning threads make them about 10x slower.
+# Set before numpy is first imported (below), which is when OpenBLAS reads it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from pathlib import Path
 
 import pytest

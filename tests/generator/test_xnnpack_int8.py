@@ -1,8 +1,10 @@
 """The xnnpack backend's lowering of a quantized graph (backends/xnn_q8.py; docs/backends/xnnpack.md, "int8").
 
 On the trained demo model with every convolution in int8 (tests/int8/handquant.py, calibrated with irsim on the
-bundled sample image) at imgsz 64: each qconv2d becomes one XNNPACK QCONV descriptor (XNNPACK's weight layout,
-int32 bias, float32 scales m * 2^-n) and, with SiLU, a Q8Lut step; never one of the fp32 runtime convolutions
+bundled sample image) at imgsz 64: each dense (groups 1) qconv2d becomes one carve_q8conv step (Q8Conv: a CONV
+descriptor of the int8 table, its record in q8conv_pack's layout, the SiLU table in the kernel), each depthwise one
+one XNNPACK QCONV descriptor (XNNPACK's weight layout, int32 bias, float32 scales m * 2^-n) and, with SiLU, a Q8Lut
+step; never one of the fp32 runtime convolutions
 (stem, Winograd, depthwise); qadd on dense tensors a QADD, dequantize a DEQUANTIZE; quantize a carve_q8 op; a
 layer whose scale XNNPACK refuses (>= 256) and an add XNNPACK cannot take fall back to carve_q8, saying why; the
 portable backend keeps carve_q8 for all of them. What the descriptors compute is tests/runtime/xq8_vs_arith.py's
@@ -21,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "generator"), str(REPO / "tests" / "int8")]
 
 import handquant  # noqa: E402
-from carve.backends import portable, xnn_heap, xnn_q8, xnnpack  # noqa: E402
-from carve.backends.steps import Q8Lut, Q8Op, RuntimeConv, XnnOp  # noqa: E402
+from carve.backends import portable, q8conv_pack, xnn_heap, xnn_q8, xnnpack  # noqa: E402
+from carve.backends.steps import Q8Conv, Q8Lut, Q8Op, RuntimeConv, XnnOp  # noqa: E402
 from carve.checkpoint import read_checkpoint  # noqa: E402
 from carve.compiler import compile_model, load_architecture  # noqa: E402
 from carve.frontend.yolo26 import build_graph  # noqa: E402
@@ -65,8 +67,27 @@ def test_qconv2d_runs_on_xnnpack(graphs):
     steps = steps_by_op(program)
     refs = {r.macro: r for r in program["weight_refs"]}
     qconvs = [op for op in qg.ops if op.kind == "qconv2d"]
-    assert len(qconvs) > 50
+    dense = [op for op in qconvs if op.attrs["groups"] == 1]
+    assert len(dense) > 50 and len(qconvs) > len(dense)
+    for op in dense:
+        (st,) = steps[op.name]
+        assert isinstance(st, Q8Conv), f"{op.name}: {type(st).__name__}, not carve_q8conv"
+        f = program["q8_ops"][st.index]["fields"]
+        assert program["q8_ops"][st.index]["kind"] == "CARVE_Q8_CONV" and f["groups"] == 1
+        assert (f["in_zero"], f["out_zero"]) == (qg.tensors[op.inputs[0]].quant.zero_point, op.attrs["pre_zero"])
+        assert f["act"] == ("CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
+        w = qg.weights
+        record = q8conv_pack.conv_record(w[op.params["weight"]], w[op.params["bias"]], w[op.params["mul"]],
+                                         w[op.params["shift"]])
+        wref = refs[f["weight_off"].split("* ")[1]]
+        assert int(wref) * 4 % 64 == 0, "a carve_q8conv record is 64-byte aligned"
+        assert program["blob"][4 * int(wref):4 * int(wref) + len(record)] == record
+    # one task slot holds the largest carve_q8conv's scratch
+    assert program["wino_slot_bytes"] == max(q8conv_pack.slot_bytes(*op.attrs["kernel"], op.attrs["cin"])
+                                             for op in dense)
     for op in qconvs:
+        if op.attrs["groups"] == 1:
+            continue
         d = descs[op.name]
         assert d["kind"] == "CARVE_XNN_QCONV"
         f = d["fields"]
@@ -87,15 +108,16 @@ def test_qconv2d_runs_on_xnnpack(graphs):
     kinds = {o["kind"] for o in program["ops"]}
     assert {"CARVE_XNN_QADD", "CARVE_XNN_DEQUANTIZE"} <= kinds
     assert not program["runtime_convs"], "the int8 graph has no float conv left for the runtime kernels"
-    # quantize stays carve_q8's
-    assert {o["kind"] for o in program["q8_ops"]} == {"CARVE_Q8_QUANTIZE"}
+    # quantize stays carve_q8's; the int8 table's CONVs are the carve_q8conv steps' descriptors
+    assert {o["kind"] for o in program["q8_ops"]} == {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV"}
+    assert sum(o["kind"] == "CARVE_Q8_CONV" for o in program["q8_ops"]) == len(dense)
     # xnn_heap counts the int8 operators
     assert program["xnn_heap_bytes"] >= xnn_heap.heap_bytes(program["ops"])["bytes"] > 0
 
 
 def test_fallbacks_to_carve_q8(graphs):
     _, qg = graphs
-    conv = next(op for op in qg.ops if op.kind == "qconv2d" and op.attrs["act"] == "none")
+    conv = next(op for op in qg.ops if op.kind == "qconv2d" and op.attrs["groups"] > 1)   # XNNPACK's (depthwise)
     m, n = arith.quantize_multiplier(300.0)   # XNNPACK's qc8 refuses scales >= 256
     weights = dict(qg.weights)
     weights[conv.params["mul"]] = np.full(conv.attrs["cout"], m, np.int32)
@@ -140,4 +162,5 @@ def test_package_generates(graphs):
     files = compile_model(str(MANIFEST), "xnnpack", str(WEIGHTS), IMGSZ, graph_hook=lambda g: qg).files
     src = files["yolo26n_shapes.c"].decode()
     assert "CARVE_XNN_QCONV" in src and "carve_q8_lut(" in src and "carve_q8_run(" in src
-    assert "runtime/carve_q8_lut.c" in files and "runtime/carve_q8.c" in files
+    assert "m->k.q8conv(" in src and "m->k.q8conv = carve_q8conv_select(isa);" in src
+    assert "runtime/carve_q8_lut.c" in files and "runtime/carve_q8.c" in files and "runtime/carve_q8conv.c" in files

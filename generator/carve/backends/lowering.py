@@ -432,7 +432,7 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
                                             graph.tensors[graph.input].shape[1], backend.letterbox_bands, nms),
                 # a backend with Winograd convolutions sets these (xnnpack.py): the largest cout and its slot
-                wino_max_cout=0, wino_slot_bytes=0,
+                wino_max_cout=0, wino_slot_bytes=0, slot_exprs=[],
                 # the context struct of a CPU backend: a pointer per operator, a double per layer and a pointer per
                 # selected kernel, plus < 256 bytes of fields (the generated code _Static_asserts that it fits)
                 context_bytes=-(-(8 * (len(lw.ops) + len(layers) + len(kernels)) + 256) // 64) * 64,

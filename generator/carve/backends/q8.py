@@ -37,10 +37,15 @@ def blob_bytes(ref) -> str:
     return f"4 * {ref}"
 
 
-def _desc(lw: Lowering, op, kind: str, what: str | None = None, name: str | None = None, **fields) -> Q8Op:
+def table_entry(lw: Lowering, kind: str, name: str, **fields) -> int:
+    """Appends a descriptor of kind CARVE_Q8_<kind> to the package's int8 table (k_q8_ops): its index."""
     table = lw.tables.setdefault("q8_ops", [])
-    table.append(dict(kind="CARVE_Q8_" + kind, name=name or op.name, fields=fields))
-    return Q8Op(**lw.head(op), index=len(table) - 1, what=what)
+    table.append(dict(kind="CARVE_Q8_" + kind, name=name, fields=fields))
+    return len(table) - 1
+
+
+def _desc(lw: Lowering, op, kind: str, what: str | None = None, name: str | None = None, **fields) -> Q8Op:
+    return Q8Op(**lw.head(op), index=table_entry(lw, kind, name or op.name, **fields), what=what)
 
 
 def zero(lw: Lowering, t: str) -> int:
@@ -61,23 +66,28 @@ def _blob(lw: Lowering, op, what: str, data: np.ndarray, suffix: str):
     return lw.blob.add(data, "W_" + op.name + suffix, op.params.get(what, op.name))
 
 
-def lower_qconv(lw: Lowering, op, what: str | None = None) -> list:
+def conv_fields(lw: Lowering, op, record: bytes) -> dict:
+    """The CONV descriptor's fields of a qconv2d whose weight record (its kernel's layout) is ``record``; the record
+    and the SiLU table are appended to the blob (64-byte aligned, as every blob tensor)."""
     x, y = op.inputs[0], op.outputs[0]
     h, w, _ = lw.shape(x)
     a = op.attrs
-    g = lw.graph.weights
-    p = op.params
-    record = q8_pack.conv_record(g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]], a["groups"])
     wref = _blob(lw, op, "weight", np.frombuffer(record, np.uint8), "")
     act = a.get("act", "none")
-    lut = _blob(lw, op, "lut", np.asarray(g[p["lut"]], np.int8), "_LUT") if act == "silu" else None
+    lut = _blob(lw, op, "lut", np.asarray(lw.graph.weights[op.params["lut"]], np.int8), "_LUT") if act == "silu" else None
     k = a["kernel"][0]
-    return [_desc(lw, op, "CONV", what, kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"],
-                  cout=a["cout"], h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
-                  in_off=byte_off(lw, x), out_off=byte_off(lw, y), weight_off=blob_bytes(wref),
-                  lut_off=blob_bytes(lut) if lut is not None else 0,
-                  act="CARVE_ACT_SILU" if act == "silu" else "CARVE_ACT_NONE",
-                  in_zero=zero(lw, x), out_zero=int(a["pre_zero"]))]
+    return dict(kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"], cout=a["cout"],
+                h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y), in_off=byte_off(lw, x),
+                out_off=byte_off(lw, y), weight_off=blob_bytes(wref), lut_off=blob_bytes(lut) if lut is not None else 0,
+                act="CARVE_ACT_SILU" if act == "silu" else "CARVE_ACT_NONE", in_zero=zero(lw, x),
+                out_zero=int(a["pre_zero"]))
+
+
+def lower_qconv(lw: Lowering, op, what: str | None = None) -> list:
+    """carve_q8's CONV (one thread): its record in q8_pack's layout."""
+    g, p = lw.graph.weights, op.params
+    record = q8_pack.conv_record(g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]], op.attrs["groups"])
+    return [_desc(lw, op, "CONV", what, **conv_fields(lw, op, record))]
 
 
 def lower_qadd(lw: Lowering, op, what: str | None = None) -> list:

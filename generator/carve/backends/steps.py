@@ -49,6 +49,7 @@ RUNTIME_FAMILIES = {
     "xnn": "carve_xnn.h",             # XNNPACK operators
     "portable": "carve_portable.h",   # carve_pt_run
     "q8": "carve_q8.h",               # carve_q8_run: the int8 kernels (--precision int8)
+    "q8conv": "carve_q8conv.h",       # the dense int8 convolution on AMX / AVX-512 VNNI (xnnpack int8 packages)
     "q8_lut": "carve_q8_lut.h",       # carve_q8_lut: an int8 table on the thread pool (xnnpack int8 SiLU)
     "cuda": "carve_cuda.h",           # the device runtime's contract (host side)
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
@@ -245,6 +246,23 @@ class Q8Lut(Step):
     macro: ClassVar[str] = "q8_lut"
     function: ClassVar[str] = "carve_q8_lut"
     families: ClassVar[tuple] = ("q8_lut",)
+
+
+@dataclass(kw_only=True)
+class Q8Conv(Step):
+    """A dense (groups 1) int8 convolution run by carve's own kernel, carve_q8conv (AMX, AVX-512 VNNI or portable
+    C, chosen once at create), on the thread pool with the package's task scratch slots: the descriptor
+    k_q8_ops[index] (its record in backends/q8conv_pack.py's layout), bit for bit arith.qconv2d."""
+
+    index: int
+    kh: int
+    kw: int
+    cin: int
+    kind: ClassVar[str] = "q8conv"
+    macro: ClassVar[str] = "q8_conv"
+    function: ClassVar[str] = "carve_q8conv"
+    kernel: ClassVar[str | None] = "q8conv"
+    families: ClassVar[tuple] = ("q8conv",)
 
 
 @dataclass(kw_only=True)

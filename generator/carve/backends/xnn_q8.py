@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import q8, q8_pack
+from . import q8, q8_pack, q8conv_pack
 from .lowering import Lowering
-from .steps import Q8Lut
+from .steps import Q8Conv, Q8Lut
 
 # XNNPACK 2022-02 (src/operators/convolution-nhwc.c, xnn_create_convolution2d_nhwc_qc8): each requantization scale
 # input_scale * kernel_scale[o] / output_scale (float32) must be normal and below 256.
@@ -66,9 +66,21 @@ def qadd_fits(mul_a: int, mul_b: int, shift: int) -> bool:
     return all(QADD_MIN_RATIO <= v < QADD_MAX_RATIO for v in (a, b))
 
 
-def lower_qconv(lw: Lowering, op) -> list:
-    """CARVE_XNN_QCONV (+ the SiLU table in place), or carve_q8's CONV where XNNPACK refuses the scales."""
+def lower_q8conv(lw: Lowering, op) -> list:
+    """A dense qconv2d on carve's own int8 convolution (carve_q8conv: AMX / AVX-512 VNNI / portable, chosen at
+    create; the SiLU table applied before the store), bit for bit arith.qconv2d."""
     a, g, p = op.attrs, lw.graph.weights, op.params
+    record = q8conv_pack.conv_record(g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]])
+    index = q8.table_entry(lw, "CONV", op.name, **q8.conv_fields(lw, op, record))
+    return [Q8Conv(**lw.head(op), index=index, kh=a["kernel"][0], kw=a["kernel"][1], cin=a["cin"])]
+
+
+def lower_qconv(lw: Lowering, op) -> list:
+    """Dense: carve_q8conv (lower_q8conv). Depthwise and grouped: CARVE_XNN_QCONV (+ the SiLU table in place), or
+    carve_q8's CONV where XNNPACK refuses the scales."""
+    a, g, p = op.attrs, lw.graph.weights, op.params
+    if q8conv_pack.takes(a):
+        return lower_q8conv(lw, op)
     w_q, bias_q, mul, shift = g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]]
     why = xnn_fits(mul, shift)
     if why:

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lowering, xnn_heap
+from . import lowering, q8conv_pack, xnn_heap
 from .emit_c import runtime_define
 from .lowering import CPU_LOWERINGS, CPU_RULES, CBackend, Layouts, concat_lowering, cpu_copy
 from .q8 import Q8_RULES, with_q8
 from .xnn_q8 import XNN_Q8_LOWERINGS
-from .steps import WinogradConv, XnnOp
+from .steps import Q8Conv, WinogradConv, XnnOp
 
 # What carve_conv3x3s2_small_cin accepts, read from the runtime (the generated code also _Static_asserts each call).
 STEM_MAX_CIN = runtime_define("CARVE_STEM_MAX_CIN")
@@ -200,7 +200,17 @@ class XnnpackBackend(CBackend):
         # <NAME>_SCRATCH_BYTES (create_with runs on one thread); create allocates one per thread.
         wino = [st.cout for st in program["runtime_convs"] if isinstance(st, WinogradConv)]
         program["wino_max_cout"] = max(wino, default=0)
-        program["wino_slot_bytes"] = winograd_slot_bytes(max(wino)) if wino else 0
+        # Task scratch slots (create allocates CARVE_POOL_SLOTS_PER_THREAD per thread): the Winograd convolutions'
+        # and carve_q8conv's, each slot the largest of them; slot_exprs are the runtime's macros the generated code
+        # checks it against.
+        slots = [(winograd_slot_bytes(max(wino)), f"CARVE_WINOGRAD_SLOT_BYTES({max(wino)})")] if wino else []
+        q8c = [st for lay in program["layers"] for st in lay["steps"] if isinstance(st, Q8Conv)]
+        if q8c:
+            big = max(q8c, key=lambda st: q8conv_pack.slot_bytes(st.kh, st.kw, st.cin))
+            slots.append((q8conv_pack.slot_bytes(big.kh, big.kw, big.cin),
+                          f"CARVE_Q8CONV_SLOT_BYTES({big.kh}, {big.kw}, {big.cin})"))
+        program["wino_slot_bytes"] = max((b for b, _ in slots), default=0)
+        program["slot_exprs"] = [e for _, e in slots]
         program["scratch_bytes"] = max(program["scratch_bytes"], program["wino_slot_bytes"])
         heap = xnn_heap.heap_bytes(program["ops"], self.prefix)
         program["xnn_heap_bytes"] = heap["bytes"]

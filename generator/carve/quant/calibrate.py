@@ -3,7 +3,8 @@
 Each observed value (a tensor, a SiLU convolution's pre-activation ``<op>:pre``, a fused-residual convolution's
 output before its add ``<op>:conv``: floatexec) gets a ``Stats``: its exact minimum and maximum over every image
 and a histogram of its values (at most ``SAMPLES`` per image, evenly strided) with ``BINS`` equal bins whose range
-grows (by merging bins in pairs) to hold every value seen. An estimator turns a Stats into the range [lo, hi] the QParams cover (``estimate``):
+grows (by merging bins, 2**k at a time) to hold every value seen. An estimator turns a Stats into the range [lo, hi] the
+QParams cover (``estimate``):
 
 * ``minmax``: the exact minimum and maximum;
 * ``percentile``: the PERCENTILE-th percentiles at both ends (rare outliers clipped);

@@ -287,7 +287,8 @@ def run(graph, image, observe=None, postprocess: bool = False, conf: float = 0.2
     for i, op in enumerate(graph.ops):
         if op.kind in POSTPROCESS and not postprocess:
             continue
-        outs = eval_op(graph, op, [env[t] for t in op.inputs], observe, conf)
+        with np.errstate(over="ignore", invalid="ignore"):   # non-finite activations: calibrate.check_finite
+            outs = eval_op(graph, op, [env[t] for t in op.inputs], observe, conf)
         for t, y in zip(op.outputs, outs):
             env[t] = y
             if observe:

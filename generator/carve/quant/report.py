@@ -99,7 +99,14 @@ def summary(rows: list, report: dict) -> dict:
     """The generation summary's part: counts, the ops that stay in float (with their reason and error) and the int8
     ops with the largest errors."""
     qops = [r for r in rows if r["kind"] in QUANTIZABLE]
+    n_float = sum(1 for r in qops if r["precision"] == "float32")
+    warnings = []
+    if 2 * n_float > len(qops):
+        warnings.append(f"int8: {n_float} of {len(qops)} conv/add ops stay float32 (alone in int8, each costs the "
+                        "network's outputs too much): this model gains little from int8; are the calibration "
+                        "images like the ones it will see?")
     return {
+        "warnings": warnings,
         "images": report["calibration"]["count"],
         "estimator": report["calibration"]["estimator"],
         "threshold_db": report["sensitivity"]["threshold_db"],

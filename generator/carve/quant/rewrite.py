@@ -85,7 +85,6 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
     ``keep_float`` left in float32."""
     prec = precisions(graph, keep_float)
     t_range = tensor_ranges(graph, ranges)
-    producer = graph.producer()
     graph_outputs = set(graph.outputs.values())
 
     ops: list = []
@@ -95,9 +94,12 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
     avail: dict = {graph.input: {"f32": graph.input}}   # float-graph tensor -> {dtype: name holding it}
 
     def need_range(t, key, op):
-        if key not in ranges and t not in t_range:
-            raise CarveError(f"{op.name}: no calibration range for '{key}'")
-        return ranges[key] if key in ranges else t_range[t]
+        """The range of observation key ``key`` (a tensor of the float graph: its own or its inputs' union)."""
+        if key in ranges:
+            return ranges[key]
+        if key == t and t in t_range:
+            return t_range[t]
+        raise CarveError(f"internal: {op.name}: no calibration range for '{key}'")
 
     def new_tensor(name, shp, dt, key_range=None):
         shape[name] = shp
@@ -131,8 +133,6 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
             return name
         avail[t] = {dt: t}
         return t
-
-    pending_dq = []                      # graph outputs written in int8: dequantized right after their producer
 
     for op in graph.ops:
         p = prec[op.name]
@@ -171,15 +171,12 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
                 new_tensor(y, shape[t], "i8", t_range.get(t))
                 outs.append(y)
             ops.append(op.replace(inputs=tuple(ins), outputs=tuple(outs)))
-        for t in op.outputs:
+        for t in op.outputs:            # a graph output written in int8: dequantized into its name right away
             if t in graph_outputs:
-                pending_dq.append((t, op))
-        for t, src_op in pending_dq:
-            new_tensor(t, shape[t], "f32")
-            ops.append(Op(f"{t}:dequantize", "dequantize", (avail[t]["i8"],), (t,), src_op.layer,
-                          source=f"dequantize {t} to float32"))
-            avail[t]["f32"] = t
-        pending_dq.clear()
+                new_tensor(t, shape[t], "f32")
+                ops.append(Op(f"{t}:dequantize", "dequantize", (avail[t]["i8"],), (t,), op.layer,
+                              source=f"dequantize {t} to float32"))
+                avail[t]["f32"] = t
 
     # QParams: shared groups, then one per tensor.
     uf = sharing_groups(ops, dtype)
