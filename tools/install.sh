@@ -14,12 +14,14 @@ debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev lib
 # --test: clang too (the portable backend's packages are also compiled with it, tests/portable; libFuzzer
 # and the sanitizers of tests/security), valgrind (tests/security: memcheck of the demo), and the cross
 # toolchains of the firmware tests (tests/firmware/cross.py): Cortex-M (newlib) and aarch64 Linux, and
-# qemu-user, which runs the aarch64 builds (qemu-aarch64, with libc6-arm64-cross as the guest's libc).
+# qemu-user, which runs the aarch64 builds (qemu-aarch64, with libc6-arm64-cross as the guest's libc) and the
+# host build of tests/firmware/qemu_m7.py on a CPU without AVX2 (qemu-x86_64), and qemu-system-arm, whose
+# mps2-an500 machine runs that test's bare-metal Cortex-M7 image.
 # Debian's libxnnpack-dev:arm64 is not co-installable with the amd64 one (not Multi-Arch: same; installing it
 # replaces the host's XNNPACK), so it is never installed: see the arm64 sysroot below.
 if [ $want_test = 1 ]; then
   debs="$debs clang valgrind gcc-arm-none-eabi libnewlib-arm-none-eabi gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
-  debs="$debs qemu-user"
+  debs="$debs qemu-user qemu-system-arm"
 fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"

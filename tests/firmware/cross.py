@@ -19,7 +19,8 @@ aarch64-portable  the same with --backend portable (-DCARVE_RT_NO_THREADS; libm,
 cortex-m7         --backend portable for arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard
                   (newlib, --specs=nosys.specs), -DCARVE_RT_NO_THREADS -DCARVE_RT_NO_FILE -DCARVE_RT_NO_HEAP,
                   linked with the minimal main, and checked to contain no malloc; arm-none-eabi-size prints
-                  text/data/bss for yolo26n-cls at 224 and yolo26n at 320. Not run (no emulator for it here).
+                  text/data/bss for yolo26n-cls at 224 and yolo26n at 320. Not run here (tests/firmware/qemu_m7.py runs
+                  a package bare-metal on qemu-system-arm's mps2-an500).
 Exit 77 (ctest: skipped), with the reason: the portable targets while `--backend portable` is not in this carve;
 the aarch64 targets when the arm64 packages cannot be downloaded (tools/arm64_sysroot.sh exit 3: no network).
 A missing cross compiler or qemu-aarch64 fails (tools/install.sh --test installs them).

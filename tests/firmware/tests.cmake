@@ -66,3 +66,30 @@ foreach(target aarch64-xnnpack aarch64-portable cortex-m7)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(firmware_cross_${target} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
 endforeach()
+
+# A portable package run bare-metal on an emulated Cortex-M7 (qemu-system-arm, machine mps2-an500; startup, linker
+# script and semihosting in tests/firmware/m7): yolo26n-shapes at 320 in static buffers, assets/shapes-3.png linked
+# in, its detections against the same harness built for the host (bit for bit with the runtime's portable kernels,
+# under qemu-x86_64 on a CPU without AVX2; natively: int8 bit for bit, fp32 within 1e-4) and the package's demo.
+# int8: the quantization pass's calibration and rewrite with no op kept in float32 (--quant all: for the demo model
+# the same package as --precision int8, which keeps none, without the minutes of its sensitivity analysis; about
+# 50 s); int8_pass: --precision int8 --calib itself (about 4 minutes: `make test-full` only). Skipped (exit 77) when
+# qemu-system-arm is absent or this carve has no --precision.
+set(carve_qemu_m7 fp32=fp32 int8=all)
+if(CARVE_ORACLE_FULL)
+  list(APPEND carve_qemu_m7 int8_pass=pass)
+endif()
+foreach(variant ${carve_qemu_m7})
+  string(REPLACE "=" ";" parts ${variant})
+  list(GET parts 0 name)
+  list(GET parts 1 quant)
+  set(precision int8)
+  if(quant STREQUAL "fp32")
+    set(precision fp32)
+    set(quant auto)
+  endif()
+  add_test(NAME firmware_qemu_m7_${name}
+           COMMAND ${CARVE_PYTHON} ${CARVE_FW}/qemu_m7.py --work ${CARVE_WORK} --precision ${precision} --quant ${quant}
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(firmware_qemu_m7_${name} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
+endforeach()
