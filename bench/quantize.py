@@ -24,11 +24,16 @@ same folder, through its own dataloader (which shuffles: torch.manual_seed(0) fi
 bias correction depends on, is the same every time), and choose their own settings (ONNX: only Conv/Gemm/MatMul
 quantized; OpenVINO: NNCF preset MIXED, the head's decode ignored).
 
-make eval builds these; the CPU benchmark can load the same files (bench/peer.py --artifact).
+make eval builds these at 320 (build/eval/models/, emptied when the checkpoint or the calibration set change); the CPU
+benchmark (bench/bench.py) builds the ONNX Runtime and NNCF ones at 640 in a folder of their own per checkpoint,
+calibration set and input size (keyed_checkpoint: build/bench/int8/<stem>-<imgsz>-<key>/), so a model quantized
+from other weights, other images or for another size is never picked up, and a change of any of them quantizes
+anew without deleting the other folders.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -62,6 +67,32 @@ def calibration_images(calib: Path) -> list[Path]:
     if not files:
         raise SystemExit(f"bench/quantize.py: {calib}: no calibration images (.png, .jpg, .jpeg, .bmp)")
     return files
+
+
+def cache_key(pt: Path, calib: Path, imgsz: int) -> str:
+    """16 hex digits of the sha256 of what the int8 models are a function of: the checkpoint's bytes, the input size,
+    and every calibration image's name and bytes (in calibration_images' order)."""
+    h = hashlib.sha256()
+    h.update(hashlib.sha256(Path(pt).read_bytes()).digest())
+    h.update(f"imgsz={imgsz}\n".encode())
+    for f in calibration_images(calib):
+        h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def keyed_checkpoint(pt: Path, calib: Path, imgsz: int, root: Path) -> Path:
+    """A copy of the checkpoint in root/<stem>-<imgsz>-<cache_key>/, beside which build() puts the fp32 exports and
+    the int8 models (their names do not say the size or the images, the folder does). The copy is written last, through
+    a temporary name, so a folder with the checkpoint in it is one whose key is right."""
+    pt = Path(pt)
+    folder = Path(root) / f"{pt.stem}-{imgsz}-{cache_key(pt, calib, imgsz)}"
+    copy = folder / pt.name
+    if not copy.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (pt.name + ".partial")
+        shutil.copyfile(pt, tmp)
+        tmp.replace(copy)
+    return copy
 
 
 def calibration_tensors(calib: Path, imgsz: int) -> list:
