@@ -28,7 +28,9 @@ The systems (SPECS; --systems picks a subset, in this order):
                      the row names what the plugin chose)
   openvino-int8      NNCF post-training quantization of that IR (bench/quantize.py), the plugin's default precision
                      for what stays float
-  onnxruntime-int8   ONNX Runtime quantize_static, QDQ (bench/quantize.py)
+  onnxruntime-int8   ONNX Runtime quantize_static, QDQ, int8 activations (bench/quantize.py; make eval's model)
+  onnxruntime-int8-u8  the same with uint8 activations, which ONNX Runtime's CPU provider fuses into QLinearConv
+                     (with int8 activations it fuses 12 of 102 convolutions and runs slower than float32)
   onnxruntime        ONNX Runtime, float32
   openvino           OpenVINO, INFERENCE_PRECISION_HINT f32
   executorch         ExecuTorch, XNNPACK delegate, float32
@@ -84,6 +86,7 @@ SPECS = {  # the order of the processes' start and of the first round; "carve" f
     "openvino-default": Spec("openvino", "default", ov_precision="default"),
     "openvino-int8": Spec("openvino", "int8", ov_precision="default", int8=True),
     "onnxruntime-int8": Spec("onnxruntime", "int8", int8=True),
+    "onnxruntime-int8-u8": Spec("onnxruntime", "int8", int8=True),
     "onnxruntime": Spec("onnxruntime", "fp32"),
     "openvino": Spec("openvino", "fp32"),
     "executorch": Spec("executorch", "fp32"),
@@ -284,7 +287,7 @@ def prepare_int8(model: str, imgsz: int, calib: Path, prep: dict) -> dict:
     build_package(pkg)
     exe = build_runner(pkg, cname, BUILD / "bin" / f"carve_runner_{model}_int8")
     kpt = quantize.keyed_checkpoint(prep["pt"], calib, imgsz, INT8_DIR)
-    peers = quantize.build(kpt, imgsz, calib, ["onnxruntime-int8", "openvino-int8"], log=log)
+    peers = quantize.build(kpt, imgsz, calib, ["onnxruntime-int8", "onnxruntime-int8-u8", "openvino-int8"], log=log)
     ov = peers["openvino-int8"]
     summary = summary_lines(lines)
     for line in summary:
@@ -296,6 +299,7 @@ def prepare_int8(model: str, imgsz: int, calib: Path, prep: dict) -> dict:
         "weight_bytes": header_const(pkg, cname, "WEIGHT_BYTES"), "arena_bytes": header_const(pkg, cname, "ARENA_BYTES"),
         "models": {k: str(v.relative_to(ROOT)) for k, v in peers.items()}},
         artifacts=dict(prep["artifacts"], **{"carve-int8": [exe], "onnxruntime-int8": [peers["onnxruntime-int8"]],
+                                               "onnxruntime-int8-u8": [peers["onnxruntime-int8-u8"]],
                                                "openvino-int8": [ov, ov.with_suffix(".bin")]}))
 
 
@@ -413,7 +417,7 @@ def precision_of(system: str, ready: dict) -> str:
         return f"{chosen} (default)"
     if spec.precision == "int8":
         return f"int8 + {chosen}"
-    return chosen
+    return "fp32" if chosen == "f32" else chosen
 
 
 def box_agreement(ref: list, rows: list) -> float | None:

@@ -126,7 +126,7 @@ def int8_result(peak: dict, int8_peak: dict, carve: float, carve_int8: float, pe
         r["systems"][name] = dict(base, e2e_median=ms, e2e_p90=ms * 1.1, net_median=ms * 0.9, net_p90=ms,
                                   precision="fp32")
     r["systems"]["carve-int8"]["precision"] = "int8"
-    for name in ("openvino-int8", "onnxruntime-int8"):
+    for name in ("openvino-int8", "onnxruntime-int8", "onnxruntime-int8-u8"):
         if name in r["systems"]:
             r["systems"][name]["precision"] = "int8 + bf16" if name.startswith("openvino") else "int8"
     if "openvino-default" in r["systems"]:
@@ -148,7 +148,11 @@ def test_int8_targets_follow_their_definitions(peak, int8_peak):
     assert "**1.25x**" in bad[1] and bad[1].endswith("| NOT met |")
     edge = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=15.0, peers={"openvino-int8": 19.5})])
     assert edge[0].endswith("| met |") and edge[1].endswith("| met (incomplete) |")  # exactly 0.5x and 1.3x
-    assert "not measured: openvino-default, onnxruntime-int8" in edge[1]
+    assert "not measured: openvino-default, onnxruntime-int8 / onnxruntime-int8-u8" in edge[1]
+    u8 = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=14.0,
+                                          peers=dict(peers, **{"onnxruntime-int8-u8": 17.5}))])
+    assert "fastest: ONNX Runtime int8 (static QDQ, uint8 activations), 17.5 ms" in u8[1]  # either ORT int8 counts
+    assert "**1.25x**" in u8[1] and u8[1].endswith("| NOT met |")
     lone = int8_result(peak, int8_peak, carve=30.0, carve_int8=15.0, peers={})
     assert "not measured" in report.int8_targets([lone])[1]
     fp32_only = result(peak, 2, carve_ms=10.0, peer_ms=16.0, rss_mib=30.0)
