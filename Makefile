@@ -30,7 +30,7 @@ help:
 	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points, seg/cls functions"
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
-	@echo "make bench  carve against ONNX Runtime, OpenVINO, ExecuTorch and PyTorch; writes docs/performance.md (slow)"
+	@echo "make bench  carve fp32/int8 against ONNX Runtime, OpenVINO (fp32, default, int8), ExecuTorch and PyTorch; writes docs/performance.md (slow)"
 	@echo "make bench-threads  carve, ONNX Runtime and OpenVINO idle, over-asked and beside a busy process; docs/performance.md"
 	@echo "make eval   accuracy (COCO mAP) of carve fp32/int8, Ultralytics and the int8 peers on 500 held-out images (slow)"
 
@@ -97,7 +97,10 @@ cuda-check: install-test
 
 # CPU benchmark (bench/, docs/performance.md). Not part of CI. The peers (bench/requirements.txt) go into a venv that
 # sees the system's torch and ultralytics, so installing them changes nothing for the tests. BENCH_ARGS is passed
-# to bench/bench.py, e.g. `make bench BENCH_ARGS="--models yolo26n --threads 2"`.
+# to bench/bench.py, e.g. `make bench BENCH_ARGS="--models yolo26n --threads 2"`. The int8 systems (carve
+# --precision int8, OpenVINO + NNCF, ONNX Runtime static QDQ; issue 19 item 4) run on the trained yolo26n-shapes at
+# 640, calibrated on 32 rendered images; the int8 package and peer models are cached in build/bench/ (the first run
+# quantizes: several minutes; docs/quantization.md "Speed: make bench").
 BENCH_VENV = $(BUILD)/bench-venv
 BENCH_ARGS ?=
 $(BENCH_VENV)/.installed: bench/requirements.txt

@@ -64,12 +64,8 @@ def main() -> None:
         if not (side / "carve").is_file():
             sys.exit(f"ab.py: {side}: not a carve checkout (no ./carve launcher)")
     OUT.mkdir(parents=True, exist_ok=True)
-    cfg = bench.MODELS[a.model][0]
-    pt = bench.WORK / f"{a.model}.pt"
-    if not pt.exists():
-        bench.WORK.mkdir(parents=True, exist_ok=True)
-        bench.run([sys.executable, "tools/oracle.py", "make-checkpoint", "--cfg", cfg, "--out", pt])
-    image = bench.bench_image()
+    pt = bench.checkpoint(a.model)  # random weights, or the trained demo model's (yolo26n-shapes)
+    image = bench.image_for(a.model)
     exes = {label: build_side(label, root.resolve(), a.model, a.imgsz, pt)
             for label, root in (("before", a.before), ("after", a.after))}
     results = {}

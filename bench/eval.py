@@ -321,8 +321,7 @@ def run_peer(ctx: Context, name: str, system: str, artifact: Path,
     info = {}
     if system == "openvino":
         net, compiled = peer.openvino_network(artifact, ctx.threads, ov_precision)
-        chosen = compiled.get_property("INFERENCE_PRECISION_HINT")  # an ov.Type: "f32", "bf16", "f16"
-        info["inference_precision"] = chosen.to_string() if hasattr(chosen, "to_string") else str(chosen)
+        info["inference_precision"] = peer.openvino_precision(compiled)  # "f32", "bf16", "f16"
     else:
         net = peer.make_network(system, artifact, ctx.checkpoint(), ctx.threads)
     letterbox = LetterBox((ctx.imgsz, ctx.imgsz), auto=False, scaleup=True, center=True)

@@ -2,10 +2,12 @@
 """One peer system of the benchmark in its own process, behind a line protocol (the same as bench/carve_runner.c).
 
     python3 bench/peer.py --system {onnxruntime,openvino,executorch,pytorch} --artifact PATH --pt CKPT
-                          --image bus.jpg --threads N --imgsz 640
+                          --image bus.jpg --threads N --imgsz 640 [--ov-precision f32|default]
 
 Decodes the image once (cv2.imread, not timed), creates the model (timed: init_ms), runs it once and prints
     {"init_ms": ..., "baseline_rss_kb": ..., "detections": N, "rows": [[x1, y1, x2, y2, score, cls], ...]}
+(OpenVINO: with "inference_precision", what the CPU plugin runs the float parts in: f32, or its own choice, bf16 on
+CPUs with AVX512-BF16 / AMX, under --ov-precision default)
 then reads commands on stdin:
     run K   K timed runs; prints {"e2e_ms": [...], "net_ms": [...]}
     quit    prints {"maxrss_kb": ...} (peak resident set size of this process, VmHWM: see rss_kb) and exits
@@ -46,6 +48,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--imgsz", type=int, default=640)
     ap.add_argument("--conf", type=float, default=0.25)
+    ap.add_argument("--ov-precision", choices=["f32", "default"], default="f32",
+                    help="OpenVINO: INFERENCE_PRECISION_HINT f32 (default), or the CPU plugin's own choice")
     a = ap.parse_args()
     n = str(a.threads)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -65,7 +69,12 @@ def main() -> None:
     baseline = rss_kb()
 
     t0 = time.perf_counter()
-    net = make_network(a.system, a.artifact, a.pt, a.threads)
+    info = {}
+    if a.system == "openvino":
+        net, compiled = openvino_network(a.artifact, a.threads, None if a.ov_precision == "default" else "f32")
+        info["inference_precision"] = openvino_precision(compiled)
+    else:
+        net = make_network(a.system, a.artifact, a.pt, a.threads)
     init_ms = (time.perf_counter() - t0) * 1e3
 
     def run() -> tuple[np.ndarray, float]:
@@ -77,7 +86,7 @@ def main() -> None:
 
     rows, _ = run()
     print(json.dumps({"init_ms": init_ms, "baseline_rss_kb": baseline, "detections": len(rows),
-                      "rows": [[round(float(v), 5) for v in r[:6]] for r in rows[:5]]}), flush=True)
+                      "rows": [[round(float(v), 5) for v in r[:6]] for r in rows[:5]], **info}), flush=True)
     for line in sys.stdin:
         cmd = line.split()
         if cmd[:1] == ["run"] and len(cmd) == 2:
@@ -133,6 +142,12 @@ def openvino_network(artifact, threads: int, precision: str | None = "f32"):
         request.infer({0: x})
         return request.get_output_tensor(0).data
     return run_ov, compiled
+
+
+def openvino_precision(compiled) -> str:
+    """The precision a compiled OpenVINO model runs its float parts in ("f32", "bf16", "f16")."""
+    chosen = compiled.get_property("INFERENCE_PRECISION_HINT")  # an ov.Type
+    return chosen.to_string() if hasattr(chosen, "to_string") else str(chosen)
 
 
 def make_network(system: str, artifact, pt, threads: int):

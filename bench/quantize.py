@@ -5,7 +5,8 @@
         --calib build/eval/calib
 
 writes beside the checkpoint (bench/export.py's exports first, when missing), each skipped when it exists:
-    <stem>.int8-qdq.onnx                          ONNX Runtime: quantize_static, QDQ
+    <stem>.int8-qdq.onnx                          ONNX Runtime: quantize_static, QDQ, int8 activations (S8S8)
+    <stem>.int8-qdq-u8.onnx                       the same with uint8 activations (U8S8; the CPU benchmark's)
     <stem>_int8_nncf_openvino_model/<stem>.xml    OpenVINO: NNCF post-training quantization (nncf.quantize)
     ultralytics/<stem>_int8.onnx                  Ultralytics' own exporter, format=onnx, quantize=8
     ultralytics/<stem>_int8_openvino_model/<stem>.xml            format=openvino, quantize=8 (NNCF)
@@ -17,18 +18,26 @@ own forward (box decode, sigmoid, top-k, gathers: ONNX names /model.N/<op>, Open
 head), because one int8 scale cannot span box pixels and class scores at once; every convolution, the head's
 included, and every other op the quantizer supports run in int8. ONNX Runtime: int8 weights per output channel
 (symmetric), int8 activations per tensor (asymmetric), MinMax calibration (its defaults but per_channel=True, which
-its documentation recommends for CNNs). NNCF: its defaults (preset PERFORMANCE: symmetric int8 weights per channel
+its documentation recommends for CNNs). onnxruntime-int8-u8 differs in one setting, uint8 activations: ONNX Runtime
+1.32's CPU provider fuses only 12 of yolo26n's 102 QDQ convolutions into QLinearConv when the activations are int8
+(the others run as DequantizeLinear -> float Conv -> QuantizeLinear, slower than the float32 model), all 102 and
+the SiLUs (QLinearSigmoid, QLinearMul) when they are uint8; make eval measures the first, make bench both. NNCF: its defaults (preset PERFORMANCE: symmetric int8 weights per channel
 and activations per tensor) with all calibration images (subset_size = their count).
 Ultralytics' exports calibrate from a data yaml (<stem>-calib.yaml beside the checkpoint) whose train and val are the
 same folder, through its own dataloader (which shuffles: torch.manual_seed(0) first, so that the order, which NNCF's
 bias correction depends on, is the same every time), and choose their own settings (ONNX: only Conv/Gemm/MatMul
 quantized; OpenVINO: NNCF preset MIXED, the head's decode ignored).
 
-make eval builds these; the CPU benchmark can load the same files (bench/peer.py --artifact).
+make eval builds these at 320 (build/eval/models/, emptied when the checkpoint or the calibration set change); the CPU
+benchmark (bench/bench.py) builds the ONNX Runtime and NNCF ones at 640 in a folder of their own per checkpoint,
+calibration set and input size (keyed_checkpoint: build/bench/int8/<stem>-<imgsz>-<key>/), so a model quantized
+from other weights, other images or for another size is never picked up, and a change of any of them quantizes
+anew without deleting the other folders.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -42,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import export  # noqa: E402
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
-PEERS = ("onnxruntime-int8", "openvino-int8", "ultralytics-onnx-int8", "ultralytics-openvino-int8")
+PEERS = ("onnxruntime-int8", "onnxruntime-int8-u8", "openvino-int8", "ultralytics-onnx-int8",
+         "ultralytics-openvino-int8")
+ORT_PEERS = {"onnxruntime-int8": "int8", "onnxruntime-int8-u8": "uint8"}  # ONNX Runtime's: activation type
 
 
 def artifact(pt: Path, peer: str) -> Path:
@@ -51,6 +62,7 @@ def artifact(pt: Path, peer: str) -> Path:
     ul = stem.parent / "ultralytics"
     return {
         "onnxruntime-int8": stem.parent / f"{stem.name}.int8-qdq.onnx",
+        "onnxruntime-int8-u8": stem.parent / f"{stem.name}.int8-qdq-u8.onnx",
         "openvino-int8": stem.parent / f"{stem.name}_int8_nncf_openvino_model" / f"{stem.name}.xml",
         "ultralytics-onnx-int8": ul / f"{stem.name}_int8.onnx",
         "ultralytics-openvino-int8": ul / f"{stem.name}_int8_openvino_model" / f"{stem.name}.xml",
@@ -62,6 +74,32 @@ def calibration_images(calib: Path) -> list[Path]:
     if not files:
         raise SystemExit(f"bench/quantize.py: {calib}: no calibration images (.png, .jpg, .jpeg, .bmp)")
     return files
+
+
+def cache_key(pt: Path, calib: Path, imgsz: int) -> str:
+    """16 hex digits of the sha256 of what the int8 models are a function of: the checkpoint's bytes, the input size,
+    and every calibration image's name and bytes (in calibration_images' order)."""
+    h = hashlib.sha256()
+    h.update(hashlib.sha256(Path(pt).read_bytes()).digest())
+    h.update(f"imgsz={imgsz}\n".encode())
+    for f in calibration_images(calib):
+        h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def keyed_checkpoint(pt: Path, calib: Path, imgsz: int, root: Path) -> Path:
+    """A copy of the checkpoint in root/<stem>-<imgsz>-<cache_key>/, beside which build() puts the fp32 exports and
+    the int8 models (their names do not say the size or the images, the folder does). The copy is written last, through
+    a temporary name, so a folder with the checkpoint in it is one whose key is right."""
+    pt = Path(pt)
+    folder = Path(root) / f"{pt.stem}-{imgsz}-{cache_key(pt, calib, imgsz)}"
+    copy = folder / pt.name
+    if not copy.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (pt.name + ".partial")
+        shutil.copyfile(pt, tmp)
+        tmp.replace(copy)
+    return copy
 
 
 def calibration_tensors(calib: Path, imgsz: int) -> list:
@@ -99,7 +137,8 @@ def head_decode_openvino(names: list[str]) -> list[str]:
     return [n for n in names if n.startswith(prefix)]
 
 
-def quantize_onnxruntime(onnx_fp32: Path, out: Path, tensors: list) -> Path:
+def quantize_onnxruntime(onnx_fp32: Path, out: Path, tensors: list, activations: str = "int8") -> Path:
+    """quantize_static, QDQ; activations "int8" (S8S8) or "uint8" (U8S8)."""
     import onnx
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
         quantize_static
@@ -119,7 +158,8 @@ def quantize_onnxruntime(onnx_fp32: Path, out: Path, tensors: list) -> Path:
 
     tmp = out.with_name(out.name + ".partial")
     quantize_static(str(onnx_fp32), str(tmp), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude)
     tmp.replace(out)
     return out
@@ -174,13 +214,13 @@ def quantize_ultralytics(pt: Path, fmt: str, out: Path, calib: Path, imgsz: int)
 def build(pt: Path, imgsz: int, calib: Path, peers=PEERS, log=print) -> dict[str, Path]:
     """The int8 models of `peers` (cached: an existing file is kept)."""
     todo = [p for p in peers if not artifact(pt, p).exists()]
-    fp32 = export.export(pt, imgsz, ["onnx", "openvino"]) if {"onnxruntime-int8", "openvino-int8"} & set(todo) else {}
+    fp32 = export.export(pt, imgsz, ["onnx", "openvino"]) if {*ORT_PEERS, "openvino-int8"} & set(todo) else {}
     tensors = calibration_tensors(calib, imgsz) if todo else []
     for p in todo:
         out = artifact(pt, p)
         log(f"quantizing {p} with {len(tensors)} calibration images from {calib} -> {out}")
-        if p == "onnxruntime-int8":
-            quantize_onnxruntime(fp32["onnx"], out, tensors)
+        if p in ORT_PEERS:
+            quantize_onnxruntime(fp32["onnx"], out, tensors, ORT_PEERS[p])
         elif p == "openvino-int8":
             quantize_openvino(fp32["openvino"], out, tensors)
         else:

@@ -89,6 +89,97 @@ def test_targets_follow_their_definitions(peak):
     assert report.targets([mixed])[-1].endswith("| not met for the whole process; met for carve's own growth |")
 
 
+@pytest.fixture(scope="module")
+def int8_peak(tmp_path_factory) -> dict:
+    """bench/int8_peak.c on 1 and 2 threads, as bench.py runs it ({} entries where the CPU has no VNNI / AMX)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path_factory.mktemp("int8") / "int8_peak"
+    subprocess.run([cc, "-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-pthread", str(ROOT / "bench/int8_peak.c"),
+                    "-o", str(exe)], check=True)
+    out = {}
+    for t in (1, 2):
+        r = subprocess.run([str(exe), "--threads", str(t), "--seconds", "0.02"], capture_output=True, text=True)
+        if r.returncode == 0:
+            out[f"t{t}"] = json.loads(r.stdout)
+    return out
+
+
+def test_int8_peak_reports_positive_consistent_numbers(int8_peak):
+    if not int8_peak:
+        pytest.skip("no AVX-512 VNNI, AVX-VNNI or AMX on this CPU")
+    for t, d in int8_peak.items():
+        assert d["threads"] == int(t[1:])
+        kinds = {k: v for k, v in d.items() if isinstance(v, dict)}
+        assert kinds and set(kinds) <= {"avx512vnni", "avxvnni", "amx"}
+        for v in kinds.values():
+            assert v["gops_per_core"] > 0 and v["gops_per_core"] >= 0.95 * v["gops_per_core_wall"]
+
+
+def int8_result(peak: dict, int8_peak: dict, carve: float, carve_int8: float, peers: dict) -> dict:
+    """A 2-thread yolo26n result with carve fp32 and int8 and the given peers ({system: e2e median ms})."""
+    r = result(peak, 2, carve_ms=carve, peer_ms=100.0, rss_mib=30.0)
+    base = r["systems"]["onnxruntime"]
+    r["systems"] = {"carve": r["systems"]["carve"]}
+    for name, ms in {"carve-int8": carve_int8, **peers}.items():
+        r["systems"][name] = dict(base, e2e_median=ms, e2e_p90=ms * 1.1, net_median=ms * 0.9, net_p90=ms,
+                                  precision="fp32")
+    r["systems"]["carve-int8"]["precision"] = "int8"
+    for name in ("openvino-int8", "onnxruntime-int8", "onnxruntime-int8-u8"):
+        if name in r["systems"]:
+            r["systems"][name]["precision"] = "int8 + bf16" if name.startswith("openvino") else "int8"
+    if "openvino-default" in r["systems"]:
+        r["systems"]["openvino-default"]["precision"] = "bf16 (default)"
+    r["int8_peak"] = int8_peak
+    return r
+
+
+def test_int8_targets_follow_their_definitions(peak, int8_peak):
+    peers = {"openvino-default": 25.0, "openvino-int8": 20.0, "onnxruntime-int8": 22.0, "onnxruntime": 12.0}
+    good = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=14.0, peers=peers)])
+    assert len(good) == 2
+    assert "**0.47x**" in good[0] and good[0].endswith("| met |"), good[0]   # 14 / 30 <= 0.5
+    # the fastest of the three named peers (ONNX Runtime fp32, faster still, is not one of them): 20 / 14
+    assert "fastest: OpenVINO int8 (NNCF PTQ; float parts bf16), 20.0 ms" in good[1] and "**1.43x**" in good[1]
+    assert good[1].endswith("| met |"), good[1]
+    bad = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=16.0, peers=peers)])
+    assert "**0.53x**" in bad[0] and bad[0].endswith("| NOT met |")
+    assert "**1.25x**" in bad[1] and bad[1].endswith("| NOT met |")
+    edge = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=15.0, peers={"openvino-int8": 19.5})])
+    assert edge[0].endswith("| met |") and edge[1].endswith("| met (incomplete) |")  # exactly 0.5x and 1.3x
+    assert "not measured: openvino-default, onnxruntime-int8 / onnxruntime-int8-u8" in edge[1]
+    u8 = report.int8_targets([int8_result(peak, int8_peak, carve=30.0, carve_int8=14.0,
+                                          peers=dict(peers, **{"onnxruntime-int8-u8": 17.5}))])
+    assert "fastest: ONNX Runtime int8 (static QDQ, uint8 activations), 17.5 ms" in u8[1]  # either ORT int8 counts
+    assert "**1.25x**" in u8[1] and u8[1].endswith("| NOT met |")
+    lone = int8_result(peak, int8_peak, carve=30.0, carve_int8=15.0, peers={})
+    assert "not measured" in report.int8_targets([lone])[1]
+    fp32_only = result(peak, 2, carve_ms=10.0, peer_ms=16.0, rss_mib=30.0)
+    assert report.int8_targets([fp32_only])[0].startswith("| carve int8 targets | not measured")
+    # the fp32 target still compares carve with the fp32 peers only (ONNX Runtime fp32 here, not the int8 rows)
+    assert "fastest: ONNX Runtime (CPU EP), 12.0 ms" in report.targets(
+        [int8_result(peak, int8_peak, carve=30.0, carve_int8=14.0, peers=peers)])[0]
+
+
+def test_int8_rows_report_gops_and_the_int8_peaks(peak, int8_peak):
+    r = int8_result(peak, int8_peak, carve=30.0, carve_int8=14.0, peers={"openvino-default": 25.0})
+    rows = {line.split(" | ")[0]: line for line in report.table(r) if line.startswith("| ")}
+    q = rows["| carve int8 (xnnpack package, --precision int8)"]
+    cells = [c.strip() for c in q.strip("|").split("|")]
+    assert cells[1] == "int8" and cells[6] == f"{r['flops'] / (14.0 * 0.9e-3) / 1e9:.0f}"  # FLOPs / network time
+    vnni = report.int8_peak_for(r, "avx512vnni")
+    if vnni is not None:
+        assert f"{100 * r['flops'] / (14.0 * 0.9e-3) / 1e9 / (2 * vnni):.0f}% AVX-512 VNNI" in cells[7]
+    assert cells[-1] == "-"  # no agreement check for int8 rows
+    assert "| OpenVINO (CPU, default precision: bf16) | bf16 (default) |" in rows["| OpenVINO (CPU, default precision: bf16)"]
+    lines = report.peak_lines(r)
+    best = peak["t2"]["avx512"]["gflops_per_core"] if "avx512" in peak["t2"] else peak["t2"]["avx2"]["gflops_per_core"]
+    assert f"{best:.1f} per core, {2 * best:.1f} for 2 threads" in lines[0]
+    if vnni is not None:
+        assert f"AVX-512 VNNI {vnni:.0f} per core, {2 * vnni:.0f} for 2 threads" in lines[1]
+
+
 def test_report_replaces_only_the_marked_block(peak, tmp_path):
     docs = tmp_path
     (docs / "performance.md").write_text(f"# Title\n\nprose before\n\n{report.BEGIN}\nold\n{report.END}\n\nprose after\n")
@@ -224,3 +315,16 @@ def test_threads_docs_markers(tmp_path, monkeypatch):
     monkeypatch.setattr(threads, "DOC", doc)
     threads.write_docs("new table\n")
     assert doc.read_text() == f"before\n{threads.BEGIN}\nnew table\n{threads.END}\nafter\n"
+
+
+def test_box_agreement_matches_rows_by_box_not_rank():
+    import bench  # bench/bench.py
+
+    ref = [[10, 10, 50, 50, 0.9, 0], [100, 100, 150, 160, 0.8, 1], [200, 20, 260, 90, 0.7, 0]]
+    swapped = [[100.5, 100, 150, 160, 0.81, 1], [10, 10.25, 50, 50, 0.80, 0], [200, 20, 260, 89, 0.6, 0]]
+    assert bench.box_agreement(ref, swapped) == 1.0  # ranks 1 and 2 swapped: each still finds its own box
+    missing = [swapped[0], swapped[2]]               # the class-0 box at (10, 10) is gone: its closest is the other
+    assert bench.box_agreement(ref, missing) == 210.0  # x2: 50 against 260
+    assert bench.box_agreement(ref, [r[:5] + [2] for r in ref]) == float("inf")  # no row of classes 0 and 1
+    assert bench.box_agreement([], swapped) is None
+    assert report.targets([])[0].startswith("| carve fp32 targets | not measured")
