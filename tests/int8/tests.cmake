@@ -12,3 +12,13 @@ if(TARGET xq8_tool)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(int8_xnn_vs_portable PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 endif()
+
+# int8_vs_simulator: the portable int8 package of `carve generate --precision int8` (tests/int8/int8pkg.py: 32
+#   rendered calibration images, imgsz 128, shared with the other int8 tests of this build folder) against the
+#   quantization pass's simulator (generator/carve/quant/simulate.py) on the package's own letterboxed input, on the
+#   4 sample images: every int8 layer bit-identical, the rows within float32 tolerance, the same detections; the
+#   simulated graph proven to be the package's (it emits the package's files byte for byte).
+add_test(NAME int8_vs_simulator
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/vs_simulator.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
