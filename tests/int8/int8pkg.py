@@ -132,18 +132,33 @@ def package_files(pkg: Path) -> dict:
             if p.is_file() and p.name != ".carve-test-key" and "build" not in p.relative_to(pkg).parts}
 
 
+def write_package(files: dict, out: Path) -> Path:
+    """Writes {relative path: bytes} to the folder ``out``, leaving it (and its build) alone when it already holds
+    exactly these files."""
+    if out.is_dir() and package_files(out) == files:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    for rel, data in files.items():
+        f = out / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+    return out
+
+
 def demo(work, pkg: Path, backend: str) -> Path:
-    """The package's demo, built once per package generation (compare_backends.build: the README's plain cc build)."""
+    """The package's demo (compare_backends.build: the README's plain cc build), rebuilt when the package's files
+    changed."""
     import compare_backends
     with locked(work, pkg.name):
+        h = hashlib.sha256()
+        for rel, data in package_files(pkg).items():
+            h.update(rel.encode() + b"\0" + data + b"\0")
         stamp = pkg / "build" / ".built-key"
-        want = (pkg / ".carve-test-key").read_text() if (pkg / ".carve-test-key").exists() else None
         exe = pkg / "build" / f"{PREFIX}_demo"
-        if want is None or not (stamp.exists() and stamp.read_text() == want and exe.exists()):
+        if not (stamp.exists() and stamp.read_text() == h.hexdigest() and exe.exists()):
             shutil.rmtree(pkg / "build", ignore_errors=True)
             exe = compare_backends.build(pkg, PREFIX, backend)
-            if want is not None:
-                stamp.write_text(want)
+            stamp.write_text(h.hexdigest())
     return exe
 
 
