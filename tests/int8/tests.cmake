@@ -26,3 +26,11 @@ add_test(NAME int8_vs_simulator
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/vs_simulator.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
+# int8_regenerate: `carve generate --precision int8` run again (a new process, the calibration folder copied to
+#   another path, another output folder) gives the shared imgsz-64 portable package's bytes, every file (C, weights,
+#   runtime, README, CMakeLists.txt, quant.json), and no file holds either folder's path.
+add_test(NAME int8_regenerate
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/regenerate.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(int8_regenerate PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
