@@ -12,15 +12,14 @@ tests/security/run_security.py), made by ``carve generate --precision int8`` onc
   serialised by a lock file, so tests run in parallel (ctest -j) share one generation. A test must not write into
   a shared package folder (``demo`` builds into its ``build/`` under the lock).
 
-Calibration cost grows with images x pixels, hence the minimum 32 images at a small input size (128: about 25 s
-for calibration and the sensitivity pass on one core).
+The quantization pass's cost grows with images x pixels, hence the minimum 32 images at a small input size: about
+a minute of CPU at 128 (mostly the sensitivity pass, which runs every conv / add alone on 8 images), 20 s at 64.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -93,14 +92,13 @@ def key(backend: str, imgsz: int, calib: Path, flags: tuple) -> str:
     return h.hexdigest()
 
 
-def generate(out: Path, backend: str, imgsz: int, calib: Path, *flags, check: bool = True,
-             weights: Path = WEIGHTS) -> subprocess.CompletedProcess:
+def generate(out: Path, backend: str, imgsz: int, calib: Path, *flags) -> subprocess.CompletedProcess:
     """``carve generate --precision int8`` as a user runs it (the CLI, in a child process)."""
-    cmd = [str(REPO / "carve"), "generate", str(MANIFEST), "--backend", backend, "--checkpoint", str(weights),
+    cmd = [str(REPO / "carve"), "generate", str(MANIFEST), "--backend", backend, "--checkpoint", str(WEIGHTS),
            "--precision", "int8", "--calib", str(calib), "--imgsz", str(imgsz), "--out", str(out), "--force",
            *map(str, flags)]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    if check and r.returncode != 0:
+    if r.returncode != 0:
         sys.stderr.write(r.stdout[-4000:] + r.stderr[-4000:])
         raise SystemExit(f"int8pkg: {' '.join(cmd)} failed with exit code {r.returncode}")
     return r
@@ -216,8 +214,9 @@ def save_nchw(x_hwc: np.ndarray, path: Path) -> Path:
     return path
 
 
-def run_demo(exe: Path, *args, env=None) -> subprocess.CompletedProcess:
-    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env)
+def run_demo(exe: Path, *args) -> subprocess.CompletedProcess:
+    """Runs a package's demo; SystemExit with its stderr when it fails."""
+    r = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"int8pkg: {exe.name} {' '.join(map(str, args))}: exit {r.returncode}\n{r.stderr[-2000:]}")
     return r

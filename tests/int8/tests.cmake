@@ -3,7 +3,9 @@
 # The packages come from `carve generate --precision int8` on 32 images rendered by tools/train_demo.py (seed 5,
 # used by no other image set) at imgsz 128, made once per build folder and shared by these tests and by
 # firmware_no_malloc_int8 (tests/int8/int8pkg.py: CARVE_WORK/int8, regenerated when the sources change). The first
-# test to need one pays for the quantization pass (about 25 s on one core at 128); each test then takes seconds.
+# test to need one pays for the quantization pass (about a minute of CPU at 128, 20 s at 64); each test then takes
+# seconds (measured on the 2-core machine: all int8 tests, security ones included, 200 s from an empty build folder,
+# 90 s with the packages made).
 #
 # int8_xnn_vs_portable: the xnnpack int8 package against the portable one (tests/int8/xnn_vs_portable.py): per
 #   operator on the simulator's inputs, the dense convolutions (carve_q8conv, q8conv_tool) bit for bit and XNNPACK's

@@ -28,6 +28,7 @@ On each sample image (assets/shapes-{1,2,3,4}.png):
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -117,7 +118,7 @@ def main() -> int:
           f"the calibration and quant.json emits the package's files byte for byte ({time.time() - t0:.0f} s)")
     exe = int8pkg.demo(args.work, pkg, "portable")
     work = int8pkg.root(args.work) / f"vs-simulator-{args.imgsz}"
-    int8pkg.shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     inputs = int8pkg.letterboxed(IMAGES, args.imgsz)
     problems, spread = [], {}
@@ -145,7 +146,7 @@ def main() -> int:
     for p in problems:
         print(f"FAIL {p}")
     if not problems:
-        int8pkg.shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     verdict = (f"ok: {len(IMAGES)} images, {n_i8} int8 layers bit-identical to the simulator, the rows within "
                "tolerance") if not problems else f"FAILED ({len(problems)} problems)"
     print(f"vs_simulator: {verdict} ({time.time() - t0:.0f} s)")
