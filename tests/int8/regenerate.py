@@ -9,7 +9,9 @@ process, on a copy of the calibration folder at another path and into another ou
 two packages (the C sources, the weights, the runtime, README, CMakeLists.txt and quant.json) must be byte-identical:
 the quantization pass (calibration, range estimation, sensitivity, rewrite) and the emission are deterministic, and
 no path of the calibration folder or of the output gets into a package (checked too: neither path appears in any
-file). 64 keeps the second run of the pass short (about 10 s on one core); the code paths are those of any size.
+file). 64 keeps the second run of the pass short (about 20 s on one core); the code paths are those of any size.
+tests/generator/test_quant.py's test_quant_json_byte_identical_on_regeneration checks quant.json alone, in one
+process; this is the whole package, through the command.
 """
 
 from __future__ import annotations

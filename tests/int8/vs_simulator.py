@@ -28,12 +28,16 @@ On each sample image (assets/shapes-{1,2,3,4}.png):
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread for the pass's calibration, as `carve generate --precision int8` (cli.py): OpenBLAS's spinning
+# threads make its many small products up to 10x slower on a busy machine. Read when numpy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import int8pkg  # noqa: E402

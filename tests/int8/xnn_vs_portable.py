@@ -37,13 +37,17 @@ How the xnnpack backend runs an int8 graph (generator/carve/backends/xnn_q8.py) 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# One BLAS thread for the pass's calibration, as `carve generate --precision int8` (cli.py): OpenBLAS's spinning
+# threads make its many small products up to 10x slower on a busy machine. Read when numpy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1] / "tests" / "runtime")]
