@@ -13,7 +13,8 @@ tests/security/run_security.py), made by ``carve generate --precision int8`` onc
   a shared package folder (``demo`` builds into its ``build/`` under the lock).
 
 The quantization pass's cost grows with images x pixels, hence the minimum 32 images at a small input size: about
-a minute of CPU at 128 (mostly the sensitivity pass, which runs every conv / add alone on 8 images), 20 s at 64.
+5 s at 128 and 4 s at 64 on one BLAS thread (as the command runs it; OpenBLAS's own threads made it a minute on the
+busy 2-core machine).
 """
 
 from __future__ import annotations
@@ -170,8 +171,8 @@ def package_graph(work, pkg: Path, backend: str, imgsz: int = IMGSZ):
     sensitivity.choose. Proof: the graph emitted for ``backend`` (compile_model with the graph as graph_hook, as
     tests/generator/test_xnnpack_int8.py does) must be the package's files byte for byte (every weight record,
     multiplier, zero point, table and descriptor is in them), and its tensors' scales and zero points those of
-    quant.json; SystemExit naming the first difference otherwise. About 10 s at 128 (calibration), where
-    compiler.quantized_graph takes a minute (the sensitivity pass runs every conv / add alone on 8 images)."""
+    quant.json; SystemExit naming the first difference otherwise. About 1 s at 128 (calibration on one BLAS thread),
+    without the sensitivity pass (every conv / add alone on 8 images) that compiler.quantized_graph runs."""
     import json
     from carve import compiler
     from carve.quant import calibrate, images, rewrite

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Regenerating an int8 package from the same calibration images gives the same bytes, every file.
 
-    regenerate.py --work DIR [--imgsz 64]
+    regenerate.py --work DIR [--imgsz 128]
 
-The first generation is the shared portable package of tests/int8/int8pkg.py at imgsz 64 (the one the security
-tests build; ``carve generate --precision int8`` on 32 rendered images); the second runs the same command in a new
+The first generation is the shared portable package of tests/int8/int8pkg.py (``carve generate --precision int8``
+on 32 rendered images at 128, the package int8_vs_simulator checks); the second runs the same command in a new
 process, on a copy of the calibration folder at another path and into another output folder. Every file of the
 two packages (the C sources, the weights, the runtime, README, CMakeLists.txt and quant.json) must be byte-identical:
 the quantization pass (calibration, range estimation, sensitivity, rewrite) and the emission are deterministic, and
 no path of the calibration folder or of the output gets into a package (checked too: neither path appears in any
-file). 64 keeps the second run of the pass short (about 20 s on one core); the code paths are those of any size.
+file). About 5 s at 128 (the pass on one BLAS thread, as the command runs it).
 tests/generator/test_quant.py's test_quant_json_byte_identical_on_regeneration checks quant.json alone, in one
 process; this is the whole package, through the command.
 """
@@ -29,7 +29,7 @@ import int8pkg  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--imgsz", type=int, default=64)
+    ap.add_argument("--imgsz", type=int, default=int8pkg.IMGSZ)
     args = ap.parse_args()
     t0 = time.time()
     first = int8pkg.package(args.work, "portable", args.imgsz)

@@ -3,9 +3,9 @@
 # The packages come from `carve generate --precision int8` on 32 images rendered by tools/train_demo.py (seed 5,
 # used by no other image set) at imgsz 128, made once per build folder and shared by these tests and by
 # firmware_no_malloc_int8 (tests/int8/int8pkg.py: CARVE_WORK/int8, regenerated when the sources change). The first
-# test to need one pays for the quantization pass (about a minute of CPU at 128, 20 s at 64); each test then takes
-# seconds (measured on the 2-core machine: all int8 tests, security ones included, 200 s from an empty build folder,
-# 90 s with the packages made).
+# test to need one pays for the quantization pass (about 5 s at 128); each test then takes seconds (measured on the
+# 2-core machine: all int8 tests, the security ones included, 83 s from an empty build folder, 43 s with the packages
+# made, 21 s of it the fuzzer).
 #
 # int8_xnn_vs_portable: the xnnpack int8 package against the portable one (tests/int8/xnn_vs_portable.py): per
 #   operator on the simulator's inputs, the dense convolutions (carve_q8conv, q8conv_tool) bit for bit and XNNPACK's
@@ -30,7 +30,7 @@ add_test(NAME int8_vs_simulator
 set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 
 # int8_regenerate: `carve generate --precision int8` run again (a new process, the calibration folder copied to
-#   another path, another output folder) gives the shared imgsz-64 portable package's bytes, every file (C, weights,
+#   another path, another output folder) gives the shared portable package's bytes, every file (C, weights,
 #   runtime, README, CMakeLists.txt, quant.json), and no file holds either folder's path.
 add_test(NAME int8_regenerate
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/regenerate.py --work ${CARVE_WORK}

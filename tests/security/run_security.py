@@ -9,9 +9,9 @@ real trained weights, no torch needed) generated at --imgsz 64 so that one run t
                                        the libFuzzer target with clang) and W/plain (no sanitizers)
   run_security.py setup-int8 --work W --int8-work CW
                                        the int8 demo model (carve generate --precision int8, portable,
-                                       imgsz 64: tests/int8/int8pkg.py's package, cached in CW/int8 and
-                                       shared with ctest int8_regenerate), built as W/san-int8 and
-                                       W/plain-int8 with the same harnesses; the demo, fuzz, valgrind
+                                       imgsz 64: tests/int8/int8pkg.py's package, cached in CW/int8),
+                                       built as W/san-int8 and W/plain-int8 with the same harnesses;
+                                       the demo, fuzz, valgrind
                                        and replay steps take --variant int8 to use them
   run_security.py setup-tasks --work W yolo26n-seg and yolo26n-cls at 64 (random weights made with
                                        Ultralytics), built with ASan + UBSan and task_api_test in

@@ -31,8 +31,9 @@ if(carve_sec_regressions)
 endif()
 
 # The int8 demo model (issue 19: "the int8 packages are covered by the same fuzzers, ASan/UBSan run and
-# no-allocation test"): `carve generate --precision int8` (portable, imgsz 64; tests/int8/int8pkg.py's package,
-# shared with ctest int8_regenerate) built with the same harnesses in CARVE_WORK/security/san-int8 and plain-int8.
+# no-allocation test"): `carve generate --precision int8` (portable, imgsz 64 as the fp32 package here;
+# tests/int8/int8pkg.py's package, cached in CARVE_WORK/int8) built with the same harnesses in
+# CARVE_WORK/security/san-int8 and plain-int8.
 add_test(NAME security_setup_int8
          COMMAND ${carve_sec_driver} setup-int8 --work ${carve_sec_work} --int8-work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
