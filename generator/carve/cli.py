@@ -122,7 +122,7 @@ def cmd_generate(args) -> int:
     from .manifest import load_manifest, looks_like_checkpoint
     from .quant.images import list_images
     say = _progress()
-    precision_options(precision_args(args))  # --precision / --calib: checked first
+    precision_options(dict(precision_args(args), weights_dtype=args.weights_dtype))  # --precision / --calib first
     if len(args.manifest) > 1:  # several models in one package: carve.multi
         if args.precision == "int8":
             raise CarveError("--precision int8: one model per package for now (several manifests given)",

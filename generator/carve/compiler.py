@@ -143,7 +143,8 @@ PRECISIONS = ("fp32", "int8")
 
 def precision_options(options: dict | None) -> tuple:
     """(precision, calibration folder or None) from the options' ``precision`` (default fp32) and ``calib``:
-    int8 needs a calibration folder, fp32 takes none."""
+    int8 needs a calibration folder, fp32 takes none; int8 weights are stored as int8, so ``weights_dtype`` f16
+    (float32 weights stored as halves) does not apply."""
     o = options or {}
     precision = o.get("precision") or "fp32"
     calib = o.get("calib")
@@ -152,6 +153,10 @@ def precision_options(options: dict | None) -> tuple:
     if precision == "int8" and not calib:
         raise CarveError("--precision int8 needs --calib DIR: a folder of calibration images (at least "
                          "32, like the images the model will see)", hint="docs/quantization.md#calibration-images")
+    if precision == "int8" and o.get("weights_dtype") == "f16":
+        raise CarveError("--weights-dtype f16: an int8 package stores its weights as int8 (with int32 biases and "
+                         "requantization multipliers); f16 is a storage of float32 weights",
+                         hint="drop --weights-dtype f16: int8 weights are already a quarter of float32's size")
     if precision == "fp32" and calib:
         raise CarveError("--calib: calibration images are for --precision int8 (the precision is fp32)",
                          hint="add --precision int8, or drop --calib")

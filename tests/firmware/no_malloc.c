@@ -1,12 +1,17 @@
-// create_with never calls the allocator: a yolo26n package (--weights-format file --weights-dtype f16,
-// so create_with gets the file bytes and a buffer for the widened weights) linked with
-// -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign,--wrap=free,
-// which routes every allocator call of the package's objects (generated code and carve runtime) and of
-// this file through the counters below. XNNPACK is a shared library that --wrap does not reach: its
-// allocations go through carve's allocator into the xnn_heap buffer given here, which
-// tests/firmware/xnn_heap.c proves for the whole process (malloc interposed) on five task variants.
+// create_with never calls the allocator. The package under test, named by no_malloc.py at build time:
+//   -DNM=yolo26n -DNM_UPPER=YOLO26N -DNM_HEADER="yolo26n.h"   its C prefix (NM(_create) is yolo26n_create)
+//   -DNM_XNN_HEAP      an xnnpack package: XNNPACK's heap is one of create_with's buffers, and threads > 1 are
+//                      refused (a thread pool allocates)
+//   -DNM_WEIGHTS_FILE  --weights-format file: create reads the file by path, create_with gets its bytes
+// no_malloc.py builds it for yolo26n (xnnpack, --weights-format file --weights-dtype f16: create_with also gets a
+// buffer for the widened weights) and for the int8 demo model (portable, --precision int8, weights linked), each
+// linked with -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=aligned_alloc,--wrap=posix_memalign,--wrap=free,
+// which routes every allocator call of the package's objects (generated code and carve runtime) and of this file
+// through the counters below. XNNPACK is a shared library that --wrap does not reach: its allocations go through
+// carve's allocator into the xnn_heap buffer given here, which tests/firmware/xnn_heap.c proves for the whole
+// process (malloc interposed) on five task variants.
 //
-//   no_malloc WEIGHTS_FILE
+//   no_malloc [WEIGHTS_FILE]     (the file with NM_WEIGHTS_FILE only)
 //
 // Checks, each printed: create allocates (the counters see it, so a zero below means something); the
 // runs of a create context allocate nothing; create_with + runs + destroy allocate and free nothing and
@@ -19,7 +24,16 @@
 #include <string.h>
 
 #include "carve_weights.h"
-#include "yolo26n.h"
+#include NM_HEADER
+
+#define NM_CAT_(a, b) a##b
+#define NM_CAT(a, b) NM_CAT_(a, b)
+#define F(suffix) NM_CAT(NM, suffix)        // F(_create): <prefix>_create
+#define C(suffix) NM_CAT(NM_UPPER, suffix)  // C(_ARENA_BYTES): <PREFIX>_ARENA_BYTES
+
+typedef F(_options) nm_options;
+typedef F(_buffers) nm_buffers;
+typedef struct NM nm_model;
 
 // ---- Allocator counters (--wrap): g_allocs, g_frees ---------------------------
 
@@ -40,118 +54,187 @@ static int g_failed;
 
 static void reset(void) { g_allocs = g_frees = 0; }
 
-// Runs twice on a fixed input; copies the rows of the second run to rows (YOLO26N_MAX_DETECTIONS * ROW_LEN floats).
-static carve_status run_twice(yolo26n* m, const float* x, float* rows, size_t* n) {
+// Runs twice on a fixed input; copies the rows of the second run to rows (MAX_DETECTIONS * ROW_LEN floats).
+static carve_status run_twice(nm_model* m, const float* x, float* rows, size_t* n) {
   size_t num = 0;
   for (int i = 0; i < 2; i++) {
-    carve_status s = yolo26n_run_tensor(m, x, 0.25f, NULL, 0, &num);
+    carve_status s = F(_run_tensor)(m, x, 0.25f, NULL, 0, &num);
     if (s != CARVE_OK) {
       return s;
     }
   }
-  const float* r = yolo26n_rows(m, n);
-  memcpy(rows, r, *n * YOLO26N_ROW_LEN * sizeof(float));
+  const float* r = F(_rows)(m, n);
+  memcpy(rows, r, *n * C(_ROW_LEN) * sizeof(float));
   return CARVE_OK;
 }
 
+#ifdef NM_WEIGHTS_FILE
+#define NM_CREATE_ALLOCS 5  // at least: context, arena, scratch, the file's bytes, the widened weights
+#else
+#define NM_CREATE_ALLOCS 3  // at least: context, arena, scratch
+#endif
+
+enum { NBUF = 5 };  // context, arena, scratch, widened weights, XNNPACK's heap (the last: xnnpack packages only)
+
+static nm_buffers make_buffers(void* const* buf, const size_t* sizes) {
+  nm_buffers b = {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3],
+#ifdef NM_XNN_HEAP
+                  buf[4], sizes[4]
+#endif
+  };
+  return b;
+}
+
 int main(int argc, char** argv) {
+#ifdef NM_WEIGHTS_FILE
   if (argc != 2) {
     fprintf(stderr, "usage: no_malloc WEIGHTS_FILE\n");
     return 2;
   }
+#else
+  (void)argv;
+  if (argc != 1) {
+    fprintf(stderr, "usage: no_malloc (the weights are linked)\n");
+    return 2;
+  }
+#endif
   // Setup (allocations not counted): the input, the weights file's bytes, the caller's buffers.
-  const size_t n_in = (size_t)3 * YOLO26N_INPUT_H * YOLO26N_INPUT_W;
+  const size_t n_in = (size_t)3 * C(_INPUT_H) * C(_INPUT_W);
   float* x = malloc(n_in * sizeof(float));
   for (size_t i = 0; i < n_in; i++) {
     x[i] = (float)((i * 2654435761u) % 1000u) / 1000.0f;  // a fixed, busy pattern in [0, 1)
   }
+#ifdef NM_WEIGHTS_FILE
   void* file = NULL;
   size_t file_bytes = 0;
   if (carve_weights_read_file(argv[1], &file, &file_bytes) != CARVE_OK) {
     fprintf(stderr, "no_malloc: cannot read %s\n", argv[1]);
     return 2;
   }
-  const size_t sizes[5] = {YOLO26N_CONTEXT_BYTES, YOLO26N_ARENA_BYTES, YOLO26N_SCRATCH_BYTES, YOLO26N_WIDE_WEIGHT_BYTES,
-                           YOLO26N_XNN_HEAP_BYTES};
-  void* buf[5];
-  for (int i = 0; i < 5; i++) {
-    buf[i] = aligned_alloc(64, (sizes[i] + 127) / 64 * 64);  // 64 more, for the misaligned case
+#endif
+  const size_t sizes[NBUF] = {C(_CONTEXT_BYTES), C(_ARENA_BYTES), C(_SCRATCH_BYTES), C(_WIDE_WEIGHT_BYTES),
+#ifdef NM_XNN_HEAP
+                              C(_XNN_HEAP_BYTES)
+#else
+                              0
+#endif
+  };
+  void* buf[NBUF];
+  for (int i = 0; i < NBUF; i++) {
+    buf[i] = sizes[i] ? aligned_alloc(64, (sizes[i] + 127) / 64 * 64) : NULL;  // 64 more, for the misaligned case
   }
-  float* rows_a = malloc(sizeof(float) * YOLO26N_MAX_DETECTIONS * YOLO26N_ROW_LEN);
-  float* rows_b = malloc(sizeof(float) * YOLO26N_MAX_DETECTIONS * YOLO26N_ROW_LEN);
+  float* rows_a = malloc(sizeof(float) * C(_MAX_DETECTIONS) * C(_ROW_LEN));
+  float* rows_b = malloc(sizeof(float) * C(_MAX_DETECTIONS) * C(_ROW_LEN));
   size_t na = 0, nb = 0;
-  char what[160];
+  char what[200];
 
   // 1. create allocates (and the counter sees it); its runs do not.
-  yolo26n_options opt;
-  yolo26n_default_options(&opt);
+  nm_options opt;
+  F(_default_options)(&opt);
+#ifdef NM_WEIGHTS_FILE
   opt.weights_path = argv[1];
-  yolo26n* m = NULL;
+#endif
+  nm_model* m = NULL;
   reset();
-  carve_status s = yolo26n_create(&opt, &m);
-  snprintf(what, sizeof what, "create: %s, %zu allocator calls by carve (context, arena, scratch, file, widened, XNNPACK's)",
-           carve_status_str(s), g_allocs);
-  EXPECT(s == CARVE_OK && g_allocs >= 5, what);
+  carve_status s = F(_create)(&opt, &m);
+  snprintf(what, sizeof what, "create: %s, %zu allocator calls by carve (context, arena, scratch%s)",
+           carve_status_str(s), g_allocs,
+#ifdef NM_WEIGHTS_FILE
+           ", file, widened, XNNPACK's"
+#else
+           ""
+#endif
+  );
+  EXPECT(s == CARVE_OK && g_allocs >= NM_CREATE_ALLOCS, what);
   reset();
   s = m != NULL ? run_twice(m, x, rows_a, &na) : CARVE_ERR_INVALID_ARGUMENT;
   snprintf(what, sizeof what, "create's runs: %s, %zu rows, %zu allocator calls", carve_status_str(s), na, g_allocs);
   EXPECT(s == CARVE_OK && na > 0 && g_allocs == 0, what);
-  yolo26n_destroy(m);
+  F(_destroy)(m);
 
   // 2. create_with: nothing allocated or freed from create to destroy; the same rows.
+#ifdef NM_WEIGHTS_FILE
   opt.weights_path = NULL;
   opt.weights_data = file;
   opt.weights_size = file_bytes;
-  yolo26n_buffers b = {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]};
+#endif
+  const nm_buffers good = make_buffers(buf, sizes);
   reset();
   m = NULL;
-  s = yolo26n_create_with(&opt, &b, &m);
+  s = F(_create_with)(&opt, &good, &m);
   if (s == CARVE_OK) {
     s = run_twice(m, x, rows_b, &nb);
   }
-  yolo26n_destroy(m);
+  F(_destroy)(m);
   snprintf(what, sizeof what, "create_with + 2 runs + destroy: %s, %zu allocator calls, %zu frees", carve_status_str(s),
            g_allocs, g_frees);
   EXPECT(s == CARVE_OK && g_allocs == 0 && g_frees == 0, what);
   snprintf(what, sizeof what, "create_with's rows equal create's (%zu rows, bit for bit)", nb);
-  EXPECT(na == nb && memcmp(rows_a, rows_b, na * YOLO26N_ROW_LEN * sizeof(float)) == 0, what);
+  EXPECT(na == nb && memcmp(rows_a, rows_b, na * C(_ROW_LEN) * sizeof(float)) == 0, what);
 
   // 3. bad buffers: refused, nothing allocated.
-  struct {
-    const char* what;
-    yolo26n_buffers b;
-    int threads;
-    int by_path;
-  } bad[] = {
-      {"NULL arena", {buf[0], sizes[0], NULL, sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
-      {"misaligned arena", {buf[0], sizes[0], (char*)buf[1] + 16, sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
-      {"arena 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1] - 64, buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
-      {"scratch 64 bytes short", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2] - 64, buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
-      {"context too small", {buf[0], 16, buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 0},
-      {"no buffer for the widened weights", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], NULL, 0, buf[4], sizes[4]}, 1, 0},
-      {"no xnn_heap", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], NULL, 0}, 1, 0},
-      {"threads 2 (a pool allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 2, 0},
-      {"weights by path (reading allocates)", {buf[0], sizes[0], buf[1], sizes[1], buf[2], sizes[2], buf[3], sizes[3], buf[4], sizes[4]}, 1, 1},
-  };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    yolo26n_options o = opt;
-    o.threads = bad[i].threads;
-    if (bad[i].by_path) {
-      o.weights_data = NULL;
-      o.weights_size = 0;
-      o.weights_path = argv[1];
+  enum { NULL_ARENA, MISALIGNED_ARENA, SHORT_ARENA, SHORT_SCRATCH, SMALL_CONTEXT, NO_WIDE, NO_HEAP, THREADS_2,
+         BY_PATH, NCASES };
+  static const char* const names[NCASES] = {
+      "NULL arena", "misaligned arena", "arena 64 bytes short", "scratch 64 bytes short", "context too small",
+      "no buffer for the widened weights", "no xnn_heap", "threads 2 (a pool allocates)",
+      "weights by path (reading allocates)"};
+  for (int i = 0; i < NCASES; i++) {
+    nm_buffers b = good;
+    nm_options o = opt;
+    o.threads = 1;
+    switch (i) {
+      case NULL_ARENA: b.arena = NULL; break;
+      case MISALIGNED_ARENA: b.arena = (char*)buf[1] + 16; break;
+      case SHORT_ARENA: b.arena_bytes -= 64; break;
+      case SHORT_SCRATCH: b.scratch_bytes -= 64; break;
+      case SMALL_CONTEXT: b.context_bytes = 16; break;
+      case NO_WIDE:
+        if (C(_WIDE_WEIGHT_BYTES) == 0) {
+          continue;  // no widened weights (f32 or int8 weights): NULL is fine
+        }
+        b.weights = NULL;
+        b.weights_bytes = 0;
+        break;
+      case NO_HEAP:
+#ifdef NM_XNN_HEAP
+        b.xnn_heap = NULL;
+        b.xnn_heap_bytes = 0;
+        break;
+#else
+        continue;  // no XNNPACK
+#endif
+      case THREADS_2:
+#ifdef NM_XNN_HEAP
+        o.threads = 2;
+        break;
+#else
+        continue;  // the portable package runs on the calling thread whatever threads says
+#endif
+      case BY_PATH:
+#ifdef NM_WEIGHTS_FILE
+        o.weights_data = NULL;
+        o.weights_size = 0;
+        o.weights_path = argv[1];
+        break;
+#else
+        continue;  // linked weights
+#endif
+      default: break;
     }
     reset();
-    m = (yolo26n*)1;
-    s = yolo26n_create_with(&o, &bad[i].b, &m);
-    snprintf(what, sizeof what, "%s: %s, %zu allocator calls", bad[i].what, carve_status_str(s), g_allocs);
+    m = (nm_model*)1;
+    s = F(_create_with)(&o, &b, &m);
+    snprintf(what, sizeof what, "%s: %s, %zu allocator calls", names[i], carve_status_str(s), g_allocs);
     EXPECT(s == CARVE_ERR_INVALID_ARGUMENT && m == NULL && g_allocs == 0, what);
   }
 
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < NBUF; i++) {
     free(buf[i]);
   }
+#ifdef NM_WEIGHTS_FILE
   free(file);
+#endif
   free(rows_a);
   free(rows_b);
   free(x);

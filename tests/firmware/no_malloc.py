@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Caller-owned memory: builds tests/firmware/no_malloc.c against a generated yolo26n package
-(--weights-format file --weights-dtype f16) in a parent CMake project that links carve::yolo26n with the
-allocator wrapped (-Wl,--wrap=malloc,...), and runs it (see no_malloc.c for what it checks).
+"""Caller-owned memory: builds tests/firmware/no_malloc.c against a generated package in a parent CMake project that
+links carve::<name> with the allocator wrapped (-Wl,--wrap=malloc,...), and runs it (see no_malloc.c for what it
+checks).
 
-    no_malloc.py --work build/work [--imgsz 160]
+    no_malloc.py --work build/work [--imgsz 160]            yolo26n, xnnpack, --weights-format file --weights-dtype f16
+    no_malloc.py --work build/work --int8 portable           the int8 demo model (--precision int8), imgsz 128: the
+                                                             shared package of tests/int8/int8pkg.py (--int8 xnnpack:
+                                                             the xnnpack one, generated on first use)
 """
 
 from __future__ import annotations
@@ -13,16 +16,18 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "int8")]
 import fwlib  # noqa: E402
 from fwlib import log, run  # noqa: E402
 
 PARENT = """cmake_minimum_required(VERSION 3.16)
-project(no_malloc LANGUAGES C)
-set(YOLO26N_BUILD_DEMO OFF CACHE BOOL "" FORCE)
-add_subdirectory(yolo26n)
+project(no_malloc LANGUAGES C ASM)
+set({upper}_BUILD_DEMO OFF CACHE BOOL "" FORCE)
+add_subdirectory({pkg} pkg)
 add_executable(no_malloc {src})
-target_link_libraries(no_malloc PRIVATE carve::yolo26n)
+target_link_libraries(no_malloc PRIVATE carve::{name})
+target_compile_definitions(no_malloc PRIVATE NM={name} NM_UPPER={upper} NM_HEADER="{name}.h" {defs})
 set_target_properties(no_malloc PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON C_EXTENSIONS OFF)
 target_compile_options(no_malloc PRIVATE -Wall -Wextra -Werror)
 target_link_options(no_malloc PRIVATE
@@ -33,21 +38,32 @@ target_link_options(no_malloc PRIVATE
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--imgsz", type=int, default=160)
+    ap.add_argument("--imgsz", type=int, default=None, help="default: 160 (yolo26n), 128 (--int8)")
+    ap.add_argument("--int8", choices=("portable", "xnnpack"), help="the int8 package of this backend instead")
     args = ap.parse_args()
     t = fwlib.Timer()
-    work = fwlib.fresh(args.work.resolve() / "firmware-no-malloc")
-    pt = fwlib.checkpoint(args.work)
-    fwlib.generate("yolo26n.yaml", pt, work / "yolo26n", "--imgsz", str(args.imgsz), "--weights-format", "file",
-                   "--weights-dtype", "f16")
-    (work / "CMakeLists.txt").write_text(PARENT.format(src=Path(__file__).with_name("no_malloc.c")))
+    if args.int8:
+        import int8pkg
+        work = fwlib.fresh(args.work.resolve() / f"firmware-no-malloc-int8-{args.int8}")
+        pkg = int8pkg.package(args.work, args.int8, args.imgsz or int8pkg.IMGSZ)
+        name, argv = int8pkg.PREFIX, []
+        defs = "NM_XNN_HEAP" if args.int8 == "xnnpack" else ""
+    else:
+        work = fwlib.fresh(args.work.resolve() / "firmware-no-malloc")
+        pt = fwlib.checkpoint(args.work)
+        pkg = fwlib.generate("yolo26n.yaml", pt, work / "yolo26n", "--imgsz", str(args.imgsz or 160),
+                             "--weights-format", "file", "--weights-dtype", "f16")
+        name, argv = "yolo26n", [pkg / "yolo26n.weights"]
+        defs = "NM_XNN_HEAP NM_WEIGHTS_FILE"
+    (work / "CMakeLists.txt").write_text(PARENT.format(pkg=pkg, name=name, upper=name.upper(), defs=defs,
+                                                       src=HERE / "no_malloc.c"))
     fwlib.cmake_build(work, work / "build")
-    p = run([work / "build" / "no_malloc", work / "yolo26n" / "yolo26n.weights"], check=False)
+    p = run([work / "build" / "no_malloc", *argv], check=False)
     log(p.stdout.strip())
     if p.stderr:
         log(p.stderr.strip())
     shutil.rmtree(work, ignore_errors=True)
-    log(f"no_malloc: exit {p.returncode} ({t})")
+    log(f"no_malloc{' (int8 ' + args.int8 + ')' if args.int8 else ''}: exit {p.returncode} ({t})")
     return p.returncode
 
 

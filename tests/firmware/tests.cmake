@@ -40,6 +40,14 @@ add_test(NAME firmware_no_malloc
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 
+# The same for an int8 package (issue 19): the int8 demo model, portable (--precision int8, weights linked), the
+# package shared with the int8 tests (tests/int8/int8pkg.py; the quantization pass runs here if no int8 test made it
+# first).
+add_test(NAME firmware_no_malloc_int8
+         COMMAND ${CARVE_PYTHON} ${CARVE_FW}/no_malloc.py --work ${CARVE_WORK} --int8 portable
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(firmware_no_malloc_int8 PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+
 # xnnpack create_with with XNNPACK's memory in the caller's xnn_heap (yolo26n at 320, -seg/-pose/-obb at 160, -cls
 # at 96): the whole process's allocator interposed, 0 calls and 0 frees in create_with + runs + destroy, outputs equal
 # create's, heap use <= <NAME>_XNN_HEAP_BYTES (ratio printed), exactly that use before a PROT_NONE page works,

@@ -1,13 +1,15 @@
 """The xnnpack backend's lowering of a quantized graph (backends/xnn_q8.py; docs/backends/xnnpack.md, "int8").
 
-On the trained demo model with every convolution in int8 (tests/int8/handquant.py, calibrated with irsim on the
-bundled sample image) at imgsz 64: each dense (groups 1) qconv2d becomes one carve_q8conv step (Q8Conv: a CONV
+On the trained demo model with every convolution and add in int8 (the quantization pass's rewrite,
+quant/rewrite.py, on ranges calibrated by quant/calibrate.py on one bundled sample image: the pass's graph without
+its 32-image minimum and sensitivity pass, so that this test takes seconds) at imgsz 64: each dense (groups 1) qconv2d becomes one carve_q8conv step (Q8Conv: a CONV
 descriptor of the int8 table, its record in q8conv_pack's layout, the SiLU table in the kernel), each depthwise one
 one XNNPACK QCONV descriptor (XNNPACK's weight layout, int32 bias, float32 scales m * 2^-n) and, with SiLU, a Q8Lut
 step; never one of the fp32 runtime convolutions
 (stem, Winograd, depthwise); qadd on dense tensors a QADD, dequantize a DEQUANTIZE; quantize a carve_q8 op; a
-layer whose scale XNNPACK refuses (>= 256) and an add XNNPACK cannot take fall back to carve_q8, saying why; the
-portable backend keeps carve_q8 for all of them. What the descriptors compute is tests/runtime/xq8_vs_arith.py's
+layer whose scale XNNPACK refuses (>= 256), an add on a strided view and one whose ratios XNNPACK cannot take
+fall back to carve_q8, saying why; int8 max pool, upsample and concat copies are carve_q8's; the portable backend
+keeps carve_q8 for all of them. What the descriptors compute is tests/runtime/xq8_vs_arith.py's
 and tests/int8/xnn_vs_portable.py's.
 """
 
@@ -20,9 +22,8 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "generator"), str(REPO / "tests" / "int8")]
+sys.path[:0] = [str(REPO / "generator")]
 
-import handquant  # noqa: E402
 from carve.backends import portable, q8conv_pack, xnn_heap, xnn_q8, xnnpack  # noqa: E402
 from carve.backends.steps import Q8Conv, Q8Lut, Q8Op, RuntimeConv, XnnOp  # noqa: E402
 from carve.checkpoint import read_checkpoint  # noqa: E402
@@ -31,7 +32,7 @@ from carve.frontend.yolo26 import build_graph  # noqa: E402
 from carve.manifest import load_manifest  # noqa: E402
 from carve.passes import optimize  # noqa: E402
 from carve.planner import plan_memory  # noqa: E402
-from carve.quant import arith  # noqa: E402
+from carve.quant import arith, calibrate, rewrite  # noqa: E402
 
 MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
 WEIGHTS = REPO / "assets" / "yolo26n-shapes.pt"
@@ -45,7 +46,8 @@ def graphs():
     fg = optimize(build_graph(manifest, load_architecture(manifest), read_checkpoint(str(WEIGHTS)), IMGSZ))
     image = np.asarray(Image.open(REPO / "assets" / "shapes-3.png").convert("RGB").resize((IMGSZ, IMGSZ)),
                        np.float32) / 255
-    return fg, handquant.quantize_graph(fg, handquant.calibrate(fg, [image]))
+    ranges = calibrate.ranges(fg, calibrate.calibrate(fg, [image]))
+    return fg, rewrite.quantize(fg, ranges).graph
 
 
 def lower(backend, graph):
@@ -108,9 +110,19 @@ def test_qconv2d_runs_on_xnnpack(graphs):
     kinds = {o["kind"] for o in program["ops"]}
     assert {"CARVE_XNN_QADD", "CARVE_XNN_DEQUANTIZE"} <= kinds
     assert not program["runtime_convs"], "the int8 graph has no float conv left for the runtime kernels"
-    # quantize stays carve_q8's; the int8 table's CONVs are the carve_q8conv steps' descriptors
-    assert {o["kind"] for o in program["q8_ops"]} == {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV"}
+    # quantize, int8 max pool / upsample / concat copies and adds on strided views stay carve_q8's (saying why);
+    # the int8 table's CONVs are the carve_q8conv steps' descriptors; dequantize is always XNNPACK's
+    q8_kinds = {o["kind"] for o in program["q8_ops"]}
+    assert {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV", "CARVE_Q8_MAXPOOL", "CARVE_Q8_UPSAMPLE2X"} <= q8_kinds
+    assert q8_kinds <= {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV", "CARVE_Q8_MAXPOOL", "CARVE_Q8_UPSAMPLE2X",
+                        "CARVE_Q8_COPY", "CARVE_Q8_ADD"}
     assert sum(o["kind"] == "CARVE_Q8_CONV" for o in program["q8_ops"]) == len(dense)
+    for op in qg.ops:
+        if op.kind == "qadd":
+            (st,) = steps[op.name]
+            assert isinstance(st, XnnOp) or "a strided view" in st.what, f"{op.name}: {st}"
+        if op.kind == "dequantize":
+            assert descs[op.name]["kind"] == "CARVE_XNN_DEQUANTIZE"
     # xnn_heap counts the int8 operators
     assert program["xnn_heap_bytes"] >= xnn_heap.heap_bytes(program["ops"])["bytes"] > 0
 
@@ -122,7 +134,8 @@ def test_fallbacks_to_carve_q8(graphs):
     weights = dict(qg.weights)
     weights[conv.params["mul"]] = np.full(conv.attrs["cout"], m, np.int32)
     weights[conv.params["shift"]] = np.full(conv.attrs["cout"], n, np.int32)
-    add = next(op for op in qg.ops if op.kind == "qadd")
+    before = steps_by_op(lower(xnnpack.BACKEND, qg))
+    add = next(op for op in qg.ops if op.kind == "qadd" and isinstance(before[op.name][0], XnnOp))  # on dense tensors
     far = add.replace(attrs=dict(add.attrs, mul_a=1 << 30, mul_b=1 << 30, shift=50))  # ratios 2^-20
     g = qg.replace(weights=weights, ops=tuple(far if op is add else op for op in qg.ops))
     program = lower(xnnpack.BACKEND, g)

@@ -1,14 +1,38 @@
 # int8 packages (issue 19). Included by the top-level CMakeLists.txt.
 #
-# int8_xnn_vs_portable: an int8 package of the trained demo model on the xnnpack backend against the portable
-#   backend's (tests/int8/xnn_vs_portable.py): XNNPACK's int8 operators within one unit of arith.py on the same
-#   inputs (xq8_tool, tests/runtime), every layer compared in units of its int8 scale, the same detections. The
-#   quantized graph is tests/int8/handquant.py's (every convolution in int8) until the quantization pass is merged.
-#   About 20 s on 2 cores (three packages built).
-if(TARGET xq8_tool)
+# The packages come from `carve generate --precision int8` on 32 images rendered by tools/train_demo.py (seed 5,
+# used by no other image set) at imgsz 128, made once per build folder and shared by these tests and by
+# firmware_no_malloc_int8 (tests/int8/int8pkg.py: CARVE_WORK/int8, regenerated when the sources change). The first
+# test to need one pays for the quantization pass (about 5 s at 128); each test then takes seconds (measured on the
+# 2-core machine: all int8 tests, the security ones included, 83 s from an empty build folder, 43 s with the packages
+# made, 21 s of it the fuzzer).
+#
+# int8_xnn_vs_portable: the xnnpack int8 package against the portable one (tests/int8/xnn_vs_portable.py): per
+#   operator on the simulator's inputs, the dense convolutions (carve_q8conv, q8conv_tool) bit for bit and XNNPACK's
+#   ops (depthwise qc8 conv, qs8 add: float32 requantization; dequantize) within one unit of arith.py (xq8_tool);
+#   end to end on the 4 sample images every layer and the rows bit-identical (as measured), the same bytes on 1 and
+#   3 threads, the same rows with --caller-memory.
+if(TARGET xq8_tool AND TARGET q8conv_tool)
   add_test(NAME int8_xnn_vs_portable
            COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/xnn_vs_portable.py --tool $<TARGET_FILE:xq8_tool>
-                   --work ${CARVE_WORK}
+                   --q8conv-tool $<TARGET_FILE:q8conv_tool> --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(int8_xnn_vs_portable PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 endif()
+
+# int8_vs_simulator: the portable int8 package against the quantization pass's simulator (generator/carve/quant/
+#   simulate.py) on the package's own letterboxed input, on the 4 sample images: every int8 layer bit-identical,
+#   the rows within float32 tolerance, the same detections; the simulated graph proven to be the package's (it
+#   emits the package's files byte for byte).
+add_test(NAME int8_vs_simulator
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/vs_simulator.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
+# int8_regenerate: `carve generate --precision int8` run again (a new process, the calibration folder copied to
+#   another path, another output folder) gives the shared portable package's bytes, every file (C, weights,
+#   runtime, README, CMakeLists.txt, quant.json), and no file holds either folder's path.
+add_test(NAME int8_regenerate
+         COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/regenerate.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(int8_regenerate PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)

@@ -7,6 +7,12 @@ real trained weights, no torch needed) generated at --imgsz 64 so that one run t
 
   run_security.py setup   --work W     generate W/pkg, build W/san (clang or gcc, ASan + UBSan, plus
                                        the libFuzzer target with clang) and W/plain (no sanitizers)
+  run_security.py setup-int8 --work W --int8-work CW
+                                       the int8 demo model (carve generate --precision int8, portable,
+                                       imgsz 64: tests/int8/int8pkg.py's package, cached in CW/int8),
+                                       built as W/san-int8 and W/plain-int8 with the same harnesses;
+                                       the demo, fuzz, valgrind
+                                       and replay steps take --variant int8 to use them
   run_security.py setup-tasks --work W yolo26n-seg and yolo26n-cls at 64 (random weights made with
                                        Ultralytics), built with ASan + UBSan and task_api_test in
                                        W/san-seg, W/san-cls
@@ -77,6 +83,25 @@ def configure(work: Path, build: str, sanitize: bool, fuzz: bool, cc: str, pkg: 
           *(["--target", target] if target else [])])
 
 
+def cmd_setup_int8(a) -> None:
+    """The int8 portable package of the demo model at IMGSZ (int8pkg.package, generated on first use) built with the
+    harnesses: W/san-int8 (ASan + UBSan, libFuzzer's fuzz_entry with clang) and W/plain-int8 (noalloc_test)."""
+    sys.path.insert(0, str(REPO / "tests" / "int8"))
+    import int8pkg
+    work = a.work
+    work.mkdir(parents=True, exist_ok=True)
+    pkg = int8pkg.package(a.int8_work, "portable", IMGSZ)
+    fuzz = have_libfuzzer("clang")
+    (work / "fuzz-int8-enabled").write_text("1\n" if fuzz else "0\n")
+    configure(work, "san-int8", sanitize=True, fuzz=fuzz, cc="clang" if fuzz else "cc", pkg=pkg)
+    configure(work, "plain-int8", sanitize=False, fuzz=False, cc="cc", pkg=pkg)
+
+
+def build_dir(a, kind: str) -> Path:
+    """W/<kind> of the fp32 package, W/<kind>-int8 of the int8 one (--variant int8)."""
+    return a.work / (kind + ("-int8" if a.variant == "int8" else ""))
+
+
 def cmd_setup(a) -> None:
     work = a.work
     work.mkdir(parents=True, exist_ok=True)
@@ -114,8 +139,8 @@ def cmd_setup_tasks(a) -> None:
 
 
 def cmd_demo(a) -> None:
-    exe = a.work / "san" / "pkg" / f"{NAME}_demo"
-    out = a.work / "demo-annotated.png"
+    exe = build_dir(a, "san") / "pkg" / f"{NAME}_demo"
+    out = a.work / f"demo-annotated-{a.variant}.png"
     must([exe, IMAGE, "--out", out, "--threads", "2", "--runs", "2"])
     r = must([exe, IMAGE, "--json"], capture_output=True, text=True)
     result = json.loads(r.stdout)
@@ -131,7 +156,7 @@ def cmd_demo(a) -> None:
 
 
 def cmd_valgrind(a) -> None:
-    exe = a.work / "plain" / "pkg" / f"{NAME}_demo"
+    exe = build_dir(a, "plain") / "pkg" / f"{NAME}_demo"
     for argv in ([IMAGE, "--json", "--threads", "2"],):
         must(["valgrind", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect",
               "--show-leak-kinds=definite,indirect", "-q", exe, *argv], stdout=subprocess.DEVNULL)
@@ -175,10 +200,11 @@ def seeds() -> dict:
     return out
 
 
-def fuzz_exe(work: Path) -> Path | None:
-    if (work / "fuzz-enabled").read_text().strip() != "1":
+def fuzz_exe(a) -> Path | None:
+    flag = a.work / ("fuzz-int8-enabled" if a.variant == "int8" else "fuzz-enabled")
+    if flag.read_text().strip() != "1":
         return None
-    return work / "san" / "fuzz_entry"
+    return build_dir(a, "san") / "fuzz_entry"
 
 
 def regression_inputs() -> list:
@@ -188,7 +214,7 @@ def regression_inputs() -> list:
 
 
 def cmd_replay(a) -> None:
-    exe = fuzz_exe(a.work)
+    exe = fuzz_exe(a)
     inputs = regression_inputs()
     if exe is None:
         sys.exit("run_security: fuzz_entry was not built (clang with libFuzzer missing)")
@@ -199,21 +225,21 @@ def cmd_replay(a) -> None:
 
 
 def cmd_fuzz(a) -> None:
-    exe = fuzz_exe(a.work)
+    exe = fuzz_exe(a)
     if exe is None:
         sys.exit("run_security: fuzz_entry was not built (clang with libFuzzer missing)")
-    corpus = a.corpus or a.work / "corpus-entry"
+    corpus = a.corpus or a.work / ("corpus-entry" + ("-int8" if a.variant == "int8" else ""))
     corpus.mkdir(parents=True, exist_ok=True)
     for name, data in seeds().items():
         (corpus / f"seed-{name}").write_bytes(data)
-    findings = a.work / "findings"
+    findings = a.work / ("findings" + ("-int8" if a.variant == "int8" else ""))
     findings.mkdir(exist_ok=True)
     r = run([exe, f"-max_total_time={a.seconds}", "-max_len=8192", "-timeout=30", "-rss_limit_mb=4096",
              f"-seed={a.seed}", "-print_final_stats=1", f"-artifact_prefix={findings}/", corpus])
     if r.returncode != 0:
         sys.exit(f"run_security: libFuzzer found a failure (status {r.returncode}); the input is in {findings}: "
                  f"add it as {REGRESSION}/entry-<name>/input with a README saying what it guards")
-    print(f"run_security: fuzz_entry ran {a.seconds} s without a finding")
+    print(f"run_security: fuzz_entry ({a.variant} package) ran {a.seconds} s without a finding")
 
 
 def cmd_fuzz_task(a) -> None:
@@ -249,9 +275,15 @@ def cmd_fuzz_task(a) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("setup", "setup-tasks", "demo", "valgrind", "fuzz", "fuzz-task", "replay"):
+    for name in ("setup", "setup-int8", "setup-tasks", "demo", "valgrind", "fuzz", "fuzz-task", "replay"):
         s = sub.add_parser(name)
         s.add_argument("--work", type=Path, required=True, help="work folder (shared by the steps)")
+        if name == "setup-int8":
+            s.add_argument("--int8-work", type=Path, required=True,
+                           help="the build's work folder (CARVE_WORK), where int8pkg caches the package")
+        if name in ("demo", "valgrind", "fuzz", "replay"):
+            s.add_argument("--variant", choices=("fp32", "int8"), default="fp32",
+                           help="the package: the fp32 one of setup (default) or the int8 one of setup-int8")
         if name == "fuzz-task":
             s.add_argument("--task", choices=sorted(TASKS), required=True)
         if name in ("fuzz", "fuzz-task"):

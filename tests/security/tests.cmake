@@ -30,6 +30,34 @@ if(carve_sec_regressions)
   carve_security_test(security_fuzz_regressions ${carve_sec_driver} replay --work ${carve_sec_work})
 endif()
 
+# The int8 demo model (issue 19: "the int8 packages are covered by the same fuzzers, ASan/UBSan run and
+# no-allocation test"): `carve generate --precision int8` (portable, imgsz 64 as the fp32 package here;
+# tests/int8/int8pkg.py's package, cached in CARVE_WORK/int8) built with the same harnesses in
+# CARVE_WORK/security/san-int8 and plain-int8.
+add_test(NAME security_setup_int8
+         COMMAND ${carve_sec_driver} setup-int8 --work ${carve_sec_work} --int8-work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(security_setup_int8 PROPERTIES FIXTURES_SETUP carve_security_int8 TIMEOUT 600
+                     RESOURCE_LOCK cpu_heavy)
+function(carve_security_int8_test name)
+  add_test(NAME ${name} COMMAND ${ARGN} WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security_int8 TIMEOUT 300 RESOURCE_LOCK cpu_heavy
+                       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+endfunction()
+carve_security_int8_test(security_asan_int8_api ${carve_sec_work}/san-int8/api_test)
+carve_security_int8_test(security_asan_int8_concurrency ${carve_sec_work}/san-int8/concurrency_test 1)
+carve_security_int8_test(security_int8_concurrency ${carve_sec_work}/plain-int8/concurrency_test)
+carve_security_int8_test(security_int8_noalloc ${carve_sec_work}/plain-int8/noalloc_test)
+carve_security_int8_test(security_asan_int8_demo ${carve_sec_driver} demo --work ${carve_sec_work} --variant int8)
+carve_security_int8_test(security_valgrind_int8_demo ${carve_sec_driver} valgrind --work ${carve_sec_work}
+                         --variant int8)
+carve_security_int8_test(security_fuzz_int8_entry ${carve_sec_driver} fuzz --work ${carve_sec_work} --variant int8
+                         --seconds 20)
+if(carve_sec_regressions)
+  carve_security_int8_test(security_fuzz_int8_regressions ${carve_sec_driver} replay --work ${carve_sec_work}
+                           --variant int8)
+endif()
+
 # Per-task functions of segment and classify packages (masks, top-k, caller-owned scratch) under ASan + UBSan.
 add_test(NAME security_setup_tasks COMMAND ${carve_sec_driver} setup-tasks --work ${carve_sec_work}
          WORKING_DIRECTORY ${CARVE_ROOT})
