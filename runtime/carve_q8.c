@@ -1,7 +1,15 @@
-// carve runtime: the portable backend's int8 kernels (see carve_q8.h).
+// carve runtime: the int8 kernels (see carve_q8.h).
 //
 // Every kernel is the arithmetic of generator/carve/quant/arith.py, written out
-// once per op; tests/runtime/q8_vs_arith.py compares them bit for bit.
+// once per op; tests/runtime/q8_vs_arith.py compares them bit for bit, and
+// tests/runtime/q8_pool_vs_run.py carve_q8_run_pool with carve_q8_run.
+//
+// Items. Each kernel computes a range [i0, i1) of its op's items (output rows of
+// CONV and MAXPOOL, input rows of UPSAMPLE2X, pixels of the other kinds): an
+// item's output bytes are written by that item alone, from the inputs only, by
+// the same loops whatever the range. carve_q8_run runs all the items on the
+// calling thread; carve_q8_run_pool hands tiles of them to the pool; so both
+// give the same bytes for any thread count.
 //
 // Vectorisation. The convolutions' inner loops run over contiguous int8 with
 // restrict pointers, widen each input to int16 after subtracting the zero point
@@ -35,6 +43,10 @@ _Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) 
 #define CARVE_Q8_OC 4
 // Channels of one depthwise block: int32 accumulators on the stack (128 bytes).
 #define CARVE_Q8_DW_CH 32
+// Work of one pool task, about (multiply-adds, or element loads and stores): a tile is the fewest whole items
+// that reach it. Small enough to spread a 20x20 layer over a few threads, large enough that the pool's
+// hand-off per tile stays small against the loops.
+#define CARVE_Q8_TASK_WORK 32768
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define CARVE_Q8_VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
@@ -118,15 +130,16 @@ CARVE_Q8_VECTORIZE static void dot_rows(const int8_t* restrict x, const int8_t* 
   acc[3] += a3;
 }
 
-// Per group and block of CARVE_Q8_OC output channels, per output pixel:
+// Output rows [oy0, oy1); per group and block of CARVE_Q8_OC output channels, per output pixel:
 //   acc[o] = sum over in-image taps (ky, kx) and i < cin/g of (x[iy][ix][g*cin_g + i] - zx) * W[o][ky][kx][i]
 // With one group and a packed input (in_stride == cin), the in-image taps of one kernel row are
 // consecutive pixels, so a kernel row is one dot product over (kx_hi - kx_lo) * cin channels.
-static void conv_dense(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
+static void conv_dense(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y, size_t oy0,
+                       size_t oy1) {
   const size_t h = d->h, wd = d->w, k_h = d->kh, k_w = d->kw, s = d->stride, pad = d->pad;
   const size_t groups = d->groups, cin_g = d->cin / groups, cout_g = d->cout / groups;
   const size_t row = k_h * k_w * cin_g;  // weights of one output channel
-  const size_t oh = out_size(h, k_h, s, pad), ow = out_size(wd, k_w, s, pad);
+  const size_t ow = out_size(wd, k_w, s, pad);
   const size_t in_stride = d->in_stride, out_stride = d->out_stride;
   const int packed = groups == 1 && in_stride == cin_g;
   const int32_t zx = d->in_zero, zy = d->out_zero;
@@ -138,7 +151,7 @@ static void conv_dense(const carve_q8_desc* d, const conv_params* p, const int8_
       for (size_t o = 0; o < CARVE_Q8_OC; o++) {
         w[o] = p->w + (co + (o < nc ? o : 0)) * row;  // a short block repeats its first row
       }
-      for (size_t oy = 0; oy < oh; oy++) {
+      for (size_t oy = oy0; oy < oy1; oy++) {
         size_t ky0, ky1;
         tap_range(oy, s, pad, k_h, h, &ky0, &ky1);
         for (size_t ox = 0; ox < ow; ox++) {
@@ -187,12 +200,14 @@ CARVE_Q8_VECTORIZE static void dw_tap_tail(const int8_t* restrict x, const int8_
 }
 
 // groups == cin == cout: y[oy][ox][c] = out(sum over in-image taps of (x[iy][ix][c] - zx) * W[ky][kx][c]),
-// per output pixel and block of CARVE_Q8_DW_CH channels (weights (kh, kw, c): each tap's channels contiguous).
-static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
+// for output rows [oy0, oy1), per output pixel and block of CARVE_Q8_DW_CH channels (weights (kh, kw, c): each
+// tap's channels contiguous).
+static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y, size_t oy0,
+                           size_t oy1) {
   const size_t h = d->h, wd = d->w, c = d->cin, k_h = d->kh, k_w = d->kw, s = d->stride, pad = d->pad;
-  const size_t oh = out_size(h, k_h, s, pad), ow = out_size(wd, k_w, s, pad);
+  const size_t ow = out_size(wd, k_w, s, pad);
   const int32_t zx = d->in_zero, zy = d->out_zero;
-  for (size_t oy = 0; oy < oh; oy++) {
+  for (size_t oy = oy0; oy < oy1; oy++) {
     size_t ky0, ky1;
     tap_range(oy, s, pad, k_h, h, &ky0, &ky1);
     for (size_t ox = 0; ox < ow; ox++) {
@@ -221,23 +236,25 @@ static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const i
   }
 }
 
-static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y) {
-  if (d->groups == d->cin && d->cin == d->cout) {
-    conv_depthwise(d, p, x, y);
+static int is_depthwise(const carve_q8_desc* d) { return d->groups == d->cin && d->cin == d->cout; }
+
+static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x, int8_t* y, size_t oy0, size_t oy1) {
+  if (is_depthwise(d)) {
+    conv_depthwise(d, p, x, y, oy0, oy1);
   } else {
-    conv_dense(d, p, x, y);
+    conv_dense(d, p, x, y, oy0, oy1);
   }
 }
 
 // ---- Element-wise -----------------------------------------------------------------
 
-// arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64.
+// arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64; pixels [px0, px1).
 CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
-                                   int8_t* restrict y) {
-  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+                                   int8_t* restrict y, size_t px0, size_t px1) {
+  const size_t c = d->cin;
   const int64_t ma = d->mul_a, mb = d->mul_b, rnd = (int64_t)1 << (d->shift - 1);
   const int32_t za = d->in_zero, zb = d->in2_zero, zy = d->out_zero, n = d->shift;
-  for (size_t px = 0; px < pixels; px++) {
+  for (size_t px = px0; px < px1; px++) {
     const int8_t* restrict ap = a + px * d->in_stride;
     const int8_t* restrict bp = b + px * d->in2_stride;
     int8_t* restrict yp = y + px * d->out_stride;
@@ -248,18 +265,19 @@ CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restric
   }
 }
 
-// y[p][0:c] = x[p][0:c] for every pixel.
-static void copy_channels(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
-  const size_t pixels = (size_t)d->h * d->w;
-  for (size_t px = 0; px < pixels; px++) {
+// y[p][0:c] = x[p][0:c] for pixels [px0, px1).
+static void copy_channels(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y, size_t px0,
+                          size_t px1) {
+  for (size_t px = px0; px < px1; px++) {
     memcpy(y + px * d->out_stride, x + px * d->in_stride, d->cin);
   }
 }
 
-// y[2i + a][2j + b][c] = x[i][j][c] for a, b in {0, 1}.
-static void upsample2x(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
-  const size_t h = d->h, wd = d->w, c = d->cin, ow = 2 * wd;
-  for (size_t i = 0; i < h; i++) {
+// y[2i + a][2j + b][c] = x[i][j][c] for a, b in {0, 1}, input rows i in [i0, i1).
+static void upsample2x(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y, size_t i0,
+                       size_t i1) {
+  const size_t wd = d->w, c = d->cin, ow = 2 * wd;
+  for (size_t i = i0; i < i1; i++) {
     for (size_t j = 0; j < wd; j++) {
       const int8_t* restrict xp = x + (i * wd + j) * d->in_stride;
       for (size_t a = 0; a < 2; a++) {
@@ -273,11 +291,12 @@ static void upsample2x(const carve_q8_desc* d, const int8_t* restrict x, int8_t*
 
 // ---- Pooling ----------------------------------------------------------------------
 
-// y[oy][ox][c] = max over the in-image taps of the k x k window (padding never wins).
-CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y) {
+// y[oy][ox][c] = max over the in-image taps of the k x k window (padding never wins), output rows [oy0, oy1).
+CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y,
+                                         size_t oy0, size_t oy1) {
   const size_t h = d->h, wd = d->w, c = d->cin, k = d->kh, s = d->stride, pad = d->pad;
-  const size_t oh = out_size(h, k, s, pad), ow = out_size(wd, k, s, pad);
-  for (size_t oy = 0; oy < oh; oy++) {
+  const size_t ow = out_size(wd, k, s, pad);
+  for (size_t oy = oy0; oy < oy1; oy++) {
     size_t ky0, ky1;
     tap_range(oy, s, pad, k, h, &ky0, &ky1);
     for (size_t ox = 0; ox < ow; ox++) {
@@ -302,12 +321,14 @@ CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* r
 // ---- Quantize / dequantize -----------------------------------------------------------
 
 // arith.quantize: v = x / scale in float32; NaN -> 0, clamped to [-512, 512] (so +-inf -> +-512);
-// q = clamp(rint(v) + zp), rint rounding half to even (nearbyintf in the default rounding mode).
-CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y) {
-  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+// q = clamp(rint(v) + zp), rint rounding half to even (nearbyintf in the default rounding mode); pixels
+// [px0, px1).
+CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y,
+                                        size_t px0, size_t px1) {
+  const size_t c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->out_zero;
-  for (size_t px = 0; px < pixels; px++) {
+  for (size_t px = px0; px < px1; px++) {
     const float* restrict xp = x + px * d->in_stride;
     int8_t* restrict yp = y + px * d->out_stride;
     for (size_t ch = 0; ch < c; ch++) {
@@ -319,12 +340,13 @@ CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* res
   }
 }
 
-// arith.dequantize: y = (float)(q - zp) * scale, one float32 multiply.
-CARVE_Q8_VECTORIZE static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y) {
-  const size_t pixels = (size_t)d->h * d->w, c = d->cin;
+// arith.dequantize: y = (float)(q - zp) * scale, one float32 multiply; pixels [px0, px1).
+CARVE_Q8_VECTORIZE static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y,
+                                          size_t px0, size_t px1) {
+  const size_t c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->in_zero;
-  for (size_t px = 0; px < pixels; px++) {
+  for (size_t px = px0; px < px1; px++) {
     const int8_t* restrict xp = x + px * d->in_stride;
     float* restrict yp = y + px * d->out_stride;
     for (size_t ch = 0; ch < c; ch++) {
@@ -395,38 +417,110 @@ static int valid(const carve_q8_desc* d, const uint8_t* blob, const uint8_t* are
   return 0;  // an unknown kind
 }
 
-// ---- Dispatch -----------------------------------------------------------------------
+// ---- Items and dispatch ---------------------------------------------------------------
+
+// The op's items (see the top of this file): output rows, input rows or pixels.
+static size_t items(const carve_q8_desc* d) {
+  switch (d->kind) {
+    case CARVE_Q8_CONV:
+    case CARVE_Q8_MAXPOOL:
+      return out_size(d->h, d->kh, d->stride, d->pad);
+    case CARVE_Q8_UPSAMPLE2X:
+      return d->h;
+    default:
+      return (size_t)d->h * d->w;
+  }
+}
+
+// Items per pool task: the fewest whole items holding CARVE_Q8_TASK_WORK of work (at least one).
+static size_t tile_items(const carve_q8_desc* d) {
+  size_t work;  // per item
+  switch (d->kind) {
+    case CARVE_Q8_CONV:
+      work = out_size(d->w, d->kw, d->stride, d->pad) * d->cout * d->kh * d->kw * (d->cin / d->groups);
+      break;
+    case CARVE_Q8_MAXPOOL:
+      work = out_size(d->w, d->kh, d->stride, d->pad) * d->cin * d->kh * d->kh;
+      break;
+    case CARVE_Q8_UPSAMPLE2X:
+      work = 4 * (size_t)d->w * d->cin;
+      break;
+    default:
+      work = d->cin;
+      break;
+  }
+  const size_t tile = CARVE_Q8_TASK_WORK / (work > 0 ? work : 1);
+  return tile > 0 ? tile : 1;
+}
+
+// One op, checked, with its views resolved: the context of every tile.
+typedef struct q8_task {
+  const carve_q8_desc* d;
+  conv_params p;       // CONV
+  const uint8_t* x;    // the input view (int8, or float32 for QUANTIZE)
+  const uint8_t* x2;   // ADD's second input
+  uint8_t* y;          // the output view (int8, or float32 for DEQUANTIZE)
+} q8_task;
+
+static q8_task make_task(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
+  q8_task t;
+  memset(&t, 0, sizeof t);
+  t.d = d;
+  if (d->kind == CARVE_Q8_CONV) {
+    t.p = conv_record(d, blob);
+  }
+  t.x = arena + d->in_off;
+  t.x2 = arena + d->in2_off;
+  t.y = arena + d->out_off;
+  return t;
+}
+
+// Items [start, start + count) of the task's op (a carve_task_1d_tile_t).
+static void run_items(void* context, size_t start, size_t count) {
+  const q8_task* t = (const q8_task*)context;
+  const carve_q8_desc* d = t->d;
+  const size_t end = start + count;
+  const int8_t* x = (const int8_t*)(const void*)t->x;
+  int8_t* y = (int8_t*)(void*)t->y;
+  switch (d->kind) {
+    case CARVE_Q8_CONV:
+      conv2d(d, &t->p, x, y, start, end);
+      break;
+    case CARVE_Q8_ADD:
+      add(d, x, (const int8_t*)(const void*)t->x2, y, start, end);
+      break;
+    case CARVE_Q8_MAXPOOL:
+      maxpool2d(d, x, y, start, end);
+      break;
+    case CARVE_Q8_COPY:
+      copy_channels(d, x, y, start, end);
+      break;
+    case CARVE_Q8_UPSAMPLE2X:
+      upsample2x(d, x, y, start, end);
+      break;
+    case CARVE_Q8_QUANTIZE:
+      quantize(d, (const float*)(const void*)t->x, y, start, end);
+      break;
+    case CARVE_Q8_DEQUANTIZE:
+      dequantize(d, x, (float*)(void*)t->y, start, end);
+      break;
+  }
+}
 
 carve_status carve_q8_run(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
   if (d == NULL || arena == NULL || !valid(d, blob, arena)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  const int8_t* x = (const int8_t*)(const void*)(arena + d->in_off);
-  int8_t* y = (int8_t*)(void*)(arena + d->out_off);
-  switch (d->kind) {
-    case CARVE_Q8_CONV: {
-      const conv_params p = conv_record(d, blob);
-      conv2d(d, &p, x, y);
-      return CARVE_OK;
-    }
-    case CARVE_Q8_ADD:
-      add(d, x, (const int8_t*)(const void*)(arena + d->in2_off), y);
-      return CARVE_OK;
-    case CARVE_Q8_MAXPOOL:
-      maxpool2d(d, x, y);
-      return CARVE_OK;
-    case CARVE_Q8_COPY:
-      copy_channels(d, x, y);
-      return CARVE_OK;
-    case CARVE_Q8_UPSAMPLE2X:
-      upsample2x(d, x, y);
-      return CARVE_OK;
-    case CARVE_Q8_QUANTIZE:
-      quantize(d, (const float*)(const void*)(arena + d->in_off), y);
-      return CARVE_OK;
-    case CARVE_Q8_DEQUANTIZE:
-      dequantize(d, x, (float*)(void*)(arena + d->out_off));
-      return CARVE_OK;
+  const q8_task t = make_task(d, blob, arena);
+  run_items((void*)&t, 0, items(d));
+  return CARVE_OK;
+}
+
+carve_status carve_q8_run_pool(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool) {
+  if (d == NULL || arena == NULL || !valid(d, blob, arena)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
   }
-  return CARVE_ERR_INVALID_ARGUMENT;  // not reached: valid() refused unknown kinds
+  const q8_task t = make_task(d, blob, arena);
+  carve_parallelize_1d_tile(pool, run_items, (void*)&t, items(d), tile_items(d));
+  return CARVE_OK;
 }

@@ -1,4 +1,6 @@
-// carve runtime: the portable backend's int8 kernels (issue 19), plain C11.
+// carve runtime: the int8 kernels (issue 19), plain C11: every int8 op of a
+// portable package (carve_q8_run), and all but the dense convolutions of an
+// xnnpack one (carve_q8_run_pool).
 //
 // The integer arithmetic of generator/carve/quant/arith.py (docs/quantization.md,
 // "Integer arithmetic"), bit for bit: an int8 tensor q holds scale * (q - zero
@@ -9,8 +11,9 @@
 // or multiply per element, as arith.quantize / arith.dequantize).
 //
 // Like carve_portable.h: every op is a constant descriptor whose shapes, strides
-// and offsets are known at generation time, and carve_q8_run() executes one on
-// the calling thread. No threads, no allocation, no global state. Tensors are
+// and offsets are known at generation time; carve_q8_run() executes one on the
+// calling thread, carve_q8_run_pool() on a thread pool, with the same bytes. No
+// allocation, no global state. Tensors are
 // NHWC with batch 1 and a pixel stride in elements (pixel p, channel c of a view
 // is data[p * stride + c]), so a view can be a channel slice of a wider tensor;
 // all offsets are in BYTES (weight blob and arena mix int8, int32 and float32).
@@ -138,6 +141,16 @@ typedef struct carve_q8_desc {
 // float. Offsets and sizes against the arena's and blob's lengths are the
 // generator's, and not checked again here.
 carve_status carve_q8_run(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena);
+
+// carve_q8_run on `pool` (NULL, or a build with CARVE_RT_NO_THREADS: on the
+// calling thread): the op's work is split into tiles of output rows (CONV,
+// MAXPOOL), input rows (UPSAMPLE2X) or pixels (the others), each output byte
+// written by one tile with carve_q8_run's arithmetic, so the bytes are
+// carve_q8_run's whatever the number of threads. The same argument checks
+// (CARVE_ERR_INVALID_ARGUMENT, nothing written); no allocation. Needs
+// carve_rt.c (carve_parallelize_1d_tile), and carve_pool.c without
+// CARVE_RT_NO_THREADS.
+carve_status carve_q8_run_pool(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
 
 #ifdef __cplusplus
 }  // extern "C"

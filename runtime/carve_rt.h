@@ -45,7 +45,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 10
+//   #if CARVE_RT_ABI != 11
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -67,7 +67,8 @@
 //    (carve_model_desc's layer_dequant_floats).
 // 10: xnnpack int8 packages: carve_op_desc's int8 fields (scale_off, zero points, scales), carve_xnn's
 //    QCONV / QADD / DEQUANTIZE kinds, carve_q8_lut.h.
-#define CARVE_RT_ABI 10
+// 11: carve_q8_run_pool (carve_q8.h): the carve_q8 kinds on the thread pool, carve_q8_run's bytes.
+#define CARVE_RT_ABI 11
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

@@ -9,10 +9,11 @@
                               * the convolutions' inner loops (dot_rows, dw_tap_block) are vectorised by gcc
                                 (x86-64 and aarch64, -O2 and -O3) and clang (-O2 and -O3);
                               * the Cortex-M7 object has no floating-point arithmetic outside quantize and
-                                dequantize (carve_q8_run may compare the descriptor's scale, nothing else).
+                                dequantize (the entry points may compare the descriptor's scale, nothing
+                                else).
                             A cross compiler that is not installed is skipped with a message (tools/install.sh
                             --test installs them); gcc must be there.
-    q8_build.py aarch64     q8_tool.c + carve_q8.c for aarch64 Linux (GCC vectorises for NEON), run under
+    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
                             qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
@@ -98,7 +99,7 @@ def m7_float_check(obj: Path) -> list:
         op = parts[1].strip()
         if fn in ("quantize", "dequantize") or not FP_ANY.match(op):
             continue
-        if fn == "carve_q8_run" and not FP_ARITH.match(op):
+        if fn in ("carve_q8_run", "carve_q8_run_pool", "valid") and not FP_ARITH.match(op):
             continue  # the scale checks: vldr / vcmp / vmrs
         problems.append(f"{fn}: {op} {parts[2].strip() if len(parts) > 2 else ''}")
     return problems
@@ -147,7 +148,8 @@ def aarch64() -> int:
             return SKIP
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8_tool")
-        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), "-o", str(exe), "-lm"], check=True)
+        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_rt.c"),
+                        "-o", str(exe), "-lm"], check=True)
         print(f"  {exe.name} built with {cc} -O2; running q8_vs_arith.py under qemu-aarch64")
         p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), "--exec", f"qemu-aarch64 -L {AARCH64_LIBC}",
                             str(exe)])

@@ -1,14 +1,18 @@
-// Helper for q8_vs_arith.py: runs carve_q8_run on cases the script writes.
+// Helper for q8_vs_arith.py and q8_pool_vs_run.py: runs carve_q8_run (and carve_q8_run_pool) on cases the
+// scripts write.
 //
-//   q8_tool CASES.bin RESULTS.bin
+//   q8_tool CASES.bin RESULTS.bin [THREADS ...]
 //
 // CASES.bin (little-endian): "Q8C1", uint32 layout (the CARVE_Q8_LAYOUT the script's blobs are packed in:
 // generator/carve/backends/q8_pack.PACKS_LAYOUT), uint32 number of cases, then per case:
 //   int64 fields[Q8_FIELDS]   the carve_q8_desc, in the order of read_desc() (scale: its float32 bits)
 //   uint64 blob bytes, the blob; uint64 arena bytes, the arena
-// RESULTS.bin: per case, int32 carve_status then the arena after the call (as many bytes as it came with).
-// The blob and arena are copied into malloc'd buffers (aligned for any type), so the offsets set the
-// alignment the kernels see. Only carve_q8.c and libc: it also runs cross-compiled (qemu-aarch64).
+// RESULTS.bin: per case and run, int32 carve_status then the arena after the call (as many bytes as it came
+// with). The runs: carve_q8_run, then carve_q8_run_pool once per THREADS argument (0: a NULL pool, n: a pool
+// of n threads), each on a fresh copy of the case's arena. The blob and arena are copied into malloc'd buffers
+// (aligned for any type), so the offsets set the alignment the kernels see. Only carve_q8.c, carve_rt.c and
+// libc (and carve_pool.c unless built with CARVE_RT_NO_THREADS, which allows only THREADS 0): it also runs
+// cross-compiled (qemu-aarch64).
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +21,7 @@
 #include "carve_q8.h"
 
 #define Q8_FIELDS 26
+#define MAX_RUNS 16
 
 static int fail(const char* what) {
   fprintf(stderr, "q8_tool: %s\n", what);
@@ -75,10 +80,34 @@ static carve_q8_desc read_desc(const int64_t v[Q8_FIELDS]) {
   return d;
 }
 
+static int write_result(FILE* out, carve_status st, const uint8_t* arena, uint64_t arena_n) {
+  const int32_t status = (int32_t)st;
+  unsigned char sb[4] = {(unsigned char)status, (unsigned char)(status >> 8), (unsigned char)(status >> 16),
+                         (unsigned char)(status >> 24)};
+  return fwrite(sb, 1, 4, out) == 4 && fwrite(arena, 1, arena_n, out) == arena_n;
+}
+
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: %s CASES.bin RESULTS.bin\n", argv[0]);
+  if (argc < 3 || argc - 3 > MAX_RUNS) {
+    fprintf(stderr, "usage: %s CASES.bin RESULTS.bin [THREADS ...] (at most %d)\n", argv[0], MAX_RUNS);
     return 2;
+  }
+  const int runs = argc - 3;
+  pthreadpool_t pools[MAX_RUNS] = {NULL};
+  for (int r = 0; r < runs; r++) {
+    const long n = strtol(argv[3 + r], NULL, 10);
+    if (n < 0 || n > 64) {
+      return fail("THREADS: 0 (no pool) to 64");
+    }
+#ifdef CARVE_RT_NO_THREADS
+    if (n > 0) {
+      return fail("built with CARVE_RT_NO_THREADS: THREADS 0 only");
+    }
+#else
+    if (n > 0 && (pools[r] = pthreadpool_create((size_t)n)) == NULL) {
+      return fail("cannot create a pool");
+    }
+#endif
   }
   FILE* in = fopen(argv[1], "rb");
   FILE* out = fopen(argv[2], "wb");
@@ -114,19 +143,32 @@ int main(int argc, char** argv) {
       return fail("truncated case or out of memory");
     }
     uint8_t* arena = malloc(arena_n ? arena_n : 1);
-    if (arena == NULL || !read_exact(in, arena, arena_n)) {
+    uint8_t* work = malloc(arena_n ? arena_n : 1);
+    if (arena == NULL || work == NULL || !read_exact(in, arena, arena_n)) {
       return fail("truncated case or out of memory");
     }
     const carve_q8_desc d = read_desc(fields);
-    const int32_t status = (int32_t)carve_q8_run(&d, blob_n ? blob : NULL, arena);
-    unsigned char sb[4] = {(unsigned char)status, (unsigned char)(status >> 8), (unsigned char)(status >> 16),
-                           (unsigned char)(status >> 24)};
-    if (fwrite(sb, 1, 4, out) != 4 || fwrite(arena, 1, arena_n, out) != arena_n) {
+    memcpy(work, arena, arena_n);
+    if (!write_result(out, carve_q8_run(&d, blob_n ? blob : NULL, work), work, arena_n)) {
       return fail("cannot write the results");
+    }
+    for (int r = 0; r < runs; r++) {
+      memcpy(work, arena, arena_n);
+      if (!write_result(out, carve_q8_run_pool(&d, blob_n ? blob : NULL, work, pools[r]), work, arena_n)) {
+        return fail("cannot write the results");
+      }
     }
     free(blob);
     free(arena);
+    free(work);
   }
+#ifndef CARVE_RT_NO_THREADS
+  for (int r = 0; r < runs; r++) {
+    if (pools[r] != NULL) {
+      pthreadpool_destroy(pools[r]);
+    }
+  }
+#endif
   if (fclose(out) != 0) {
     return fail("cannot write the results");
   }

@@ -1,7 +1,9 @@
-// carve_q8_run's argument checks (runtime/carve_q8.h): for every kind, a valid
-// descriptor runs (CARVE_OK), and each bad field or pointer is refused with
-// CARVE_ERR_INVALID_ARGUMENT leaving the arena byte for byte as it was. The
-// arithmetic itself is compared with arith.py by q8_vs_arith.py.
+// carve_q8_run's and carve_q8_run_pool's argument checks (runtime/carve_q8.h):
+// for every kind, a valid descriptor runs (CARVE_OK; carve_q8_run_pool on no
+// pool and on 2 threads gives carve_q8_run's bytes), and each bad field or
+// pointer is refused by both with CARVE_ERR_INVALID_ARGUMENT leaving the arena
+// byte for byte as it was. The arithmetic itself is compared with arith.py by
+// q8_vs_arith.py, the pool on larger ops by q8_pool_vs_run.py.
 
 #include "carve_q8.h"
 #include "test_common.h"
@@ -14,14 +16,19 @@ _Static_assert(CARVE_Q8_ALIGN % alignof(int32_t) == 0 && CARVE_Q8_ALIGN % aligno
 _Static_assert(CARVE_Q8_LUT_SIZE == 256, "an int8 -> int8 table");
 _Static_assert(CARVE_Q8_LAYOUT == 1, "conv_desc() below writes a CONV record of layout 1 by hand");
 
-// The entry point's type (a change breaks this line).
+// The entry points' types (a change breaks these lines).
 static carve_status (*const k_q8_run)(const carve_q8_desc*, const uint8_t*, uint8_t*) = carve_q8_run;
+static carve_status (*const k_q8_run_pool)(const carve_q8_desc*, const uint8_t*, uint8_t*, pthreadpool_t) =
+    carve_q8_run_pool;
+
+static pthreadpool_t g_pool;  // 2 threads
 
 enum { ARENA = 4096, BLOB = 1024 };
 
 // 32-byte aligned, so that offsets alone set the alignment the kernels see.
 static alignas(32) uint8_t g_arena[ARENA];
 static alignas(32) uint8_t g_before[ARENA];
+static alignas(32) uint8_t g_serial[ARENA];  // carve_q8_run's result
 static alignas(32) uint8_t g_blob[BLOB];
 
 static void fill_arena(void) {
@@ -90,18 +97,33 @@ static carve_q8_desc pixel_desc(int kind) {
   return d;
 }
 
+// carve_q8_run (pool -1), or carve_q8_run_pool without a pool (0) or on g_pool (1).
+static carve_status run(int pool, const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
+  return pool < 0 ? k_q8_run(d, blob, arena) : k_q8_run_pool(d, blob, arena, pool ? g_pool : NULL);
+}
+
 static void expect_refused(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, int line) {
-  fill_arena();
-  const carve_status s = k_q8_run(d, blob, arena);
-  CHECK_MSG(s == CARVE_ERR_INVALID_ARGUMENT, "case at line %d: status %d", line, (int)s);
-  CHECK_MSG(memcmp(g_arena, g_before, ARENA) == 0, "case at line %d: the arena was written", line);
+  for (int pool = -1; pool <= 1; pool++) {
+    fill_arena();
+    const carve_status s = run(pool, d, blob, arena);
+    CHECK_MSG(s == CARVE_ERR_INVALID_ARGUMENT, "case at line %d, pool %d: status %d", line, pool, (int)s);
+    CHECK_MSG(memcmp(g_arena, g_before, ARENA) == 0, "case at line %d, pool %d: the arena was written", line, pool);
+  }
 }
 
 static void expect_ok(const carve_q8_desc* d, int line) {
-  fill_arena();
-  const carve_status s = k_q8_run(d, g_blob, g_arena);
-  CHECK_MSG(s == CARVE_OK, "case at line %d: status %d", line, (int)s);
-  CHECK_MSG(memcmp(g_arena, g_before, ARENA) != 0, "case at line %d: nothing written", line);
+  for (int pool = -1; pool <= 1; pool++) {
+    fill_arena();
+    const carve_status s = run(pool, d, g_blob, g_arena);
+    CHECK_MSG(s == CARVE_OK, "case at line %d, pool %d: status %d", line, pool, (int)s);
+    CHECK_MSG(memcmp(g_arena, g_before, ARENA) != 0, "case at line %d, pool %d: nothing written", line, pool);
+    if (pool < 0) {
+      memcpy(g_serial, g_arena, ARENA);
+    } else {
+      CHECK_MSG(memcmp(g_arena, g_serial, ARENA) == 0, "case at line %d, pool %d: not carve_q8_run's bytes", line,
+                pool);
+    }
+  }
 }
 
 #define REFUSED(d, blob, arena) expect_refused(&(d), blob, arena, __LINE__)
@@ -127,8 +149,10 @@ static void check_pointers_and_kinds(void) {
   REFUSED_IF(conv, act = -1);
   // the kinds without weights run without a blob
   const carve_q8_desc copy = pixel_desc(CARVE_Q8_COPY);
-  fill_arena();
-  CHECK(k_q8_run(&copy, NULL, g_arena) == CARVE_OK);
+  for (int pool = -1; pool <= 1; pool++) {
+    fill_arena();
+    CHECK(run(pool, &copy, NULL, g_arena) == CARVE_OK);
+  }
 }
 
 static void check_conv_fields(void) {
@@ -212,9 +236,12 @@ static void check_pixel_kinds(void) {
 }
 
 int main(void) {
+  g_pool = pthreadpool_create(2);
+  CHECK(g_pool != NULL);
   check_pointers_and_kinds();
   check_conv_fields();
   check_pixel_kinds();
-  printf("runtime_q8: argument checks ok\n");
+  pthreadpool_destroy(g_pool);
+  printf("runtime_q8: argument checks ok (carve_q8_run, carve_q8_run_pool without a pool and on 2 threads)\n");
   return 0;
 }
