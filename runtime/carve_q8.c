@@ -50,8 +50,13 @@ _Static_assert((-1 >> 1) == -1 && ((int64_t)-5 >> 1) == -3 && (INT64_MIN >> 62) 
 
 #if defined(__GNUC__) && !defined(__clang__)
 #define CARVE_Q8_VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+// ... and for quantize, whose float compares GCC will not turn into masks while they could trap (-ftrapping-math,
+// the default): no code here reads or enables floating-point exceptions, and every value is the same.
+#define CARVE_Q8_VECTORIZE_FLOAT \
+  __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic", "no-trapping-math")))
 #else
 #define CARVE_Q8_VECTORIZE
+#define CARVE_Q8_VECTORIZE_FLOAT
 #endif
 
 static size_t out_size(size_t in, size_t k, size_t stride, size_t pad) { return (in + 2 * pad - k) / stride + 1; }
@@ -190,12 +195,48 @@ CARVE_Q8_VECTORIZE static void dw_tap_block(const int8_t* restrict x, const int8
   }
 }
 
+// acc[c] += sum over the 3 taps t of (x_t[c] - zx) * w_t[c], for n channels: a kernel row of 3 in-image taps, so
+// that acc is loaded and stored once per row (x_t = x + t * xs, w_t = w + t * ws).
+CARVE_Q8_VECTORIZE static void dw_row3(const int8_t* restrict x, size_t xs, const int8_t* restrict w, size_t ws,
+                                       int32_t zx, int32_t* restrict acc, size_t n) {
+  const int16_t z = (int16_t)zx;
+  const int8_t* restrict x0 = x;
+  const int8_t* restrict x1 = x + xs;
+  const int8_t* restrict x2 = x + 2 * xs;
+  const int8_t* restrict w0 = w;
+  const int8_t* restrict w1 = w + ws;
+  const int8_t* restrict w2 = w + 2 * ws;
+  for (size_t c = 0; c < n; c++) {
+    acc[c] += (int16_t)((int16_t)(x0[c] - z) * w0[c]) + (int16_t)((int16_t)(x1[c] - z) * w1[c]) +
+              (int16_t)((int16_t)(x2[c] - z) * w2[c]);
+  }
+}
+
 // ... and for the last n < CARVE_Q8_DW_CH channels.
 CARVE_Q8_VECTORIZE static void dw_tap_tail(const int8_t* restrict x, const int8_t* restrict w, int32_t zx,
                                            int32_t* restrict acc, size_t n) {
   const int16_t z = (int16_t)zx;
   for (size_t c = 0; c < n; c++) {
     acc[c] += (int16_t)((int16_t)(x[c] - z) * w[c]);
+  }
+}
+
+// y[i] = conv_out(c0 + i, acc[i]) for i < n <= CARVE_Q8_DW_CH: the requantization in a loop of its own (it
+// vectorises where the instruction set has 64-bit multiplies and shifts), then the table.
+CARVE_Q8_VECTORIZE static void requant_block(const conv_params* p, size_t c0, const int32_t* restrict acc,
+                                             int32_t zy, int8_t* restrict y, size_t n) {
+  const int32_t* restrict bias = p->bias + c0;
+  const int32_t* restrict mul = p->mul + c0;
+  const int32_t* restrict shift = p->shift + c0;
+  for (size_t i = 0; i < n; i++) {
+    const int64_t v = ((int64_t)(acc[i] + bias[i]) * mul[i] + ((int64_t)1 << (shift[i] - 1))) >> shift[i];
+    const int64_t q = zy + v;
+    y[i] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+  }
+  if (p->lut != NULL) {
+    for (size_t i = 0; i < n; i++) {
+      y[i] = p->lut[y[i] + 128];
+    }
   }
 }
 
@@ -218,6 +259,11 @@ static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const i
         const size_t nc = c - c0 < CARVE_Q8_DW_CH ? c - c0 : CARVE_Q8_DW_CH;
         int32_t acc[CARVE_Q8_DW_CH] = {0};
         for (size_t ky = ky0; ky < ky1; ky++) {
+          if (kx1 - kx0 == 3) {
+            const int8_t* xp = x + ((oy * s + ky - pad) * wd + (ox * s + kx0 - pad)) * d->in_stride + c0;
+            dw_row3(xp, d->in_stride, p->w + (ky * k_w + kx0) * c + c0, c, zx, acc, nc);
+            continue;
+          }
           for (size_t kx = kx0; kx < kx1; kx++) {
             const int8_t* xp = x + ((oy * s + ky - pad) * wd + (ox * s + kx - pad)) * d->in_stride + c0;
             const int8_t* wp = p->w + (ky * k_w + kx) * c + c0;
@@ -228,9 +274,7 @@ static void conv_depthwise(const carve_q8_desc* d, const conv_params* p, const i
             }
           }
         }
-        for (size_t i = 0; i < nc; i++) {
-          yp[c0 + i] = conv_out(p, c0 + i, acc[i], zy);
-        }
+        requant_block(p, c0, acc, zy, yp + c0, nc);
       }
     }
   }
@@ -248,28 +292,90 @@ static void conv2d(const carve_q8_desc* d, const conv_params* p, const int8_t* x
 
 // ---- Element-wise -----------------------------------------------------------------
 
-// arith.qadd: y = clamp(zy + (((a - za) * ma + (b - zb) * mb + 2^(n-1)) >> n)), in int64; pixels [px0, px1).
-CARVE_Q8_VECTORIZE static void add(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
-                                   int8_t* restrict y, size_t px0, size_t px1) {
-  const size_t c = d->cin;
+// The pixels [px0, px1) of views with these pixel strides as runs of equal length: one run of
+// (px1 - px0) * c elements when every view is packed (stride c), else a run of c per pixel. Returns the number
+// of runs; *run is their length (the inner loops then vectorise over a whole packed tensor, whatever c).
+static size_t runs_of(size_t c, int packed, size_t px0, size_t px1, size_t* run) {
+  *run = packed ? (px1 - px0) * c : c;
+  return packed ? 1 : px1 - px0;
+}
+
+// The requantization of ADD, arith.qadd: y = clamp(zy + (((a - za) ma + (b - zb) mb + 2^(n-1)) >> n)), two
+// ways, the same value:
+//   * add_i64: as written, in int64 (|(a - za) m| < 2^39); any ma, mb in [0, 2^31), n in [1, 62];
+//   * add_i32: in int32, for n in [17, 47] and ma, mb < 2^31 - 2^15 (every add of the quantization pass: n is
+//     30 - floor(log2(the larger scale ratio)), 17..47 for ratios in (2^-18, 2^14)), so that it vectorises on
+//     every SIMD unit (the products are int16 x int16). With m = mh 2^16 + ml, mh = (m + 2^15) >> 16 in
+//     [0, 2^15), ml in [-2^15, 2^15), A = a - za, B = b - zb in [-255, 255]: the sum is P 2^16 + Q + 2^(n-1),
+//     P = A mah + B mbh (|P| < 2^24), Q = A mal + B mbl (|Q| < 2^24). With Q = Qh 2^16 + Ql, Qh = Q >> 16
+//     (flooring), 0 <= Ql < 2^16, and 2^(n-1) = 2^(n-17) 2^16: sum = (P + Qh + 2^(n-17)) 2^16 + Ql, whose floor
+//     division by 2^n is (P + Qh + 2^(n-17)) >> (n - 16) exactly (Ql cannot carry into 2^16); P + Qh + 2^(n-17)
+//     < 2^24 + 2^8 + 2^30 fits int32, and n - 16 is in [1, 31].
+CARVE_Q8_VECTORIZE static void add_i64(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
+                                       int8_t* restrict y, size_t runs, size_t run) {
   const int64_t ma = d->mul_a, mb = d->mul_b, rnd = (int64_t)1 << (d->shift - 1);
   const int32_t za = d->in_zero, zb = d->in2_zero, zy = d->out_zero, n = d->shift;
-  for (size_t px = px0; px < px1; px++) {
-    const int8_t* restrict ap = a + px * d->in_stride;
-    const int8_t* restrict bp = b + px * d->in2_stride;
-    int8_t* restrict yp = y + px * d->out_stride;
-    for (size_t ch = 0; ch < c; ch++) {
-      const int64_t sum = (ap[ch] - za) * ma + (bp[ch] - zb) * mb + rnd;
-      yp[ch] = clamp8(zy + (sum >> n));
+  for (size_t r = 0; r < runs; r++) {
+    const int8_t* restrict ap = a + r * d->in_stride;
+    const int8_t* restrict bp = b + r * d->in2_stride;
+    int8_t* restrict yp = y + r * d->out_stride;
+    for (size_t i = 0; i < run; i++) {
+      const int64_t sum = (ap[i] - za) * ma + (bp[i] - zb) * mb + rnd;
+      yp[i] = clamp8(zy + (sum >> n));
     }
+  }
+}
+
+#define CARVE_Q8_ADD_I32_MAX_MUL (INT32_MAX - (1 << 15))  // mh = (m + 2^15) >> 16 stays below 2^15
+
+static int add_i32_ok(const carve_q8_desc* d) {
+  return d->shift >= 17 && d->shift <= 47 && d->mul_a >= 0 && d->mul_a <= CARVE_Q8_ADD_I32_MAX_MUL &&
+         d->mul_b >= 0 && d->mul_b <= CARVE_Q8_ADD_I32_MAX_MUL;
+}
+
+CARVE_Q8_VECTORIZE static void add_i32(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
+                                       int8_t* restrict y, size_t runs, size_t run) {
+  const int16_t mah = (int16_t)((d->mul_a + (1 << 15)) >> 16), mbh = (int16_t)((d->mul_b + (1 << 15)) >> 16);
+  const int16_t mal = (int16_t)(d->mul_a - mah * 65536), mbl = (int16_t)(d->mul_b - mbh * 65536);
+  const int16_t za = (int16_t)d->in_zero, zb = (int16_t)d->in2_zero;
+  const int32_t zy = d->out_zero, s = d->shift - 16, rnd = (int32_t)1 << (d->shift - 17);
+  for (size_t r = 0; r < runs; r++) {
+    const int8_t* restrict ap = a + r * d->in_stride;
+    const int8_t* restrict bp = b + r * d->in2_stride;
+    int8_t* restrict yp = y + r * d->out_stride;
+    for (size_t i = 0; i < run; i++) {
+      const int16_t av = (int16_t)(ap[i] - za), bv = (int16_t)(bp[i] - zb);
+      const int32_t p = av * mah + bv * mbh;
+      const int32_t q = av * mal + bv * mbl;
+      const int32_t v = zy + ((p + (q >> 16) + rnd) >> s);
+      yp[i] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+    }
+  }
+}
+
+// arith.qadd on pixels [px0, px1).
+static void add(const carve_q8_desc* d, const int8_t* a, const int8_t* b, int8_t* y, size_t px0, size_t px1) {
+  const size_t c = d->cin;
+  size_t run;
+  const size_t runs =
+      runs_of(c, d->in_stride == c && d->in2_stride == c && d->out_stride == c, px0, px1, &run);
+  a += px0 * d->in_stride;
+  b += px0 * d->in2_stride;
+  y += px0 * d->out_stride;
+  if (add_i32_ok(d)) {
+    add_i32(d, a, b, y, runs, run);
+  } else {
+    add_i64(d, a, b, y, runs, run);
   }
 }
 
 // y[p][0:c] = x[p][0:c] for pixels [px0, px1).
 static void copy_channels(const carve_q8_desc* d, const int8_t* restrict x, int8_t* restrict y, size_t px0,
                           size_t px1) {
-  for (size_t px = px0; px < px1; px++) {
-    memcpy(y + px * d->out_stride, x + px * d->in_stride, d->cin);
+  size_t run;
+  const size_t runs = runs_of(d->cin, d->in_stride == d->cin && d->out_stride == d->cin, px0, px1, &run);
+  for (size_t r = 0; r < runs; r++) {
+    memcpy(y + (px0 + r) * d->out_stride, x + (px0 + r) * d->in_stride, run);
   }
 }
 
@@ -320,22 +426,37 @@ CARVE_Q8_VECTORIZE static void maxpool2d(const carve_q8_desc* d, const int8_t* r
 
 // ---- Quantize / dequantize -----------------------------------------------------------
 
+// ROUND_HALF_EVEN(v): rint(v), half to even, of a float32 |v| <= 512. v + 1.5 * 2^23 lies in [2^23, 2^24), where
+// the float32 step is 1, so the sum is v rounded to an integer in the default rounding mode (to nearest, ties to
+// even: the constant is even, so the sum's parity is the rounded value's), and subtracting the constant back is
+// exact. The same value as nearbyintf(v), without the call: the loop vectorises (SSE2 has no rounding
+// instruction, and nearbyintf keeps the floating-point environment). Needs float32 evaluation (FLT_EVAL_METHOD 0:
+// SSE, NEON, the Cortex-M FPUs); elsewhere nearbyintf. (A macro: GCC does not inline a function into one with
+// other optimize attributes.)
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD == 0
+#define ROUND_HALF_EVEN(v) (((v) + 12582912.0f) - 12582912.0f)
+#else
+#define ROUND_HALF_EVEN(v) nearbyintf(v)
+#endif
+
 // arith.quantize: v = x / scale in float32; NaN -> 0, clamped to [-512, 512] (so +-inf -> +-512);
-// q = clamp(rint(v) + zp), rint rounding half to even (nearbyintf in the default rounding mode); pixels
+// q = clamp(rint(v) + zp), rint rounding half to even (ROUND_HALF_EVEN, in the default rounding mode); pixels
 // [px0, px1).
-CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y,
+CARVE_Q8_VECTORIZE_FLOAT static void quantize(const carve_q8_desc* d, const float* restrict x, int8_t* restrict y,
                                         size_t px0, size_t px1) {
-  const size_t c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->out_zero;
-  for (size_t px = px0; px < px1; px++) {
-    const float* restrict xp = x + px * d->in_stride;
-    int8_t* restrict yp = y + px * d->out_stride;
-    for (size_t ch = 0; ch < c; ch++) {
+  size_t run;
+  const size_t runs = runs_of(d->cin, d->in_stride == d->cin && d->out_stride == d->cin, px0, px1, &run);
+  for (size_t r = 0; r < runs; r++) {
+    const float* restrict xp = x + (px0 + r) * d->in_stride;
+    int8_t* restrict yp = y + (px0 + r) * d->out_stride;
+    for (size_t ch = 0; ch < run; ch++) {
       float v = xp[ch] / scale;
       v = v != v ? 0.0f : v;  // NaN
       v = v > 512.0f ? 512.0f : v < -512.0f ? -512.0f : v;
-      yp[ch] = clamp8((int32_t)nearbyintf(v) + zp);
+      const int32_t q = (int32_t)ROUND_HALF_EVEN(v) + zp;  // int32 throughout: the loop vectorises
+      yp[ch] = (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
     }
   }
 }
@@ -343,13 +464,14 @@ CARVE_Q8_VECTORIZE static void quantize(const carve_q8_desc* d, const float* res
 // arith.dequantize: y = (float)(q - zp) * scale, one float32 multiply; pixels [px0, px1).
 CARVE_Q8_VECTORIZE static void dequantize(const carve_q8_desc* d, const int8_t* restrict x, float* restrict y,
                                           size_t px0, size_t px1) {
-  const size_t c = d->cin;
   const float scale = d->scale;
   const int32_t zp = d->in_zero;
-  for (size_t px = px0; px < px1; px++) {
-    const int8_t* restrict xp = x + px * d->in_stride;
-    float* restrict yp = y + px * d->out_stride;
-    for (size_t ch = 0; ch < c; ch++) {
+  size_t run;
+  const size_t runs = runs_of(d->cin, d->in_stride == d->cin && d->out_stride == d->cin, px0, px1, &run);
+  for (size_t r = 0; r < runs; r++) {
+    const int8_t* restrict xp = x + (px0 + r) * d->in_stride;
+    float* restrict yp = y + (px0 + r) * d->out_stride;
+    for (size_t ch = 0; ch < run; ch++) {
       yp[ch] = (float)(xp[ch] - zp) * scale;
     }
   }

@@ -369,7 +369,8 @@ def trained_cases(rng) -> list:
     return cases
 
 
-def add_case(rng, name, h, w, c, ratio=None, strides=(0, 0, 0), spread=True):
+def add_case(rng, name, h, w, c, ratio=None, strides=(0, 0, 0), spread=True, mults=None):
+    """An ADD case; mults: (mul_a, mul_b, shift) given, for the requantization's edges (else from the scales)."""
     a_scale = loguniform(rng, 1e-3, 1e-1)
     b_scale = a_scale * (loguniform(rng, 0.2, 5.0) if ratio is None else ratio)
     za, zb = (int(v) for v in rng.integers(-128, 128, 2))
@@ -377,8 +378,9 @@ def add_case(rng, name, h, w, c, ratio=None, strides=(0, 0, 0), spread=True):
     b = rng.integers(-128, 128, (h * w, c)).astype(np.int8)
     real = a_scale * (a.astype(np.float64) - za) + b_scale * (b.astype(np.float64) - zb)
     out_scale, zy = calibrate(real)
-    ma, mb, n = arith.add_multipliers(a_scale, b_scale, out_scale)
-    STATS["add"].extend([a_scale / out_scale, b_scale / out_scale])
+    ma, mb, n = arith.add_multipliers(a_scale, b_scale, out_scale) if mults is None else mults
+    if mults is None:
+        STATS["add"].extend([a_scale / out_scale, b_scale / out_scale])
     expect = arith.qadd(a, za, b, zb, ma, mb, n, zy)
     arena = Arena(rng)
     sa, sb, sy = (c + e for e in strides)
@@ -486,6 +488,18 @@ def all_cases(rng):
             ("equal scales", 6, 6, 8, 1.0, (0, 0, 0)), ("1x1x1", 1, 1, 1, None, (0, 0, 0))]
     for name, h, w, c, ratio, strides in adds:
         cases.append(add_case(rng, name, h, w, c, ratio, strides, spread=h * w * c > 1))
+    # the requantization's edges (carve_q8.c: the int32 form for shifts 17..47 and multipliers below 2^31 - 2^15,
+    # else int64): on both sides of each bound, multipliers at 2^31 - 1, 0 and the int16 split's edges; and exact
+    # ties (the sum a multiple of 2^(n-1)), which must round up: ratios 1/2 and 1/2, 3/4 and 1/4, on both forms
+    m_top, m_edge = (1 << 31) - 1, (1 << 31) - (1 << 15)
+    for ma, mb, n in ((1 << 30, 1 << 30, 31), (3 << 28, 1 << 28, 30), (3 << 12, 1 << 12, 14),
+                      (3 << 26, 1 << 26, 28),
+                      (m_top, 1 << 30, 31), (m_edge, m_edge - 1, 31), (m_edge - 1, 3 << 29, 32),
+                      ((1 << 30) + (1 << 15), (1 << 30) - (1 << 15) - 1, 17), ((1 << 30) + 12345, 1 << 29, 16),
+                      (1 << 30, 1 << 30, 47), ((1 << 31) - 40000, 1 << 30, 48), (1 << 30, 0, 40), (0, 1 << 30, 30),
+                      (1 << 30, 1 << 30, 9), (m_top, m_top, 62), (1 << 30, 1 << 29, 1)):
+        cases.append(add_case(rng, f"multipliers {ma}, {mb}, shift {n}", 5, 7, 9, strides=(0, 2, 1), spread=False,
+                              mults=(ma, mb, n)))
     for name, h, w, c, k, s, p in [("5/1/2 (SPPF)", 8, 9, 12, 5, 1, 2), ("3/2/1", 9, 10, 7, 3, 2, 1),
                                    ("2/2/0", 8, 7, 5, 2, 2, 0), ("3/1/1 on 1x2", 1, 2, 3, 3, 1, 1)]:
         for negative in (True, False):
