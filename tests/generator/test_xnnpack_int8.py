@@ -2,15 +2,14 @@
 
 On the trained demo model with every convolution and add in int8 (the quantization pass's rewrite,
 quant/rewrite.py, on ranges calibrated by quant/calibrate.py on one bundled sample image: the pass's graph without
-its 32-image minimum and sensitivity pass, so that this test takes seconds) at imgsz 64: each dense (groups 1) qconv2d becomes one carve_q8conv step (Q8Conv: a CONV
-descriptor of the int8 table, its record in q8conv_pack's layout, the SiLU table in the kernel), each depthwise one
-one XNNPACK QCONV descriptor (XNNPACK's weight layout, int32 bias, float32 scales m * 2^-n) and, with SiLU, a Q8Lut
-step; never one of the fp32 runtime convolutions
-(stem, Winograd, depthwise); qadd on dense tensors a QADD, dequantize a DEQUANTIZE; quantize a carve_q8 op; a
-layer whose scale XNNPACK refuses (>= 256), an add on a strided view and one whose ratios XNNPACK cannot take
-fall back to carve_q8, saying why; int8 max pool, upsample and concat copies are carve_q8's; the portable backend
-keeps carve_q8 for all of them. What the descriptors compute is tests/runtime/xq8_vs_arith.py's
-and tests/int8/xnn_vs_portable.py's.
+its 32-image minimum and sensitivity pass, so that this test takes seconds) at imgsz 64: each dense (groups 1)
+qconv2d becomes one carve_q8conv step (Q8Conv: a CONV descriptor of the int8 table, its record in q8conv_pack's
+layout, the SiLU table in the kernel); every other int8 op (depthwise qconv2d, qadd, quantize, dequantize, the int8
+max pool, upsample and concat copies) one Q8PoolOp step (carve_q8_run_pool on the pool) whose descriptor is the
+portable package's, field for field (the same kernels, hence the same bytes); no XNNPACK operator and no fp32
+runtime convolution runs an int8 op; the portable backend keeps carve_q8_run (Q8Op) for all of them. What the
+kernels compute is tests/runtime/q8_vs_arith.py's and q8_pool_vs_run.py's; the packages end to end are
+tests/int8/xnn_vs_portable.py's.
 """
 
 from __future__ import annotations
@@ -24,19 +23,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO / "generator")]
 
-from carve.backends import portable, q8conv_pack, xnn_heap, xnn_q8, xnnpack  # noqa: E402
-from carve.backends.steps import Q8Conv, Q8Lut, Q8Op, RuntimeConv, XnnOp  # noqa: E402
+from carve.backends import portable, q8, q8_pack, q8conv_pack, xnnpack  # noqa: E402
+from carve.backends.steps import Q8Conv, Q8Op, Q8PoolOp, RuntimeConv, XnnOp  # noqa: E402
 from carve.checkpoint import read_checkpoint  # noqa: E402
 from carve.compiler import compile_model, load_architecture  # noqa: E402
 from carve.frontend.yolo26 import build_graph  # noqa: E402
 from carve.manifest import load_manifest  # noqa: E402
 from carve.passes import optimize  # noqa: E402
 from carve.planner import plan_memory  # noqa: E402
-from carve.quant import arith, calibrate, rewrite  # noqa: E402
+from carve.quant import calibrate, rewrite  # noqa: E402
 
 MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
 WEIGHTS = REPO / "assets" / "yolo26n-shapes.pt"
 IMGSZ = 64
+INT8_KINDS = ("qconv2d", "qadd", "quantize", "dequantize")
+VIEW_KINDS = ("maxpool2d", "upsample_nearest", "concat")   # int8 when their output is
 
 
 @pytest.fixture(scope="module")
@@ -62,90 +63,93 @@ def steps_by_op(program) -> dict:
     return out
 
 
-def test_qconv2d_runs_on_xnnpack(graphs):
+def blob_at(program, expr: str, nbytes: int) -> bytes:
+    """nbytes of the blob at a descriptor's blob offset ("4 * W_...")."""
+    refs = {r.macro: r for r in program["weight_refs"]}
+    start = 4 * int(refs[expr.split("* ")[1]])
+    return program["blob"][start:start + nbytes]
+
+
+def test_int8_routing(graphs):
     _, qg = graphs
     program = lower(xnnpack.BACKEND, qg)
-    descs = {o["name"]: o for o in program["ops"]}
+    ported = lower(portable.BACKEND, qg)
     steps = steps_by_op(program)
-    refs = {r.macro: r for r in program["weight_refs"]}
+    refs = {r.macro: int(r) for r in program["weight_refs"]}
+    table = program["q8_ops"]
     qconvs = [op for op in qg.ops if op.kind == "qconv2d"]
     dense = [op for op in qconvs if op.attrs["groups"] == 1]
     assert len(dense) > 50 and len(qconvs) > len(dense)
     for op in dense:
         (st,) = steps[op.name]
         assert isinstance(st, Q8Conv), f"{op.name}: {type(st).__name__}, not carve_q8conv"
-        f = program["q8_ops"][st.index]["fields"]
-        assert program["q8_ops"][st.index]["kind"] == "CARVE_Q8_CONV" and f["groups"] == 1
+        f = table[st.index]["fields"]
+        assert table[st.index]["kind"] == "CARVE_Q8_CONV" and f["groups"] == 1
         assert (f["in_zero"], f["out_zero"]) == (qg.tensors[op.inputs[0]].quant.zero_point, op.attrs["pre_zero"])
         assert f["act"] == ("CARVE_ACT_SILU" if op.attrs["act"] == "silu" else "CARVE_ACT_NONE")
         w = qg.weights
         record = q8conv_pack.conv_record(w[op.params["weight"]], w[op.params["bias"]], w[op.params["mul"]],
                                          w[op.params["shift"]])
-        wref = refs[f["weight_off"].split("* ")[1]]
-        assert int(wref) * 4 % 64 == 0, "a carve_q8conv record is 64-byte aligned"
-        assert program["blob"][4 * int(wref):4 * int(wref) + len(record)] == record
+        assert blob_at(program, f["weight_off"], len(record)) == record
+        assert refs[f["weight_off"].split("* ")[1]] * 4 % 64 == 0, "a carve_q8conv record is 64-byte aligned"
     # one task slot holds the largest carve_q8conv's scratch
     assert program["wino_slot_bytes"] == max(q8conv_pack.slot_bytes(*op.attrs["kernel"], op.attrs["cin"])
                                              for op in dense)
-    for op in qconvs:
-        if op.attrs["groups"] == 1:
-            continue
-        d = descs[op.name]
-        assert d["kind"] == "CARVE_XNN_QCONV"
-        f = d["fields"]
-        assert (f["in_zero"], f["out_zero"]) == (qg.tensors[op.inputs[0]].quant.zero_point, op.attrs["pre_zero"])
-        kinds = [type(s) for s in steps[op.name]]
-        assert not any(issubclass(k, RuntimeConv) for k in kinds), "an fp32 runtime convolution for a qconv2d"
-        assert kinds == ([XnnOp, Q8Lut] if op.attrs["act"] == "silu" else [XnnOp])
-        # the blob holds XNNPACK's layout: (cout, kh, kw, cin/g) int8, int32 bias, float32 m * 2^-n
-        w = qg.weights
-        blob = program["blob"]
-        wref = refs[f["weight_off"].split("* ")[1]]
-        got = np.frombuffer(blob, np.int8, w[op.params["weight"]].size, 4 * int(wref))
-        assert np.array_equal(got, np.transpose(w[op.params["weight"]], (0, 2, 3, 1)).reshape(-1))
-        sref = refs[f["scale_off"].split("* ")[1]]
-        scales = np.frombuffer(blob, "<f4", op.attrs["cout"], 4 * int(sref))
-        m, n = w[op.params["mul"]], w[op.params["shift"]]
-        assert np.array_equal(scales, (m.astype(np.float64) * 2.0 ** -n.astype(np.float64)).astype(np.float32))
-    kinds = {o["kind"] for o in program["ops"]}
-    assert {"CARVE_XNN_QADD", "CARVE_XNN_DEQUANTIZE"} <= kinds
-    assert not program["runtime_convs"], "the int8 graph has no float conv left for the runtime kernels"
-    # quantize, int8 max pool / upsample / concat copies and adds on strided views stay carve_q8's (saying why);
-    # the int8 table's CONVs are the carve_q8conv steps' descriptors; dequantize is always XNNPACK's
-    q8_kinds = {o["kind"] for o in program["q8_ops"]}
-    assert {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV", "CARVE_Q8_MAXPOOL", "CARVE_Q8_UPSAMPLE2X"} <= q8_kinds
-    assert q8_kinds <= {"CARVE_Q8_QUANTIZE", "CARVE_Q8_CONV", "CARVE_Q8_MAXPOOL", "CARVE_Q8_UPSAMPLE2X",
-                        "CARVE_Q8_COPY", "CARVE_Q8_ADD"}
-    assert sum(o["kind"] == "CARVE_Q8_CONV" for o in program["q8_ops"]) == len(dense)
-    for op in qg.ops:
-        if op.kind == "qadd":
+    # the int8 table is the portable package's, descriptor for descriptor (the dense CONVs' records differ: the
+    # blob holds carve_q8conv's layout here, q8_pack's there)
+    assert program["q8_ops"] == ported["q8_ops"]
+    # every other int8 op, and the int8 max pools, upsamples and concat copies: carve_q8_run_pool
+    views = [op for op in qg.ops if op.kind in VIEW_KINDS and qg.tensors[op.outputs[0]].dtype == "i8"]
+    assert {op.kind for op in views} >= {"maxpool2d", "upsample_nearest"}
+    others = [op for op in qg.ops if op.kind in INT8_KINDS and op not in dense]
+    assert {op.kind for op in others} == set(INT8_KINDS)
+    for op in others + views:
+        kinds = [type(s) for s in steps[op.name] if s.computes]
+        assert set(kinds) <= {Q8PoolOp} and (kinds or op.kind == "concat"), f"{op.name}: {kinds}"
+        if op.kind == "qconv2d":   # depthwise: q8_pack's record, as the portable package's
             (st,) = steps[op.name]
-            assert isinstance(st, XnnOp) or "a strided view" in st.what, f"{op.name}: {st}"
-        if op.kind == "dequantize":
-            assert descs[op.name]["kind"] == "CARVE_XNN_DEQUANTIZE"
-    # xnn_heap counts the int8 operators
-    assert program["xnn_heap_bytes"] >= xnn_heap.heap_bytes(program["ops"])["bytes"] > 0
+            w = qg.weights
+            record = q8_pack.conv_record(w[op.params["weight"]], w[op.params["bias"]], w[op.params["mul"]],
+                                         w[op.params["shift"]], op.attrs["groups"])
+            assert blob_at(program, table[st.index]["fields"]["weight_off"], len(record)) == record
+    # no XNNPACK operator, no fp32 runtime convolution and no single-threaded carve_q8 step runs an int8 op
+    int8_ops = {op.name for op in qg.ops if op.kind in INT8_KINDS} | {op.name for op in views}
+    for name in int8_ops:
+        assert not any(isinstance(s, (XnnOp, RuntimeConv)) or type(s) is Q8Op for s in steps[name]), name
+    assert not {o["name"].split(" <- ")[0] for o in program["ops"]} & int8_ops
+    assert not program["runtime_convs"], "the int8 graph has no float conv left for the runtime kernels"
 
 
-def test_fallbacks_to_carve_q8(graphs):
-    _, qg = graphs
-    conv = next(op for op in qg.ops if op.kind == "qconv2d" and op.attrs["groups"] > 1)   # XNNPACK's (depthwise)
-    m, n = arith.quantize_multiplier(300.0)   # XNNPACK's qc8 refuses scales >= 256
-    weights = dict(qg.weights)
-    weights[conv.params["mul"]] = np.full(conv.attrs["cout"], m, np.int32)
-    weights[conv.params["shift"]] = np.full(conv.attrs["cout"], n, np.int32)
-    before = steps_by_op(lower(xnnpack.BACKEND, qg))
-    add = next(op for op in qg.ops if op.kind == "qadd" and isinstance(before[op.name][0], XnnOp))  # on dense tensors
-    far = add.replace(attrs=dict(add.attrs, mul_a=1 << 30, mul_b=1 << 30, shift=50))  # ratios 2^-20
-    g = qg.replace(weights=weights, ops=tuple(far if op is add else op for op in qg.ops))
-    program = lower(xnnpack.BACKEND, g)
-    steps = steps_by_op(program)
-    (st,) = steps[conv.name]
-    assert isinstance(st, Q8Op) and "XNNPACK's qc8 takes < 256" in st.what
-    assert program["q8_ops"][st.index]["kind"] == "CARVE_Q8_CONV"
-    (st,) = steps[add.name]
-    assert isinstance(st, Q8Op) and "[2^-10, 2^8)" in st.what
-    assert xnn_q8.xnn_fits(weights[conv.params["mul"]], weights[conv.params["shift"]])
+def int8_views_graph():
+    """x (8,8,3) f32 -> quantize -> a, int8 -> max pool -> b; concat(a, b, b) (b twice: copies) -> upsample ->
+    dequantize: the int8 forms of max pool, upsample and concat copies, which the handquant graph keeps in f32."""
+    from carve.ir import GraphBuilder, Layer, QParams
+    gb = GraphBuilder("t", (8, 8, 3))
+    a = gb.add("quantize", "q", [gb.input], 0)[0]
+    b = gb.add("maxpool2d", "mp", [a], 0, dict(kernel=3, stride=1, pad=1))[0]
+    gb.layers.append(Layer(0, "SPPF", b, (-1,)))
+    c = gb.add("concat", "cat", [a, b, b], 1)[0]
+    u = gb.add("upsample_nearest", "up", [c], 1, dict(scale=2))[0]
+    d = gb.add("dequantize", "dq", [u], 1)[0]
+    gb.layers.append(Layer(1, "Concat", d, (0,)))
+    g = gb.build({"output0": d}, {"task": "detect"})
+    i8 = {a, b, c, u}
+    q = QParams(0.05, -3)
+    return g.replace(tensors={n: t.__class__(t.name, t.shape, "i8", q) if n in i8 else t
+                              for n, t in g.tensors.items()})
+
+
+def test_int8_views_pool():
+    g = int8_views_graph()
+    program, ported = lower(xnnpack.BACKEND, g), lower(portable.BACKEND, g)
+    mine = [(type(s), s.name) for lay in program["layers"] for s in lay["steps"]]
+    theirs = [(type(s), s.name) for lay in ported["layers"] for s in lay["steps"]]
+    assert [n for _, n in mine] == ["q", "mp", "cat", "cat", "up", "dq"] == [n for _, n in theirs]
+    assert {t for t, _ in mine} == {Q8PoolOp} and {t for t, _ in theirs} == {Q8Op}
+    assert [o["kind"] for o in program["q8_ops"]] == ["CARVE_Q8_" + k for k in
+                                                        ("QUANTIZE", "MAXPOOL", "COPY", "COPY", "UPSAMPLE2X",
+                                                         "DEQUANTIZE")]
+    assert program["q8_ops"] == ported["q8_ops"] and not program["ops"]
 
 
 def test_portable_keeps_carve_q8(graphs):
@@ -158,22 +162,15 @@ def test_portable_keeps_carve_q8(graphs):
     assert {"CARVE_Q8_CONV", "CARVE_Q8_ADD", "CARVE_Q8_QUANTIZE", "CARVE_Q8_DEQUANTIZE"} <= kinds
 
 
-def test_scales():
-    # m = 0 (arith: every output the zero point): the smallest normal float, which XNNPACK takes
-    assert xnn_q8.qc8_scales([0], [62])[0] == np.finfo(np.float32).tiny
-    m, n = arith.quantize_multiplier(0.0123)
-    assert xnn_q8.qc8_scales([m], [n])[0] == np.float32(m * 2.0 ** -n)
-    assert xnn_q8.xnn_fits([m], [n]) is None
-    assert xnn_q8.qadd_fits(*arith.add_multipliers(0.1, 0.05, 0.12))
-    assert not xnn_q8.qadd_fits(*arith.add_multipliers(0.1, 0.00005, 0.12))
-
-
 def test_package_generates(graphs):
-    """The whole xnnpack package renders from the quantized graph: the SiLU steps call carve_q8_lut, the runtime
-    carries carve_q8_lut.c and carve_q8.c."""
+    """The whole xnnpack package renders from the quantized graph: the int8 steps call carve_q8_run_pool and
+    carve_q8conv, nothing calls carve_q8_run or an XNNPACK int8 operator; the runtime carries carve_q8.c and
+    carve_q8conv.c."""
     _, qg = graphs
     files = compile_model(str(MANIFEST), "xnnpack", str(WEIGHTS), IMGSZ, graph_hook=lambda g: qg).files
     src = files["yolo26n_shapes.c"].decode()
-    assert "CARVE_XNN_QCONV" in src and "carve_q8_lut(" in src and "carve_q8_run(" in src
+    assert "carve_q8_run_pool(&k_q8_ops[" in src and "carve_q8_run(" not in src
     assert "m->k.q8conv(" in src and "m->k.q8conv = carve_q8conv_select(isa);" in src
-    assert "runtime/carve_q8_lut.c" in files and "runtime/carve_q8.c" in files and "runtime/carve_q8conv.c" in files
+    assert "CARVE_XNN_Q" not in src and "CARVE_XNN_DEQUANTIZE" not in src and "carve_q8_lut" not in src
+    assert "runtime/carve_q8.c" in files and "runtime/carve_q8conv.c" in files
+    assert "runtime/carve_q8_lut.c" not in files

@@ -1,7 +1,9 @@
 """The int8 ops of a quantized graph (--precision int8, generator/carve/quant/) on the CPU backends.
 
 Each op of a quantized graph that reads or writes int8 tensors becomes one descriptor of the package's int8 table
-(``k_q8_ops``, runtime/carve_q8.h) and one ``Q8Op`` step that runs it with ``carve_q8_run``: ``qconv2d``
+(``k_q8_ops``, runtime/carve_q8.h) and one step of the backend's int8 step class (``Lowering.cls("q8")``) that runs
+it: ``Q8Op`` (``carve_q8_run``, the calling thread: the portable backend) or ``Q8PoolOp`` (``carve_q8_run_pool``,
+the thread pool: the xnnpack backend), the same bytes either way. ``qconv2d``
 (CONV, its record packed by ``q8_pack.conv_record``), ``qadd`` (ADD), ``quantize`` / ``dequantize`` at the
 boundaries with float ops, and the int8 forms of ``maxpool2d`` (MAXPOOL), ``upsample_nearest`` (UPSAMPLE2X) and the
 concat inputs the memory plan copies (COPY). Float ops keep the backend's own lowering (``dtype_dispatch``).
@@ -45,7 +47,9 @@ def table_entry(lw: Lowering, kind: str, name: str, **fields) -> int:
 
 
 def _desc(lw: Lowering, op, kind: str, what: str | None = None, name: str | None = None, **fields) -> Q8Op:
-    return Q8Op(**lw.head(op), index=table_entry(lw, kind, name or op.name, **fields), what=what)
+    """A step of the backend's int8 step class (role "q8": Q8Op, carve_q8_run; the xnnpack backend's Q8PoolOp,
+    carve_q8_run_pool) running a new descriptor of the int8 table."""
+    return lw.cls("q8")(**lw.head(op), index=table_entry(lw, kind, name or op.name, **fields), what=what)
 
 
 def zero(lw: Lowering, t: str) -> int:
@@ -84,7 +88,7 @@ def conv_fields(lw: Lowering, op, record: bytes) -> dict:
 
 
 def lower_qconv(lw: Lowering, op, what: str | None = None) -> list:
-    """carve_q8's CONV (one thread): its record in q8_pack's layout."""
+    """carve_q8's CONV: its record in q8_pack's layout."""
     g, p = lw.graph.weights, op.params
     record = q8_pack.conv_record(g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]], op.attrs["groups"])
     return [_desc(lw, op, "CONV", what, **conv_fields(lw, op, record))]

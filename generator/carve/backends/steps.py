@@ -233,6 +233,15 @@ class Q8Op(Step):
 
 
 @dataclass(kw_only=True)
+class Q8PoolOp(Q8Op):
+    """An int8 op of the xnnpack backend: carve_q8_run_pool of k_q8_ops[index] on the package's thread pool
+    (runtime/carve_q8.h), the same bytes as carve_q8_run's on any number of threads."""
+
+    macro: ClassVar[str] = "q8_pool_op"
+    function: ClassVar[str] = "carve_q8_run_pool"
+
+
+@dataclass(kw_only=True)
 class Q8Lut(Step):
     """An int8 -> int8 table applied in place to an int8 convolution's output (the SiLU of an XNNPACK int8
     convolution, backends/xnn_q8.py): carve_q8_lut on the thread pool. Offsets in bytes."""
@@ -575,5 +584,5 @@ class CuNMS(NMS):
 
 # The step classes of the CPU backends' shared lowerings, by role; a backend overrides roles
 # (CBackend.step_classes).
-CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View}
+CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View, "q8": Q8Op}
 CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "nms": CuNMS, "view": View}

@@ -20,11 +20,11 @@ the store instead of XNNPACK's depthwise convolution + a SiLU pass; weights
 The lowering is ``lowering.lower``, shared with the other C backends;
 ``xnn_heap`` adds the size of the caller's XNNPACK heap for
 ``<name>_create_with``.
-A quantized graph's int8 ops (--precision int8) are ``xnn_q8``'s: XNNPACK's
-per-channel int8 convolution (runtime_conv never applies to them: it chooses
-among conv2d ops only), XNNPACK's int8 add and int8 -> float32 convert, the
-SiLU as an int8 table on the pool, and carve_q8 (one thread) for the rest
-(``q8``).
+A quantized graph's int8 ops (--precision int8) run on carve's own int8
+kernels on the pool, bit for bit the portable package's (``xnn_q8``): the dense
+convolutions on carve_q8conv (AMX / AVX-512 VNNI), every other int8 op with
+carve_q8_run_pool (``q8``; step class ``Q8PoolOp``); runtime_conv never applies
+to them (it chooses among conv2d ops only), and no XNNPACK operator runs int8.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .emit_c import runtime_define
 from .lowering import CPU_LOWERINGS, CPU_RULES, CBackend, Layouts, concat_lowering, cpu_copy
 from .q8 import Q8_RULES, with_q8
 from .xnn_q8 import XNN_Q8_LOWERINGS
-from .steps import Q8Conv, WinogradConv, XnnOp
+from .steps import Q8Conv, Q8PoolOp, WinogradConv, XnnOp
 
 # What carve_conv3x3s2_small_cin accepts, read from the runtime (the generated code also _Static_asserts each call).
 STEM_MAX_CIN = runtime_define("CARVE_STEM_MAX_CIN")
@@ -186,7 +186,7 @@ class XnnpackBackend(CBackend):
     runtime_conv_layout = staticmethod(runtime_conv_layout)
     runtime_conv_transforms = {"conv3x3s1_wino": "winograd"}
     conv_slices = staticmethod(conv_slices)
-    step_classes = {"op": XnnOp}
+    step_classes = {"op": XnnOp, "q8": Q8PoolOp}   # int8 ops: carve_q8_run_pool
     # the fixed C: XNNPACK's init, heap and operators' lifecycle (carve_xnn.h); the model's (carve_model.h)
     families = ("xnn", "model")
     threaded = True       # carve_letterbox runs in CARVE_LETTERBOX_BANDS bands on the thread pool
