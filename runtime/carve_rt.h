@@ -67,7 +67,9 @@
 //    (carve_model_desc's layer_dequant_floats).
 // 10: xnnpack int8 packages: carve_op_desc's int8 fields (scale_off, zero points, scales), carve_xnn's
 //    QCONV / QADD / DEQUANTIZE kinds, carve_q8_lut.h.
-// 11: carve_q8_run_pool (carve_q8.h): the carve_q8 kinds on the thread pool, carve_q8_run's bytes.
+// 11: carve_q8_run_pool (carve_q8.h): the carve_q8 kinds on the thread pool, carve_q8_run's bytes; xnnpack int8
+//    packages run no XNNPACK int8 operator, so carve_xnn's QCONV / QADD / DEQUANTIZE kinds, carve_op_desc's int8
+//    fields and carve_q8_lut.h (10) are gone.
 #define CARVE_RT_ABI 11
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
@@ -134,9 +136,7 @@ typedef enum carve_act {
 // it known at generation time: the packages keep a constant table of these.
 // `kind` is a value of the backend's enum (carve_xnn_kind, carve_pt_kind).
 // Offsets are in floats: weight_off / bias_off from the weight blob, in_off /
-// in2_off / out_off from the arena; for the int8 kinds (carve_xnn.h:
-// CARVE_XNN_QCONV, ...) every offset is in bytes instead. Fields a kind does not
-// use are 0.
+// in2_off / out_off from the arena. Fields a kind does not use are 0.
 typedef struct carve_op_desc {
   int kind;
   uint32_t kh, kw, stride, pad, groups;
@@ -145,10 +145,6 @@ typedef struct carve_op_desc {
   size_t in_stride, out_stride;  // pixel strides (channels) of input and output views
   size_t weight_off, bias_off;
   size_t in_off, in2_off, out_off;
-  // int8 kinds only: an int8 tensor q holds scale * (q - zero point)
-  size_t scale_off;                      // bytes into the blob: float32 per-channel scales (QCONV)
-  int32_t in_zero, in2_zero, out_zero;   // zero points of in, in2 and out, in [-128, 127]
-  float in_scale, in2_scale, out_scale;  // scales of in, in2 and out (QADD, DEQUANTIZE)
 } carve_op_desc;
 
 // ---- Parallel loops ---------------------------------------------------------

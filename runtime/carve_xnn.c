@@ -175,76 +175,10 @@ void carve_xnn_heap_end(carve_xnn_heap* previous) { t_heap = previous; }
 
 // ---- Create ---------------------------------------------------------------
 
-static int is_zero_point(int32_t z) { return z >= -128 && z <= 127; }
-
-// The int8 kinds (byte offsets): CARVE_XNN_QCONV, QADD, DEQUANTIZE.
-static carve_status create_q8(const carve_xnn_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool,
-                              xnn_operator_t* op) {
-  if (!is_zero_point(d->in_zero) || !is_zero_point(d->in2_zero) || !is_zero_point(d->out_zero)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const int8_t* x = (const int8_t*)(arena + d->in_off);
-  const size_t pixels = (size_t)d->h * d->w;
-  enum xnn_status s = xnn_status_invalid_parameter;
-  switch (d->kind) {
-    case CARVE_XNN_QCONV: {
-      if (blob == NULL || d->groups == 0 || (d->bias_off | d->scale_off) % sizeof(float) != 0) {
-        return CARVE_ERR_INVALID_ARGUMENT;
-      }
-      s = xnn_create_convolution2d_nhwc_qc8(
-          d->pad, d->pad, d->pad, d->pad, d->kh, d->kw, d->stride, d->stride, 1, 1, d->groups, d->cin / d->groups,
-          d->cout / d->groups, d->in_stride, d->out_stride, (int8_t)d->in_zero, 1.0f,
-          (const float*)(blob + d->scale_off), (const int8_t*)(blob + d->weight_off),
-          (const int32_t*)(blob + d->bias_off), (int8_t)d->out_zero, 1.0f, INT8_MIN, INT8_MAX, 0, op);
-      if (s == xnn_status_success) {
-        s = xnn_setup_convolution2d_nhwc_qc8(*op, 1, d->h, d->w, x, (int8_t*)(arena + d->out_off), pool);
-      }
-      break;
-    }
-    case CARVE_XNN_QADD: {
-      if (d->in_stride != d->cin || d->out_stride != d->cin) {
-        return CARVE_ERR_INVALID_ARGUMENT;  // XNNPACK's add reads and writes dense tensors
-      }
-      const size_t shape[2] = {pixels, d->cin};
-      s = xnn_create_add_nd_qs8((int8_t)d->in_zero, d->in_scale, (int8_t)d->in2_zero, d->in2_scale,
-                                (int8_t)d->out_zero, d->out_scale, INT8_MIN, INT8_MAX, 0, op);
-      if (s == xnn_status_success) {
-        s = xnn_setup_add_nd_qs8(*op, 2, shape, 2, shape, x, (const int8_t*)(arena + d->in2_off),
-                                 (int8_t*)(arena + d->out_off), pool);
-      }
-      break;
-    }
-    case CARVE_XNN_DEQUANTIZE:
-      if (d->out_off % sizeof(float) != 0) {
-        return CARVE_ERR_INVALID_ARGUMENT;
-      }
-      s = xnn_create_convert_nc_qs8_f32(d->cin, d->in_stride, d->out_stride, d->in_scale, (int8_t)d->in_zero, 0, op);
-      if (s == xnn_status_success) {
-        s = xnn_setup_convert_nc_qs8_f32(*op, pixels, x, (float*)(arena + d->out_off), pool);
-      }
-      break;
-  }
-  return from_xnn(s);
-}
-
-static int is_q8_kind(int kind) {
-  return kind == CARVE_XNN_QCONV || kind == CARVE_XNN_QADD || kind == CARVE_XNN_DEQUANTIZE;
-}
-
 carve_status carve_xnn_create(const carve_xnn_desc* d, const float* weights, float* arena, pthreadpool_t pool,
                               xnn_operator_t* op_out) {
   if (d == NULL || arena == NULL || op_out == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  if (is_q8_kind(d->kind)) {
-    xnn_operator_t op = NULL;
-    const carve_status st = create_q8(d, (const uint8_t*)weights, (uint8_t*)arena, pool, &op);
-    if (st != CARVE_OK) {
-      if (op != NULL) xnn_delete_operator(op);
-      return st;
-    }
-    *op_out = op;
-    return CARVE_OK;
   }
   const float* x = arena + d->in_off;
   float* y = arena + d->out_off;
@@ -399,8 +333,7 @@ void carve_xnn_release_weights_before(const carve_xnn_desc* d, const float* weig
     return;  // no weights (pools, copies), or the first tensor of the blob
   }
   const size_t first = d->bias_off != 0 && d->bias_off < d->weight_off ? d->bias_off : d->weight_off;
-  // the int8 kinds' offsets are bytes; their tensors follow one another (weights, bias, scales)
-  carve_xnn_release_weights(weights, is_q8_kind(d->kind) ? first : first * sizeof(float));
+  carve_xnn_release_weights(weights, first * sizeof(float));
 }
 
 void carve_xnn_delete_all(xnn_operator_t* ops, size_t count) {

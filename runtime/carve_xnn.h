@@ -40,33 +40,9 @@ typedef enum carve_xnn_kind {
   CARVE_XNN_GAP = 6,      // y[c] = mean over the h*w pixels of x[., c]
   CARVE_XNN_FC = 7,       // y = W x + b, W (cout, cin) row-major
   CARVE_XNN_SOFTMAX = 8,  // y = softmax(x) over cin channels
-  // int8 kinds (--precision int8, docs/quantization.md): every offset in BYTES; int8 views at any byte offset.
-  CARVE_XNN_QCONV = 9,       // XNNPACK's per-channel int8 convolution (qc8), see below
-  CARVE_XNN_QADD = 10,       // XNNPACK's int8 add (qs8) of contiguous (pixels, cin) tensors, see below
-  CARVE_XNN_DEQUANTIZE = 11, // y = (float)(x - in_zero) * in_scale: int8 view -> float32 view (4-byte aligned)
 } carve_xnn_kind;
 
 // One operator: a carve_op_desc (carve_rt.h) whose kind is a carve_xnn_kind.
-//
-// CARVE_XNN_QCONV: xnn_create_convolution2d_nhwc_qc8 with input and output
-// scale 1 and kernel scale r[o], the float32 at blob + scale_off + 4 o, so that
-// XNNPACK requantizes each int32 accumulator as
-//   y = clamp(out_zero + lrintf((float)acc * r[o]), -128, 127),
-// acc = bias[o] + sum w * (x - in_zero) (padding holds in_zero), against
-// quant/arith.py's integer clamp(out_zero + ((acc * m + 2^(n-1)) >> n)) with
-// r[o] = m * 2^-n: within one unit (the float rounding of acc, r and their
-// product, and ties to even against ties up; tests/runtime/xq8_vs_arith.py
-// counts them). Blob: int8 weights at weight_off as (cout, kh, kw, cin / groups)
-// (OHWI; depthwise (c, kh, kw, 1)), int32 bias[cout] at bias_off, float32
-// r[cout] at scale_off; XNNPACK packs its own copy at create. XNNPACK refuses
-// (CARVE_ERR_UNSUPPORTED) an r[o] >= 256 and (CARVE_ERR_INVALID_ARGUMENT) one
-// that is not a normal positive float: the generator gives such layers to
-// carve_q8 instead.
-//
-// CARVE_XNN_QADD: xnn_create_add_nd_qs8 with scales in_scale, in2_scale and
-// out_scale (each input's ratio to the output must be in [2^-10, 2^8)); XNNPACK
-// requantizes with 21-bit multipliers (arith.qadd: 31-bit), within one unit of
-// arith. in, in2 and out must be contiguous (in_stride = out_stride = cin).
 typedef carve_op_desc carve_xnn_desc;
 
 // ---- Lifecycle ------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_portable_header_has_no_xnnpack_memory(headers):
 
 
 def test_every_lowered_kind_has_a_rule():
-    kinds = ("CONV", "DECONV", "MAXPOOL", "COPY", "ADD", "GAP", "FC", "SOFTMAX", "QCONV", "QADD", "DEQUANTIZE")
+    kinds = ("CONV", "DECONV", "MAXPOOL", "COPY", "ADD", "GAP", "FC", "SOFTMAX")
     fields = dict(kh=3, kw=3, stride=1, pad=1, groups=1, cin=8, cout=8, h=4, w=4)
     for pr in xnn_heap.PROFILES:
         for k in kinds:

@@ -149,8 +149,7 @@ def conv_params(rng, name, h, w, cin, cout, kh, kw=None, stride=1, pad=0, groups
                 in_zero=None, real_multiplier=None, neg128=False, trained=None) -> ConvParams:
     """A convolution with random weights and input, or a trained layer's (see conv_case): the input view
     (x_view, the wider tensor, and c0, the first channel read), the quantized weights, bias, multipliers, SiLU
-    table and output quantization, and arith.qconv2d's result ``expect`` (oh, ow, cout). Also used by
-    xq8_vs_arith.py (the xnnpack backend's int8 operators)."""
+    table and output quantization, and arith.qconv2d's result ``expect`` (oh, ow, cout)."""
     kw = kh if kw is None else kw
     cin_g = cin // groups
     if trained is None:

@@ -48,9 +48,8 @@ RUNTIME_FAMILIES = {
     "io": "carve_io.h",               # the demo's image / tensor files
     "xnn": "carve_xnn.h",             # XNNPACK operators
     "portable": "carve_portable.h",   # carve_pt_run
-    "q8": "carve_q8.h",               # carve_q8_run: the int8 kernels (--precision int8)
+    "q8": "carve_q8.h",               # carve_q8_run(_pool): the int8 kernels (--precision int8)
     "q8conv": "carve_q8conv.h",       # the dense int8 convolution on AMX / AVX-512 VNNI (xnnpack int8 packages)
-    "q8_lut": "carve_q8_lut.h",       # carve_q8_lut: an int8 table on the thread pool (xnnpack int8 SiLU)
     "cuda": "carve_cuda.h",           # the device runtime's contract (host side)
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
@@ -239,22 +238,6 @@ class Q8PoolOp(Q8Op):
 
     macro: ClassVar[str] = "q8_pool_op"
     function: ClassVar[str] = "carve_q8_run_pool"
-
-
-@dataclass(kw_only=True)
-class Q8Lut(Step):
-    """An int8 -> int8 table applied in place to an int8 convolution's output (the SiLU of an XNNPACK int8
-    convolution, backends/xnn_q8.py): carve_q8_lut on the thread pool. Offsets in bytes."""
-
-    y_off: str
-    y_stride: int
-    pixels: int
-    channels: int
-    lut_off: str
-    kind: ClassVar[str] = "q8_lut"
-    macro: ClassVar[str] = "q8_lut"
-    function: ClassVar[str] = "carve_q8_lut"
-    families: ClassVar[tuple] = ("q8_lut",)
 
 
 @dataclass(kw_only=True)

@@ -30,11 +30,6 @@ setup allocate) and ``src/init.c`` (the f32 micro-kernel tiles per CPU). Per ope
 * global average pooling: zero buffer ``cin*4 + 16``;
 * fully connected: packed ``(round_up(cin, kr*sr)*4 + 4) * round_up(cout, nr)``;
 * channel copy, add, softmax: the struct only;
-* the int8 kinds (``--precision int8``): ``QCONV`` (``xnn_create_convolution2d_nhwc_qc8``) as a
-  convolution with 1-byte weights and inputs, 4 bytes of bias and 4 of float32 scale per output
-  channel, no ``vmulcaddc`` path, and the qc8 tiles of the CPU (``Q8Tiles``: several per profile where
-  init.c picks by more than the f32 kernels' features; the largest is counted); ``QADD`` and
-  ``DEQUANTIZE`` the struct only;
 
 and per allocation, the heap's own cost: a 16-byte size header plus up to (alignment - 1) bytes of
 padding (XNNPACK asks for 64-byte alignment on x86-64, 16 on aarch64). The bound is the largest total
@@ -57,29 +52,8 @@ VMULCADDC_TILE = 16     # channel tile bound of the f32 vmulcaddc kernels (c4 / 
 
 
 @dataclass(frozen=True)
-class Q8Tiles:
-    """The qc8 (per-channel int8 convolution) tiles XNNPACK 2022-02's init.c picks on some CPU."""
-    mr: int
-    nr: int
-    kr: int                 # log2_kr and log2_sr as multipliers
-    sr: int
-    dwconv: dict            # unipass dwconv: taps (primary_tile) -> channel_tile
-
-
-# x86-64 (init.c's QC8 section): AVX-512 SKX (F + BW + DQ + VL) 4x16c8, dwconv up32; AVX2 3x8c8, up16; XOP and
-# AVX 2x4c8, up16; SSE4.1 / SSE2 3x4c8, up8. aarch64: NEON dot 4x16c4, Cortex-A35 / A53 4x16 (mlal lane),
-# A72 / A73 / Kryo and the rest 2x8c8 or 2x8c2s4; dwconv up16. Each 9 and 25 taps.
-Q8_SKX = Q8Tiles(4, 16, 8, 1, {9: 32, 25: 32})
-Q8_AVX2 = Q8Tiles(3, 8, 8, 1, {9: 16, 25: 16})
-Q8_AVX = Q8Tiles(2, 4, 8, 1, {9: 16, 25: 16})   # also XOP
-Q8_SSE = Q8Tiles(3, 4, 8, 1, {9: 8, 25: 8})
-Q8_ARM = (Q8Tiles(4, 16, 4, 1, {9: 16, 25: 16}), Q8Tiles(4, 16, 1, 1, {9: 16, 25: 16}),
-          Q8Tiles(2, 8, 8, 1, {9: 16, 25: 16}), Q8Tiles(2, 8, 2, 4, {9: 16, 25: 16}))
-
-
-@dataclass(frozen=True)
 class Profile:
-    """The f32 tiles XNNPACK 2022-02's init.c picks on one kind of CPU, and the qc8 tiles it may pick there."""
+    """The f32 tiles XNNPACK 2022-02's init.c picks on one kind of CPU."""
     name: str
     mr: int                 # gemm / igemm rows
     nr: int                 # gemm / igemm output channels
@@ -88,23 +62,20 @@ class Profile:
     dwconv: dict            # unipass dwconv: taps (primary_tile) -> channel_tile
     maxpool_mr: int
     operator_bytes: int     # bound of sizeof(struct xnn_operator)
-    q8: tuple = ()          # Q8Tiles init.c may pick on such a CPU (QCONV counts the largest)
 
 
 X86_OPERATOR = 2112         # sizeof(struct xnn_operator), x86-64 (XNN_MAX_UARCH_TYPES 1), measured
 ARM_OPERATOR = 4096         # aarch64: per-core-type kernel pointers in the struct; a generous bound
 
 PROFILES = (
-    # an AVX-512F CPU without BW / DQ / VL runs the AVX2 qc8 kernels
-    Profile("x86-64 AVX-512", 7, 16, 1, 1, {4: 16, 9: 16, 25: 16}, 9, X86_OPERATOR, (Q8_SKX, Q8_AVX2)),
-    # XOP CPUs with FMA3 (AMD Excavator) run the XOP qc8 kernels
-    Profile("x86-64 FMA3", 5, 16, 1, 1, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR, (Q8_AVX2, Q8_AVX)),
-    Profile("x86-64 FMA3 (Zen)", 4, 16, 1, 4, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR, (Q8_AVX2,)),
-    Profile("x86-64 AVX", 5, 16, 1, 1, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR, (Q8_AVX,)),
-    Profile("x86-64 SSE", 4, 8, 1, 1, {4: 8, 9: 8, 25: 8}, 9, X86_OPERATOR, (Q8_SSE,)),
-    Profile("aarch64 NEON 6x8", 6, 8, 1, 1, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR, Q8_ARM),
-    Profile("aarch64 NEON 4x8", 4, 8, 1, 1, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR, Q8_ARM),
-    Profile("aarch64 NEON 6x8s4", 6, 8, 1, 4, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR, Q8_ARM),
+    Profile("x86-64 AVX-512", 7, 16, 1, 1, {4: 16, 9: 16, 25: 16}, 9, X86_OPERATOR),
+    Profile("x86-64 FMA3", 5, 16, 1, 1, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR),
+    Profile("x86-64 FMA3 (Zen)", 4, 16, 1, 4, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR),
+    Profile("x86-64 AVX", 5, 16, 1, 1, {4: 16, 9: 16, 25: 8}, 9, X86_OPERATOR),
+    Profile("x86-64 SSE", 4, 8, 1, 1, {4: 8, 9: 8, 25: 8}, 9, X86_OPERATOR),
+    Profile("aarch64 NEON 6x8", 6, 8, 1, 1, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR),
+    Profile("aarch64 NEON 4x8", 4, 8, 1, 1, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR),
+    Profile("aarch64 NEON 6x8s4", 6, 8, 1, 4, {4: 8, 9: 8, 25: 4}, 9, ARM_OPERATOR),
 )
 
 
@@ -116,38 +87,29 @@ def _out(size: int, k: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - k) // stride + 1
 
 
-def _conv_blocks(f: dict, t, elem: int, per_channel: int, vmulcaddc: bool) -> list:
-    """The blocks of a convolution with tiles t (a Profile or Q8Tiles): ``elem`` bytes per weight and input
-    element, ``per_channel`` bytes per output channel besides its weights (f32: the bias; qc8: the bias and the
-    requantization scale); ``vmulcaddc``: whether 1x1 depthwise convolutions take that path (f32 only)."""
-    kh, kw, s, pad, g = f["kh"], f["kw"], f["stride"], f["pad"], f["groups"]
-    gic, goc = f["cin"] // g, f["cout"] // g
-    oh, ow = _out(f["h"], kh, s, pad), _out(f["w"], kw, s, pad)
-    taps = kh * kw
-    if vmulcaddc and gic == 1 and goc == 1 and taps == 1 and s == 1 and not pad:
-        return [8 * _up(g, VMULCADDC_TILE)]
-    if gic == 1 and goc == 1 and taps in t.dwconv:
-        c_stride = _up(g, t.dwconv[taps])
-        blocks = [(taps * elem + per_channel) * c_stride]
-        if pad:
-            blocks.append(EXTRA_BYTES + c_stride * elem)
-        return blocks + [POINTER * oh * (taps + (ow - 1) * s * kh)]
-    k_stride = _up(gic, t.kr * t.sr)
-    blocks = [g * (taps * k_stride * elem + per_channel) * _up(goc, t.nr)]
-    if not (taps == 1 and s == 1 and not pad):      # igemm: zero buffer when padded, indirection
-        if pad:
-            blocks.append(EXTRA_BYTES + k_stride * elem)
-        blocks.append(POINTER * taps * _up(oh * ow, t.mr))
-    return blocks
-
-
 def op_allocations(kind: str, f: dict, pr: Profile) -> list:
     """The sizes of the blocks XNNPACK allocates for one descriptor (kind without prefix) on profile pr."""
     blocks = [pr.operator_bytes]
     if kind == "CONV":
-        blocks += _conv_blocks(f, pr, 4, 4, vmulcaddc=True)
-    elif kind == "QCONV":   # int8 weights and inputs; per output channel an int32 bias and a float32 scale
-        blocks += max((_conv_blocks(f, q, 1, 8, vmulcaddc=False) for q in pr.q8), key=sum)
+        k, s, pad, g = f["kh"], f["stride"], f["pad"], f["groups"]
+        gic, goc = f["cin"] // g, f["cout"] // g
+        oh, ow = _out(f["h"], k, s, pad), _out(f["w"], k, s, pad)
+        taps = k * k
+        if gic == 1 and goc == 1 and taps == 1 and s == 1 and not pad:
+            blocks.append(8 * _up(g, VMULCADDC_TILE))
+        elif gic == 1 and goc == 1 and taps in pr.dwconv:
+            c_stride = _up(g, pr.dwconv[taps])
+            blocks.append((taps * 4 + 4) * c_stride)
+            if pad:
+                blocks.append(EXTRA_BYTES + c_stride * 4)
+            blocks.append(POINTER * oh * (taps + (ow - 1) * s * k))
+        else:
+            k_stride = _up(gic, pr.kr * pr.sr)
+            blocks.append(g * (taps * k_stride * 4 + 4) * _up(goc, pr.nr))
+            if not (taps == 1 and s == 1 and not pad):      # igemm: zero buffer when padded, indirection
+                if pad:
+                    blocks.append(EXTRA_BYTES + k_stride * 4)
+                blocks.append(POINTER * taps * _up(oh * ow, pr.mr))
     elif kind == "DECONV":
         k, s = f["kh"], f["stride"]
         k_stride = _up(f["cin"], pr.kr * pr.sr)
@@ -166,7 +128,7 @@ def op_allocations(kind: str, f: dict, pr: Profile) -> list:
         blocks.append(f["cin"] * 4 + EXTRA_BYTES)
     elif kind == "FC":
         blocks.append((_up(f["cin"], pr.kr * pr.sr) * 4 + 4) * _up(f["cout"], pr.nr))
-    elif kind not in ("COPY", "ADD", "SOFTMAX", "QADD", "DEQUANTIZE"):
+    elif kind not in ("COPY", "ADD", "SOFTMAX"):
         raise AssertionError(f"xnn_heap: no allocation rule for descriptor kind {kind}")
     return blocks
 
