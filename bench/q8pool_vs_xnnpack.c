@@ -195,7 +195,7 @@ static int setup(const op* o, pthreadpool_t pool, bench_op* b) {
           w_ohwi[ch * kk + t] = v;
         }
       }
-      // XNNPACK: input and output scale 1, kernel scale m * 2^-n (what xnn_q8.qc8_scales gave the package)
+      // XNNPACK: input and output scale 1, kernel scale m * 2^-n (what the runtime ABI 10 lowering gave it)
       for (size_t ch = 0; ch < c; ch++) wscale[ch] = (float)ldexp((double)mul[ch], -shift[ch]);
       s = xnn_create_convolution2d_nhwc_qc8(1, 1, 1, 1, 3, 3, 1, 1, 1, 1, (uint32_t)c, 1, 1, c, c, (int8_t)d->in_zero,
                                             1.0f, wscale, w_ohwi, bias, (int8_t)d->out_zero, 1.0f, -128, 127, 0,

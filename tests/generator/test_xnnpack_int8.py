@@ -122,7 +122,8 @@ def test_int8_routing(graphs):
 
 def int8_views_graph():
     """x (8,8,3) f32 -> quantize -> a, int8 -> max pool -> b; concat(a, b, b) (b twice: copies) -> upsample ->
-    dequantize: the int8 forms of max pool, upsample and concat copies, which the handquant graph keeps in f32."""
+    dequantize: the int8 forms of max pool, upsample and concat copies, in a graph small enough to read (b twice:
+    the planner copies it)."""
     from carve.ir import GraphBuilder, Layer, QParams
     gb = GraphBuilder("t", (8, 8, 3))
     a = gb.add("quantize", "q", [gb.input], 0)[0]
