@@ -30,57 +30,12 @@
 #include <unistd.h>
 
 #include "carve_q8conv_isa.h"
+#include "q8_case_io.h"
 
-#define Q8_FIELDS 26
 
 static int fail(const char* what) {
   fprintf(stderr, "q8conv_tool: %s\n", what);
   return 1;
-}
-
-static int read_exact(FILE* f, void* p, size_t n) { return n == 0 || fread(p, 1, n, f) == n; }
-
-static int read_u64(FILE* f, uint64_t* v) {
-  unsigned char b[8];
-  if (!read_exact(f, b, 8)) {
-    return 0;
-  }
-  *v = 0;
-  for (int i = 7; i >= 0; i--) {
-    *v = (*v << 8) | b[i];
-  }
-  return 1;
-}
-
-static carve_q8_desc read_desc(const int64_t v[Q8_FIELDS]) {
-  carve_q8_desc d;
-  memset(&d, 0, sizeof d);
-  d.kind = (int)v[0];
-  d.kh = (uint32_t)v[1];
-  d.kw = (uint32_t)v[2];
-  d.stride = (uint32_t)v[3];
-  d.pad = (uint32_t)v[4];
-  d.groups = (uint32_t)v[5];
-  d.cin = (uint32_t)v[6];
-  d.cout = (uint32_t)v[7];
-  d.h = (uint32_t)v[8];
-  d.w = (uint32_t)v[9];
-  d.in_stride = (size_t)v[10];
-  d.in2_stride = (size_t)v[11];
-  d.out_stride = (size_t)v[12];
-  d.in_off = (size_t)v[13];
-  d.in2_off = (size_t)v[14];
-  d.out_off = (size_t)v[15];
-  d.weight_off = (size_t)v[16];
-  d.lut_off = (size_t)v[17];
-  d.act = (int)v[18];
-  d.in_zero = (int32_t)v[19];
-  d.in2_zero = (int32_t)v[20];
-  d.out_zero = (int32_t)v[21];
-  d.mul_a = (int32_t)v[22];
-  d.mul_b = (int32_t)v[23];
-  d.shift = (int32_t)v[24];
-  return d;
 }
 
 typedef struct variant {

@@ -133,6 +133,13 @@ class Lowering:
         k = self.views[t].offset + extra
         return f"{macro} + {k}" if k else macro
 
+    def byte_off(self, t, extra: int = 0) -> str:
+        """The arena offset of a tensor in bytes as a C expression (int8 tensors: their channel offset counts
+        bytes; the storage constants count 4-byte words)."""
+        macro = self.storages[self.views[t].storage]["macro"]
+        k = (self.views[t].offset + extra) * (1 if self.graph.tensors[t].dtype == "i8" else 4)
+        return f"4 * {macro} + {k}" if k else f"4 * {macro}"
+
     def stride(self, t) -> int:
         return self.views[t].stride
 
@@ -184,6 +191,11 @@ class Lowering:
 
 
 ACT = {"silu": "CARVE_ACT_SILU", "none": "CARVE_ACT_NONE"}
+
+
+def c_float(v: float) -> str:
+    """A value as a C float literal that reads back as the same float32."""
+    return f"{float(np.float32(v))!r}f"
 
 
 # ---- Per-op lowerings (op kind -> steps) of the CPU backends ----------------------------------------------
@@ -399,9 +411,7 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
         q = graph.tensors[t].quant if graph.tensors[t].dtype == "i8" else None
         if q is not None:  # an int8 output: its offset in bytes, and its scale and zero point
             dequant = max(dequant, lh * lw_ * lc)
-            k = v[t].offset
-            lay.update(out_off=f"4 * {lw.storages[v[t].storage]['macro']}" + (f" + {k}" if k else ""),
-                       out_q8=dict(scale=f"{float(np.float32(q.scale))!r}f", zero=int(q.zero_point)))
+            lay.update(out_off=lw.byte_off(t), out_q8=dict(scale=c_float(q.scale), zero=int(q.zero_point)))
         else:
             lay.update(out_off=off(t), out_q8=None)
         lay.update(out_h=lh, out_w=lw_, out_c=lc, out_stride=v[t].stride,

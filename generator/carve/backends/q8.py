@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import q8_pack
-from .lowering import Lowering, square_conv_rule
+from .lowering import Lowering, c_float, square_conv_rule
 from .steps import Q8Op
 
 
@@ -27,11 +27,8 @@ def is_i8(lw: Lowering, t: str) -> bool:
 
 
 def byte_off(lw: Lowering, t: str, extra: int = 0) -> str:
-    """The arena offset of a tensor in bytes, as a C expression over its storage constant."""
-    macro = lw.storages[lw.views[t].storage]["macro"]
-    k = lw.views[t].offset + extra
-    size = 1 if is_i8(lw, t) else 4
-    return f"4 * {macro} + {k * size}" if k else f"4 * {macro}"
+    """The arena offset of a tensor in bytes, as a C expression over its storage constant (Lowering.byte_off)."""
+    return lw.byte_off(t, extra)
 
 
 def blob_bytes(ref) -> str:
@@ -58,11 +55,7 @@ def zero(lw: Lowering, t: str) -> int:
 
 def scale(lw: Lowering, t: str) -> str:
     """A QParams scale as a C float literal that reads back as the same float32."""
-    return float_literal(lw.graph.tensors[t].quant.scale)
-
-
-def float_literal(v: float) -> str:
-    return f"{float(np.float32(v))!r}f"
+    return c_float(lw.graph.tensors[t].quant.scale)
 
 
 def _blob(lw: Lowering, op, what: str, data: np.ndarray, suffix: str):
