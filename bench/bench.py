@@ -274,7 +274,7 @@ def quant_ops(pkg: Path) -> dict:
     ops = [o for o in q["ops"] if o["kind"] in ("conv2d", "add")]
     return {"int8_ops": sum(o["precision"] == "int8" for o in ops), "quantizable_ops": len(ops),
             "float_ops": [[o["name"], o["kind"], o["reason"]] for o in ops if o["precision"] == "float32"],
-            "calibration_images": q["calibration"]["count"], "threshold_db": q["sensitivity"]["threshold_db"]}
+            "calibration_images": q["calibration"]["count"], "thresholds_db": q["sensitivity"]["thresholds_db"]}
 
 
 def prepare_int8(model: str, imgsz: int, calib: Path, prep: dict) -> dict:

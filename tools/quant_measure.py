@@ -36,8 +36,10 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--conf", type=float, default=0.25)
     ap.add_argument("--estimators", default=",".join(calibrate.ESTIMATORS))
-    ap.add_argument("--thresholds", default="none,30,35,40")
-    ap.add_argument("--errors", action="store_true", help="print every op's two errors")
+    ap.add_argument("--thresholds", default="none,default",
+                    help="comma-separated: none (all int8), default (sensitivity.thresholds), or box:score in dB "
+                         "(a detection head's two criteria; 'none' for one of them: not checked)")
+    ap.add_argument("--errors", action="store_true", help="print every op's errors alone in int8")
     a = ap.parse_args(argv)
 
     g = float_graph(a.manifest, a.weights, a.imgsz)
@@ -62,9 +64,21 @@ def main(argv=None) -> int:
         print(f"[{est}] sensitivity pass: {time.perf_counter() - t3:.1f} s")
         if a.errors:
             for name, e in sorted(errors.items(), key=lambda kv: kv[1].output_db):
-                print(f"  {e.output_db:7.2f} dB at the outputs  {e.local_db:7.2f} dB local  {name}")
+                crit = "  ".join(f"{c} {db:6.1f}" for c, db in e.criteria)
+                print(f"  {crit}  dB at the outputs  {e.local_db:7.2f} dB local  {name}")
         for th in a.thresholds.split(","):
-            keep = () if th == "none" else sensitivity.choose(errors, float(th))
+            if th == "none":
+                keep = ()
+            else:
+                limits = sensitivity.thresholds(g)
+                if th != "default":
+                    for c, v in zip(("box", "score"), th.split(":")):
+                        limits[c] = -1e9 if v == "none" else float(v)
+                sel = sensitivity.select(g, ranges, calib, errors, limits)
+                keep = sel.keep
+                print(f"[{est}] {th}: measured " + "; ".join(
+                    f"round {k} (+{len(r.added)}): " + ", ".join(f"{c} {db:.1f} dB" for c, db in r.criteria)
+                    for k, r in enumerate(sel.rounds)))
             q = rewrite.quantize(g, ranges, keep) if keep else q0
             ag = evaluate.compare(g, q.graph, inputs, a.conf)
             share = sum(flops[k] for k in keep) / total

@@ -177,15 +177,17 @@ def quant_summary_lines(q) -> list:
     its measured error), then the int8 ops with the largest error (quant.json has every op)."""
     if not q:
         return []
-    lines = [f"int8: {q['int8_ops']} of {q['quantizable_ops']} conv/add ops in int8, calibrated on {q['images']} "
-             f"images ({q['estimator']} ranges); an op stays float32 when, alone in int8, the network's output "
-             f"SQNR falls below {q['threshold_db']:g} dB; quant.json has every op's errors and every tensor's "
-             "scale and zero point"]
+    limits = ", ".join(f"{c} {db:g} dB" for c, db in q["thresholds_db"].items())
+    measured = ", ".join(f"{c} {'no error' if db is None else f'{db:.1f} dB'}" for c, db in q["measured_db"].items())
+    lines = [f"int8: {q['int8_ops']} of {q['quantizable_ops']} conv/add ops in int8 ({q['float_flops_share']:.1%} "
+             f"of their FLOPs in float32), calibrated on {q['images']} images ({q['estimator']} ranges); measured "
+             f"at the decoded outputs: {measured} (thresholds {limits}); quant.json has every op's errors and every "
+             "tensor's scale and zero point"]
     for name, kind, reason in q["float_ops"]:
         lines.append(f"  float32 {name} ({kind}): {reason}")
     if q["worst"]:
         worst = ", ".join(f"{n} {db:.1f} dB" for db, n in q["worst"])
-        lines.append(f"  largest int8 errors (output SQNR alone): {worst}")
+        lines.append(f"  largest int8 errors (alone, worst criterion): {worst}")
     return lines
 
 

@@ -402,9 +402,23 @@ def test_quant_json_byte_identical_on_regeneration(calib_dir, tmp_path):
         assert rep["tensors"][n]["scale"] == a.graph.tensors[n].quant.scale
     ops = {r["name"]: r for r in rep["ops"]}
     assert set(ops) == {op.name for op in a.float_graph.ops}
+    finite = 0
     for op in a.float_graph.ops:
         if op.kind in ("conv2d", "add"):
-            assert ops[op.name]["sqnr_db"] is not None and ops[op.name]["output_sqnr_db"] is not None
+            row = ops[op.name]
+            assert row["sqnr_db"] is not None and set(row["output_sqnr"]) == {"box", "score"}
+            # None: no error at the scored anchors (e.g. a head branch of a level where nothing was detected)
+            assert row["output_sqnr_db"] == min((v for v in row["output_sqnr"].values() if v is not None),
+                                                default=None)
+            finite += row["output_sqnr_db"] is not None
+    assert finite >= 0.9 * sum(op.kind in ("conv2d", "add") for op in a.float_graph.ops)
+    sens = rep["sensitivity"]
+    assert sens["rounds"][0]["added"] == [] and set(sens["thresholds_db"]) == {"box", "score"}
+    kept = sorted(n for r in sens["rounds"] for n in r["added"])
+    assert kept == sorted(r["name"] for r in rep["ops"] if r["kind"] in ("conv2d", "add")
+                          and r["precision"] == "float32")
+    assert sens["met"] == all(v is None or v >= sens["thresholds_db"][c]
+                              for c, v in sens["rounds"][-1]["output_sqnr"].items())
     assert ops["model.23.e2e"]["precision"] == "float32"
     assert len(a.summary["float_ops"]) >= 3       # two attentions and the e2e head at least
     lines = cli.quant_summary_lines(a.summary)    # what `carve generate` prints for an int8 package

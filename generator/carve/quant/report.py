@@ -10,9 +10,10 @@ import json
 import math
 
 from .rewrite import QUANTIZABLE
+from .sensitivity import DETECTION_CONF, FLOAT_BUDGET
 
 FORMAT = "carve-quant"
-VERSION = 1
+VERSION = 2
 NO_KERNEL = "no int8 kernel"
 
 
@@ -25,11 +26,22 @@ def _db(v):
     return round(float(v), 2)
 
 
-def op_rows(float_graph, precisions: dict, errors: dict, keep_float, threshold_db: float) -> list:
+def _crit(criteria) -> dict:
+    """{criterion: SQNR dB for JSON}."""
+    return {c: _db(db) for c, db in criteria}
+
+
+def _crit_text(criteria) -> str:
+    return ", ".join(f"{c} {db:.1f} dB" if math.isfinite(db) else f"{c} no error" for c, db in criteria)
+
+
+def op_rows(float_graph, precisions: dict, errors: dict, selection) -> list:
     """One row per op of the float graph: name, kind, layer, precision ("int8" | "float32"), reason, and for conv2d
-    / add the two errors of sensitivity.OpError (sqnr_db: at the op's output; output_sqnr_db: at the network's
-    outputs, the op alone in int8)."""
-    keep = set(keep_float)
+    / add the errors of sensitivity.OpError (sqnr_db: at the op's output; output_sqnr_db: at the decoded outputs,
+    the op alone in int8, the worst criterion; output_sqnr: every criterion) and, for an op kept in float32, the
+    round of the sensitivity pass that moved it."""
+    keep = set(selection.keep)
+    round_of = {n: k for k, r in enumerate(selection.rounds) for n in r.added}
     rows = []
     for op in float_graph.ops:
         p = "int8" if precisions[op.name] == "i8" else "float32"
@@ -37,10 +49,15 @@ def op_rows(float_graph, precisions: dict, errors: dict, keep_float, threshold_d
         row = dict(name=op.name, kind=op.kind, layer=op.layer, precision=p)
         if op.kind in QUANTIZABLE:
             if op.name in keep:
-                reason = f"sensitivity: alone in int8, output SQNR {e.output_db:.1f} dB < {threshold_db:g} dB"
+                k = round_of[op.name]
+                before = selection.rounds[k - 1].criteria
+                reason = (f"sensitivity round {k}: the int8 graph measured {_crit_text(before)}; alone in int8 this "
+                          f"op costs {_crit_text(e.criteria)}")
+                row["round"] = k
             else:
-                reason = f"output SQNR {e.output_db:.1f} dB alone in int8" if math.isfinite(e.output_db) else "exact"
-            row.update(sqnr_db=_db(e.local_db), output_sqnr_db=_db(e.output_db))
+                reason = (f"alone in int8: {_crit_text(e.criteria)}" if math.isfinite(e.output_db)
+                          else "alone in int8: no error at the scored outputs")
+            row.update(sqnr_db=_db(e.local_db), output_sqnr_db=_db(e.output_db), output_sqnr=_crit(e.criteria))
         elif p == "int8":
             reason = "moves int8 values (shares its inputs' QParams)"
         elif op.kind in ("concat", "slice", "maxpool2d", "upsample_nearest"):
@@ -52,7 +69,7 @@ def op_rows(float_graph, precisions: dict, errors: dict, keep_float, threshold_d
     return rows
 
 
-def build(float_graph, qgraph, images, rows: list, estimator: str, threshold_db: float, sens_images: int) -> dict:
+def build(float_graph, qgraph, images, rows: list, estimator: str, limits: dict, selection, sens_images: int) -> dict:
     """The report as a dict (see docs/quantization.md#quantjson)."""
     tensors = {}
     for name in sorted(qgraph.tensors):
@@ -80,11 +97,21 @@ def build(float_graph, qgraph, images, rows: list, estimator: str, threshold_db:
             "estimator": estimator,
         },
         "sensitivity": {
-            "metric": "SQNR (dB) of each conv / add run alone in int8 against float, over the images: sqnr_db at "
-                      "its output, output_sqnr_db at the network's worst output; float32 when output_sqnr_db < "
-                      "threshold_db",
+            "metric": "SQNR (dB) at the decoded outputs against float over the images: for a detection head, at "
+                      "the anchors the float graph detects at (score > detection_conf), box (edge errors relative "
+                      "to the box size), score (sigmoid class scores), extra (seg / pose / obb channels); else each "
+                      "network output. Each conv / add alone in int8 (output_sqnr), then greedy: the all-int8 "
+                      "graph measured, the ops whose cost alone explains most of a criterion below its threshold "
+                      "moved to float32, measured again (rounds)",
             "images": sens_images,
-            "threshold_db": threshold_db,
+            "detection_conf": DETECTION_CONF,
+            "thresholds_db": {c: _db(v) for c, v in sorted(limits.items())},
+            "float_budget": FLOAT_BUDGET,
+            "rounds": [dict(added=list(r.added), output_sqnr=_crit(r.criteria)) for r in selection.rounds],
+            "met": selection.met,
+            "stop": selection.stop,
+            "float_flops": int(selection.float_flops),
+            "total_flops": int(selection.total_flops),
         },
         "ops": rows,
         "tensors": tensors,
@@ -96,20 +123,30 @@ def to_json(report: dict) -> bytes:
 
 
 def summary(rows: list, report: dict) -> dict:
-    """The generation summary's part: counts, the ops that stay in float (with their reason and error) and the int8
-    ops with the largest errors."""
+    """The generation summary's part: counts, the measured errors of the int8 graph against the thresholds, the
+    ops that stay in float (with their reason and error) and the int8 ops with the largest errors alone."""
     qops = [r for r in rows if r["kind"] in QUANTIZABLE]
     n_float = sum(1 for r in qops if r["precision"] == "float32")
+    sens = report["sensitivity"]
+    measured = sens["rounds"][-1]["output_sqnr"]
     warnings = []
     if 2 * n_float > len(qops):
-        warnings.append(f"int8: {n_float} of {len(qops)} conv/add ops stay float32 (alone in int8, each costs the "
+        warnings.append(f"int8: {n_float} of {len(qops)} conv/add ops stay float32 (in int8 they cost the "
                         "network's outputs too much): this model gains little from int8; are the calibration "
                         "images like the ones it will see?")
+    if not sens["met"]:
+        short = ", ".join(f"{c} {'-' if v is None else v} dB < {sens['thresholds_db'][c]:g}" for c, v in
+                          sorted(measured.items()) if v is not None and v < sens["thresholds_db"][c])
+        why = (f"the budget of {sens['float_budget']:.0%} of the FLOPs in float32 is spent" if sens["stop"] == "budget"
+               else f"after {len(sens['rounds']) - 1} rounds")
+        warnings.append(f"int8: the int8 graph misses the sensitivity thresholds ({short}): {why}")
     return {
         "warnings": warnings,
         "images": report["calibration"]["count"],
         "estimator": report["calibration"]["estimator"],
-        "threshold_db": report["sensitivity"]["threshold_db"],
+        "thresholds_db": sens["thresholds_db"],
+        "measured_db": measured,
+        "float_flops_share": sens["float_flops"] / sens["total_flops"] if sens["total_flops"] else 0.0,
         "int8_ops": sum(1 for r in qops if r["precision"] == "int8"),
         "quantizable_ops": len(qops),
         "float_ops": [(r["name"], r["kind"], r["reason"]) for r in rows if r["precision"] == "float32"
