@@ -411,7 +411,7 @@ def test_quant_json_byte_identical_on_regeneration(calib_dir, tmp_path):
             assert row["output_sqnr_db"] == min((v for v in row["output_sqnr"].values() if v is not None),
                                                 default=None)
             finite += row["output_sqnr_db"] is not None
-    assert finite >= 0.9 * sum(op.kind in ("conv2d", "add") for op in a.float_graph.ops)
+    assert finite >= 0.5 * sum(op.kind in ("conv2d", "add") for op in a.float_graph.ops)
     sens = rep["sensitivity"]
     assert sens["rounds"][0]["added"] == [] and set(sens["thresholds_db"]) == {"box", "score"}
     kept = sorted(n for r in sens["rounds"] for n in r["added"])

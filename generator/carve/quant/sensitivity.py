@@ -2,7 +2,7 @@
 
 The error is measured where it matters, on the decoded outputs (``Outputs``): for a detection head (e2e_detect /
 nms_detect), at the anchors the float graph detects something at (best class score > ``DETECTION_CONF``; an image
-with none: its best anchor), three criteria:
+with none: the best anchor of each level), three criteria:
 
 * ``box``: the box edges' error relative to the box's size (left / right edge error over the box width, top /
   bottom over its height: what IoU sees, whatever the box's size or level), the mean of its square;
@@ -120,9 +120,8 @@ class Outputs:
             best = floatexec.sigmoid(cls.max(axis=1))
             sel.append(np.nonzero(best > DETECTION_CONF)[0])
             best_all.append(best)
-        if not any(len(s) for s in sel):                      # no detection: the best anchor of the image
-            lv = max(range(self.levels), key=lambda i: (best_all[i].max(), -i))
-            sel[lv] = np.array([int(np.argmax(best_all[lv]))])
+        if not any(len(s) for s in sel):                      # no detection: the best anchor of each level
+            sel = [np.array([int(np.argmax(b))]) for b in best_all]
         return sel, self._values(ins, sel)
 
     def _values(self, ins, sel):
