@@ -384,6 +384,44 @@ def test_simulator_follows_float(graph, quant, inputs):
 
 # ---- quant.json -----------------------------------------------------------------------------------------------
 
+def test_sensitivity_box_error_is_relative_to_the_box(graph, inputs):
+    """The box criterion: each edge's error over the box's size (width for left / right), at the scored anchors."""
+    outs = sensitivity.Outputs(graph)
+    assert outs.names == ("box", "score")
+    env = floatexec.run(graph, inputs[0])
+    sel, vals = outs.reference(graph, env)
+    t = outs.head.inputs[0]                         # level 0's box distances (h, w, 4): left, top, right, bottom
+    b = np.array(env[t], copy=True)
+    flat = b.reshape(-1, 4)
+    r = flat[sel[0]].astype(np.float64)
+    assert len(r) >= 1
+    flat[sel[0], 0] += np.float32(0.25)             # every scored box of level 0: left edge a quarter cell off
+    moved = dict(env)
+    moved[t] = b
+    res = outs.compare((sel, vals), graph, moved)
+    w = np.maximum(r[:, 0] + r[:, 2], sensitivity.MIN_BOX_CELLS)
+    d = flat[sel[0], 0].astype(np.float64) - r[:, 0]
+    assert res["box"][0] == sum(len(s) for s in sel)
+    assert res["box"][1] == pytest.approx(float(np.sum((d / w) ** 2) / 4), rel=1e-12)
+    assert res["score"][1] == 0.0 and res["score"][0] > 0.0
+
+
+def test_sensitivity_select_moves_the_costliest_first(graph, ranges, inputs, quant):
+    errors = sensitivity.measure(graph, quant.graph, inputs, 2)
+    measured = sensitivity.measure_graph(graph, quant.graph, inputs, 2)
+    box = -10.0 * np.log10(measured["box"])
+    met = sensitivity.select(graph, ranges, inputs, errors, {"box": box - 1.0, "score": -1e9}, 2)
+    assert met.keep == () and met.met and len(met.rounds) == 1 and met.float_flops == 0
+    assert dict(met.rounds[0].criteria)["box"] == pytest.approx(box)
+    sel = sensitivity.select(graph, ranges, inputs, errors, {"box": box + 3.0, "score": -1e9}, 2)
+    costliest = max(errors, key=lambda n: (dict(errors[n].ratios)["box"], n))
+    assert costliest in sel.rounds[1].added
+    assert sel.keep == tuple(sorted(n for r in sel.rounds for n in r.added))
+    assert 0 < sel.float_flops <= sensitivity.FLOAT_BUDGET * sel.total_flops
+    last = dict(sel.rounds[-1].criteria)["box"]
+    assert sel.met == (last >= box + 3.0) and (sel.met or sel.stop in ("budget", "rounds"))
+
+
 def test_quant_json_byte_identical_on_regeneration(calib_dir, tmp_path):
     a = quantized_graph(str(SHAPES), str(PT), str(calib_dir), IMGSZ)
     copy = tmp_path / "copy"           # the same images in another folder: the same bytes (no paths inside)
