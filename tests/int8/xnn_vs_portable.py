@@ -22,12 +22,15 @@ How the xnnpack backend runs an int8 graph (generator/carve/backends/xnn_q8.py) 
 1. Per operator, on the same input (the graph run by quant/simulate.py on two sample images): every dense conv
    through q8conv_tool (tests/runtime) with the selected variant on 2 threads, bit for bit.
 2. The two packages end to end (the four sample images, each demo on the same letterboxed tensor with --dump):
-   every layer and the rows bit-identical (int8 layers in units of their scale are printed). Every int8 op is
-   bit for bit arith in both packages; a convolution the pass keeps in float32 runs on each backend's own float
-   kernels, which round differently, and a quantize after it could then round a value across a step in one
-   package only (measured: not on these images at 128; at 320 on 13 of 100 held-out images). A failure names the
-   first layer that differs and the float32 convolutions up to it; a layer differing before any of them is a bug
-   in carve_q8conv or carve_q8. The xnnpack package gives the same bytes on 1 and 3 threads, and the same
+   with every convolution in int8, every layer and the rows bit-identical (int8 layers in units of their scale are
+   printed). Every int8 op is bit for bit arith in both packages; a convolution the pass keeps in float32 runs on
+   each backend's own float kernels, which round differently (a float layer's dump differs in its last bits), and
+   a quantize after it could then round a value across a step in one package only (measured at 320 on 13 of 100
+   held-out images). With float32 convolutions: int8 layers within one unit, float layers within FLOAT_RTOL, the
+   same detections within BOX_ATOL / SCORE_ATOL (at 128 the pass keeps the stem and convs of the box branch in
+   float32: the int8 layers are identical, the head's rows differ by about 1e-5). A failure names the first layer
+   out of tolerance and the float32 convolutions up to it; an int8 layer differing before any of them is a bug in
+   carve_q8conv or carve_q8. The xnnpack package gives the same bytes on 1 and 3 threads, and the same
    rows with --caller-memory (create_with: XNNPACK's operators in a heap of <NAME>_XNN_HEAP_BYTES; it refuses an
    int8 package's layer callback, so no layers there). The fp32 package is run too: printed, how many of its
    detections the int8 one finds (accuracy, not asserted here: make eval measures it).
@@ -62,6 +65,11 @@ from carve.quant import simulate  # noqa: E402
 
 IMAGES = [int8pkg.REPO / "assets" / f"shapes-{i}.png" for i in (1, 2, 3, 4)]
 CONF, MARGIN, MIN_IOU = 0.25, 0.05, 0.9
+# Where the pass keeps convolutions in float32 (each backend's own float kernels): an int8 layer within one unit of
+# its scale, a float layer within FLOAT_RTOL of its largest magnitude, the rows' detections (score >= CONF - MARGIN)
+# the same classes in the same order, corners within BOX_ATOL pixels and scores within SCORE_ATOL (issue 19: "agree
+# within one unit of the last place per layer and on the detections"). Without float convolutions: bit-identical.
+FLOAT_RTOL, BOX_ATOL, SCORE_ATOL = 1e-4, 0.05, 1e-4
 
 
 def routing(graph) -> tuple:
@@ -182,6 +190,7 @@ def main() -> int:
              if graph.tensors[lay.output].dtype == "i8"}
     diffs: dict = {}
     problems = []
+    rows_close = 0
     for img in IMAGES:
         tensor = int8pkg.save_nchw(inputs[img], work / f"{img.stem}.npy")
         dumps = {}
@@ -193,11 +202,18 @@ def main() -> int:
             name = f"layer_{lay.index:02d}.npy"
             a, b = np.load(dumps["xnnpack"] / name), np.load(dumps["portable"] / name)
             d = np.abs(a.astype(np.float64) - b) / units.get(lay.index, 1.0)
+            if lay.index not in units:                            # a float layer: relative to its magnitude
+                d = d / max(float(np.abs(b).max()), 1e-30)
             old = diffs.get(lay.index, (0.0, 0.0))
             diffs[lay.index] = (max(old[0], float(d.max())), max(old[1], float(np.mean(a != b))))
         rows = {k: np.load(dumps[k] / "output0.npy").reshape(-1, 6) for k in dumps}
         if rows["xnnpack"].tobytes() != rows["portable"].tobytes():
-            problems.append(f"{img.name}: the rows (output0) differ between the xnnpack and portable int8 packages")
+            why = rows_differ(rows["xnnpack"], rows["portable"]) if first_float is not None else "bytes"
+            if why:
+                problems.append(f"{img.name}: the rows (output0) differ between the xnnpack and portable int8 "
+                                f"packages ({why})")
+            else:
+                rows_close += 1
         if img == IMAGES[0]:  # the xnnpack package on 1 and 3 threads, and in the caller's memory: the same bytes
             for tag, extra in (("t1", ["--threads", "1"]), ("t3", ["--threads", "3", "--oversubscribe"]),
                                ("caller", ["--caller-memory"])):
@@ -226,18 +242,38 @@ def main() -> int:
     for lay in graph.layers:
         big, share = diffs[lay.index]
         print(f"  layer {lay.index:2d} {lay.type:12s} largest difference {big:8.3g} "
-              f"{'units' if lay.index in units else '(float)':7s} {share:7.2%} of the values differ")
-    if any(d[0] > 0 for d in diffs.values()):
-        problems += layer_report(graph, diffs)
+              f"{'units' if lay.index in units else '(float, relative)':16s} {share:7.2%} of the values differ")
+    if first_float is None:
+        bad = {i: d for i, d in diffs.items() if d[0] > 0}
+    else:
+        bad = {i: d for i, d in diffs.items() if d[0] > (1.0 if i in units else FLOAT_RTOL)}
+    if bad:
+        problems += layer_report(graph, bad)
     for p in problems:
         print(f"FAIL {p}")
     ok = not failed and not problems
     if ok and not args.keep:
         for d in work.glob("dump-*"):
             shutil.rmtree(d)
-    print(f"xnn_vs_portable: {'ok: every layer and the rows bit-identical' if ok else 'FAILED'} "
+    same = ("every layer and the rows bit-identical" if not rows_close and all(d[0] == 0 for d in diffs.values())
+            else f"int8 layers within one unit, float layers within {FLOAT_RTOL:g}, the same detections "
+                 f"({rows_close} of {len(IMAGES)} images' rows not bit-identical)")
+    print(f"xnn_vs_portable: {'ok: ' + same if ok else 'FAILED'} "
           f"({time.time() - t0:.0f} s)")
     return 0 if ok else 1
+
+
+def rows_differ(a: np.ndarray, b: np.ndarray) -> str:
+    """Why two packages' rows are not the same detections within the tolerances ('' when they are)."""
+    ka, kb = a[a[:, 4] >= CONF - MARGIN], b[b[:, 4] >= CONF - MARGIN]
+    if len(ka) != len(kb) or len(a) != len(b):
+        return f"{len(ka)} against {len(kb)} detections >= {CONF - MARGIN}"
+    if not np.array_equal(ka[:, 5], kb[:, 5]):
+        return "other classes or order"
+    box, score = float(np.abs(ka[:, :4] - kb[:, :4]).max(initial=0)), float(np.abs(ka[:, 4] - kb[:, 4]).max(initial=0))
+    if box > BOX_ATOL or score > SCORE_ATOL:
+        return f"corners {box:.3g} px apart, scores {score:.3g}"
+    return ""
 
 
 def iou(a, b) -> float:
