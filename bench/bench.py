@@ -40,7 +40,7 @@ The int8 systems run for the models of --int8-models (default yolo26n-shapes: YO
 tools/train_demo.py, at 640 like the others, on assets/shapes-3.png; TRAINED). A random-weight checkpoint makes no
 sense for int8 (its activations are no real model's, and every op alone in int8 costs the chaotic network's output
 a lot: the sensitivity pass of quant.json version 1 kept all 102 convs of yolo26n in float32; the current one stops at
-its budget of 25 % of the FLOPs in float32 and warns). Calibration: --calib-count (default 32, the quantization pass's minimum) images of
+its budget of 10 % of the FLOPs in float32 and warns). Calibration: --calib-count (default 32, the quantization pass's minimum) images of
 tools/train_demo.py's renderer, seed 0 (bench/eval.py's calibration seed: the demo model's training images), rendered
 into build/bench/work/calib-<count>/ (or --calib DIR). The same folder calibrates carve (--calib) and both peers'
 quantizers. The int8 package and the int8 peer models are cached: the package in build/bench/pkg-<model>-int8/

@@ -47,7 +47,7 @@ THRESHOLDS_DB = {"box": 55.0, "score": 25.0, "extra": 25.0}   # per criterion of
 OUTPUT_THRESHOLD_DB = 35.0  # each network output of a model without one
 DETECTION_CONF = 0.25      # anchors whose float best class score exceeds it are the ones scored
 MIN_BOX_CELLS = 0.5        # box sizes below half a grid cell count as half a cell (relative box error)
-FLOAT_BUDGET = 0.25        # at most this share of the conv / add FLOPs stays in float32
+FLOAT_BUDGET = 0.10        # at most this share of the conv / add FLOPs stays in float32 (speed)
 MAX_ROUNDS = 6             # measurements of the mixed graph after the all-int8 one
 DETECT_TASKS = ("detect", "segment", "pose", "obb")
 
