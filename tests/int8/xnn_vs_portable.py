@@ -27,8 +27,8 @@ How the xnnpack backend runs an int8 graph (generator/carve/backends/xnn_q8.py) 
    each backend's own float kernels, which round differently (a float layer's dump differs in its last bits), and
    a quantize after it could then round a value across a step in one package only (measured at 320 on 13 of 100
    held-out images). With float32 convolutions: int8 layers within one unit, float layers within FLOAT_RTOL, the
-   same detections within BOX_ATOL / SCORE_ATOL (at 128 the pass keeps the stem and convs of the box branch in
-   float32: the int8 layers are identical, the head's rows differ by about 1e-5). A failure names the first layer
+   same detections within BOX_ATOL / SCORE_ATOL (at 128 the pass keeps 11 convs in float32, `model.1` and five of
+   the box branch among them: measured, the int8 layers identical, the head's rows about 1e-7 relative apart). A failure names the first layer
    out of tolerance and the float32 convolutions up to it; an int8 layer differing before any of them is a bug in
    carve_q8conv or carve_q8. The xnnpack package gives the same bytes on 1 and 3 threads, and the same
    rows with --caller-memory (create_with: XNNPACK's operators in a heap of <NAME>_XNN_HEAP_BYTES; it refuses an
