@@ -13,7 +13,7 @@
                                 else).
                             A cross compiler that is not installed is skipped with a message (tools/install.sh
                             --test installs them); gcc must be there.
-    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
+    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
                             qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
@@ -148,7 +148,8 @@ def aarch64() -> int:
             return SKIP
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8_tool")
-        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_rt.c"),
+        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_q8_pool.c"),
+                        str(REPO / "runtime" / "carve_isa.c"), str(REPO / "runtime" / "carve_rt.c"),
                         "-o", str(exe), "-lm"], check=True)
         print(f"  {exe.name} built with {cc} -O2; running q8_vs_arith.py under qemu-aarch64")
         p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), "--exec", f"qemu-aarch64 -L {AARCH64_LIBC}",
