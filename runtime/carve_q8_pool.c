@@ -20,9 +20,9 @@
 //
 // ADD: carve_q8.c's int32 form (add_i32 there, and its derivation): a' = a - za, b' = b - zb as int16 pairs,
 // p = a' mah + b' mbh and q = a' mal + b' mbl by VPMADDWD, zy + ((p + (q >> 16) + 2^(n-17)) >> (n - 16)),
-// saturated to int8: 32 elements at a time. QUANTIZE: x / scale (VDIVPS, IEEE as the scalar division), NaN -> 0,
-// clamp to [-512, 512], rounded half to even (VCVTPS2DQ with round-to-nearest-even encoded, whatever MXCSR says),
-// + zp, saturated: 16 at a time. DEQUANTIZE: (float)(q - zp) * scale, 16 at a time. MAXPOOL: VPMAXSB over the
+// saturated to int8: 32 elements at a time. QUANTIZE: x / scale (VDIVPS, IEEE as the scalar division; or x times
+// 1 / scale where that provably rounds the same, quantize_run), NaN -> 0, clamp to [-512, 512], rounded half to even
+// (VCVTPS2DQ with round-to-nearest-even encoded, whatever MXCSR says), + zp, saturated: 16 at a time. DEQUANTIZE: (float)(q - zp) * scale, 16 at a time. MAXPOOL: VPMAXSB over the
 // in-image taps from -128, 64 channels at a time. Tails are masked loads and stores: nothing outside a view is
 // read or written.
 
@@ -281,16 +281,33 @@ Q8P_AVX512 static void add_run(const carve_q8_desc* d, const int8_t* a, const in
 
 // ---- Quantize / dequantize ------------------------------------------------------------------------------------
 
-// arith.quantize of n floats, 16 at a time (carve_q8.c's quantize).
+// arith.quantize of n floats, 16 at a time (carve_q8.c's quantize): v = x / scale, NaN -> 0, clamp to [-512, 512],
+// rounded half to even, + zp, saturated. The division is the costly part (VDIVPS: one per 16 floats every ~10
+// cycles); so where inv = 1 / scale is a normal float (fast), v' = x * inv stands in for v when it cannot round
+// differently: v' = (x / scale)(1 + e1)(1 + e2) with |e1|, |e2| <= 2^-24, so |v' - v| <= 2^-22.9 |v| < 2^-13 for
+// |v| <= 513 (and both clamp alike beyond), and rint(v') = rint(v) unless a half-integer lies within 2^-13 of v'.
+// A vector with a lane within 2^-12 of a half-integer (after the clamp; x / scale landing on a tie exactly is one
+// of them) is divided instead. Overflow and underflow of the product meet the same clamp and rounding as the
+// quotient (|x / scale| > 512 or < 2^-126 both ways); inf and NaN inputs give inf and NaN either way.
+Q8P_AVX512 Q8P_INLINE __m512 quantize_clamp(__m512 v) {
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
+  return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-512.0f)), _mm512_set1_ps(512.0f));
+}
+
 Q8P_AVX512 static void quantize_run(const float* x, int8_t* y, size_t n, float scale, int32_t zp) {
   const __m512i vzp = _mm512_set1_epi32(zp);
-  const __m512 vs = _mm512_set1_ps(scale), lim = _mm512_set1_ps(512.0f), nlim = _mm512_set1_ps(-512.0f);
+  const __m512 vs = _mm512_set1_ps(scale), half = _mm512_set1_ps(0.5f), near = _mm512_set1_ps(1.0f / 4096);
+  const int fast = scale > 0x1p-125f && scale < 0x1p125f;  // 1 / scale normal, and its rounding error 2^-24
+  const __m512 inv = _mm512_set1_ps(fast ? 1.0f / scale : 0.0f);
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 k = (__mmask16)low_bits(n - i);
     const __m512 xv = n - i >= 16 ? _mm512_loadu_ps(x + i) : _mm512_maskz_loadu_ps(k, x + i);
-    __m512 v = _mm512_div_ps(xv, vs);
-    v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);  // NaN -> 0
-    v = _mm512_min_ps(_mm512_max_ps(v, nlim), lim);
+    __m512 v = quantize_clamp(_mm512_mul_ps(xv, inv));
+    const __m512 frac = _mm512_sub_ps(v, _mm512_roundscale_ps(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+    const __m512 dist = _mm512_abs_ps(_mm512_sub_ps(frac, half));  // from the half-integer between floor and ceil
+    if (!fast || _mm512_cmp_ps_mask(dist, near, _CMP_LE_OQ) != 0) {
+      v = quantize_clamp(_mm512_div_ps(xv, vs));
+    }
     const __m512i q = _mm512_add_epi32(_mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vzp);
     _mm_mask_storeu_epi8(y + i, k, _mm512_cvtsepi32_epi8(q));
   }

@@ -45,7 +45,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 11
+//   #if CARVE_RT_ABI != 12
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -70,7 +70,9 @@
 // 11: carve_q8_run_pool (carve_q8.h): the carve_q8 kinds on the thread pool, carve_q8_run's bytes; xnnpack int8
 //    packages run no XNNPACK int8 operator, so carve_xnn's QCONV / QADD / DEQUANTIZE kinds, carve_op_desc's int8
 //    fields and carve_q8_lut.h (10) are gone.
-#define CARVE_RT_ABI 11
+// 12: carve_q8_pool.h: carve_q8_run_pool's instruction-set variants (AVX-512), chosen at create through the kernel
+//    table (carve_q8_pool_select); xnnpack int8 packages call m->k.q8_pool instead of carve_q8_run_pool.
+#define CARVE_RT_ABI 12
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

@@ -465,6 +465,21 @@ def quantize_cases(rng):
         p2 = np.float32(2.0 ** int(rng.integers(-10, 3)))
         halves = ((np.arange(-600, 601) + 0.5) * p2).astype(np.float32)
         cases.append(quantize_case(rng, f"halves scale {p2} zp {zp}", halves.reshape(-1, 1), float(p2), zp))
+    # near the ties, x / scale within 2^-24 .. 2^-8 of a half-integer on both sides (carve_q8_pool.c's quantize
+    # multiplies by 1 / scale unless within 2^-12 of one), with scales whose reciprocal is inexact, and scales
+    # whose reciprocal is not a normal float (the division throughout)
+    k = np.arange(-540, 541) + 0.5
+    eps = np.concatenate([2.0 ** -np.arange(8, 25), -(2.0 ** -np.arange(8, 25))])
+    for scale in (float(np.float32(loguniform(rng, 1e-3, 1.0))), float(np.float32(1 / 255)), 3e-2, 0.7):
+        v = (k[:, None] + eps[None, :]).ravel()
+        x = (v * scale).astype(np.float32)
+        cases.append(quantize_case(rng, f"near ties scale {scale:.4g}", x[: len(x) // 5 * 5].reshape(-1, 5), scale,
+                                   int(rng.integers(-128, 128))))
+    for scale in (1e-39, 3e-38, 1e37, 1e-30):
+        x = np.concatenate([rng.standard_normal(200) * 300 * scale, (np.arange(-40, 41) + 0.5) * scale,
+                            np.array([np.nan, np.inf, -np.inf, 0.0, 1e-45, 3e38, -3e38])]).astype(np.float32)
+        cases.append(quantize_case(rng, f"scale {scale:g} (reciprocal at or past the float range)",
+                                   x.reshape(-1, 1), float(np.float32(scale)), 5))
     return cases
 
 
