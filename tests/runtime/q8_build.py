@@ -3,7 +3,8 @@
 
     q8_build.py compile     -std=c11 -Wall -Wextra -Werror with gcc (x86-64: baseline, AVX2, AVX-512), clang,
                             arm-none-eabi-gcc for a Cortex-M7 (tests/firmware/cross.py's flags) and a
-                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3; prints the loops
+                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3 (carve_q8_pool.c,
+                            carve_q8_run_pool's variants, too: compiles with -Werror); prints the loops
                             each vectorised (GCC's
                             -fopt-info-vec, Clang's -Rpass=loop-vectorize) by function, and checks:
                               * the convolutions' inner loops (dot_rows, dw_tap_block) are vectorised by gcc
@@ -30,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SRC = REPO / "runtime" / "carve_q8.c"
+POOL_SRC = REPO / "runtime" / "carve_q8_pool.c"  # carve_q8_run_pool's instruction-set variants (xnnpack packages)
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DCARVE_RT_NO_THREADS", f"-I{REPO / 'runtime'}"]
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
 AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")
@@ -128,6 +130,16 @@ def compile_all() -> int:
             if missing:
                 print(f"FAIL {label}: the inner loops of {', '.join(missing)} are not vectorised")
                 failed += 1
+            # carve_q8_run_pool's variants (carve_q8_pool.c): their AVX-512 target functions on x86-64, the portable
+            # variant and the selector elsewhere; -Werror everywhere
+            pool_obj = obj.with_name(obj.stem + "_pool.o")
+            pp = subprocess.run([cc, *WARN, *flags, "-c", str(POOL_SRC), "-o", str(pool_obj)], capture_output=True,
+                                text=True)
+            if pp.returncode != 0:
+                print(f"FAIL {label}: carve_q8_pool.c does not compile with -Werror:\n{pp.stderr.strip()}")
+                failed += 1
+            else:
+                print(f"  {label}: carve_q8_pool.c compiles")
             if cc == "arm-none-eabi-gcc" and "cortex-m7" in label:
                 problems = m7_float_check(obj)
                 for p in problems[:10]:
