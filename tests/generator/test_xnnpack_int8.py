@@ -174,3 +174,30 @@ def test_package_generates(graphs):
     assert "m->k.q8_pool = carve_q8_pool_select(isa);" in src
     assert "m->k.q8conv(" in src and "m->k.q8conv = carve_q8conv_select(isa);" in src
     assert all(f"runtime/{f}" in files for f in ("carve_q8.c", "carve_q8_pool.c", "carve_q8_isa.h", "carve_q8conv.c"))
+
+
+def test_int8_input_has_no_float32_copy(graphs):
+    """The network input is int8 (rewrite.int8_input): both backends' programs say so (k_model.input_q8), no op
+    quantizes it, and the memory plan holds it as 3 bytes per pixel with no float32 storage of it; the same graph
+    with the input's quantize op put back plans a float32 input beside its int8 copy, a larger arena."""
+    from carve.backends.lowering import input_q8
+    from carve.ir import Op
+    fg, qg = graphs
+    assert qg.input == "images:i8" and "images" not in qg.tensors
+    assert input_q8(qg)
+    plan = plan_memory(qg)
+    words = -(-IMGSZ * IMGSZ * 3 // 4)
+    assert plan.storages["images:i8"].floats == words and plan.storages["images:i8"].first == -1
+    assert not any(qg.tensors[s].dtype == "f32" and qg.tensors[s].shape == (IMGSZ, IMGSZ, 3) for s in plan.storages)
+    for be in (portable.BACKEND, xnnpack.BACKEND):
+        program = lower(be, qg)
+        assert program["input_q8"] is True and program["input_off"].startswith("S_IMAGES_I8")
+        assert not any(st.name == "images:quantize" for lay in program["layers"] for st in lay["steps"])
+        assert not any(o["name"] == "images:quantize" for o in program.get("q8_ops", []))
+    unfolded = qg.replace(input="images", tensors={**qg.tensors, "images": fg.tensors["images"]},
+                          ops=(Op("images:quantize", "quantize", ("images",), ("images:i8",), 0),) + qg.ops)
+    assert not input_q8(unfolded)
+    before = plan_memory(unfolded)
+    assert before.storages["images"].floats == IMGSZ * IMGSZ * 3
+    assert plan.arena_bytes < before.arena_bytes, (plan.arena_bytes, before.arena_bytes)
+    print(f"arena at {IMGSZ}: {before.arena_bytes} bytes with the float32 input, {plan.arena_bytes} without")
