@@ -45,6 +45,7 @@ typedef struct q8c_ctx q8c_ctx;
 // A variant: computes the blocks [b0, b1) (block b: output pixels [b * MB, b * MB + MB)) in one task's slot.
 typedef struct q8c_isa {
   void (*blocks)(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot);
+  int implicit;  // AMX: 0 no implicit GEMM, 1 where amx_plan's estimate says it pays, 2 wherever the shapes allow
 } q8c_isa;
 
 struct q8c_ctx {
@@ -65,7 +66,11 @@ struct q8c_ctx {
   int32_t zx, zy;                    // input zero point, output (pre-activation) zero point
   size_t blocks, slots, slot_bytes;
   unsigned char* scratch;            // slots of slot_bytes
-  int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
+  // AMX's implicit GEMM (amx_plan; chunk 0: off): K in chunks of `chunk` bytes (a multiple of 4, at most 64),
+  // nch chunks per segment, nseg segments per kernel row; a segment is a run of input bytes that is a run of K too:
+  // a whole kernel row (kw * cin bytes) of a packed input (x_stride == cin), else one tap (cin bytes)
+  size_t chunk, nch, nseg;
+  int flat;                          // 1x1, stride 1, pad 0: output pixel p reads input pixel p
   int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
   const q8c_isa* isa;
 };
@@ -229,13 +234,13 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
   }
 }
 
-// pack_block_portable with 64-byte moves, a kernel row at a time. Each row of A is first filled with zx (the K
+// pack_block_portable with 64-byte moves, a kernel row at a time, for `rows` (<= MB, <= m - m0) rows. Each row of A is first filled with zx (the K
 // padding then holds zx too, not zeros: its weights are zero, so any byte there adds 0), then the taps of kernel
 // row ky that lie inside the image, [kx0, kx1) (the same for every ky of the pixel), are copied over it: with a
 // packed input (pixel stride cin) as one run of bytes, else a tap at a time. Rows past m are left as they are (their
 // sums are not stored).
-Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
-  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin, rows = min_size(MB, c->m - m0);
+Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, size_t rows, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin;
   const int packed = xs == cin;
   // a packed input's bytes, all of which may be read (a strided view's gaps belong to other tensors)
   const uint8_t* x_end = packed ? (const uint8_t*)c->x + c->h * c->w * cin : NULL;
@@ -394,7 +399,7 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_c
 Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_ctx* c, size_t m0,
                                                                      unsigned char* slot, const int vbmi) {
   uint8_t* a = slot + SLOT_A;
-  pack_block_avx512(c, m0, a, 0x80);
+  pack_block_avx512(c, m0, min_size(MB, c->m - m0), a, 0x80);
   const size_t rows = min_size(MB, c->m - m0);
   const int32_t zoff = c->zx + 128;
   const __m512i zy = _mm512_set1_epi64(c->zy);
@@ -508,13 +513,15 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_c
   }
 }
 
-// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
-static void amx_begin(unsigned char* slot) {
+// The tile configuration (palette 1) in the slot's first 64 bytes, loaded: C tiles 0-3 of 16 rows x 64 bytes; A
+// tiles 4, 5 of 16 rows x `chunk` bytes; B tiles 6, 7 of chunk / 4 rows x 64 bytes (chunk 64: every tile 16 x 64).
+static void amx_begin(unsigned char* slot, size_t chunk) {
   memset(slot, 0, 64);
   slot[0] = 1;  // palette
   for (int t = 0; t < 8; t++) {
-    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
-    slot[48 + t] = 16;      // rows
+    const size_t colsb = t == 4 || t == 5 ? chunk : 64;
+    slot[16 + 2 * t] = (unsigned char)colsb;  // bytes per row (uint16, little-endian)
+    slot[48 + t] = (unsigned char)(t >= 6 ? chunk / 4 : 16);  // rows
   }
   __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
 }
@@ -522,39 +529,135 @@ static void amx_begin(unsigned char* slot) {
 // The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
 static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
+// ---- AMX's implicit GEMM ----
+//
+// A tile of A is 16 output pixels [p0, p0 + 16); with the implicit GEMM (c->chunk != 0) it is read in place from
+// the input wherever that is possible ("direct"): the 16 pixels lie in one output row (or the conv is flat: 1x1,
+// stride 1, pad 0, where pixel p is input pixel p) and every tap of all of them lies inside the image. Then the K
+// chunk [koff, koff + chunk) of pixel i, within segment sg of kernel row ky (a segment: a run of K that is a run
+// of input bytes, c->nseg per kernel row), is the chunk's bytes at base + i * stride * x_stride + doff, with base
+// the input pixel of tap (0, 0) of p0 and doff = ky * w * x_stride + sg * x_stride + j * chunk: TILELOADD's row
+// stride is stride * x_stride. B's rows of the chunk are the panel's groups koff / 4 .. (koff + chunk) / 4 - 1.
+// A tile that is not direct (a pixel in the padding, across two output rows, or past m) is packed as before (16
+// rows of kp bytes in the slot's A, K in the same order) and read by the same chunks, at koff. The chunks cover
+// [0, K): the K padding, whose weights are zero, is skipped. So a direct tile's sums are the packed tile's, and
+// padded taps are never read in place: their zx contribute 0 through the packed rows only.
+
+// One tile of A: its first row, row stride, and whether in place (offsets doff) or packed (koff).
+typedef struct atile {
+  const uint8_t* base;
+  size_t ld;
+  int direct;
+} atile;
+
+// Whether the tile of pixels [p0, p0 + 16) is direct (above); *base: the input pixel of tap (0, 0) of pixel p0.
+static inline int tile_direct(const q8c_ctx* c, size_t p0, const uint8_t** base) {
+  if (p0 + 16 > c->m) {
+    return 0;
+  }
+  if (c->flat) {
+    *base = (const uint8_t*)c->x + p0 * c->x_stride;
+    return 1;
+  }
+  const size_t oy = p0 / c->ow, ox = p0 % c->ow;
+  const size_t iy = oy * c->stride, ix = ox * c->stride;  // plus pad
+  if (ox + 16 > c->ow || iy < c->pad || iy - c->pad + c->kh > c->h || ix < c->pad ||
+      ix + 15 * c->stride - c->pad + c->kw > c->w) {
+    return 0;
+  }
+  *base = (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
+  return 1;
+}
+
+// The C tiles of panels q (and q + 1) of the two A tiles over the chunks of K; w0: panel q. A single chunk's A
+// tiles (4, 5) are loaded by the caller once for all the panels (a_loaded).
+static inline void amx_tiles_implicit(const q8c_ctx* c, const atile* t0, const atile* t1, const int8_t* w0,
+                                      int np, int a_loaded) {
+  const size_t cin = c->cin, xs = c->x_stride, ch = c->chunk, wt_next = c->kp * 16;
+  Q8C_TILE_ZERO(0);
+  Q8C_TILE_ZERO(2);
+  if (np == 2) {
+    Q8C_TILE_ZERO(1);
+    Q8C_TILE_ZERO(3);
+  }
+  for (size_t ky = 0; ky < c->kh; ky++) {
+    for (size_t sg = 0; sg < c->nseg; sg++) {
+      const size_t k_seg = (ky * c->kw + sg) * cin, d_seg = ky * c->w * xs + sg * xs;
+      for (size_t j = 0; j < c->nch; j++) {
+        const size_t koff = k_seg + j * ch, doff = d_seg + j * ch;
+        if (!a_loaded) {
+          Q8C_TILE_LOAD(4, t0->base + (t0->direct ? doff : koff), t0->ld);
+          Q8C_TILE_LOAD(5, t1->base + (t1->direct ? doff : koff), t1->ld);
+        }
+        Q8C_TILE_LOAD(6, w0 + koff * 16, 64);
+        Q8C_TILE_DPBSSD(0, 4, 6);
+        Q8C_TILE_DPBSSD(2, 5, 6);
+        if (np == 2) {
+          Q8C_TILE_LOAD(7, w0 + wt_next + koff * 16, 64);
+          Q8C_TILE_DPBSSD(1, 4, 7);
+          Q8C_TILE_DPBSSD(3, 5, 7);
+        }
+      }
+    }
+  }
+}
+
 // A task's blocks as one software pipeline of units (a unit: one pair of panels of one block): for each block, A
-// packed (or read in place; with a single K block, its two tiles loaded once), then per unit its tiles, whose sums
-// go to one of two buffers in turn. The requantization of the previous unit, of this block or the last one, is
-// issued after the current unit's TDPBSSDs, so that the core works on it while the tile unit computes.
+// packed (or, implicit, each of its two tiles read in place where direct; with a single K block or chunk, its two
+// tiles loaded once), then per unit its tiles, whose sums go to one of two buffers in turn. The requantization of
+// the previous unit, of this block or the last one, is issued after the current unit's TDPBSSDs, so that the core
+// works on it while the tile unit computes.
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_ctx* c, size_t b0, size_t b1,
                                                                     unsigned char* slot, const int vbmi) {
   _Static_assert(MB == 32, "a block is one pair of 16-row tiles");
   int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
   const size_t kp = c->kp;
+  const int implicit = c->chunk != 0;
   const lut256 t = lut256_load(c);
   size_t u = 0, p_m0 = 0, p_rows = 0, p_q = 0;  // units issued; the previous unit's block and panel
   int p_np = 0;
-  amx_begin(slot);
+  amx_begin(slot, implicit ? c->chunk : 64);
   for (size_t b = b0; b < b1; b++) {
     const size_t m0 = b * MB, rows = min_size(MB, c->m - m0);
-    const uint8_t* a;
-    size_t lda;
-    if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
-      a = (const uint8_t*)c->x + m0 * c->x_stride;
-      lda = c->x_stride;
-    } else {  // (the previous units' tile loads of A come before these stores in program order)
-      pack_block_avx512(c, m0, slot + SLOT_A, 0);
-      a = slot + SLOT_A;
-      lda = kp;
-    }
-    const int a_once = kp == 64;
-    if (a_once) {
-      Q8C_TILE_LOAD(4, a, lda);
-      Q8C_TILE_LOAD(5, a + 16 * lda, lda);
+    atile at[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+    int a_once;
+    if (implicit) {  // (the previous units' tile loads of A come before the packing's stores in program order)
+      for (int i = 0; i < 2; i++) {
+        const size_t p0 = m0 + 16 * (size_t)i;
+        uint8_t* a = slot + SLOT_A + 16 * (size_t)i * kp;
+        at[i].direct = tile_direct(c, p0, &at[i].base);
+        if (at[i].direct) {
+          at[i].ld = c->stride * c->x_stride;
+        } else {
+          if (p0 < c->m) {
+            pack_block_avx512(c, p0, min_size(16, c->m - p0), a, 0);
+          }
+          at[i].base = a;
+          at[i].ld = kp;
+        }
+      }
+      a_once = c->nseg * c->nch * c->kh == 1;
+      if (a_once) {
+        Q8C_TILE_LOAD(4, at[0].base, at[0].ld);
+        Q8C_TILE_LOAD(5, at[1].base, at[1].ld);
+      }
+    } else {
+      pack_block_avx512(c, m0, rows, slot + SLOT_A, 0);
+      at[0].base = slot + SLOT_A;
+      at[0].ld = kp;
+      a_once = kp == 64;
+      if (a_once) {
+        Q8C_TILE_LOAD(4, at[0].base, kp);
+        Q8C_TILE_LOAD(5, at[0].base + 16 * kp, kp);
+      }
     }
     for (size_t q = 0; q < c->panels; q += 2, u++) {
       const int np = c->panels - q >= 2 ? 2 : 1;
-      amx_tiles(a, lda, c->wt + q * kp * 16, kp, np, a_once);
+      if (implicit) {
+        amx_tiles_implicit(c, &at[0], &at[1], c->wt + q * kp * 16, np, a_once);
+      } else {
+        amx_tiles(at[0].base, kp, c->wt + q * kp * 16, kp, np, a_once);
+      }
       if (u > 0) {
         amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
       }
@@ -597,6 +700,58 @@ static uint32_t read_u32(const uint8_t* p) {
 
 static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
 
+// The number of full tiles of A (16 pixels [16t, 16t + 16) with 16t + 16 <= m) that tile_direct takes in place,
+// counted a output row at a time: the rows whose taps are all inside, times the tiles that start in the row at a
+// column ox in [lo, hi] (ox * stride >= pad, ox + 16 <= ow, (ox + 15) * stride - pad + kw <= w).
+static size_t direct_tiles(const q8c_ctx* c) {
+  if (c->flat) {
+    return c->m / 16;
+  }
+  const long long s = (long long)c->stride, pad = (long long)c->pad;
+  const long long lo = (pad + s - 1) / s;
+  const long long by_w = (long long)c->w + pad - (long long)c->kw - 15 * s;  // hi * s <= by_w
+  long long hi = (long long)c->ow - 16;
+  if (by_w < 0) {
+    return 0;
+  }
+  hi = by_w / s < hi ? by_w / s : hi;
+  if (hi < lo) {
+    return 0;
+  }
+  size_t n = 0;
+  for (size_t oy = 0; oy < c->oh; oy++) {
+    if (oy * c->stride < c->pad || oy * c->stride - c->pad + c->kh > c->h) {
+      continue;
+    }
+    const long long a = (long long)(oy * c->ow) + lo, b = (long long)(oy * c->ow) + hi;  // multiples of 16 in [a, b]
+    n += (size_t)(b / 16 - (a + 15) / 16 + 1);
+  }
+  return n;
+}
+
+// AMX: whether and how the conv runs as an implicit GEMM (the chunk, nch, nseg and flat of q8c_ctx; chunk 0: the
+// packed blocks of 64-byte K blocks). The chunk is the largest multiple of 4 up to 64 that divides a segment (none:
+// a segment of a length not a multiple of 4, such as the stem's 3 x 3 bytes). Unless forced (the tests), only where
+// at least a quarter of the tiles are direct: a packed tile costs more in chunks than in 64-byte K blocks when the
+// chunk is short, and reading a tile in place saves far more than its extra TDPBSSDs cost (the packing dominates:
+// bench/q8conv_vs_xnnpack.c, docs/quantization.md).
+static void amx_plan(q8c_ctx* c, int force) {
+  c->chunk = 0;
+  c->flat = c->kh == 1 && c->kw == 1 && c->stride == 1 && c->pad == 0;
+  const int row_seg = c->x_stride == c->cin;  // a kernel row of a packed input is one run of bytes
+  const size_t seg = row_seg ? c->kw * c->cin : c->cin;
+  size_t ch = 0;
+  for (size_t d = 64; d >= 4 && ch == 0; d -= 4) {
+    ch = seg % d == 0 ? d : 0;
+  }
+  if (ch == 0 || (!force && 4 * direct_tiles(c) < div_round_up(c->m, 16))) {
+    return;
+  }
+  c->chunk = ch;
+  c->nch = seg / ch;
+  c->nseg = row_seg ? 1 : c->kw;
+}
+
 // The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
 static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                               size_t slots, pthreadpool_t pool, const q8c_isa* isa) {
@@ -627,7 +782,7 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
   const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
   const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
   const size_t k = (size_t)d->kh * d->kw * d->cin;
-  const q8c_ctx c = {
+  q8c_ctx c = {
       .x = (const int8_t*)(arena + d->in_off), .x_stride = d->in_stride, .h = d->h, .w = d->w, .cin = d->cin,
       .kh = d->kh, .kw = d->kw, .stride = d->stride, .pad = d->pad, .oh = oh, .ow = ow, .m = oh * ow,
       .k = k, .kp = kp, .k4 = (k + 3) / 4, .cout = d->cout, .panels = coutp / CARVE_Q8CONV_NR,
@@ -637,9 +792,11 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .y = (int8_t*)(arena + d->out_off), .y_stride = d->out_stride, .zx = d->in_zero, .zy = d->out_zero,
       .blocks = div_round_up(oh * ow, MB), .slots = slots,
       .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
-      .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
       .narrow = narrow,
       .isa = isa};
+  if (isa->implicit) {
+    amx_plan(&c, isa->implicit == 2);
+  }
   carve_parallelize_1d_tile(pool, q8c_task, (void*)&c, slots, 1);
   return CARVE_OK;
 }
@@ -652,7 +809,7 @@ static void blocks_portable(const q8c_ctx* c, size_t b0, size_t b1, unsigned cha
   }
 }
 
-static const q8c_isa q8c_portable = {blocks_portable};
+static const q8c_isa q8c_portable = {blocks_portable, 0};
 
 carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                     size_t slots, pthreadpool_t pool) {
@@ -660,10 +817,14 @@ carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob,
 }
 
 #ifdef CARVE_HAVE_X86_SIMD
-static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni};
-static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi};
-static const q8c_isa q8c_amx = {blocks_amx};
-static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi};
+static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni, 0};
+static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi, 0};
+static const q8c_isa q8c_amx = {blocks_amx, 1};
+static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi, 1};
+static const q8c_isa q8c_amx_packed = {blocks_amx, 0};
+static const q8c_isa q8c_amx_packed_vbmi = {blocks_amx_vbmi, 0};
+static const q8c_isa q8c_amx_implicit_vbmi = {blocks_amx_vbmi, 2};
+static const q8c_isa q8c_amx_implicit = {blocks_amx, 2};
 
 static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
 
@@ -685,6 +846,17 @@ carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint
 carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
   return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx);
+}
+
+carve_status carve_q8conv__amx_packed(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_amx_packed_vbmi : &q8c_amx_packed);
+}
+
+carve_status carve_q8conv__amx_implicit(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                        size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool,
+                   cpu_has_vbmi() ? &q8c_amx_implicit_vbmi : &q8c_amx_implicit);
 }
 #endif
 
@@ -743,7 +915,8 @@ carve_q8conv_fn carve_q8conv_select(carve_isa isa) {
 
 const char* carve_q8conv_name(carve_q8conv_fn fn) {
 #ifdef CARVE_HAVE_X86_SIMD
-  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi) {
+  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi || fn == carve_q8conv__amx_packed ||
+      fn == carve_q8conv__amx_implicit) {
     return "amx";
   }
   if (fn == carve_q8conv__avx512vnni || fn == carve_q8conv__avx512vnni_novbmi) {

@@ -63,11 +63,20 @@
 //   amx         x86-64 with AMX-INT8 and AVX-512 (F, BW, VL, VNNI), and the OS's permission
 //               for the tile data (Linux >= 5.16: arch_prctl(ARCH_REQ_XCOMP_PERM),
 //               asked by carve_q8conv_select, once per process): TDPBSSD on 2 x 2
-//               tiles of 16 x 16 int32 (32 pixels x 32 channels), A from the
-//               im2col block or, for 1x1 stride-1 convolutions with cin a multiple
-//               of 64, straight from the input view; the requantization in AVX-512,
-//               overlapping the next tiles' TDPBSSDs (a task's blocks are one
-//               software pipeline).
+//               tiles of 16 x 16 int32 (32 pixels x 32 channels); the requantization
+//               in AVX-512, overlapping the next tiles' TDPBSSDs (a task's blocks are
+//               one software pipeline). A comes two ways. Implicit GEMM (where the
+//               K runs allow it and at least a quarter of the 16-pixel tiles of A
+//               are "direct"): K in chunks of up to 64 bytes that divide a kernel
+//               row's bytes (packed input: x_stride == cin) or a tap's (cin), a
+//               multiple of 4 (not the stem's 3-channel rows); a tile of 16 output
+//               pixels of one output row whose taps are all inside the image is
+//               read in place from the input (TILELOADD's row stride stride *
+//               x_stride; B: the panel's rows of the chunk's k, the tile
+//               configuration set per conv), any other tile (padding, across two
+//               rows, past the end) packed as im2col rows and read by the same
+//               chunks, so padded taps still hold zx. Otherwise every block is
+//               packed (im2col) and read in 64-byte K blocks.
 //   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
 //               channels in 16 zmm accumulators, over the im2col block (its bytes
 //               flipped to unsigned).
