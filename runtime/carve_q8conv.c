@@ -71,6 +71,10 @@ struct q8c_ctx {
   // a whole kernel row (kw * cin bytes) of a packed input (x_stride == cin), else one tap (cin bytes)
   size_t chunk, nch, nseg;
   int flat;                          // 1x1, stride 1, pad 0: output pixel p reads input pixel p
+  int small;                         // pack_block_small_vbmi's case (a packed input, K <= 64, kh <= 4, kw * cin <= 16)
+  uint8_t small_idx[64];             // its VPERMB index: byte j of a row of A is byte j % R of kernel row j / R
+  int small4;                        // and 4 pixels of an output row read by one 32-byte load a kernel row
+  uint8_t small4_idx[64];            // their VPERMT2B index for the first of the 4 (rows 32 bytes apart)
   int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
   const q8c_isa* isa;
 };
@@ -275,6 +279,68 @@ Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, size_t row
   }
 }
 
+// pack_block_avx512 for small kernel rows where the CPU has VBMI (c->small: a packed input, K <= 64, at most 4
+// kernel rows of R = kw * cin <= 16 bytes: the stem's 3 rows of 9 bytes). A row of A whose taps all lie inside the
+// image is its kernel rows gathered by VPERM(T2)B and stored in one 64-byte store; its bytes from K on hold input
+// bytes, not zx: their weights are zero. Where 4 such pixels follow each other in an output row and their 4 kernel
+// rows span at most 32 bytes (c->small4: 3 * stride * cin + R <= 32; the stem: 27), each kernel row is one 32-byte
+// load (rows 0, 1 in one zmm, 2, 3 in another) and pixel j's row of A is VPERMT2B of the two by c->small4_idx + j *
+// stride * cin; else each kernel row is a 16-byte load into a 128-bit lane and VPERMB by c->small_idx. Loads are
+// masked where fewer bytes of the input remain. A row with a tap in the padding is pack_block_avx512's.
+Q8C_VBMI static void pack_block_small_vbmi(const q8c_ctx* c, size_t m0, size_t rows, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, w = c->w, kh = c->kh, line = w * cin, step = c->stride * cin, kp = c->kp;
+  const uint8_t* x = (const uint8_t*)c->x;
+  const uint8_t* x_end = x + c->h * line;
+  const __m512i idx = _mm512_loadu_si512(c->small_idx), vflip = _mm512_set1_epi8((char)flip);
+  const __m512i idx4 = _mm512_loadu_si512(c->small4_idx), vstep = _mm512_set1_epi8((char)step);
+  const size_t span4 = 3 * step + c->kw * cin;  // bytes of a kernel row of 4 pixels
+  const __mmask16 k16 = (__mmask16)((1u << (c->kw * cin)) - 1);
+  const __mmask32 k32 = c->small4 ? (__mmask32)(((uint64_t)1 << span4) - 1) : 0;
+  const int rows_in_all = kh <= c->h;  // (kh <= h + 2 pad is checked; kh > h: no row is inside)
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  for (size_t i = 0; i < rows;) {
+    const size_t iy = oy * c->stride, ix = ox * c->stride;  // plus pad
+    const int row_in = rows_in_all && iy >= c->pad && iy - c->pad + kh <= c->h;
+    if (row_in && c->small4 && i + 4 <= rows && ox + 4 <= c->ow && ix >= c->pad &&
+        ix + 3 * c->stride - c->pad + c->kw <= w) {
+      const uint8_t* s = x + ((iy - c->pad) * w + ix - c->pad) * cin;
+      __m256i l[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};
+      for (size_t r = 0; r < kh; r++, s += line) {
+        l[r] = x_end - s >= 32 ? _mm256_loadu_si256((const __m256i*)(const void*)s) : _mm256_maskz_loadu_epi8(k32, s);
+      }
+      const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1);
+      const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(l[2]), l[3], 1);
+      __m512i ij = idx4;
+      for (int j = 0; j < 4; j++, a += kp, ij = _mm512_add_epi8(ij, vstep)) {
+        _mm512_storeu_si512(a, _mm512_xor_si512(_mm512_permutex2var_epi8(lo, ij, hi), vflip));
+      }
+      i += 4;
+      ox += 4;
+    } else {
+      if (row_in && ix >= c->pad && ix - c->pad + c->kw <= w) {
+        const uint8_t* s = x + ((iy - c->pad) * w + ix - c->pad) * cin;
+        __m512i v = _mm512_setzero_si512();
+        for (size_t r = 0; r < kh; r++, s += line) {
+          const __m128i l =
+              x_end - s >= 16 ? _mm_loadu_si128((const __m128i*)(const void*)s) : _mm_maskz_loadu_epi8(k16, s);
+          v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xFu << (4 * r)), l);
+        }
+        _mm512_storeu_si512(a, _mm512_xor_si512(_mm512_permutexvar_epi8(idx, v), vflip));
+      } else {
+        pack_block_avx512(c, m0 + i, 1, a, flip);
+      }
+      i++;
+      a += kp;
+      ox++;
+    }
+    if (ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
 // The requantization of the 16 output channels of a panel: c0 = bias - zoff * wsum (zoff: zx plus A's shift) and
 // m; for the int64 path, m and n as 8 + 8 int64 lanes (lo: the channels 2i, the low dword of each qword; hi: the
 // channels 2i + 1) and the rounding term 2^(n-1); for the narrow path (every n >= 33), t = n - 32 and 2^(t-1).
@@ -399,7 +465,11 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_c
 Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_ctx* c, size_t m0,
                                                                      unsigned char* slot, const int vbmi) {
   uint8_t* a = slot + SLOT_A;
-  pack_block_avx512(c, m0, min_size(MB, c->m - m0), a, 0x80);
+  if (vbmi && c->small) {
+    pack_block_small_vbmi(c, m0, min_size(MB, c->m - m0), a, 0x80);
+  } else {
+    pack_block_avx512(c, m0, min_size(MB, c->m - m0), a, 0x80);
+  }
   const size_t rows = min_size(MB, c->m - m0);
   const int32_t zoff = c->zx + 128;
   const __m512i zy = _mm512_set1_epi64(c->zy);
@@ -642,7 +712,11 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_c
         Q8C_TILE_LOAD(5, at[1].base, at[1].ld);
       }
     } else {
-      pack_block_avx512(c, m0, rows, slot + SLOT_A, 0);
+      if (vbmi && c->small) {
+        pack_block_small_vbmi(c, m0, rows, slot + SLOT_A, 0);
+      } else {
+        pack_block_avx512(c, m0, rows, slot + SLOT_A, 0);
+      }
       at[0].base = slot + SLOT_A;
       at[0].ld = kp;
       a_once = kp == 64;
@@ -796,6 +870,13 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .isa = isa};
   if (isa->implicit) {
     amx_plan(&c, isa->implicit == 2);
+  }
+  const size_t row_bytes = (size_t)d->kw * d->cin;
+  c.small = d->in_stride == d->cin && d->kh <= 4 && row_bytes <= 16 && kp == 64;
+  c.small4 = c.small && 3 * (size_t)d->stride * d->cin + row_bytes <= 32;
+  for (size_t j = 0; j < 64; j++) {
+    c.small_idx[j] = (uint8_t)(c.small && j < k ? j / row_bytes * 16 + j % row_bytes : 0);
+    c.small4_idx[j] = (uint8_t)(c.small4 && j < k ? j / row_bytes * 32 + j % row_bytes : 0);
   }
   carve_parallelize_1d_tile(pool, q8c_task, (void*)&c, slots, 1);
   return CARVE_OK;

@@ -120,6 +120,11 @@ SHAPES = [
     ("1x1 s2 32->16 (ow 20)", 20, 40, 32, 16, 1, 1, 2, 0),
     ("2x2 s2 p0 2->5 (chunk 4)", 8, 36, 2, 5, 2, 2, 2, 0),
     ("5x5 s1 p2 8->16 (chunk 40 / 8)", 9, 36, 8, 16, 5, 5, 1, 2),
+    # small kernel rows (K <= 64, kernel rows of <= 16 bytes) packed by VPERMB, 4 pixels a time where they fit
+    ("3x3 s2 p1 stem 3->16 (ow 35)", 18, 70, 3, 16, 3, 3, 2, 1),
+    ("3x3 s1 p1 3->8 (4 pixels a load)", 17, 23, 3, 8, 3, 3, 1, 1),
+    ("1x1 3->8", 7, 9, 3, 8, 1, 1, 1, 0),
+    ("4x4 s2 p1 3->8 (kh 4)", 13, 21, 3, 8, 4, 4, 2, 1),
 ]
 
 
