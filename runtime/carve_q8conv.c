@@ -76,6 +76,7 @@ struct q8c_ctx {
   int small4;                        // and 4 pixels of an output row read by one 32-byte load a kernel row
   uint8_t small4_idx[64];            // their VPERMT2B index for the first of the 4 (rows 32 bytes apart)
   int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
+  int lut_span;                      // a table and a packed output (y_stride == cout): lut_span_vbmi after a block
   const q8c_isa* isa;
 };
 
@@ -408,6 +409,19 @@ Q8C_VBMI static inline __m128i lut16_vbmi(const lut256* t, __m128i q) {
   return _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
 }
 
+// lut[y + 128] of the n int8 at y, in place, 64 at a time (the tail masked): a block's outputs when they are one
+// run of bytes (c->lut_span), 4 pixels of 16 channels a lookup instead of one.
+Q8C_VBMI static inline void lut_span_vbmi(const lut256* t, int8_t* y, size_t n) {
+  const __m512i top = _mm512_set1_epi8((char)0x80);
+  for (size_t i = 0; i < n; i += 64) {
+    const __mmask64 k = byte_mask(n - i);
+    const __m512i idx = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, y + i), top);
+    const __m512i lo = _mm512_permutex2var_epi8(t->t[0], idx, t->t[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(t->t[2], idx, t->t[3]);
+    _mm512_mask_storeu_epi8(y + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+  }
+}
+
 // The table of the conv, or zeros without one.
 Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
   lut256 t;
@@ -418,12 +432,12 @@ Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
 }
 
 // The 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), requantized, through the table when
-// vbmi (else lut_rows_scalar follows), stored: only the channels below cout.
+// vbmi and not c->lut_span (else lut_span_vbmi or lut_rows_scalar follows), stored: only the channels below cout.
 Q8C_AVX512 __attribute__((always_inline)) static inline void out16(const q8c_ctx* c, int8_t* yp, size_t q,
                                                                    const rq16* r, __m512i acc, __m512i zy,
                                                                    const lut256* t, const int vbmi) {
   __m128i v = rq16_apply(r, acc, zy, c->narrow);
-  if (vbmi && c->lut != NULL) {
+  if (vbmi && c->lut != NULL && !c->lut_span) {
     v = lut16_vbmi(t, v);
   }
   const size_t n = min_size(16, c->cout - 16 * q);
@@ -495,7 +509,9 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_
       }
     }
   }
-  if (!vbmi && c->lut != NULL) {
+  if (vbmi && c->lut_span) {
+    lut_span_vbmi(&t, c->y + m0 * c->y_stride, rows * c->cout);
+  } else if (!vbmi && c->lut != NULL) {
     lut_rows_scalar(c, m0, rows);
   }
 }
@@ -564,7 +580,7 @@ static inline void amx_store(int32_t* cb, int np) {
 }
 
 // The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32); after the
-// block's last pair, its table pass when the table is not looked up in registers.
+// block's last pair, its table pass when the table is not looked up in registers (lut_span_vbmi, lut_rows_scalar).
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_ctx* c, size_t m0, size_t rows,
                                                                     size_t q, int np, const int32_t* cb,
                                                                     const lut256* t, const int vbmi) {
@@ -578,7 +594,9 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_c
       out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cb + r * 32 + 16), zy, t, vbmi);
     }
   }
-  if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
+  if (vbmi && c->lut_span && q + 2 >= c->panels) {
+    lut_span_vbmi(t, c->y + m0 * c->y_stride, rows * c->cout);
+  } else if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
     lut_rows_scalar(c, m0, rows);
   }
 }
@@ -867,6 +885,7 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .blocks = div_round_up(oh * ow, MB), .slots = slots,
       .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
       .narrow = narrow,
+      .lut_span = d->act == CARVE_ACT_SILU && d->out_stride == d->cout,
       .isa = isa};
   if (isa->implicit) {
     amx_plan(&c, isa->implicit == 2);
