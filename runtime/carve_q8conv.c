@@ -2,8 +2,8 @@
 //
 // One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
 // over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
-// into the slot's A (or, AMX only, read in place), the GEMM with the weight panels, the requantization, the table
-// and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
+// into the slot's A (or, AMX only, its tiles read in place by the implicit GEMM where amx_plan chooses it), the
+// GEMM with the weight panels, the requantization, the table and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
 // compares each with arith.qconv2d bit for bit.
 
 #define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)

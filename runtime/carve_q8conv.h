@@ -83,9 +83,15 @@
 //   portable    C11 everywhere else (and as the reference of the other two): a
 //               correctness fallback (about 11 GOP/s on a Sapphire Rapids core), not
 //               a fast path.
-// The SiLU table is looked up with VPERMI2B where the CPU has AVX-512 VBMI, else a
-// byte at a time. Work is split into blocks of CARVE_Q8CONV_MB output pixels, the
-// blocks into `slots` tasks over the pool.
+// Where the CPU has AVX-512 VBMI: small kernel rows (a packed input, K <= 64, at
+// most 4 kernel rows of at most 16 bytes: the stem) are packed by VPERMB / VPERMT2B
+// (4 pixels from one load per kernel row), not a zx fill and a copy per kernel row;
+// the SiLU table is looked up with VPERMI2B, over a block's outputs as one run of
+// bytes after its last panels when the output is packed (out_stride == cout), else
+// per pixel and panel; without VBMI a byte at a time. Work is split into blocks of
+// CARVE_Q8CONV_MB output pixels, the blocks into `slots` tasks over the pool. The
+// scratch slot (below) is unchanged by the implicit GEMM: it packs at most the
+// block's A, as before.
 
 #ifndef CARVE_Q8CONV_H
 #define CARVE_Q8CONV_H
