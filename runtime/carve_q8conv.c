@@ -3,14 +3,16 @@
 // One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
 // over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
 // into the slot's A (or, AMX only, its tiles read in place by the implicit GEMM where amx_plan chooses it), the
-// GEMM with the weight panels, the requantization, the table and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
-// compares each with arith.qconv2d bit for bit.
+// GEMM with the weight panels, the requantization, the table and the store. Every variant computes the same
+// integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py compares each with arith.qconv2d bit
+// for bit.
 
 #define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)
 
 #include "carve_q8conv.h"
 #include "carve_q8conv_isa.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "carve_simd.h"
@@ -239,8 +241,9 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
   }
 }
 
-// pack_block_portable with 64-byte moves, a kernel row at a time, for `rows` (<= MB, <= m - m0) rows. Each row of A is first filled with zx (the K
-// padding then holds zx too, not zeros: its weights are zero, so any byte there adds 0), then the taps of kernel
+// pack_block_portable with 64-byte moves, a kernel row at a time, for `rows` (<= MB, <= m - m0) rows. Each row
+// of A is first filled with zx (the K padding then holds zx too, not zeros: its weights are zero, so any byte
+// there adds 0), then the taps of kernel
 // row ky that lie inside the image, [kx0, kx1) (the same for every ky of the pixel), are copied over it: with a
 // packed input (pixel stride cin) as one run of bytes, else a tap at a time. Rows past m are left as they are (their
 // sums are not stored).
@@ -626,36 +629,102 @@ static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 // of input bytes, c->nseg per kernel row), is the chunk's bytes at base + i * stride * x_stride + doff, with base
 // the input pixel of tap (0, 0) of p0 and doff = ky * w * x_stride + sg * x_stride + j * chunk: TILELOADD's row
 // stride is stride * x_stride. B's rows of the chunk are the panel's groups koff / 4 .. (koff + chunk) / 4 - 1.
-// A tile that is not direct (a pixel in the padding, across two output rows, or past m) is packed as before (16
-// rows of kp bytes in the slot's A, K in the same order) and read by the same chunks, at koff. The chunks cover
-// [0, K): the K padding, whose weights are zero, is skipped. So a direct tile's sums are the packed tile's, and
-// padded taps are never read in place: their zx contribute 0 through the packed rows only.
+// A tile that is not direct (a row of taps in the padding, across two output rows, or past m) is packed as before
+// (16 rows of kp bytes in the slot's A, K in the same order) and read by the same chunks, at koff. The chunks cover
+// [0, K): the K padding, whose weights are zero, is skipped. A tile with at most 2 edge pixels (a tap left or right
+// of the image; only with at most 4 panels) is direct too when every byte its rows read lies inside the input:
+// an edge pixel's row then reads the neighbouring image row's pixels where its padded taps are, and its sums are
+// replaced after the tile's (amx_fix, from its row packed with zx in the padding). So a direct tile's sums are the
+// packed tile's, and padded taps contribute 0 exactly as zx.
 
-// One tile of A: its first row, row stride, and whether in place (offsets doff) or packed (koff).
+// One tile of A: its first row, row stride, and whether in place (offsets doff) or packed (koff); a direct tile's
+// rows fix[0 .. nfix) are edge pixels (a tap in the left or right padding), whose sums are recomputed (amx_fix).
 typedef struct atile {
   const uint8_t* base;
   size_t ld;
-  int direct;
+  int direct, nfix;
+  size_t fix[2];
 } atile;
 
-// Whether the tile of pixels [p0, p0 + 16) is direct (above); *base: the input pixel of tap (0, 0) of pixel p0.
-static inline int tile_direct(const q8c_ctx* c, size_t p0, const uint8_t** base) {
+// Whether the tile of pixels [p0, p0 + 16) is direct (above), filling t's base (the input pixel of tap (0, 0) of
+// pixel p0: may lie left of the image, in the previous image row) and its edge rows. An edge tile is direct when
+// it has at most 2 edge pixels and every byte its rows read lies inside the input (the edge pixels' taps in the
+// padding read the neighbouring image row's pixels instead of zx: their sums are garbage until amx_fix).
+static inline int tile_direct(const q8c_ctx* c, size_t p0, atile* t) {
+  t->nfix = 0;
   if (p0 + 16 > c->m) {
     return 0;
   }
   if (c->flat) {
-    *base = (const uint8_t*)c->x + p0 * c->x_stride;
+    t->base = (const uint8_t*)c->x + p0 * c->x_stride;
     return 1;
   }
   const size_t oy = p0 / c->ow, ox = p0 % c->ow;
   const size_t iy = oy * c->stride, ix = ox * c->stride;  // plus pad
-  if (ox + 16 > c->ow || iy < c->pad || iy - c->pad + c->kh > c->h || ix < c->pad ||
-      ix + 15 * c->stride - c->pad + c->kw > c->w) {
+  if (ox + 16 > c->ow || iy < c->pad || iy - c->pad + c->kh > c->h) {
     return 0;
   }
-  *base = (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
+  // pixels [0, nl) have a tap left of the image, [16 - nr, 16) one right of it
+  const size_t s = c->stride, nl = ix >= c->pad ? 0 : (c->pad - ix + s - 1) / s;
+  const size_t right = c->w + c->pad;  // pixel i's taps are inside while ix + i * s + kw <= right
+  if (ix + c->kw > right) {  // every pixel has a tap right of the image
+    return 0;
+  }
+  const size_t nr = ix + 15 * s + c->kw <= right ? 0 : 15 - (right - c->kw - ix) / s;
+  if (nl + nr > (c->panels <= 4 ? 2u : 0u)) {  // (an edge pixel's amx_fix costs k4 VPDPBUSDs per panel)
+    return 0;
+  }
+  // the bytes read: linear pixels [(iy - pad) * w + ix - pad, (iy - pad + kh - 1) * w + ix - pad + 15 s + kw)
+  const size_t first = (iy - c->pad) * c->w + ix;  // plus -pad
+  if (first < c->pad || first - c->pad + (c->kh - 1) * c->w + 15 * s + c->kw > c->h * c->w) {
+    return 0;
+  }
+  t->base = (const uint8_t*)c->x + (first - c->pad) * c->x_stride;
+  for (size_t i = 0; i < nl; i++) {
+    t->fix[t->nfix++] = i;
+  }
+  for (size_t i = 16 - nr; i < 16; i++) {
+    t->fix[t->nfix++] = i;
+  }
   return 1;
 }
+
+// The sums of panels q (and q + 1) of one row of A packed at a (kp bytes, zx in the padding) into cb (32 int32):
+// VPDPBUSD of A's bytes flipped (A + 128) with the panels' groups, minus 128 * wsum (carve_q8conv.h, "exactness":
+// the same integers as TDPBSSD's). Not inlined: the AMX blocks' targets have no VNNI (every AMX CPU has it).
+Q8C_VNNI __attribute__((noinline)) static void amx_fix(const q8c_ctx* c, const uint8_t* a, size_t q, int np,
+                                                       int32_t* cb) {
+  const int8_t* w0 = c->wt + q * c->kp * 16;
+  const int8_t* w1 = w0 + c->kp * 16;
+  const __m512i top = _mm512_set1_epi32((int)0x80808080u);
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  for (size_t g = 0; g < c->k4; g++) {
+    int32_t v;
+    memcpy(&v, a + 4 * g, 4);
+    const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(v), top);
+    s0 = _mm512_dpbusd_epi32(s0, av, _mm512_loadu_si512(w0 + g * 64));
+    if (np == 2) {
+      s1 = _mm512_dpbusd_epi32(s1, av, _mm512_loadu_si512(w1 + g * 64));
+    }
+  }
+  const size_t o = 16 * q;
+  _mm512_storeu_si512(cb, _mm512_sub_epi32(s0, _mm512_slli_epi32(_mm512_loadu_si512(c->wsum + o), 7)));
+  if (np == 2) {
+    _mm512_storeu_si512(cb + 16, _mm512_sub_epi32(s1, _mm512_slli_epi32(_mm512_loadu_si512(c->wsum + o + 16), 7)));
+  }
+}
+
+#ifdef CARVE_Q8CONV_CHECK_READS
+// Tests only (the AddressSanitizer build of q8conv_tool): aborts unless the TILELOADD of 16 rows of `bytes` at lo,
+// ld apart, lies inside the input view (AddressSanitizer does not see tile loads; the guard pages only catch reads
+// past the end of the arena).
+static void check_tile_read(const q8c_ctx* c, const uint8_t* lo, size_t ld, size_t bytes) {
+  const uint8_t* x0 = (const uint8_t*)c->x;
+  if (lo < x0 || lo + 15 * ld + bytes > x0 + (c->h * c->w - 1) * c->x_stride + c->cin) {
+    abort();
+  }
+}
+#endif
 
 // The C tiles of panels q (and q + 1) of the two A tiles over the chunks of K; w0: panel q. A single chunk's A
 // tiles (4, 5) are loaded by the caller once for all the panels (a_loaded).
@@ -673,6 +742,14 @@ static inline void amx_tiles_implicit(const q8c_ctx* c, const atile* t0, const a
       const size_t k_seg = (ky * c->kw + sg) * cin, d_seg = ky * c->w * xs + sg * xs;
       for (size_t j = 0; j < c->nch; j++) {
         const size_t koff = k_seg + j * ch, doff = d_seg + j * ch;
+#ifdef CARVE_Q8CONV_CHECK_READS
+        if (t0->direct) {
+          check_tile_read(c, t0->base + doff, t0->ld, ch);
+        }
+        if (t1->direct) {
+          check_tile_read(c, t1->base + doff, t1->ld, ch);
+        }
+#endif
         if (!a_loaded) {
           Q8C_TILE_LOAD(4, t0->base + (t0->direct ? doff : koff), t0->ld);
           Q8C_TILE_LOAD(5, t1->base + (t1->direct ? doff : koff), t1->ld);
@@ -707,15 +784,18 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_c
   amx_begin(slot, implicit ? c->chunk : 64);
   for (size_t b = b0; b < b1; b++) {
     const size_t m0 = b * MB, rows = min_size(MB, c->m - m0);
-    atile at[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+    atile at[2] = {{NULL, 0, 0, 0, {0, 0}}, {NULL, 0, 0, 0, {0, 0}}};
     int a_once;
     if (implicit) {  // (the previous units' tile loads of A come before the packing's stores in program order)
       for (int i = 0; i < 2; i++) {
         const size_t p0 = m0 + 16 * (size_t)i;
         uint8_t* a = slot + SLOT_A + 16 * (size_t)i * kp;
-        at[i].direct = tile_direct(c, p0, &at[i].base);
+        at[i].direct = tile_direct(c, p0, &at[i]);
         if (at[i].direct) {
           at[i].ld = c->stride * c->x_stride;
+          for (int f = 0; f < at[i].nfix; f++) {  // the edge pixels' rows, packed (zx in the padding)
+            pack_block_avx512(c, p0 + at[i].fix[f], 1, a + (size_t)f * kp, 0);
+          }
         } else {
           if (p0 < c->m) {
             pack_block_avx512(c, p0, min_size(16, c->m - p0), a, 0);
@@ -754,6 +834,14 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_c
         amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
       }
       amx_store(cbuf[u & 1], np);
+      if (implicit) {  // the edge pixels' sums, over the garbage of their in-place rows
+        for (int i = 0; i < 2; i++) {
+          for (int f = 0; f < at[i].nfix; f++) {
+            amx_fix(c, slot + SLOT_A + (16 * (size_t)i + (size_t)f) * kp, q, np,
+                    cbuf[u & 1] + (16 * (size_t)i + at[i].fix[f]) * 32);
+          }
+        }
+      }
       p_m0 = m0, p_rows = rows, p_q = q, p_np = np;
     }
   }

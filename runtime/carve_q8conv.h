@@ -73,9 +73,12 @@
 //               pixels of one output row whose taps are all inside the image is
 //               read in place from the input (TILELOADD's row stride stride *
 //               x_stride; B: the panel's rows of the chunk's k, the tile
-//               configuration set per conv), any other tile (padding, across two
-//               rows, past the end) packed as im2col rows and read by the same
-//               chunks, so padded taps still hold zx. Otherwise every block is
+//               configuration set per conv); so is a tile with at most 2 edge
+//               pixels (taps in the left or right padding, at most 4 panels)
+//               whose rows stay inside the input, the edge pixels' sums then
+//               recomputed from their packed rows (VPDPBUSD); any other tile
+//               (rows of padding, across two rows, past the end) packed as im2col
+//               rows and read by the same chunks, so padded taps still hold zx. Otherwise every block is
 //               packed (im2col) and read in 64-byte K blocks.
 //   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
 //               channels in 16 zmm accumulators, over the im2col block (its bytes

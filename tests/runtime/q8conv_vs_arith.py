@@ -22,9 +22,10 @@ arena alone. The C macros' sizes must equal q8conv_pack's.
 
 Each variant the CPU runs (q8conv_tool --variants: the AVX-512 ones also with the table looked up a byte at a time,
 as on CPUs without VBMI; AMX also with A always packed, amx_packed, and with the implicit GEMM wherever the shapes
-allow it, amx_implicit, not only where amx_plan estimates that it pays) runs every case on 1 thread with 1 slot, 2 threads with 2 slots and 5 threads with 7
-slots: every run must give arith's bytes (so the runs are bit-identical to each other). --quick: one thread
-configuration (1 thread, 3 slots), for the sanitizer build.
+allow it, amx_implicit, not only where amx_plan estimates that it pays) runs every case on 1 thread with 1 slot, 2
+threads with 2 slots and 5 threads with 7 slots: every run must give arith's bytes (so the runs are bit-identical
+to each other).
+--quick: one thread configuration (1 thread, 3 slots), for the sanitizer build.
 """
 
 from __future__ import annotations
@@ -293,7 +294,8 @@ def main() -> int:
             results = run_tool(args.tool, variant, threads, slots, cases)
             if results is None:
                 print(f"FAIL {variant} t{threads} s{slots}: q8conv_tool failed (a negative code is a signal: a "
-                      "fault on a guard page is an access past a buffer's end)")
+                      "fault on a guard page is an access past a buffer's end; an abort in the AddressSanitizer "
+                      "build, CARVE_Q8CONV_CHECK_READS, an AMX tile read outside the input)")
                 failed += 1
                 continue
             bad = 0
