@@ -113,6 +113,13 @@ foreach(task detect segment pose obb)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(cuda_pkg_nms_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 endforeach()
+# --precision fp16 (issue 20): the trained demo model as an fp16 cuda package (e2e and --head nms) under emulation,
+# layer by layer against PyTorch float32 within 3x PyTorch float16's own drift, and run_image's detections against
+# Ultralytics' predictor (tests/cuda/cuda_f16.py).
+add_test(NAME cuda_f16_shapes
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}
