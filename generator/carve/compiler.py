@@ -234,6 +234,8 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     precision, calib = precision_options(options)
     if precision != "fp32":
         be.check_precision(precision)
+    if precision == "fp16":  # fp16 packages store the checkpoint's halves (backends/cuda_f16.py)
+        options = dict(options or {}, weights_dtype="f16")
     options = normalize_options(options, be)
     ckpt, graph = _optimized_graph(manifest, weights, imgsz, head, progress, graph_hook)
     quant = None
