@@ -22,6 +22,7 @@ EPILOG = """examples:
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --precision int8 \\
       --calib calib-images/
+  ./carve generate manifests/yolo26n.yaml --backend cuda --checkpoint yolo26n.pt --precision fp16
   ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
       --checkpoint shapes.pt --checkpoint cls.pt --out /tmp/two-models
   ./carve list

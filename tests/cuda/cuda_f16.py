@@ -3,6 +3,7 @@
 cuda package, built on the host with the emulation header, against Ultralytics.
 
     cuda_f16.py --work build/work [--imgsz 320] [--heads e2e,nms] [--keep]
+    cuda_f16.py --work build/work --heads "" --random-tasks pose,obb,detect   # make test-full: cuda_f16_tasks
 
 For each head (e2e: the one-to-one head and its top-k; nms: the one-to-many head and the device NMS):
 
@@ -25,6 +26,10 @@ For each head (e2e: the one-to-one head and its top-k; nms: the one-to-many head
    same bounds for --head nms, whose one-to-many head PyTorch's layer dump does not run);
 5. the compared values spread: the layer outputs are not flat (each std / max >= 1e-2 in PyTorch's float32) and
    the detections cover at least two classes with scores that differ by >= 0.1 (a trained checkpoint).
+
+--random-tasks: yolo26n of each task with the random checkpoint of tools/oracle.py (cached as the oracle tests
+cache it) as an fp16 package at --random-imgsz (160), step 3 alone on Ultralytics' bus.jpg (the rows of a random
+head hold near-ties: compare_layers pairs them row by row).
 
 A failure keeps the work folder; a pass deletes the packages and dumps.
 """
@@ -148,21 +153,47 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
     return ok
 
 
+def check_random_task(args, task: str, lib: Path, work: Path) -> bool:
+    model = "yolo26n" + cvx.TASKS[task]
+    pt = cvx.checkpoint(args.work.resolve(), model)
+    pkg = work / f"pkg-f16-{model}"
+    cvx.generate(model, "cuda", pt, args.random_imgsz, pkg, "--precision", "fp16")
+    exe = cvx.build_cuda_emu(pkg, model.replace("-", "_"), lib)
+    inp, ref32, ref16, ours = work / f"{task}-in.npy", work / f"{task}-t32", work / f"{task}-t16", work / f"{task}-f16"
+    oracle.make_input(oracle.sample_image("bus.jpg"), args.random_imgsz, out=inp, task=task)
+    with cvx.step("PyTorch float32 and float16"):
+        oracle.reference_layers(pt, inp, ref32)
+        oracle.reference_layers(pt, inp, ref16, dtype="float16")
+    with cvx.step("run (emulated)"):
+        cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 2])
+    print(f"{model} (random weights) fp16 vs PyTorch float32, bound max({FLOOR:.2e}, {FACTOR:g} x PyTorch float16)")
+    ok = oracle.compare_layers(ours, ref32, tol=FLOOR, baseline=ref16, factor=FACTOR)
+    flat = spread_ok(ref32)
+    if flat:
+        print(f"FAIL: flat layer outputs, the comparison proves nothing: {', '.join(flat)}")
+    return ok and not flat
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--heads", default="e2e,nms")
+    ap.add_argument("--random-tasks", default="", help="also these tasks (detect, pose, obb) with random weights")
+    ap.add_argument("--random-imgsz", type=int, default=160)
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     work = args.work.resolve() / "cuda_f16"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     lib = cvx.build_runtime(args.work.resolve(), "cuda")
-    bounds = detection_bounds(work, args.imgsz)
+    heads = [h for h in args.heads.split(",") if h]
+    bounds = detection_bounds(work, args.imgsz) if heads else None
     ok = True
-    for head in args.heads.split(","):
+    for head in heads:
         ok = check_head(args, head, lib, work, bounds) and ok
+    for task in (t for t in args.random_tasks.split(",") if t):
+        ok = check_random_task(args, task, lib, work) and ok
     if ok and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     print("cuda_f16: " + ("OK" if ok else f"FAILED (work folder kept: {work})"))

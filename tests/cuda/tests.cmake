@@ -121,6 +121,12 @@ add_test(NAME cuda_f16_shapes
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weights, layer by layer (about 4 minutes)
+  add_test(NAME cuda_f16_tasks
+           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads "" --random-tasks detect,pose,obb
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+endif()
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}
