@@ -12,6 +12,17 @@ static __device__ __forceinline__ void st(__half* p, size_t i, float v) { p[i] =
 
 static int h_ctx_ok(const carve_cu_ctx* ctx) { return ctx != NULL && ctx->blas != NULL; }
 
+// ---- Context ----------------------------------------------------------------------------------
+
+carve_status carve_cu_ctx_f16_math(carve_cu_ctx* ctx) {
+  if (!h_ctx_ok(ctx)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const cublasMath_t mode = (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+  CARVE_CU_CHECK_BLAS(cublasSetMathMode(ctx->blas, mode));
+  return CARVE_OK;
+}
+
 // ---- Casts ----------------------------------------------------------------------------------
 
 __global__ void carve_cu_h_from_f32_kernel(const float* __restrict__ x, __half* __restrict__ y, size_t n) {

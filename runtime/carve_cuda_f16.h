@@ -26,6 +26,14 @@
 #include <cuda_fp16.h>
 #endif
 
+// ---- Context ------------------------------------------------------------------------------
+
+// The cuBLAS math mode of an fp16 package, set once after carve_cu_ctx_init(_with) (which chooses
+// the fp32 packages' mode): CUBLAS_DEFAULT_MATH (tensor cores for half operands; the pedantic mode
+// would keep GemmEx off them) | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (a split-K reduction
+// accumulates in float32, not in the half output type). Host function.
+carve_status carve_cu_ctx_f16_math(carve_cu_ctx* ctx);
+
 // ---- Casts --------------------------------------------------------------------------------
 
 // y[i] = half(x[i]) for i < n (dense).

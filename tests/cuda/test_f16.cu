@@ -10,7 +10,8 @@
 //     GEMM's result and the epilogue's store: 2^-11 each, relative, plus float accumulation);
 //   * maxpool, upsample, copy (moves of halves: exact), add (half(float(a) + float(b)): exact);
 //   * attention against a double loop, within fp16's scores / probabilities / output roundings;
-//   * strided outputs: the channels between views never written; argument errors.
+//   * strided outputs: the channels between views never written; argument errors;
+//   * carve_cu_ctx_f16_math: the handle's math mode (tensor cores, float32 reductions).
 
 #include "carve_cuda_f16.h"
 #include "carve_weights.h"
@@ -316,6 +317,11 @@ static void test_attention(TestCtx& t) {
 int main() {
   test_conversions();
   TestCtx t;
+  CHECK_OK(carve_cu_ctx_f16_math(&t.ctx));
+  cublasMath_t mode;
+  CHECK(cublasGetMathMode(t.ctx.blas, &mode) == CUBLAS_STATUS_SUCCESS);
+  CHECK(mode == (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  CHECK(carve_cu_ctx_f16_math(nullptr) == CARVE_ERR_INVALID_ARGUMENT);
   test_casts(t);
   test_conv(t);
   test_elementwise(t);
