@@ -129,9 +129,9 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
       for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++) {
           const size_t at = (size_t)q * strideC + (size_t)j * ldc + i;
-          c[(size_t)j * m + i] =
-              be == 0.0f ? 0.0f
-                         : (c_half ? __half2float(static_cast<const __half*>(C)[at]) : static_cast<const float*>(C)[at]);
+          const float prev =
+              c_half ? __half2float(static_cast<const __half*>(C)[at]) : static_cast<const float*>(C)[at];
+          c[(size_t)j * m + i] = be == 0.0f ? 0.0f : prev;
         }
       }
       carve_emu::host_sgemm(a_t, b_t, m, n, k, al, a.data(), lda, b.data(), ldb, be, c.data(), m);

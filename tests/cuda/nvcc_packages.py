@@ -87,7 +87,8 @@ def main() -> int:
             if p.returncode != 0 or p.stderr.strip():
                 print("$ " + " ".join(str(c) for c in cmd) + "\n" + p.stdout + p.stderr)
                 ok = False
-        print(f"{model} ({fmt}, {dtype}, {head}, {precision}): {'OK' if ok else 'FAIL'} ({time.time() - t0:.0f} s)", flush=True)
+        print(f"{model} ({fmt}, {dtype}, {head}, {precision}): {'OK' if ok else 'FAIL'} ({time.time() - t0:.0f} s)",
+              flush=True)
         if ok:
             shutil.rmtree(pkg)
     print(f"nvcc_packages: {'OK' if ok else 'FAIL'}")
