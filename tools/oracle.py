@@ -459,7 +459,8 @@ def load_fused(weights, dtype: str = "float32"):
     """The model the predictor runs on CPU in fp32: load_checkpoint, one2one head selected, fused, eval.
 
     dtype='float64' gives the same model in double precision: the exact answer that fp32 implementations
-    (PyTorch's and carve's) approximate."""
+    (PyTorch's and carve's) approximate; dtype='float16' the model in half precision (model.half(), after the fuse):
+    how far a correct fp16 implementation drifts from fp32 (the bound of carve's cuda fp16 packages)."""
     torch = _torch()
     from ultralytics.nn.tasks import load_checkpoint
 
@@ -469,6 +470,8 @@ def load_fused(weights, dtype: str = "float32"):
     model = model.float().fuse(verbose=False).eval()
     if dtype == "float64":
         model = model.double()
+    elif dtype == "float16":
+        model = model.half()
     for p in model.parameters():
         p.requires_grad = False
     return model
@@ -496,7 +499,8 @@ def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dic
     """
     torch = _torch()
     model = load_fused(weights, dtype)
-    x = torch.from_numpy(np.load(input_npy)).to(torch.float64 if dtype == "float64" else torch.float32)
+    x = torch.from_numpy(np.load(input_npy)).to({"float64": torch.float64, "float16": torch.float16}.get(
+        dtype, torch.float32))
     if x.ndim != 4:
         raise OracleError(f"{input_npy}: expected a (1,3,H,W) input, found {tuple(x.shape)}")
     layers = list(model.model)
@@ -517,14 +521,14 @@ def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dic
     for i, m in enumerate(layers):
         o = outs[i]
         arrs = _head_outputs(head, o) if m is head else [o]
-        a = np.ascontiguousarray(arrs[0].detach().numpy())
+        a = np.ascontiguousarray(arrs[0].detach().float().numpy() if dtype == "float16" else arrs[0].detach().numpy())
         np.save(out_dir / f"layer_{i:02d}.npy", a)
         written[f"layer_{i:02d}.npy"] = a.shape
         meta.append({"index": i, "type": m.type if hasattr(m, "type") else type(m).__name__, "from": m.f,
                      "shape": list(a.shape)})
         if m is head:
             for k, t in enumerate(arrs):
-                t = np.ascontiguousarray(t.detach().numpy())
+                t = np.ascontiguousarray(t.detach().float().numpy() if dtype == "float16" else t.detach().numpy())
                 np.save(out_dir / f"output{k}.npy", t)
                 written[f"output{k}.npy"] = t.shape
     (out_dir / "layers.json").write_text(json.dumps({"weights": str(weights), "layers": meta}, indent=1) + "\n")

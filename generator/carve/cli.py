@@ -22,6 +22,7 @@ EPILOG = """examples:
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --precision int8 \\
       --calib calib-images/
+  ./carve generate manifests/yolo26n.yaml --backend cuda --checkpoint yolo26n.pt --precision fp16
   ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
       --checkpoint shapes.pt --checkpoint cls.pt --out /tmp/two-models
   ./carve list
@@ -146,8 +147,9 @@ def cmd_generate(args) -> int:
         say(f"no manifest given: {args.manifest} (the checkpoint's task and scale)")
     manifest = load_manifest(args.manifest)
     be = check_backend(manifest, args.backend)
+    if options.get("precision") in ("int8", "fp16"):
+        be.check_precision(options["precision"])  # int8 on cuda, fp16 on the CPU backends: before anything is read
     if options.get("precision") == "int8":
-        be.check_precision("int8")       # cuda: refused before anything is read
         list_images(options["calib"])     # the folder exists and holds files: before the (long) compile
     out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
@@ -298,10 +300,13 @@ def parser() -> argparse.ArgumentParser:
                    help="--head nms: the IoU threshold of the suppression, in [0, 1] (default 0.7, Ultralytics')")
     g.add_argument("--agnostic", action="store_true",
                    help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
-    g.add_argument("--precision", choices=("fp32", "int8"),
-                   help="fp32 (default), or int8: static post-training quantization from --calib images (int8 "
-                        "weights per output channel, int8 activations per tensor, int32 accumulation; the layers "
-                        "that lose too much stay float32: docs/quantization.md)")
+    g.add_argument("--precision", choices=("fp32", "int8", "fp16"),
+                   help="fp32 (default); int8 (portable, xnnpack): static post-training quantization from --calib "
+                        "images (int8 weights per output channel, int8 activations per tensor, int32 accumulation; "
+                        "the layers that lose too much stay float32: docs/quantization.md); fp16 (cuda: detect, "
+                        "pose, obb): half weights (stored as --weights-dtype f16) and activations, float32 "
+                        "accumulation on tensor cores, the head's post-processing in float32 "
+                        "(docs/backends/cuda.md#fp16)")
     g.add_argument("--calib", metavar="DIR",
                    help="--precision int8: a folder of calibration images (at least 32, the first 200 by name "
                         "are used; JPEG, PNG, BMP, ... as the demo reads them)")

@@ -53,6 +53,8 @@
 //     SetMathMode/GetMathMode/SetWorkspace, cublasSgemm, cublasSgemmStridedBatched, cublasSgemv, with a
 //     blocked host GEMM (float accumulation; summation order differs from cuBLAS, as it does
 //     between GPUs). The math mode is recorded, not emulated (no TF32 here).
+//   * Half precision: __half, its conversions and cublasGemmEx / cublasGemmStridedBatchedEx
+//     (fp16 operands, fp32 accumulation): cuda_emu_f16.h, included at the end.
 //
 // ---- What is not -----------------------------------------------------------------------
 //   * Concurrency between blocks, streams or the host: all work is serial, so races and
@@ -1238,5 +1240,8 @@ inline cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int
     }
   });
 }
+
+// Half precision (__half, cublasGemmEx): the fp16 packages (runtime/carve_cuda_f16.cu).
+#include "cuda_emu_f16.h"
 
 #endif  // CARVE_CUDA_EMU_H

@@ -176,7 +176,9 @@ class CudaBackend(CBackend):
         "softmax": _softmax_rule,
     }
     template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES, "has_xnn_heap": False,
-                     "pool": "NULL"}
+                     "pool": "NULL", "f16": False}
+    # --precision fp16: half weights and activations, float32 accumulation (backends/cuda_f16.py)
+    fp16_refusal = ""
     # every weight format and dtype of emit_c (the defaults of Backend): file and f16 are checked on the host
     # with runtime/carve_weights.c and uploaded once at create, f16 widened on the device
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
@@ -207,11 +209,16 @@ class CudaBackend(CBackend):
         return program
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
+        if options.get("precision") == "fp16" and not self.template_vars.get("f16"):
+            from .cuda_f16 import BACKEND as F16_BACKEND  # the fp16 variant of this backend
+            return F16_BACKEND.emit(graph, plan, options)
         program = self.lower(graph, plan)
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         program["device_scratch_bytes"] = device_scratch_bytes(program, graph.meta["task"], graph.meta["nc"],
                                                                in_w, in_h, MAX_IMAGE, MAX_IMAGE)
         program["host_context_bytes"] = host_context_bytes(program, graph.meta["task"], graph.meta["nc"], in_w, in_h)
+        if self.template_vars.get("f16"):  # the halves of one layer output, fetched before they are widened
+            program["host_context_bytes"] += -(-program["layer_span_floats"] * 2 // 64) * 64
         return CPackage(self, graph, plan, program, options).files()
 
 

@@ -218,7 +218,8 @@ def options_string(backend_name: str, meta: dict, options: dict) -> str:
     if meta.get("head") == "nms":  # the e2e head (the default) keeps the banners it always had
         head = f" --head nms --iou {meta['iou']:g}" + (" --agnostic" if meta.get("agnostic") else "")
     return (f"--backend {backend_name} --imgsz {imgsz} --weights-format {options.get('weights_format', 'blob')} "
-            f"--weights-dtype {options.get('weights_dtype', 'f32')}{head}")
+            f"--weights-dtype {options.get('weights_dtype', 'f32')}{head}"
+            + (" --precision fp16" if options.get("precision") == "fp16" else ""))
 
 
 def weights_storage(graph, program: dict, dtype: str):

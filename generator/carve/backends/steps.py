@@ -56,6 +56,7 @@ RUNTIME_FAMILIES = {
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
     "cuda_pre": "carve_cuda_pre.cu",  # device letterbox / classify pre-processing
     "cuda_nms": "carve_cuda_nms.h",   # device one-to-many decode + NMS (--head nms)
+    "cuda_f16": "carve_cuda_f16.h",   # half-precision kernels and casts (--precision fp16: backends/cuda_f16.py)
 }
 
 
