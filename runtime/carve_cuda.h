@@ -81,6 +81,7 @@ typedef struct carve_cu_ctx {
   void* blas_workspace;  // device, CARVE_CU_BLAS_WORKSPACE_BYTES (32 MiB on sm_90+)
   int owns_blas;         // 1: blas was created here (cublasCreate): destroy calls cublasDestroy
   int owns_workspace;    // 1: blas_workspace was cudaMalloc'ed here: destroy frees it
+  int conv_tf32;         // 1: the convolutions' GEMMs use TF32 tensor cores (carve_cu_ctx_set_conv_math)
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -108,6 +109,18 @@ size_t carve_cu_blas_workspace_bytes(void);
 // carve_cu_ctx_destroy then frees nothing of the caller's (only a handle created here).
 carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cublasHandle_t blas, void* workspace,
                                     size_t workspace_bytes);
+
+// The math of the convolutions' GEMMs (carve_cu_conv2d's 1x1 and im2col GEMMs, carve_cu_deconv2d's):
+// CARVE_CU_MATH_STRICT (what init sets): float32 GEMMs (the pedantic math mode above);
+// CARVE_CU_MATH_TF32: cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32, TF32 tensor cores on sm_80 and
+// newer: both GEMM inputs rounded to TF32 (8-bit exponent, 10-bit mantissa, round to nearest), products
+// accumulated in float32, as PyTorch's default for convolutions (torch.backends.cudnn.allow_tf32).
+// Older GPUs have no TF32: the request is accepted and the GEMMs stay float32 (conv_tf32 reads 0).
+// Depthwise convolutions, linear, attention and the mask logits always stay float32. Host function;
+// CARVE_ERR_INVALID_ARGUMENT for a NULL context or another value; CARVE_ERR_BACKEND when the device
+// cannot be queried.
+typedef enum carve_cu_math { CARVE_CU_MATH_STRICT = 0, CARVE_CU_MATH_TF32 = 1 } carve_cu_math;
+carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 
 // ---- Weights ----------------------------------------------------------------------
 
