@@ -262,6 +262,11 @@ carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int
                                 size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
                                 float* out, void* scratch);
 
+// A float32 NCHW tensor (c, h, w) already on the device, as a dense NHWC (h, w, c) one: the network
+// input of a run from a device tensor (carve_nchw_to_nhwc of carve_layout.h on the device, exact).
+carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
+                                   float* y);
+
 // carve_classify_preprocess on the device, bit-identical to the CPU one.
 size_t carve_cu_classify_scratch_bytes(int w, int h, int out);
 carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h, size_t stride,

@@ -34,7 +34,7 @@
 //     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
 //     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
-//     elapsed time on the host clock), graphs (cudaStreamBeginCapture/EndCapture record the
+//     elapsed time on the host clock; cudaStreamWaitEvent, trivially kept), graphs (cudaStreamBeginCapture/EndCapture record the
 //     launches, copies, sets and cuBLAS calls of the stream; cudaGraphInstantiate and
 //     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
@@ -1059,6 +1059,12 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
   return carve_emu::enqueue(stream, [e]() { e->t = std::chrono::steady_clock::now(); });
+}
+// Work after the wait runs after the event's work: always true here (all work is serial).
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags = 0) {
+  (void)flags;
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  return carve_emu::enqueue(stream, []() {});
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
