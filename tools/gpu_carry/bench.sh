@@ -4,7 +4,7 @@
 #   CUDA_ARCH=native RUNS=50 bash DIR/bench.sh
 #   EMULATE=/path/to/tests/cuda/cuda_emu.h bash DIR/bench.sh
 #                                          no GPU: the packages built with the emulation header, 2 runs, PyTorch
-#                                          on the CPU (tools/gpu_carry/test_bench.sh: checks this script)
+#                                          on the CPU (tools/gpu_carry/test_bench.sh runs this)
 # Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel;
 # (2) bench_main for each (TF32 packages twice: TF32, then --strict-fp32); (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
