@@ -70,7 +70,8 @@ extern "C" {
 
 // What every call needs: the stream its work goes on and a cuBLAS handle bound to
 // that stream (math mode CUBLAS_DEFAULT_MATH with CUBLAS_PEDANTIC_MATH where
-// available: no TF32, so results stay float32 GEMMs). Owned by the generated code.
+// available: no TF32 on the handle, so its SGEMMs stay float32; the convolutions may
+// opt in to TF32, carve_cu_ctx_set_conv_math). Owned by the generated code.
 // (Added by the runtime, 2026-11-22: blas_workspace, the cuBLAS workspace allocated
 // once at init, so that cuBLAS never allocates inside a run or a graph capture;
 // generated code only calls init / destroy and reads `stream`.)
