@@ -124,6 +124,9 @@ def cmd_generate(args) -> int:
     from .quant.images import list_images
     say = _progress()
     precision_options(dict(precision_args(args), weights_dtype=args.weights_dtype))  # --precision / --calib first
+    if len(args.manifest) > 1 and args.batch != 1:
+        raise CarveError(f"--batch {args.batch}: one model per package (several manifests given)",
+                         hint="generate the model on its own with --backend cuda --batch N")
     if len(args.manifest) > 1:  # several models in one package: carve.multi
         if args.precision == "int8":
             raise CarveError("--precision int8: one model per package for now (several manifests given)",
@@ -136,7 +139,7 @@ def cmd_generate(args) -> int:
         args.checkpoint, args.manifest = [args.manifest], None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
     options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype, **head_args(args),
-               **precision_args(args)}
+               **precision_args(args), "batch": args.batch}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     weights = checkpoint
@@ -300,6 +303,10 @@ def parser() -> argparse.ArgumentParser:
                    help="--head nms: the IoU threshold of the suppression, in [0, 1] (default 0.7, Ultralytics')")
     g.add_argument("--agnostic", action="store_true",
                    help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
+    g.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="--backend cuda: images per run (default 1): run_images / enqueue_* take N images, each "
+                        "with its own slice of the device arena, all in one CUDA Graph (detect, pose, obb with "
+                        "the end-to-end head)")
     g.add_argument("--precision", choices=("fp32", "int8", "fp16"),
                    help="fp32 (default); int8 (portable, xnnpack): static post-training quantization from --calib "
                         "images (int8 weights per output channel, int8 activations per tensor, int32 accumulation; "

@@ -80,9 +80,7 @@ inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 
 // ---- cuBLAS mixed precision ----------------------------------------------------------------
 
-typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2 } cudaDataType_t;
-typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
-typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
+// (cudaDataType_t, cublasComputeType_t and cublasGemmAlgo_t: cuda_emu.h)
 
 namespace carve_emu {
 
@@ -154,6 +152,9 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                    const void* alpha, const void* A, cudaDataType_t Atype, int lda, const void* B,
                                    cudaDataType_t Btype, int ldb, const void* beta, void* C, cudaDataType_t Ctype,
                                    int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  if (Atype == CUDA_R_32F) {  // float32 operands (and TF32): cuda_emu.h
+    return emu_gemm_ex_f32(h, ta, tb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc, compute, algo);
+  }
   return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc,
                                     0, 1, compute, algo);
 }

@@ -143,6 +143,14 @@ add_test(NAME cuda_options
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_options PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 
+# --batch and the asynchronous API (issue 20), yolo26n at 64x64: a --batch 2 package's rows of each image (run_tensors,
+# enqueue_tensors from device memory with pinned results, run_images / enqueue_images) bit-identical to the
+# --batch 1 package's on that image alone; --batch refusals. tests/cuda/cuda_batch.py, tests/cuda/batch_main.cu.
+add_test(NAME cuda_batch
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_batch.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_batch PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
 # nvcc: one generated package per task for every architecture above, and the option variants of
 # nvcc_packages.py --options (weights file, f16), -Werror (skipped without nvcc).
 string(REPLACE ";" "," carve_cuda_archs_csv "${CARVE_CUDA_ARCHITECTURES}")
