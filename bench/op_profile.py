@@ -3,12 +3,14 @@
 
     python3 bench/op_profile.py PACKAGE_DIR IMAGE [--threads 1] [--runs 40] [--top 25]
 
-PACKAGE_DIR is a package from `carve generate ... --backend xnnpack` (or portable). The script copies it to a
-temporary folder, wraps every runtime call inside the generated `layer_NN_*` functions (each `carve_xnn_run`,
-`carve_epilogue`, `carve_conv3x3s1_winograd`, `carve_attention`, ... statement) in a clock read, builds the copy
-(CMake, Release) and runs its demo on IMAGE. It prints the time per operator kind (XNNPACK 1x1 convolutions,
-XNNPACK 3x3 stride-2 convolutions, the Winograd kernel, the SiLU epilogue, ...) with the FLOPs the kind covers,
-then the slowest single calls. The times are means over the demo's runs plus its warm-up run, in milliseconds.
+PACKAGE_DIR is a package from `carve generate ... --backend xnnpack` (or portable, fp32 or int8). The script copies
+it to a temporary folder, wraps every runtime call inside the generated `layer_NN_*` functions in a clock read (each
+`carve_xnn_run`, `carve_q8_run`, ... statement, and each call through the kernel table, `m->k.epilogue`,
+`m->k.conv3x3s1_winograd`, `m->k.q8conv`, `m->k.q8_pool`, ..., reported as carve_epilogue, carve_q8conv, ...),
+builds the copy (CMake, Release) and runs its demo on IMAGE. It prints the time per operator kind (XNNPACK 1x1
+convolutions, XNNPACK 3x3 stride-2 convolutions, the Winograd kernel, the SiLU epilogue; in an int8 package each
+carve_q8 descriptor kind, with the convolutions by kernel, stride and depthwise or dense, read from the package's
+k_q8_ops table) with the FLOPs the kind covers, then the slowest single calls. The times are means over the demo's runs plus its warm-up run, in milliseconds.
 The package itself is not changed; the timing adds two clock reads per call (about 0.1 us each).
 """
 
@@ -66,10 +68,14 @@ def instrument(source: str) -> tuple[str, list[str]]:
         if comment:
             current = f"{comment.group(1)}: {comment.group(2)}"
         stmt = line.strip()
-        if in_layer and (stmt.startswith("TRY(carve_") or re.match(r"carve_[a-z0-9_]+\(", stmt)):
+        if in_layer and (stmt.startswith(("TRY(carve_", "TRY(m->k.")) or re.match(r"carve_[a-z0-9_]+\(", stmt)):
             call = stmt[4:].split("(")[0] if stmt.startswith("TRY(") else stmt.split("(")[0]
+            if call.startswith("m->k."):  # the kernel table's variant of carve_<kernel>
+                call = "carve_" + call[len("m->k."):]
             part = re.search(r"// output channels (\d+)\.\.(\d+)", stmt)  # one slice of a split convolution
-            labels.append(f"{call}\t{current}" + (f" [slice {part.group(1)}..{part.group(2)}]" if part else ""))
+            q8 = re.search(r"k_q8_ops\[(\d+)\]", stmt)  # an int8 op: its descriptor
+            labels.append(f"{call}\t{current}" + (f" [slice {part.group(1)}..{part.group(2)}]" if part else "") +
+                          (f" [q8 {q8.group(1)}]" if q8 else ""))
             if _code(stmt).count("(") == _code(stmt).count(")"):
                 out.append(f"  {{ double t_ = now_ms(); {stmt}\n    carve_op_ms[{len(labels) - 1}] += now_ms() - t_; }}")
             else:
@@ -84,7 +90,43 @@ def instrument(source: str) -> tuple[str, list[str]]:
     return text, labels
 
 
-def kind_of(call: str, what: str) -> str:
+def q8_table(source: str) -> dict:
+    """The generated k_q8_ops table: {index: {"kind": "CONV", "kh": 3, ...}} (integer fields only)."""
+    out = {}
+    for m in re.finditer(r"/\*\s*(\d+) \S+ \*/\s*\{\.kind = CARVE_Q8_(\w+)(.*?)\},\n", source):
+        fields = {k: int(v) for k, v in re.findall(r"\.(\w+) = (-?\d+)\b(?![.\w])", m.group(3))}
+        out[int(m.group(1))] = dict(fields, kind=m.group(2))
+    return out
+
+
+def q8_desc(what: str, table: dict) -> dict | None:
+    m = re.search(r"\[q8 (\d+)\]", what)
+    return table.get(int(m.group(1))) if m else None
+
+
+def q8_kind(call: str, d: dict) -> str:
+    """An int8 op's kind: the descriptor kind, convolutions by kernel / stride and depthwise, dense or grouped."""
+    name = call.replace("carve_", "")
+    if d["kind"] != "CONV":
+        return f"int8 {d['kind'].lower()} ({name})"
+    dw = d.get("groups", 1) == d.get("cin") == d.get("cout")
+    shape = "depthwise" if dw else "grouped" if d.get("groups", 1) > 1 else "dense"
+    return f"int8 conv {d.get('kh')}x{d.get('kw')}/{d.get('stride')} {shape} ({name})"
+
+
+def q8_mflops(d: dict) -> float:
+    """2 x multiply-adds of an int8 convolution descriptor (0 for the other kinds)."""
+    if d is None or d["kind"] != "CONV":
+        return 0.0
+    oh = (d["h"] + 2 * d.get("pad", 0) - d["kh"]) // d["stride"] + 1
+    ow = (d["w"] + 2 * d.get("pad", 0) - d["kw"]) // d["stride"] + 1
+    return 2.0 * d["kh"] * d["kw"] * (d["cin"] // d.get("groups", 1)) * d["cout"] * oh * ow / 1e6
+
+
+def kind_of(call: str, what: str, table: dict | None = None) -> str:
+    d = q8_desc(what, table or {})
+    if d is not None:
+        return q8_kind(call, d)
     if call == "carve_xnn_run":
         if re.search(r"Conv2?d? 1x1", what):
             return "XNNPACK 1x1 convolution"
@@ -124,7 +166,9 @@ def main() -> int:
         pkg = Path(tmp) / "pkg"
         shutil.copytree(a.package, pkg, ignore=shutil.ignore_patterns("build"))
         src = pkg / sources[0].name
-        text, labels = instrument(src.read_text())
+        source = src.read_text()
+        table = q8_table(source)
+        text, labels = instrument(source)
         src.write_text(text)
         build = pkg / "build"
         subprocess.run(["cmake", "-S", str(pkg), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"], check=True,
@@ -145,12 +189,15 @@ def main() -> int:
     print(f"sum of the calls: {total:.2f} ms\n")
     kinds = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for ms, call, what in rows:
-        k = kinds[kind_of(call, what)]
+        k = kinds[kind_of(call, what, table)]
         k[0] += ms
-        k[1] += mflops(what) if call in ("carve_xnn_run", "carve_conv3x3s1_winograd", "carve_conv3x3s2_small_cin",
-                                                    "carve_dwconv3x3") else 0.0
+        d = q8_desc(what, table)
+        if d is not None:
+            k[1] += q8_mflops(d)
+        elif call in ("carve_xnn_run", "carve_conv3x3s1_winograd", "carve_conv3x3s2_small_cin", "carve_dwconv3x3"):
+            k[1] += mflops(what)
         k[2] += 1
-    print(f"{'kind':44s} {'calls':>5s} {'ms':>8s} {'share':>6s} {'MFLOPs':>8s} {'GFLOP/s':>8s}")
+    print(f"{'kind':44s} {'calls':>5s} {'ms':>8s} {'share':>6s} {'MFLOPs':>8s} {'GFLOP/s':>8s}  (int8: MOPs, GOP/s)")
     for name, (ms, mf, n) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
         rate = f"{mf / ms:8.1f}" if mf and ms else f"{'':8s}"
         print(f"{name:44s} {n:5d} {ms:8.3f} {100 * ms / total:5.1f}% {mf:8.1f} {rate}")

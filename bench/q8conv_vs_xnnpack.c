@@ -8,7 +8,7 @@
 // the kernel). Timings on a shared machine are indicative only.
 //
 //   cc -std=c11 -O3 -Iruntime bench/q8conv_vs_xnnpack.c runtime/carve_q8conv.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c runtime/carve_epilogue.c runtime/carve_winograd.c runtime/carve_stem.c -o /tmp/q8conv_bench -lXNNPACK -lm -lpthread
-//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,avx512vnni,portable] [--no-fp32] [--cpu]
+//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,amx_packed,amx_implicit,avx512vnni,portable] [--no-fp32] [--cpu] [--in-stride-x2]
 //
 // Per layer: the median of R runs (default 9) of each system, alternating (run r starts with system r mod the number
 // of systems, so that none always runs first), with a pool of N threads (default 2;
@@ -139,6 +139,7 @@ enum { NUM_LAYERS = sizeof k_layers / sizeof k_layers[0] };
 // Wall-clock time, or with --cpu the CPU time of the calling thread (for --threads 1: what the run cost the core,
 // whatever else the machine runs; with a pool the workers' time would be missing).
 static clockid_t g_clock = CLOCK_MONOTONIC;
+static int g_in_stride_x2 = 0;  // --in-stride-x2: carve's input a view with pixels 2 * cin bytes apart
 static double now_ms(void) {
   struct timespec t;
   clock_gettime(g_clock, &t);
@@ -220,9 +221,11 @@ int main(int argc, char** argv) {
       fp32 = 0;
     } else if (!strcmp(argv[i], "--cpu")) {
       g_clock = CLOCK_THREAD_CPUTIME_ID;
+    } else if (!strcmp(argv[i], "--in-stride-x2")) {
+      g_in_stride_x2 = 1;
     } else {
       fprintf(stderr, "usage: q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants LIST] [--no-fp32] "
-                      "[--cpu]\n");
+                      "[--cpu] [--in-stride-x2]\n");
       return 2;
     }
   }
@@ -230,21 +233,33 @@ int main(int argc, char** argv) {
     fprintf(stderr, "q8conv_bench: --threads 1..64, --runs 1..1000, --cpu only with --threads 1\n");
     return 2;
   }
-  // The int8 variants to time, in the order asked, those this CPU runs.
-  const char* names[3];
-  carve_q8conv_fn fns[3];
+  // The int8 variants to time, in the order asked, those this CPU runs (amx_packed / amx_implicit: the AMX variant
+  // with A always packed / read in place wherever possible, runtime/carve_q8conv_isa.h).
+  const char* names[5];
+  carve_q8conv_fn fns[5];
   int nv = 0;
-  if (strstr(want, "amx") && carve_q8conv_amx_ready()) {
-    names[nv] = "amx";
-    fns[nv++] = carve_q8conv__amx;
-  }
-  if (strstr(want, "avx512vnni") && carve_q8conv_vnni_ready()) {
-    names[nv] = "vnni";
-    fns[nv++] = carve_q8conv__avx512vnni;
-  }
-  if (strstr(want, "portable")) {
-    names[nv] = "portable";
-    fns[nv++] = carve_q8conv__portable;
+  char list[256];
+  snprintf(list, sizeof list, "%s", want);
+  for (char* tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
+    if (!strcmp(tok, "amx") && carve_q8conv_amx_ready()) {
+      names[nv] = "amx";
+      fns[nv++] = carve_q8conv__amx;
+    } else if (!strcmp(tok, "amx_packed") && carve_q8conv_amx_ready()) {
+      names[nv] = "amx_pk";
+      fns[nv++] = carve_q8conv__amx_packed;
+    } else if (!strcmp(tok, "amx_implicit") && carve_q8conv_amx_ready()) {
+      names[nv] = "amx_im";
+      fns[nv++] = carve_q8conv__amx_implicit;
+    } else if (!strcmp(tok, "avx512vnni") && carve_q8conv_vnni_ready()) {
+      names[nv] = "vnni";
+      fns[nv++] = carve_q8conv__avx512vnni;
+    } else if (!strcmp(tok, "portable")) {
+      names[nv] = "portable";
+      fns[nv++] = carve_q8conv__portable;
+    }
+    if (nv == 5) {
+      break;
+    }
   }
   pthreadpool_t pool = threads > 1 ? pthreadpool_create(threads) : NULL;
   const size_t slots = threads * CARVE_POOL_SLOTS_PER_THREAD;
@@ -297,9 +312,15 @@ int main(int argc, char** argv) {
     uint8_t* blob = alloc64(blob_n);
     for (int i = 0; i < 256; i++) blob[i] = (uint8_t)(i < 128 ? 128 : i);
     pack_record(blob + rec_off, w8, b32, mul, shift, k, cin, cout);
-    const size_t out_off = (h * w * cin + 63) / 64 * 64, arena_n = out_off + oh * ow * cout;
+    // carve's input view: packed, or with --in-stride-x2 every pixel 2 * cin bytes apart (channels cin .. 2 cin - 1
+    // another tensor's: noise), as a channel slice of a concat or split is
+    const size_t xs = g_in_stride_x2 ? 2 * cin : cin;
+    const size_t out_off = (h * w * xs + 63) / 64 * 64, arena_n = out_off + oh * ow * cout;
     uint8_t* arena = alloc64(arena_n);
-    memcpy(arena, x8, h * w * cin);
+    for (size_t p = 0; p < h * w; p++) {
+      memcpy(arena + p * xs, x8 + p * cin, cin);
+      for (size_t j = cin; j < xs; j++) arena[p * xs + j] = (uint8_t)next_u32();
+    }
     void* scratch = alloc64(slots * CARVE_Q8CONV_SLOT_BYTES(k, k, cin));
     carve_q8_desc d;
     memset(&d, 0, sizeof d);
@@ -312,7 +333,7 @@ int main(int argc, char** argv) {
     d.cout = (uint32_t)cout;
     d.h = (uint32_t)h;
     d.w = (uint32_t)w;
-    d.in_stride = cin;
+    d.in_stride = (uint32_t)xs;
     d.out_stride = cout;
     d.out_off = out_off;
     d.weight_off = rec_off;

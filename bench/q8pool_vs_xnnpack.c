@@ -6,12 +6,15 @@
 // dequantizes). Not part of the package or the tests (tests/runtime/q8_pool_vs_run.py checks the kernels).
 // Timings on a shared machine are indicative only.
 //
-//   cc -std=c11 -O3 -Iruntime bench/q8pool_vs_xnnpack.c runtime/carve_q8.c runtime/carve_rt.c runtime/carve_pool.c -o /tmp/q8pool_bench -lXNNPACK -lm -lpthread
+//   cc -std=c11 -O3 -Iruntime bench/q8pool_vs_xnnpack.c runtime/carve_q8.c runtime/carve_q8_pool.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c -o /tmp/q8pool_bench -lXNNPACK -lm -lpthread
 //   /tmp/q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu]
 //
 // Systems, per op: "q8 run" carve_q8_run on the calling thread (what xnnpack int8 packages ran these element-wise
 // ops on before carve_q8_run_pool), "q8 pool" carve_q8_run_pool on a pool of N threads (default 2; carve's pool,
-// which XNNPACK's operators run on too, as in a package), "xnnpack" XNNPACK's operator on the same pool:
+// which XNNPACK's operators run on too, as in a package; its portable loops), "q8 isa" the variant of
+// carve_q8_run_pool a package selects on this CPU (runtime/carve_q8_pool.h: avx512vbmi, avx512 or portable; its
+// output checked byte for byte against carve_q8_run_pool's, "isa x" its speed-up over "q8 pool"), "xnnpack"
+// XNNPACK's operator on the same pool:
 // xnn_create_convolution2d_nhwc_qc8 for a depthwise convolution, followed for a SiLU layer by the int8 table in
 // place on the pool (lut_pass: what the xnnpack int8 package ran, carve_q8_lut of runtime ABI 10, before
 // carve_q8_run_pool), xnn_create_add_nd_qs8 for an add,
@@ -30,6 +33,7 @@
 #include <xnnpack.h>
 
 #include "../runtime/carve_q8.h"
+#include "../runtime/carve_q8_pool.h"
 
 typedef enum op_kind { DW, ADD, QUANT, DEQUANT, POOL, UPSAMPLE, COPY } op_kind;
 
@@ -63,7 +67,7 @@ static const op k_ops[] = {
     {"dequantize 80x80x64", DEQUANT, 80, 80, 64, 0},
     {"dequantize 20x20x256", DEQUANT, 20, 20, 256, 0},
 };
-enum { NUM_OPS = sizeof k_ops / sizeof k_ops[0], SYSTEMS = 3 };
+enum { NUM_OPS = sizeof k_ops / sizeof k_ops[0], SYSTEMS = 4, XNN = 3 };
 
 static clockid_t g_clock = CLOCK_MONOTONIC;
 static double now_ms(void) {
@@ -290,7 +294,10 @@ int main(int argc, char** argv) {
   }
   printf("yolo26n 640, int8 ops, %zu thread(s), median of %d runs, %s ms; indicative only\n", threads, runs,
          g_clock == CLOCK_MONOTONIC ? "wall-clock" : "thread CPU");
-  printf("%-28s %-14s %9s %9s %9s %9s\n", "op", "input", "q8 run", "q8 pool", "xnnpack", "diff");
+  const carve_q8_pool_fn isa_run = carve_q8_pool_select(carve_isa_detect());
+  printf("q8 isa: the %s variant of carve_q8_run_pool\n", carve_q8_pool_name(isa_run));
+  printf("%-28s %-14s %9s %9s %9s %6s %9s %9s\n", "op", "input", "q8 run", "q8 pool", "q8 isa", "isa x", "xnnpack",
+         "diff");
   double tot[SYSTEMS] = {0}, tot_xnn_ops[SYSTEMS] = {0};
   for (int oi = 0; oi < NUM_OPS; oi++) {
     const op* o = &k_ops[oi];
@@ -307,7 +314,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < runs + 1; r++) {  // run 0 warms up
       for (int j = 0; j < SYSTEMS; j++) {
         const int v = (r + j) % SYSTEMS;
-        if (v == 2 && b.xop == NULL) {
+        if (v == XNN && b.xop == NULL) {
           continue;
         }
         const double t0 = now_ms();
@@ -316,6 +323,8 @@ int main(int argc, char** argv) {
           st = carve_q8_run(&b.d, b.blob, b.arena);
         } else if (v == 1) {
           st = carve_q8_run_pool(&b.d, b.blob, b.arena, pool);
+        } else if (v == 2) {
+          st = isa_run(&b.d, b.blob, b.arena, pool);
         } else {
           st = xnn_run_operator(b.xop, pool) == xnn_status_success ? CARVE_OK : CARVE_ERR_BACKEND;
           if (st == CARVE_OK && b.lut != NULL) {
@@ -334,13 +343,31 @@ int main(int argc, char** argv) {
     printf("%-28s %-14s", o->name, shape);
     double ms[SYSTEMS];
     for (int v = 0; v < SYSTEMS; v++) {
-      if (v == 2 && b.xop == NULL) {
+      if (v == XNN && b.xop == NULL) {
         printf(" %9s", "-");
         continue;
       }
       ms[v] = median(t[v], runs);
       tot[v] += ms[v];
       printf(" %9.3f", ms[v]);
+      if (v == 2) {
+        printf(" %5.2fx", ms[1] / ms[2]);
+      }
+    }
+    if (o->kind != COPY && o->kind != UPSAMPLE) {  // the variant's bytes against carve_q8_run_pool's (packed outputs)
+      const size_t out_bytes = b.y_bytes;
+      unsigned char* ref = malloc(out_bytes);
+      if (ref == NULL || carve_q8_run_pool(&b.d, b.blob, b.arena, pool) != CARVE_OK) {
+        return 1;
+      }
+      memcpy(ref, b.arena + b.d.out_off, out_bytes);
+      memset(b.arena + b.d.out_off, 0x5a, out_bytes);
+      if (isa_run(&b.d, b.blob, b.arena, pool) != CARVE_OK || memcmp(ref, b.arena + b.d.out_off, out_bytes) != 0) {
+        fprintf(stderr, "%s: the %s variant's bytes differ from carve_q8_run_pool's\n", o->name,
+                carve_q8_pool_name(isa_run));
+        return 1;
+      }
+      free(ref);
     }
     if (b.xop != NULL) {
       for (int v = 0; v < SYSTEMS; v++) tot_xnn_ops[v] += ms[v];
@@ -366,9 +393,10 @@ int main(int argc, char** argv) {
     printf("\n");
     free(b.arena), free(b.blob), free(b.y_xnn);
   }
-  printf("%-28s %-14s %9.2f %9.2f %9s  (all ops)\n", "total", "", tot[0], tot[1], "");
-  printf("%-28s %-14s %9.2f %9.2f %9.2f  (the ops XNNPACK has)\n", "total", "", tot_xnn_ops[0], tot_xnn_ops[1],
-         tot_xnn_ops[2]);
+  printf("%-28s %-14s %9.2f %9.2f %9.2f %5.2fx %9s  (all ops)\n", "total", "", tot[0], tot[1], tot[2],
+         tot[1] / tot[2], "");
+  printf("%-28s %-14s %9.2f %9.2f %9.2f %5.2fx %9.2f  (the ops XNNPACK has)\n", "total", "", tot_xnn_ops[0],
+         tot_xnn_ops[1], tot_xnn_ops[2], tot_xnn_ops[1] / tot_xnn_ops[2], tot_xnn_ops[XNN]);
   if (pool) pthreadpool_destroy(pool);
   return 0;
 }

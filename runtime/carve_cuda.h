@@ -70,7 +70,8 @@ extern "C" {
 
 // What every call needs: the stream its work goes on and a cuBLAS handle bound to
 // that stream (math mode CUBLAS_DEFAULT_MATH with CUBLAS_PEDANTIC_MATH where
-// available: no TF32, so results stay float32 GEMMs). Owned by the generated code.
+// available: no TF32 on the handle, so its SGEMMs stay float32; the convolutions may
+// opt in to TF32, carve_cu_ctx_set_conv_math). Owned by the generated code.
 // (Added by the runtime, 2026-11-22: blas_workspace, the cuBLAS workspace allocated
 // once at init, so that cuBLAS never allocates inside a run or a graph capture;
 // generated code only calls init / destroy and reads `stream`.)
@@ -81,6 +82,7 @@ typedef struct carve_cu_ctx {
   void* blas_workspace;  // device, CARVE_CU_BLAS_WORKSPACE_BYTES (32 MiB on sm_90+)
   int owns_blas;         // 1: blas was created here (cublasCreate): destroy calls cublasDestroy
   int owns_workspace;    // 1: blas_workspace was cudaMalloc'ed here: destroy frees it
+  int conv_tf32;         // 1: the convolutions' GEMMs use TF32 tensor cores (carve_cu_ctx_set_conv_math)
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -108,6 +110,18 @@ size_t carve_cu_blas_workspace_bytes(void);
 // carve_cu_ctx_destroy then frees nothing of the caller's (only a handle created here).
 carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cublasHandle_t blas, void* workspace,
                                     size_t workspace_bytes);
+
+// The math of the convolutions' GEMMs (carve_cu_conv2d's 1x1 and im2col GEMMs, carve_cu_deconv2d's):
+// CARVE_CU_MATH_STRICT (what init sets): float32 GEMMs (the pedantic math mode above);
+// CARVE_CU_MATH_TF32: cublasGemmEx with CUBLAS_COMPUTE_32F_FAST_TF32, TF32 tensor cores on sm_80 and
+// newer: both GEMM inputs rounded to TF32 (8-bit exponent, 10-bit mantissa, round to nearest), products
+// accumulated in float32, as PyTorch's default for convolutions (torch.backends.cudnn.allow_tf32).
+// Older GPUs have no TF32: the request is accepted and the GEMMs stay float32 (conv_tf32 reads 0).
+// Depthwise convolutions, linear, attention and the mask logits always stay float32. Host function;
+// CARVE_ERR_INVALID_ARGUMENT for a NULL context or another value; CARVE_ERR_BACKEND when the device
+// cannot be queried.
+typedef enum carve_cu_math { CARVE_CU_MATH_STRICT = 0, CARVE_CU_MATH_TF32 = 1 } carve_cu_math;
+carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 
 // ---- Weights ----------------------------------------------------------------------
 
@@ -248,6 +262,11 @@ size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out_w, int out
 carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
                                 size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
                                 float* out, void* scratch);
+
+// A float32 NCHW tensor (c, h, w) already on the device, as a dense NHWC (h, w, c) one: the network
+// input of a run from a device tensor (carve_nchw_to_nhwc of carve_layout.h on the device, exact).
+carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
+                                   float* y);
 
 // carve_classify_preprocess on the device, bit-identical to the CPU one.
 size_t carve_cu_classify_scratch_bytes(int w, int h, int out);

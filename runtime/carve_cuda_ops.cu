@@ -47,6 +47,7 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->blas_workspace = NULL;
   ctx->owns_blas = 0;
   ctx->owns_workspace = 0;
+  ctx->conv_tf32 = 0;
 }
 
 extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream) {
@@ -107,6 +108,19 @@ extern "C" void carve_cu_ctx_destroy(carve_cu_ctx* ctx) {
   ctx->owns_workspace = 0;
 }
 
+extern "C" carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math) {
+  if (ctx == NULL || (math != CARVE_CU_MATH_STRICT && math != CARVE_CU_MATH_TF32)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return CARVE_ERR_BACKEND;
+  }
+  ctx->conv_tf32 = math == CARVE_CU_MATH_TF32 && major >= 8;  // TF32 tensor cores: Ampere and newer
+  return CARVE_OK;
+}
+
 // ---- Weights ----------------------------------------------------------------------------
 
 // binary16 -> binary32 by bit manipulation, carve_weights.c's half_to_float: sign, 5-bit
@@ -161,6 +175,24 @@ static carve_status gemm_nt(const carve_cu_ctx* ctx, size_t m, size_t n, size_t 
   const float one = 1.0f, zero = 0.0f;
   CARVE_CU_CHECK_BLAS(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, (int)lda, b,
                                   (int)ldb, &zero, c, (int)ldc));
+  return CARVE_OK;
+}
+
+// gemm_nt for the convolutions: with ctx->conv_tf32, cublasGemmEx with TF32 tensor-op compute
+// (carve_cu_ctx_set_conv_math), else the float32 SGEMM.
+static carve_status gemm_conv(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const float* a, size_t lda,
+                              const float* b, size_t ldb, float* c, size_t ldc) {
+  if (!ctx->conv_tf32) {
+    return gemm_nt(ctx, m, n, k, a, lda, b, ldb, c, ldc);
+  }
+  if (!carve_cu_fits_int(m) || !carve_cu_fits_int(n) || !carve_cu_fits_int(k) || !carve_cu_fits_int(lda) ||
+      !carve_cu_fits_int(ldb) || !carve_cu_fits_int(ldc)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, CUDA_R_32F,
+                                   (int)lda, b, CUDA_R_32F, (int)ldb, &zero, c, CUDA_R_32F, (int)ldc,
+                                   CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
   return CARVE_OK;
 }
 
@@ -301,7 +333,7 @@ extern "C" carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_
   }
   carve_status st;
   if (conv_is_gemm(c)) {
-    st = gemm_nt(ctx, c->cout, pixels, c->cin, weight, c->cin, x, c->in_stride, y, c->out_stride);
+    st = gemm_conv(ctx, c->cout, pixels, c->cin, weight, c->cin, x, c->in_stride, y, c->out_stride);
   } else {
     if (scratch == NULL) {
       return CARVE_ERR_INVALID_ARGUMENT;
@@ -314,7 +346,7 @@ extern "C" carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_
       CARVE_LAUNCH(carve_cu_im2col_kernel, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
                    c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, scratch);
       CARVE_CU_CHECK_LAUNCH();
-      st = gemm_nt(ctx, c->cout, count, k, weight, k, scratch, k, y + first * c->out_stride, c->out_stride);
+      st = gemm_conv(ctx, c->cout, count, k, weight, k, scratch, k, y + first * c->out_stride, c->out_stride);
     }
   }
   if (st != CARVE_OK) {
@@ -362,7 +394,7 @@ extern "C" carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, u
   }
   // t^T (cout k k, h w) = W (cout k k, cin) X^T (cin, h w).
   const size_t rows = (size_t)cout * k * k;
-  const carve_status st = gemm_nt(ctx, rows, (size_t)h * w, cin, weight, cin, x, in_stride, scratch, rows);
+  const carve_status st = gemm_conv(ctx, rows, (size_t)h * w, cin, weight, cin, x, in_stride, scratch, rows);
   if (st != CARVE_OK) {
     return st;
   }

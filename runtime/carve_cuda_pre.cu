@@ -197,3 +197,25 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
+
+// ---- NCHW -> NHWC (a run from a device tensor) ------------------------------------------
+
+// y[(i * w + j) * c + ch] = x[(ch * h + i) * w + j], one thread per output element.
+__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw,
+                                             float* __restrict__ y) {
+  CARVE_CU_FOR(e, hw * c) {
+    const size_t p = e / c, ch = e % c;
+    y[e] = x[ch * hw + p];
+  }
+}
+
+extern "C" carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h,
+                                              uint32_t w, float* y) {
+  if (ctx == NULL || x == NULL || y == NULL || c == 0 || h == 0 || w == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t hw = (size_t)h * w;
+  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel, carve_cu_blocks(hw * c), CARVE_CU_THREADS, ctx->stream, x, c, hw, y);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}

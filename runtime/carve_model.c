@@ -7,6 +7,7 @@
 
 #include "carve_layout.h"  // carve_nchw_to_nhwc
 #include "carve_post.h"    // carve_topk_probs
+#include "carve_pre.h"     // the pre-processing and the int8 input
 
 #define TRY(expr)                  \
   do {                             \
@@ -309,6 +310,19 @@ static carve_status run_network(carve_model* m) {
 
 static int is_detector(const carve_model* m) { return m->desc->task != CARVE_TASK_CLASSIFY; }
 
+// The network input in the arena: float32 (desc->input_q8 0) or int8 (1).
+static float* input_f32(carve_model* m) { return m->arena + m->desc->input_off; }
+static int8_t* input_q8(carve_model* m) { return (int8_t*)(void*)(m->arena + m->desc->input_off); }
+
+// The caller's float32 NCHW tensor as the network input: transposed to NHWC, and quantized for an int8 input.
+static carve_status tensor_input(carve_model* m, const float* input_nchw) {
+  const carve_model_desc* d = m->desc;
+  if (d->input_q8) {
+    return carve_nchw_to_nhwc_q8(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, input_q8(m));
+  }
+  return carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, input_f32(m), 3);
+}
+
 carve_status carve_model_collect_detections(const carve_model* m, float conf, const carve_letterbox_info* info,
                                             void* dets, size_t max_dets, size_t* num_dets) {
   if (num_dets != NULL) {
@@ -350,8 +364,13 @@ carve_status carve_model_detect_image(carve_model* m, const uint8_t* rgb, int wi
   }
   *num_dets = 0;
   const carve_model_desc* d = m->desc;
-  TRY(carve_letterbox(rgb, width, height, stride_bytes, d->input_w, d->input_h, m->arena + d->input_off, m->scratch,
-                      &m->letterbox, m->pool));
+  if (d->input_q8) {
+    TRY(carve_letterbox_q8(rgb, width, height, stride_bytes, d->input_w, d->input_h, input_q8(m), m->scratch,
+                           &m->letterbox, m->pool));
+  } else {
+    TRY(carve_letterbox(rgb, width, height, stride_bytes, d->input_w, d->input_h, input_f32(m), m->scratch,
+                        &m->letterbox, m->pool));
+  }
   TRY(run_network(m));
   return carve_model_collect_detections(m, conf, &m->letterbox, dets, max_dets, num_dets);
 }
@@ -362,8 +381,7 @@ carve_status carve_model_detect_tensor(carve_model* m, const float* input_nchw, 
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   *num_dets = 0;
-  const carve_model_desc* d = m->desc;
-  TRY(carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3));
+  TRY(tensor_input(m, input_nchw));
   TRY(run_network(m));
   return carve_model_collect_detections(m, conf, NULL, dets, max_dets, num_dets);
 }
@@ -389,8 +407,11 @@ carve_status carve_model_classify_image(carve_model* m, const uint8_t* rgb, int 
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const carve_model_desc* d = m->desc;
-  TRY(carve_classify_preprocess(rgb, width, height, stride_bytes, d->input_w, m->arena + d->input_off, scratch,
-                                m->pool));
+  if (d->input_q8) {
+    TRY(carve_classify_preprocess_q8(rgb, width, height, stride_bytes, d->input_w, input_q8(m), scratch, m->pool));
+  } else {
+    TRY(carve_classify_preprocess(rgb, width, height, stride_bytes, d->input_w, input_f32(m), scratch, m->pool));
+  }
   TRY(run_network(m));
   return carve_model_top_classes(m, top, k);
 }
@@ -399,8 +420,7 @@ carve_status carve_model_classify_tensor(carve_model* m, const float* input_nchw
   if (m == NULL || input_nchw == NULL || (top == NULL && k > 0) || k > m->desc->topk || is_detector(m)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  const carve_model_desc* d = m->desc;
-  TRY(carve_nchw_to_nhwc(input_nchw, 3, (size_t)d->input_h, (size_t)d->input_w, m->arena + d->input_off, 3));
+  TRY(tensor_input(m, input_nchw));
   TRY(run_network(m));
   return carve_model_top_classes(m, top, k);
 }

@@ -120,6 +120,11 @@ typedef struct carve_model_desc {
   // Input and outputs, offsets in floats from the arena base.
   int input_h, input_w;        // the network input (1, input_h, input_w, 3) NHWC at input_off
   size_t input_off;
+  // 0: the input is float32 (value / 255). 1: it is int8 at carve_pre.h's CARVE_PRE_Q8_SCALE and
+  // CARVE_PRE_Q8_ZERO (an int8 package whose first layer reads int8: the pre-processing writes value - 128
+  // with carve_letterbox_q8 / carve_classify_preprocess_q8, a tensor run quantizes the caller's float32
+  // tensor with carve_nchw_to_nhwc_q8; no float32 input in the arena).
+  int input_q8;
   carve_model_task task;
   size_t num_classes;
   size_t output0_off;          // end-to-end rows (row_len floats each) or the class probabilities

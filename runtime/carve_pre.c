@@ -102,6 +102,18 @@ CARVE_PRE_SIMD_CLONES static void resize_row_v(const int32_t* s0, const int32_t*
   }
 }
 
+// The same vertical pass for an int8 output: d[i] = v - 128 (carve_pre.h: arith.quantize of v / 255.0f at
+// scale 1/255, zero point -128, exactly).
+CARVE_PRE_SIMD_CLONES static void resize_row_v_q8(const int32_t* s0, const int32_t* s1, int32_t b0,
+                                                  int32_t b1, size_t n, int8_t* d) {
+  for (size_t i = 0; i < n; i++) {
+    int32_t v = ((((s0[i] >> 4) * b0) >> 16) + (((s1[i] >> 4) * b1) >> 16) + 2) >> 2;
+    v = v < 0 ? 0 : v;
+    v = v > 255 ? 255 : v;
+    d[i] = (int8_t)(v + CARVE_PRE_Q8_ZERO);
+  }
+}
+
 // Fills xofs / xcoef for src_w -> new_w columns.
 static void resize_plan_columns(int src_w, int new_w, resize_plan* plan) {
   const double scale_x = carve_pre_resize_scale(src_w, new_w);
@@ -125,44 +137,57 @@ typedef struct letterbox_ctx {
   const uint8_t* rgb;
   size_t src_stride;
   int src_w, src_h, out_h, new_w, new_h, left, top;
-  size_t out_row;     // floats per output row
-  float* out;         // (out_h, out_w, 3)
+  size_t out_row;     // values per output row
+  float* out;         // (out_h, out_w, 3) float32, or NULL for
+  int8_t* out_q8;     // (out_h, out_w, 3) int8 (carve_letterbox_q8)
   float pad;          // the border value, 114 / 255
   resize_plan plan;   // xofs, xcoef; rows: CARVE_LETTERBOX_BANDS pairs of rows
   double scale_y;
   const float* to_float;  // uint8 -> float / 255 (256 entries)
 } letterbox_ctx;
 
+// Values [i0, i1) of output row y set to the border (114 / 255, or 114 - 128 in int8).
+static void fill_border(const letterbox_ctx* c, int y, size_t i0, size_t i1) {
+  const size_t at = (size_t)y * c->out_row;
+  if (c->out_q8 != NULL) {
+    memset(c->out_q8 + at + i0, (uint8_t)(int8_t)(CARVE_PRE_LETTERBOX_PAD + CARVE_PRE_Q8_ZERO), i1 - i0);
+    return;
+  }
+  for (size_t i = i0; i < i1; i++) {
+    c->out[at + i] = c->pad;
+  }
+}
+
 // Output rows [y0, y1): the border, then the image region of those rows (copied
 // when the size does not change, else resized with two cached source rows).
 static void letterbox_rows(const letterbox_ctx* c, int y0, int y1, int32_t* rows) {
   const size_t out_row = c->out_row;
   for (int y = y0; y < y1; y++) {
-    float* row = c->out + (size_t)y * out_row;
     if (y < c->top || y >= c->top + c->new_h) {
-      for (size_t i = 0; i < out_row; i++) {
-        row[i] = c->pad;
-      }
+      fill_border(c, y, 0, out_row);
       continue;
     }
-    for (size_t i = 0; i < (size_t)c->left * 3; i++) {
-      row[i] = c->pad;
-    }
-    for (size_t i = (size_t)(c->left + c->new_w) * 3; i < out_row; i++) {
-      row[i] = c->pad;
-    }
+    fill_border(c, y, 0, (size_t)c->left * 3);
+    fill_border(c, y, (size_t)(c->left + c->new_w) * 3, out_row);
   }
   // The image rows dy of these output rows: (new_h, new_w, 3) at (top, left).
   const int d0 = y0 - c->top < 0 ? 0 : y0 - c->top;
   const int d1 = y1 - c->top > c->new_h ? c->new_h : y1 - c->top;
-  float* dst = c->out + (size_t)c->top * out_row + (size_t)c->left * 3;
+  const size_t at = (size_t)c->top * out_row + (size_t)c->left * 3;  // of image row 0
   const size_t n = (size_t)c->new_w * 3;
   if (c->new_w == c->src_w && c->new_h == c->src_h) {
     for (int y = d0; y < d1; y++) {
       const uint8_t* s = c->rgb + (size_t)y * c->src_stride;
-      float* d = dst + (size_t)y * out_row;
-      for (size_t i = 0; i < n; i++) {
-        d[i] = c->to_float[s[i]];
+      if (c->out_q8 != NULL) {
+        int8_t* d = c->out_q8 + at + (size_t)y * out_row;
+        for (size_t i = 0; i < n; i++) {
+          d[i] = (int8_t)((int32_t)s[i] + CARVE_PRE_Q8_ZERO);
+        }
+      } else {
+        float* d = c->out + at + (size_t)y * out_row;
+        for (size_t i = 0; i < n; i++) {
+          d[i] = c->to_float[s[i]];
+        }
       }
     }
     return;
@@ -183,7 +208,11 @@ static void letterbox_rows(const letterbox_ctx* c, int y0, int y1, int32_t* rows
       }
       s[k] = cache[slot];
     }
-    resize_row_v(s[0], s[1], b0, b1, n, dst + (size_t)dy * out_row);
+    if (c->out_q8 != NULL) {
+      resize_row_v_q8(s[0], s[1], b0, b1, n, c->out_q8 + at + (size_t)dy * out_row);
+    } else {
+      resize_row_v(s[0], s[1], b0, b1, n, c->out + at + (size_t)dy * out_row);
+    }
   }
 }
 
@@ -197,10 +226,11 @@ static void letterbox_task(void* context, size_t start, size_t count) {
   }
 }
 
-carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
-                             int out_w, int out_h, float* out_nhwc, void* scratch,
-                             carve_letterbox_info* info, pthreadpool_t pool) {
-  if (rgb == NULL || out_nhwc == NULL || scratch == NULL) {
+// carve_letterbox into out_f (float32) or, when out_f is NULL, into out_q (int8).
+static carve_status letterbox_to(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes, int out_w,
+                                 int out_h, float* out_f, int8_t* out_q, void* scratch, carve_letterbox_info* info,
+                                 pthreadpool_t pool) {
+  if (rgb == NULL || (out_f == NULL && out_q == NULL) || scratch == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   if ((uintptr_t)scratch % _Alignof(int32_t) != 0 || out_w <= 0 || out_h <= 0) {
@@ -223,8 +253,8 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
   }
   int32_t* base = scratch;
   letterbox_ctx ctx = {rgb, src_stride_bytes, src_w, src_h, out_h, geo.new_w, geo.new_h, (int)geo.pad_x,
-                       (int)geo.pad_y, (size_t)out_w * 3, out_nhwc, to_float[CARVE_PRE_LETTERBOX_PAD],
-                       {base, base + geo.new_w, base + 3 * (size_t)geo.new_w},
+                       (int)geo.pad_y, (size_t)out_w * 3, out_f, out_f == NULL ? out_q : NULL,
+                       to_float[CARVE_PRE_LETTERBOX_PAD], {base, base + geo.new_w, base + 3 * (size_t)geo.new_w},
                        carve_pre_resize_scale(src_h, geo.new_h), to_float};
   if (geo.new_w != src_w || geo.new_h != src_h) {
     resize_plan_columns(src_w, geo.new_w, &ctx.plan);
@@ -233,6 +263,51 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
 
   if (info != NULL) {
     *info = geo;
+  }
+  return CARVE_OK;
+}
+
+carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
+                             int out_w, int out_h, float* out_nhwc, void* scratch,
+                             carve_letterbox_info* info, pthreadpool_t pool) {
+  if (out_nhwc == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return letterbox_to(rgb, src_w, src_h, src_stride_bytes, out_w, out_h, out_nhwc, NULL, scratch, info, pool);
+}
+
+carve_status carve_letterbox_q8(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
+                                int out_w, int out_h, int8_t* out_nhwc, void* scratch,
+                                carve_letterbox_info* info, pthreadpool_t pool) {
+  if (out_nhwc == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return letterbox_to(rgb, src_w, src_h, src_stride_bytes, out_w, out_h, NULL, out_nhwc, scratch, info, pool);
+}
+
+// ---- int8 input from a float32 tensor ----------------------------------------
+
+// arith.quantize(x, CARVE_PRE_Q8_SCALE, CARVE_PRE_Q8_ZERO): v = x / scale in float32, NaN -> 0, clamped to
+// [-512, 512]; q = clamp(rint(v) + zp), rint half to even (nearbyintf in the default rounding mode), as
+// CARVE_Q8_QUANTIZE computes it.
+static int8_t quantize_input(float x) {
+  float v = x / CARVE_PRE_Q8_SCALE;
+  v = v != v ? 0.0f : v;
+  v = v > 512.0f ? 512.0f : v < -512.0f ? -512.0f : v;
+  const int32_t q = (int32_t)nearbyintf(v) + CARVE_PRE_Q8_ZERO;
+  return (int8_t)(q < -128 ? -128 : q > 127 ? 127 : q);
+}
+
+carve_status carve_nchw_to_nhwc_q8(const float* x, size_t c, size_t h, size_t w, int8_t* y) {
+  if (x == NULL || y == NULL || c == 0 || h == 0 || w == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t pixels = h * w;
+  for (size_t ch = 0; ch < c; ch++) {
+    const float* xc = x + ch * pixels;
+    for (size_t p = 0; p < pixels; p++) {
+      y[p * c + ch] = quantize_input(xc[p]);
+    }
   }
   return CARVE_OK;
 }
@@ -277,7 +352,8 @@ typedef struct classify_ctx {
   uint8_t* rows;          // (y_hi - y_lo, out, 3): the horizontal pass
   const uint8_t* src;     // what the vertical pass reads: rows, or the source image
   size_t src_stride, src_x;
-  float* out_nhwc;
+  float* out_nhwc;        // float32 output, or NULL for
+  int8_t* out_q8;         // int8 output (carve_classify_preprocess_q8)
 } classify_ctx;
 
 // Horizontal pass of source rows [y_lo + start, y_lo + start + count).
@@ -293,33 +369,49 @@ static void classify_rows_h(void* context, size_t start, size_t count) {
   }
 }
 
-// Vertical pass (or the crop) and the conversion to float of output rows [start, start + count).
+// Vertical pass (or the crop) and the conversion to float (value / 255) or int8 (value - 128) of output rows
+// [start, start + count).
 static void classify_rows_v(void* context, size_t start, size_t count) {
   const classify_ctx* c = context;
   const size_t n = (size_t)c->out * 3;
   for (size_t yy = start; yy < start + count; yy++) {
-    float* o = c->out_nhwc + yy * n;
+    float* o = c->out_nhwc != NULL ? c->out_nhwc + yy * n : NULL;
+    int8_t* o8 = c->out_q8 != NULL ? c->out_q8 + yy * n : NULL;
     if (c->p->resize_y) {
       const int32_t ymin = c->yb[2 * yy], taps = c->yb[2 * yy + 1];
       const int32_t* k = c->yk + yy * (size_t)c->p->ksize_y;
       const uint8_t* col = c->src + (size_t)(ymin - c->y_lo) * c->src_stride + c->src_x * 3;
-      for (size_t i = 0; i < n; i++) {
-        o[i] = (float)carve_pre_pil_vvalue(col + i, c->src_stride, taps, k) / 255.0f;
+      if (o8 != NULL) {
+        for (size_t i = 0; i < n; i++) {
+          o8[i] = (int8_t)((int32_t)carve_pre_pil_vvalue(col + i, c->src_stride, taps, k) + CARVE_PRE_Q8_ZERO);
+        }
+      } else {
+        for (size_t i = 0; i < n; i++) {
+          o[i] = (float)carve_pre_pil_vvalue(col + i, c->src_stride, taps, k) / 255.0f;
+        }
       }
     } else {
       const uint8_t* row = c->src + (size_t)(c->p->top + (int)yy - c->y_lo) * c->src_stride + c->src_x * 3;
-      for (size_t i = 0; i < n; i++) {
-        o[i] = (float)row[i] / 255.0f;
+      if (o8 != NULL) {
+        for (size_t i = 0; i < n; i++) {
+          o8[i] = (int8_t)((int32_t)row[i] + CARVE_PRE_Q8_ZERO);
+        }
+      } else {
+        for (size_t i = 0; i < n; i++) {
+          o[i] = (float)row[i] / 255.0f;
+        }
       }
     }
   }
 }
 
-carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
-                                       float* out_nhwc, void* scratch, pthreadpool_t pool) {
+// carve_classify_preprocess into out_f (float32) or, when out_f is NULL, into out_q (int8).
+static carve_status classify_to(const uint8_t* rgb, int w, int h, size_t stride, int out, float* out_f,
+                                int8_t* out_q, void* scratch, pthreadpool_t pool) {
   carve_pre_classify_plan p;
   carve_pre_classify_scratch sc;
-  const carve_status status = carve_pre_classify_prepare(rgb, w, h, stride, out, out_nhwc, scratch, &p, &sc);
+  const void* dst = out_f != NULL ? (const void*)out_f : (const void*)out_q;
+  const carve_status status = carve_pre_classify_prepare(rgb, w, h, stride, out, dst, scratch, &p, &sc);
   if (status != CARVE_OK) {
     return status;
   }
@@ -341,7 +433,7 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
   // split by rows over the pool; each row is computed alone, so the bits do not
   // depend on the number of threads.
   classify_ctx ctx = {&p, rgb, stride, out, y_lo, xb, xk, yb, yk, sc.rows, rgb + (size_t)y_lo * stride, stride,
-                      (size_t)p.left, out_nhwc};
+                      (size_t)p.left, out_f, out_f == NULL ? out_q : NULL};
   if (p.resize_x) {
     carve_parallelize_1d_tile(pool, classify_rows_h, &ctx, (size_t)(y_hi - y_lo), 8);
     ctx.src = sc.rows;
@@ -350,6 +442,22 @@ carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t 
   }
   carve_parallelize_1d_tile(pool, classify_rows_v, &ctx, (size_t)out, 8);
   return CARVE_OK;
+}
+
+carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
+                                       float* out_nhwc, void* scratch, pthreadpool_t pool) {
+  if (out_nhwc == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return classify_to(rgb, w, h, stride, out, out_nhwc, NULL, scratch, pool);
+}
+
+carve_status carve_classify_preprocess_q8(const uint8_t* rgb, int w, int h, size_t stride, int out,
+                                          int8_t* out_nhwc, void* scratch, pthreadpool_t pool) {
+  if (out_nhwc == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return classify_to(rgb, w, h, stride, out, NULL, out_nhwc, scratch, pool);
 }
 
 // ---- Box scaling ------------------------------------------------------------

@@ -70,6 +70,32 @@ carve_status carve_letterbox(const uint8_t* rgb, int src_w, int src_h, size_t sr
                              int out_w, int out_h, float* out_nhwc, void* scratch,
                              carve_letterbox_info* info, pthreadpool_t pool);
 
+// ---- int8 input ---------------------------------------------------------------
+
+// The int8 input of an int8 package (--precision int8, docs/quantization.md#the-int8-input): the
+// network input quantized at scale CARVE_PRE_Q8_SCALE (the float32 nearest 1/255) and zero point
+// CARVE_PRE_Q8_ZERO. A pre-processed pixel is v / 255.0f for a byte v, and
+// arith.quantize(v / 255.0f, 1/255, -128) = rint((v / 255.0f) / (1.0f / 255.0f)) - 128 is v - 128 for
+// every v in 0..255 (the float32 quotient lies within 2^-16 of v): the _q8 pre-processors below write
+// v - 128 with no float in between, the same bytes as the float pre-processor followed by
+// CARVE_Q8_QUANTIZE at those QParams (tests/runtime/test_pre_q8.c checks both, byte for byte).
+#define CARVE_PRE_Q8_SCALE (1.0f / 255.0f)
+#define CARVE_PRE_Q8_ZERO (-128)
+
+// carve_letterbox with an int8 output: out_nhwc (out_h, out_w, 3) int8, dense, holds v - 128 for the
+// value v / 255.0f that carve_letterbox writes (the border: 114 - 128 = -14). The same scratch
+// (carve_letterbox_scratch_bytes), geometry, threads and errors as carve_letterbox.
+carve_status carve_letterbox_q8(const uint8_t* rgb, int src_w, int src_h, size_t src_stride_bytes,
+                                int out_w, int out_h, int8_t* out_nhwc, void* scratch,
+                                carve_letterbox_info* info, pthreadpool_t pool);
+
+// The int8 input from a float32 tensor (an int8 package's run_tensor): x (1, c, h, w) NCHW, dense, to y
+// (h, w, c) int8 NHWC, dense, each value arith.quantize(x, CARVE_PRE_Q8_SCALE, CARVE_PRE_Q8_ZERO) as
+// CARVE_Q8_QUANTIZE computes it (x / scale in float32, NaN -> 0, rint half to even, clamped), so a
+// tensor of pre-processed pixels v / 255.0f gives v - 128. CARVE_ERR_INVALID_ARGUMENT (nothing written)
+// for NULL pointers or empty sizes.
+carve_status carve_nchw_to_nhwc_q8(const float* x, size_t c, size_t h, size_t w, int8_t* y);
+
 // ---- Classification ---------------------------------------------------------
 
 // Bytes of scratch carve_classify_preprocess needs for a w x h source and an
@@ -98,6 +124,12 @@ size_t carve_classify_scratch_bytes(int w, int h, int out);
 // CARVE_ERR_BAD_IMAGE for a non-positive size or a stride shorter than a row.
 carve_status carve_classify_preprocess(const uint8_t* rgb, int w, int h, size_t stride, int out,
                                        float* out_nhwc, void* scratch, pthreadpool_t pool);
+
+// carve_classify_preprocess with an int8 output: out_nhwc (out, out, 3) int8, dense, holds v - 128 for
+// the value v / 255.0f that carve_classify_preprocess writes (see CARVE_PRE_Q8_SCALE). The same scratch,
+// threads and errors.
+carve_status carve_classify_preprocess_q8(const uint8_t* rgb, int w, int h, size_t stride, int out,
+                                          int8_t* out_nhwc, void* scratch, pthreadpool_t pool);
 
 // ---- Box scaling ------------------------------------------------------------
 

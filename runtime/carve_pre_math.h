@@ -279,7 +279,7 @@ static inline CARVE_HD carve_pre_classify_scratch carve_pre_classify_layout(cons
 // The argument checks of carve_classify_preprocess / carve_cu_classify_preprocess (host),
 // then the plan (*p) and the scratch's parts (*sc) when they pass.
 static inline carve_status carve_pre_classify_prepare(const uint8_t* rgb, int w, int h, size_t stride, int out,
-                                                      const float* out_nhwc, void* scratch, carve_pre_classify_plan* p,
+                                                      const void* out_nhwc, void* scratch, carve_pre_classify_plan* p,
                                                       carve_pre_classify_scratch* sc) {
   if (rgb == NULL || out_nhwc == NULL || scratch == NULL || out <= 0 || (uintptr_t)scratch % sizeof(int32_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;

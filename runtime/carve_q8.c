@@ -22,6 +22,7 @@
 // docs/quantization.md ("Kernels") lists what GCC and Clang vectorise.
 
 #include "carve_q8.h"
+#include "carve_q8_isa.h"
 
 #include <float.h>
 #include <math.h>
@@ -81,13 +82,7 @@ static void tap_range(size_t o, size_t s, size_t pad, size_t k, size_t in, size_
 
 // ---- CONV record ----------------------------------------------------------------
 
-typedef struct conv_params {
-  const int32_t* bias;   // (cout)
-  const int32_t* mul;    // (cout)
-  const int32_t* shift;  // (cout)
-  const int8_t* w;       // carve_q8.h's layout
-  const int8_t* lut;     // int8[256] or NULL
-} conv_params;
+typedef carve_q8_conv_params conv_params;  // (carve_q8_isa.h)
 
 static conv_params conv_record(const carve_q8_desc* d, const uint8_t* blob) {
   const uint8_t* rec = blob + d->weight_off;
@@ -326,13 +321,6 @@ CARVE_Q8_VECTORIZE static void add_i64(const carve_q8_desc* d, const int8_t* res
   }
 }
 
-#define CARVE_Q8_ADD_I32_MAX_MUL (INT32_MAX - (1 << 15))  // mh = (m + 2^15) >> 16 stays below 2^15
-
-static int add_i32_ok(const carve_q8_desc* d) {
-  return d->shift >= 17 && d->shift <= 47 && d->mul_a >= 0 && d->mul_a <= CARVE_Q8_ADD_I32_MAX_MUL &&
-         d->mul_b >= 0 && d->mul_b <= CARVE_Q8_ADD_I32_MAX_MUL;
-}
-
 CARVE_Q8_VECTORIZE static void add_i32(const carve_q8_desc* d, const int8_t* restrict a, const int8_t* restrict b,
                                        int8_t* restrict y, size_t runs, size_t run) {
   const int16_t mah = (int16_t)((d->mul_a + (1 << 15)) >> 16), mbh = (int16_t)((d->mul_b + (1 << 15)) >> 16);
@@ -362,7 +350,7 @@ static void add(const carve_q8_desc* d, const int8_t* a, const int8_t* b, int8_t
   a += px0 * d->in_stride;
   b += px0 * d->in2_stride;
   y += px0 * d->out_stride;
-  if (add_i32_ok(d)) {
+  if (carve_q8_add_i32_ok(d)) {  // (carve_q8_isa.h)
     add_i32(d, a, b, y, runs, run);
   } else {
     add_i64(d, a, b, y, runs, run);
@@ -575,14 +563,8 @@ static size_t tile_items(const carve_q8_desc* d) {
   return tile > 0 ? tile : 1;
 }
 
-// One op, checked, with its views resolved: the context of every tile.
-typedef struct q8_task {
-  const carve_q8_desc* d;
-  conv_params p;       // CONV
-  const uint8_t* x;    // the input view (int8, or float32 for QUANTIZE)
-  const uint8_t* x2;   // ADD's second input
-  uint8_t* y;          // the output view (int8, or float32 for DEQUANTIZE)
-} q8_task;
+// One op, checked, with its views resolved: the context of every tile (carve_q8_isa.h).
+typedef carve_q8_task q8_task;
 
 static q8_task make_task(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
   q8_task t;
@@ -638,11 +620,17 @@ carve_status carve_q8_run(const carve_q8_desc* d, const uint8_t* blob, uint8_t* 
   return CARVE_OK;
 }
 
-carve_status carve_q8_run_pool(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool) {
+carve_status carve_q8_run_pool_loops(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
+                                     pthreadpool_t pool, const carve_q8_isa_loops* loops) {
   if (d == NULL || arena == NULL || !valid(d, blob, arena)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const q8_task t = make_task(d, blob, arena);
-  carve_parallelize_1d_tile(pool, run_items, (void*)&t, items(d), tile_items(d));
+  const carve_task_1d_tile_t fn = loops != NULL && loops->takes(d) ? loops->items : run_items;
+  carve_parallelize_1d_tile(pool, fn, (void*)&t, items(d), tile_items(d));
   return CARVE_OK;
+}
+
+carve_status carve_q8_run_pool(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool) {
+  return carve_q8_run_pool_loops(d, blob, arena, pool, NULL);
 }

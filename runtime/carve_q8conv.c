@@ -2,15 +2,17 @@
 //
 // One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
 // over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
-// into the slot's A (or, AMX only, read in place), the GEMM with the weight panels, the requantization, the table
-// and the store. Every variant computes the same integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py
-// compares each with arith.qconv2d bit for bit.
+// into the slot's A (or, AMX only, its tiles read in place by the implicit GEMM where amx_plan chooses it), the
+// GEMM with the weight panels, the requantization, the table and the store. Every variant computes the same
+// integers (carve_q8conv.h, "exactness"); tests/runtime/q8conv_vs_arith.py compares each with arith.qconv2d bit
+// for bit.
 
 #define _DEFAULT_SOURCE  // syscall (Linux: the AMX permission)
 
 #include "carve_q8conv.h"
 #include "carve_q8conv_isa.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "carve_simd.h"
@@ -45,6 +47,7 @@ typedef struct q8c_ctx q8c_ctx;
 // A variant: computes the blocks [b0, b1) (block b: output pixels [b * MB, b * MB + MB)) in one task's slot.
 typedef struct q8c_isa {
   void (*blocks)(const q8c_ctx* c, size_t b0, size_t b1, unsigned char* slot);
+  int implicit;  // AMX: 0 no implicit GEMM, 1 where amx_plan's estimate says it pays, 2 wherever the shapes allow
 } q8c_isa;
 
 struct q8c_ctx {
@@ -65,8 +68,17 @@ struct q8c_ctx {
   int32_t zx, zy;                    // input zero point, output (pre-activation) zero point
   size_t blocks, slots, slot_bytes;
   unsigned char* scratch;            // slots of slot_bytes
-  int direct;                        // AMX: A read in place (1x1, stride 1, pad 0, cin a multiple of 64)
+  // AMX's implicit GEMM (amx_plan; chunk 0: off): K in chunks of `chunk` bytes (a multiple of 4, at most 64),
+  // nch chunks per segment, nseg segments per kernel row; a segment is a run of input bytes that is a run of K too:
+  // a whole kernel row (kw * cin bytes) of a packed input (x_stride == cin), else one tap (cin bytes)
+  size_t chunk, nch, nseg;
+  int flat;                          // 1x1, stride 1, pad 0: output pixel p reads input pixel p
+  int small;                         // pack_block_small_vbmi's case (a packed input, K <= 64, kh <= 4, kw * cin <= 16)
+  uint8_t small_idx[64];             // its VPERMB index: byte j of a row of A is byte j % R of kernel row j / R
+  int small4;                        // and 4 pixels of an output row read by one 32-byte load a kernel row
+  uint8_t small4_idx[64];            // their VPERMT2B index for the first of the 4 (rows 32 bytes apart)
   int narrow;                        // every output channel's shift is >= 33 (rq16_apply's int32 path)
+  int lut_span;                      // a table and a packed output (y_stride == cout): lut_span_vbmi after a block
   const q8c_isa* isa;
 };
 
@@ -229,13 +241,14 @@ Q8C_AVX512 static inline void copy_flip(uint8_t* d, const uint8_t* s, size_t n, 
   }
 }
 
-// pack_block_portable with 64-byte moves, a kernel row at a time. Each row of A is first filled with zx (the K
-// padding then holds zx too, not zeros: its weights are zero, so any byte there adds 0), then the taps of kernel
+// pack_block_portable with 64-byte moves, a kernel row at a time, for `rows` (<= MB, <= m - m0) rows. Each row
+// of A is first filled with zx (the K padding then holds zx too, not zeros: its weights are zero, so any byte
+// there adds 0), then the taps of kernel
 // row ky that lie inside the image, [kx0, kx1) (the same for every ky of the pixel), are copied over it: with a
 // packed input (pixel stride cin) as one run of bytes, else a tap at a time. Rows past m are left as they are (their
 // sums are not stored).
-Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
-  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin, rows = min_size(MB, c->m - m0);
+Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, size_t rows, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin;
   const int packed = xs == cin;
   // a packed input's bytes, all of which may be read (a strided view's gaps belong to other tensors)
   const uint8_t* x_end = packed ? (const uint8_t*)c->x + c->h * c->w * cin : NULL;
@@ -264,6 +277,68 @@ Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, uint8_t* a
       }
     }
     if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
+
+// pack_block_avx512 for small kernel rows where the CPU has VBMI (c->small: a packed input, K <= 64, at most 4
+// kernel rows of R = kw * cin <= 16 bytes: the stem's 3 rows of 9 bytes). A row of A whose taps all lie inside the
+// image is its kernel rows gathered by VPERM(T2)B and stored in one 64-byte store; its bytes from K on hold input
+// bytes, not zx: their weights are zero. Where 4 such pixels follow each other in an output row and their 4 kernel
+// rows span at most 32 bytes (c->small4: 3 * stride * cin + R <= 32; the stem: 27), each kernel row is one 32-byte
+// load (rows 0, 1 in one zmm, 2, 3 in another) and pixel j's row of A is VPERMT2B of the two by c->small4_idx + j *
+// stride * cin; else each kernel row is a 16-byte load into a 128-bit lane and VPERMB by c->small_idx. Loads are
+// masked where fewer bytes of the input remain. A row with a tap in the padding is pack_block_avx512's.
+Q8C_VBMI static void pack_block_small_vbmi(const q8c_ctx* c, size_t m0, size_t rows, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, w = c->w, kh = c->kh, line = w * cin, step = c->stride * cin, kp = c->kp;
+  const uint8_t* x = (const uint8_t*)c->x;
+  const uint8_t* x_end = x + c->h * line;
+  const __m512i idx = _mm512_loadu_si512(c->small_idx), vflip = _mm512_set1_epi8((char)flip);
+  const __m512i idx4 = _mm512_loadu_si512(c->small4_idx), vstep = _mm512_set1_epi8((char)step);
+  const size_t span4 = 3 * step + c->kw * cin;  // bytes of a kernel row of 4 pixels
+  const __mmask16 k16 = (__mmask16)((1u << (c->kw * cin)) - 1);
+  const __mmask32 k32 = c->small4 ? (__mmask32)(((uint64_t)1 << span4) - 1) : 0;
+  const int rows_in_all = kh <= c->h;  // (kh <= h + 2 pad is checked; kh > h: no row is inside)
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  for (size_t i = 0; i < rows;) {
+    const size_t iy = oy * c->stride, ix = ox * c->stride;  // plus pad
+    const int row_in = rows_in_all && iy >= c->pad && iy - c->pad + kh <= c->h;
+    if (row_in && c->small4 && i + 4 <= rows && ox + 4 <= c->ow && ix >= c->pad &&
+        ix + 3 * c->stride - c->pad + c->kw <= w) {
+      const uint8_t* s = x + ((iy - c->pad) * w + ix - c->pad) * cin;
+      __m256i l[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                      _mm256_setzero_si256()};
+      for (size_t r = 0; r < kh; r++, s += line) {
+        l[r] = x_end - s >= 32 ? _mm256_loadu_si256((const __m256i*)(const void*)s) : _mm256_maskz_loadu_epi8(k32, s);
+      }
+      const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1);
+      const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(l[2]), l[3], 1);
+      __m512i ij = idx4;
+      for (int j = 0; j < 4; j++, a += kp, ij = _mm512_add_epi8(ij, vstep)) {
+        _mm512_storeu_si512(a, _mm512_xor_si512(_mm512_permutex2var_epi8(lo, ij, hi), vflip));
+      }
+      i += 4;
+      ox += 4;
+    } else {
+      if (row_in && ix >= c->pad && ix - c->pad + c->kw <= w) {
+        const uint8_t* s = x + ((iy - c->pad) * w + ix - c->pad) * cin;
+        __m512i v = _mm512_setzero_si512();
+        for (size_t r = 0; r < kh; r++, s += line) {
+          const __m128i l =
+              x_end - s >= 16 ? _mm_loadu_si128((const __m128i*)(const void*)s) : _mm_maskz_loadu_epi8(k16, s);
+          v = _mm512_mask_broadcast_i32x4(v, (__mmask16)(0xFu << (4 * r)), l);
+        }
+        _mm512_storeu_si512(a, _mm512_xor_si512(_mm512_permutexvar_epi8(idx, v), vflip));
+      } else {
+        pack_block_avx512(c, m0 + i, 1, a, flip);
+      }
+      i++;
+      a += kp;
+      ox++;
+    }
+    if (ox == c->ow) {
       ox = 0;
       oy++;
     }
@@ -337,6 +412,19 @@ Q8C_VBMI static inline __m128i lut16_vbmi(const lut256* t, __m128i q) {
   return _mm512_castsi512_si128(_mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
 }
 
+// lut[y + 128] of the n int8 at y, in place, 64 at a time (the tail masked): a block's outputs when they are one
+// run of bytes (c->lut_span), 4 pixels of 16 channels a lookup instead of one.
+Q8C_VBMI static inline void lut_span_vbmi(const lut256* t, int8_t* y, size_t n) {
+  const __m512i top = _mm512_set1_epi8((char)0x80);
+  for (size_t i = 0; i < n; i += 64) {
+    const __mmask64 k = byte_mask(n - i);
+    const __m512i idx = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, y + i), top);
+    const __m512i lo = _mm512_permutex2var_epi8(t->t[0], idx, t->t[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(t->t[2], idx, t->t[3]);
+    _mm512_mask_storeu_epi8(y + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), lo, hi));
+  }
+}
+
 // The table of the conv, or zeros without one.
 Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
   lut256 t;
@@ -347,12 +435,12 @@ Q8C_AVX512 static inline lut256 lut256_load(const q8c_ctx* c) {
 }
 
 // The 16 int8 of panel q of one output pixel (yp: the pixel's channel 0), requantized, through the table when
-// vbmi (else lut_rows_scalar follows), stored: only the channels below cout.
+// vbmi and not c->lut_span (else lut_span_vbmi or lut_rows_scalar follows), stored: only the channels below cout.
 Q8C_AVX512 __attribute__((always_inline)) static inline void out16(const q8c_ctx* c, int8_t* yp, size_t q,
                                                                    const rq16* r, __m512i acc, __m512i zy,
                                                                    const lut256* t, const int vbmi) {
   __m128i v = rq16_apply(r, acc, zy, c->narrow);
-  if (vbmi && c->lut != NULL) {
+  if (vbmi && c->lut != NULL && !c->lut_span) {
     v = lut16_vbmi(t, v);
   }
   const size_t n = min_size(16, c->cout - 16 * q);
@@ -394,7 +482,11 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_tile(const q8c_c
 Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_ctx* c, size_t m0,
                                                                      unsigned char* slot, const int vbmi) {
   uint8_t* a = slot + SLOT_A;
-  pack_block_avx512(c, m0, a, 0x80);
+  if (vbmi && c->small) {
+    pack_block_small_vbmi(c, m0, min_size(MB, c->m - m0), a, 0x80);
+  } else {
+    pack_block_avx512(c, m0, min_size(MB, c->m - m0), a, 0x80);
+  }
   const size_t rows = min_size(MB, c->m - m0);
   const int32_t zoff = c->zx + 128;
   const __m512i zy = _mm512_set1_epi64(c->zy);
@@ -420,7 +512,9 @@ Q8C_VNNI __attribute__((always_inline)) static inline void vnni_block(const q8c_
       }
     }
   }
-  if (!vbmi && c->lut != NULL) {
+  if (vbmi && c->lut_span) {
+    lut_span_vbmi(&t, c->y + m0 * c->y_stride, rows * c->cout);
+  } else if (!vbmi && c->lut != NULL) {
     lut_rows_scalar(c, m0, rows);
   }
 }
@@ -489,7 +583,7 @@ static inline void amx_store(int32_t* cb, int np) {
 }
 
 // The outputs of panels q (and q + 1) of the block's rows from their sums in cb (rows of 32 int32); after the
-// block's last pair, its table pass when the table is not looked up in registers.
+// block's last pair, its table pass when the table is not looked up in registers (lut_span_vbmi, lut_rows_scalar).
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_ctx* c, size_t m0, size_t rows,
                                                                     size_t q, int np, const int32_t* cb,
                                                                     const lut256* t, const int vbmi) {
@@ -503,18 +597,22 @@ Q8C_AVX512 __attribute__((always_inline)) static inline void amx_out(const q8c_c
       out16(c, yp, q + 1, &r1, _mm512_loadu_si512(cb + r * 32 + 16), zy, t, vbmi);
     }
   }
-  if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
+  if (vbmi && c->lut_span && q + 2 >= c->panels) {
+    lut_span_vbmi(t, c->y + m0 * c->y_stride, rows * c->cout);
+  } else if (!vbmi && c->lut != NULL && q + 2 >= c->panels) {
     lut_rows_scalar(c, m0, rows);
   }
 }
 
-// The tile configuration (palette 1, 8 tiles of 16 rows x 64 bytes) in the slot's first 64 bytes, loaded.
-static void amx_begin(unsigned char* slot) {
+// The tile configuration (palette 1) in the slot's first 64 bytes, loaded: C tiles 0-3 of 16 rows x 64 bytes; A
+// tiles 4, 5 of 16 rows x `chunk` bytes; B tiles 6, 7 of chunk / 4 rows x 64 bytes (chunk 64: every tile 16 x 64).
+static void amx_begin(unsigned char* slot, size_t chunk) {
   memset(slot, 0, 64);
   slot[0] = 1;  // palette
   for (int t = 0; t < 8; t++) {
-    slot[16 + 2 * t] = 64;  // bytes per row (uint16, little-endian)
-    slot[48 + t] = 16;      // rows
+    const size_t colsb = t == 4 || t == 5 ? chunk : 64;
+    slot[16 + 2 * t] = (unsigned char)colsb;  // bytes per row (uint16, little-endian)
+    slot[48 + t] = (unsigned char)(t >= 6 ? chunk / 4 : 16);  // rows
   }
   __asm__ volatile("ldtilecfg (%0)" ::"r"((const void*)slot) : "memory");
 }
@@ -522,43 +620,228 @@ static void amx_begin(unsigned char* slot) {
 // The tiles released after a task: the thread leaves no AMX state behind (cheaper context switches).
 static void amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
 
+// ---- AMX's implicit GEMM ----
+//
+// A tile of A is 16 output pixels [p0, p0 + 16); with the implicit GEMM (c->chunk != 0) it is read in place from
+// the input wherever that is possible ("direct"): the 16 pixels lie in one output row (or the conv is flat: 1x1,
+// stride 1, pad 0, where pixel p is input pixel p) and every tap of all of them lies inside the image. Then the K
+// chunk [koff, koff + chunk) of pixel i, within segment sg of kernel row ky (a segment: a run of K that is a run
+// of input bytes, c->nseg per kernel row), is the chunk's bytes at base + i * stride * x_stride + doff, with base
+// the input pixel of tap (0, 0) of p0 and doff = ky * w * x_stride + sg * x_stride + j * chunk: TILELOADD's row
+// stride is stride * x_stride. B's rows of the chunk are the panel's groups koff / 4 .. (koff + chunk) / 4 - 1.
+// A tile that is not direct (a row of taps in the padding, across two output rows, or past m) is packed as before
+// (16 rows of kp bytes in the slot's A, K in the same order) and read by the same chunks, at koff. The chunks cover
+// [0, K): the K padding, whose weights are zero, is skipped. A tile with at most 2 edge pixels (a tap left or right
+// of the image; only with at most 4 panels) is direct too when every byte its rows read lies inside the input:
+// an edge pixel's row then reads the neighbouring image row's pixels where its padded taps are, and its sums are
+// replaced after the tile's (amx_fix, from its row packed with zx in the padding). So a direct tile's sums are the
+// packed tile's, and padded taps contribute 0 exactly as zx.
+
+// One tile of A: its first row, row stride, and whether in place (offsets doff) or packed (koff); a direct tile's
+// rows fix[0 .. nfix) are edge pixels (a tap in the left or right padding), whose sums are recomputed (amx_fix).
+typedef struct atile {
+  const uint8_t* base;
+  size_t ld;
+  int direct, nfix;
+  size_t fix[2];
+} atile;
+
+// Whether the tile of pixels [p0, p0 + 16) is direct (above), filling t's base (the input pixel of tap (0, 0) of
+// pixel p0: may lie left of the image, in the previous image row) and its edge rows. An edge tile is direct when
+// it has at most 2 edge pixels and every byte its rows read lies inside the input (the edge pixels' taps in the
+// padding read the neighbouring image row's pixels instead of zx: their sums are garbage until amx_fix).
+static inline int tile_direct(const q8c_ctx* c, size_t p0, atile* t) {
+  t->nfix = 0;
+  if (p0 + 16 > c->m) {
+    return 0;
+  }
+  if (c->flat) {
+    t->base = (const uint8_t*)c->x + p0 * c->x_stride;
+    return 1;
+  }
+  const size_t oy = p0 / c->ow, ox = p0 % c->ow;
+  const size_t iy = oy * c->stride, ix = ox * c->stride;  // plus pad
+  if (ox + 16 > c->ow || iy < c->pad || iy - c->pad + c->kh > c->h) {
+    return 0;
+  }
+  // pixels [0, nl) have a tap left of the image, [16 - nr, 16) one right of it
+  const size_t s = c->stride, nl = ix >= c->pad ? 0 : (c->pad - ix + s - 1) / s;
+  const size_t right = c->w + c->pad;  // pixel i's taps are inside while ix + i * s + kw <= right
+  if (ix + c->kw > right) {  // every pixel has a tap right of the image
+    return 0;
+  }
+  const size_t nr = ix + 15 * s + c->kw <= right ? 0 : 15 - (right - c->kw - ix) / s;
+  if (nl + nr > (c->panels <= 4 ? 2u : 0u)) {  // (an edge pixel's amx_fix costs k4 VPDPBUSDs per panel)
+    return 0;
+  }
+  // the bytes read: linear pixels [(iy - pad) * w + ix - pad, (iy - pad + kh - 1) * w + ix - pad + 15 s + kw)
+  const size_t first = (iy - c->pad) * c->w + ix;  // plus -pad
+  if (first < c->pad || first - c->pad + (c->kh - 1) * c->w + 15 * s + c->kw > c->h * c->w) {
+    return 0;
+  }
+  t->base = (const uint8_t*)c->x + (first - c->pad) * c->x_stride;
+  for (size_t i = 0; i < nl; i++) {
+    t->fix[t->nfix++] = i;
+  }
+  for (size_t i = 16 - nr; i < 16; i++) {
+    t->fix[t->nfix++] = i;
+  }
+  return 1;
+}
+
+// The sums of panels q (and q + 1) of one row of A packed at a (kp bytes, zx in the padding) into cb (32 int32):
+// VPDPBUSD of A's bytes flipped (A + 128) with the panels' groups, minus 128 * wsum (carve_q8conv.h, "exactness":
+// the same integers as TDPBSSD's). Not inlined: the AMX blocks' targets have no VNNI (every AMX CPU has it).
+Q8C_VNNI __attribute__((noinline)) static void amx_fix(const q8c_ctx* c, const uint8_t* a, size_t q, int np,
+                                                       int32_t* cb) {
+  const int8_t* w0 = c->wt + q * c->kp * 16;
+  const int8_t* w1 = w0 + c->kp * 16;
+  const __m512i top = _mm512_set1_epi32((int)0x80808080u);
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  for (size_t g = 0; g < c->k4; g++) {
+    int32_t v;
+    memcpy(&v, a + 4 * g, 4);
+    const __m512i av = _mm512_xor_si512(_mm512_set1_epi32(v), top);
+    s0 = _mm512_dpbusd_epi32(s0, av, _mm512_loadu_si512(w0 + g * 64));
+    if (np == 2) {
+      s1 = _mm512_dpbusd_epi32(s1, av, _mm512_loadu_si512(w1 + g * 64));
+    }
+  }
+  const size_t o = 16 * q;
+  _mm512_storeu_si512(cb, _mm512_sub_epi32(s0, _mm512_slli_epi32(_mm512_loadu_si512(c->wsum + o), 7)));
+  if (np == 2) {
+    _mm512_storeu_si512(cb + 16, _mm512_sub_epi32(s1, _mm512_slli_epi32(_mm512_loadu_si512(c->wsum + o + 16), 7)));
+  }
+}
+
+#ifdef CARVE_Q8CONV_CHECK_READS
+// Tests only (the AddressSanitizer build of q8conv_tool): aborts unless the TILELOADD of 16 rows of `bytes` at lo,
+// ld apart, lies inside the input view (AddressSanitizer does not see tile loads; the guard pages only catch reads
+// past the end of the arena).
+static void check_tile_read(const q8c_ctx* c, const uint8_t* lo, size_t ld, size_t bytes) {
+  const uint8_t* x0 = (const uint8_t*)c->x;
+  if (lo < x0 || lo + 15 * ld + bytes > x0 + (c->h * c->w - 1) * c->x_stride + c->cin) {
+    abort();
+  }
+}
+#endif
+
+// The C tiles of panels q (and q + 1) of the two A tiles over the chunks of K; w0: panel q. A single chunk's A
+// tiles (4, 5) are loaded by the caller once for all the panels (a_loaded).
+static inline void amx_tiles_implicit(const q8c_ctx* c, const atile* t0, const atile* t1, const int8_t* w0,
+                                      int np, int a_loaded) {
+  const size_t cin = c->cin, xs = c->x_stride, ch = c->chunk, wt_next = c->kp * 16;
+  Q8C_TILE_ZERO(0);
+  Q8C_TILE_ZERO(2);
+  if (np == 2) {
+    Q8C_TILE_ZERO(1);
+    Q8C_TILE_ZERO(3);
+  }
+  for (size_t ky = 0; ky < c->kh; ky++) {
+    for (size_t sg = 0; sg < c->nseg; sg++) {
+      const size_t k_seg = (ky * c->kw + sg) * cin, d_seg = ky * c->w * xs + sg * xs;
+      for (size_t j = 0; j < c->nch; j++) {
+        const size_t koff = k_seg + j * ch, doff = d_seg + j * ch;
+#ifdef CARVE_Q8CONV_CHECK_READS
+        if (t0->direct) {
+          check_tile_read(c, t0->base + doff, t0->ld, ch);
+        }
+        if (t1->direct) {
+          check_tile_read(c, t1->base + doff, t1->ld, ch);
+        }
+#endif
+        if (!a_loaded) {
+          Q8C_TILE_LOAD(4, t0->base + (t0->direct ? doff : koff), t0->ld);
+          Q8C_TILE_LOAD(5, t1->base + (t1->direct ? doff : koff), t1->ld);
+        }
+        Q8C_TILE_LOAD(6, w0 + koff * 16, 64);
+        Q8C_TILE_DPBSSD(0, 4, 6);
+        Q8C_TILE_DPBSSD(2, 5, 6);
+        if (np == 2) {
+          Q8C_TILE_LOAD(7, w0 + wt_next + koff * 16, 64);
+          Q8C_TILE_DPBSSD(1, 4, 7);
+          Q8C_TILE_DPBSSD(3, 5, 7);
+        }
+      }
+    }
+  }
+}
+
 // A task's blocks as one software pipeline of units (a unit: one pair of panels of one block): for each block, A
-// packed (or read in place; with a single K block, its two tiles loaded once), then per unit its tiles, whose sums
-// go to one of two buffers in turn. The requantization of the previous unit, of this block or the last one, is
-// issued after the current unit's TDPBSSDs, so that the core works on it while the tile unit computes.
+// packed (or, implicit, each of its two tiles read in place where direct; with a single K block or chunk, its two
+// tiles loaded once), then per unit its tiles, whose sums go to one of two buffers in turn. The requantization of
+// the previous unit, of this block or the last one, is issued after the current unit's TDPBSSDs, so that the core
+// works on it while the tile unit computes.
 Q8C_AVX512 __attribute__((always_inline)) static inline void amx_run(const q8c_ctx* c, size_t b0, size_t b1,
                                                                     unsigned char* slot, const int vbmi) {
   _Static_assert(MB == 32, "a block is one pair of 16-row tiles");
   int32_t* cbuf[2] = {(int32_t*)(void*)(slot + SLOT_C), (int32_t*)(void*)(slot + SLOT_C) + MB * 32};
   const size_t kp = c->kp;
+  const int implicit = c->chunk != 0;
   const lut256 t = lut256_load(c);
   size_t u = 0, p_m0 = 0, p_rows = 0, p_q = 0;  // units issued; the previous unit's block and panel
   int p_np = 0;
-  amx_begin(slot);
+  amx_begin(slot, implicit ? c->chunk : 64);
   for (size_t b = b0; b < b1; b++) {
     const size_t m0 = b * MB, rows = min_size(MB, c->m - m0);
-    const uint8_t* a;
-    size_t lda;
-    if (c->direct && rows == MB) {  // A's rows are the input pixels themselves
-      a = (const uint8_t*)c->x + m0 * c->x_stride;
-      lda = c->x_stride;
-    } else {  // (the previous units' tile loads of A come before these stores in program order)
-      pack_block_avx512(c, m0, slot + SLOT_A, 0);
-      a = slot + SLOT_A;
-      lda = kp;
-    }
-    const int a_once = kp == 64;
-    if (a_once) {
-      Q8C_TILE_LOAD(4, a, lda);
-      Q8C_TILE_LOAD(5, a + 16 * lda, lda);
+    atile at[2] = {{NULL, 0, 0, 0, {0, 0}}, {NULL, 0, 0, 0, {0, 0}}};
+    int a_once;
+    if (implicit) {  // (the previous units' tile loads of A come before the packing's stores in program order)
+      for (int i = 0; i < 2; i++) {
+        const size_t p0 = m0 + 16 * (size_t)i;
+        uint8_t* a = slot + SLOT_A + 16 * (size_t)i * kp;
+        at[i].direct = tile_direct(c, p0, &at[i]);
+        if (at[i].direct) {
+          at[i].ld = c->stride * c->x_stride;
+          for (int f = 0; f < at[i].nfix; f++) {  // the edge pixels' rows, packed (zx in the padding)
+            pack_block_avx512(c, p0 + at[i].fix[f], 1, a + (size_t)f * kp, 0);
+          }
+        } else {
+          if (p0 < c->m) {
+            pack_block_avx512(c, p0, min_size(16, c->m - p0), a, 0);
+          }
+          at[i].base = a;
+          at[i].ld = kp;
+        }
+      }
+      a_once = c->nseg * c->nch * c->kh == 1;
+      if (a_once) {
+        Q8C_TILE_LOAD(4, at[0].base, at[0].ld);
+        Q8C_TILE_LOAD(5, at[1].base, at[1].ld);
+      }
+    } else {
+      if (vbmi && c->small) {
+        pack_block_small_vbmi(c, m0, rows, slot + SLOT_A, 0);
+      } else {
+        pack_block_avx512(c, m0, rows, slot + SLOT_A, 0);
+      }
+      at[0].base = slot + SLOT_A;
+      at[0].ld = kp;
+      a_once = kp == 64;
+      if (a_once) {
+        Q8C_TILE_LOAD(4, at[0].base, kp);
+        Q8C_TILE_LOAD(5, at[0].base + 16 * kp, kp);
+      }
     }
     for (size_t q = 0; q < c->panels; q += 2, u++) {
       const int np = c->panels - q >= 2 ? 2 : 1;
-      amx_tiles(a, lda, c->wt + q * kp * 16, kp, np, a_once);
+      if (implicit) {
+        amx_tiles_implicit(c, &at[0], &at[1], c->wt + q * kp * 16, np, a_once);
+      } else {
+        amx_tiles(at[0].base, kp, c->wt + q * kp * 16, kp, np, a_once);
+      }
       if (u > 0) {
         amx_out(c, p_m0, p_rows, p_q, p_np, cbuf[(u - 1) & 1], &t, vbmi);
       }
       amx_store(cbuf[u & 1], np);
+      if (implicit) {  // the edge pixels' sums, over the garbage of their in-place rows
+        for (int i = 0; i < 2; i++) {
+          for (int f = 0; f < at[i].nfix; f++) {
+            amx_fix(c, slot + SLOT_A + (16 * (size_t)i + (size_t)f) * kp, q, np,
+                    cbuf[u & 1] + (16 * (size_t)i + at[i].fix[f]) * 32);
+          }
+        }
+      }
       p_m0 = m0, p_rows = rows, p_q = q, p_np = np;
     }
   }
@@ -597,6 +880,58 @@ static uint32_t read_u32(const uint8_t* p) {
 
 static int zero_point_ok(int32_t z) { return z >= -128 && z <= 127; }
 
+// The number of full tiles of A (16 pixels [16t, 16t + 16) with 16t + 16 <= m) that tile_direct takes in place,
+// counted a output row at a time: the rows whose taps are all inside, times the tiles that start in the row at a
+// column ox in [lo, hi] (ox * stride >= pad, ox + 16 <= ow, (ox + 15) * stride - pad + kw <= w).
+static size_t direct_tiles(const q8c_ctx* c) {
+  if (c->flat) {
+    return c->m / 16;
+  }
+  const long long s = (long long)c->stride, pad = (long long)c->pad;
+  const long long lo = (pad + s - 1) / s;
+  const long long by_w = (long long)c->w + pad - (long long)c->kw - 15 * s;  // hi * s <= by_w
+  long long hi = (long long)c->ow - 16;
+  if (by_w < 0) {
+    return 0;
+  }
+  hi = by_w / s < hi ? by_w / s : hi;
+  if (hi < lo) {
+    return 0;
+  }
+  size_t n = 0;
+  for (size_t oy = 0; oy < c->oh; oy++) {
+    if (oy * c->stride < c->pad || oy * c->stride - c->pad + c->kh > c->h) {
+      continue;
+    }
+    const long long a = (long long)(oy * c->ow) + lo, b = (long long)(oy * c->ow) + hi;  // multiples of 16 in [a, b]
+    n += (size_t)(b / 16 - (a + 15) / 16 + 1);
+  }
+  return n;
+}
+
+// AMX: whether and how the conv runs as an implicit GEMM (the chunk, nch, nseg and flat of q8c_ctx; chunk 0: the
+// packed blocks of 64-byte K blocks). The chunk is the largest multiple of 4 up to 64 that divides a segment (none:
+// a segment of a length not a multiple of 4, such as the stem's 3 x 3 bytes). Unless forced (the tests), only where
+// at least a quarter of the tiles are direct: a packed tile costs more in chunks than in 64-byte K blocks when the
+// chunk is short, and reading a tile in place saves far more than its extra TDPBSSDs cost (the packing dominates:
+// bench/q8conv_vs_xnnpack.c, docs/quantization.md).
+static void amx_plan(q8c_ctx* c, int force) {
+  c->chunk = 0;
+  c->flat = c->kh == 1 && c->kw == 1 && c->stride == 1 && c->pad == 0;
+  const int row_seg = c->x_stride == c->cin;  // a kernel row of a packed input is one run of bytes
+  const size_t seg = row_seg ? c->kw * c->cin : c->cin;
+  size_t ch = 0;
+  for (size_t d = 64; d >= 4 && ch == 0; d -= 4) {
+    ch = seg % d == 0 ? d : 0;
+  }
+  if (ch == 0 || (!force && 4 * direct_tiles(c) < div_round_up(c->m, 16))) {
+    return;
+  }
+  c->chunk = ch;
+  c->nch = seg / ch;
+  c->nseg = row_seg ? 1 : c->kw;
+}
+
 // The variants' shared entry: checks the arguments (carve_q8conv.h) and splits the blocks over the slots.
 static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                               size_t slots, pthreadpool_t pool, const q8c_isa* isa) {
@@ -627,7 +962,7 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
   const size_t oh = (d->h + 2 * (size_t)d->pad - d->kh) / d->stride + 1;
   const size_t ow = (d->w + 2 * (size_t)d->pad - d->kw) / d->stride + 1;
   const size_t k = (size_t)d->kh * d->kw * d->cin;
-  const q8c_ctx c = {
+  q8c_ctx c = {
       .x = (const int8_t*)(arena + d->in_off), .x_stride = d->in_stride, .h = d->h, .w = d->w, .cin = d->cin,
       .kh = d->kh, .kw = d->kw, .stride = d->stride, .pad = d->pad, .oh = oh, .ow = ow, .m = oh * ow,
       .k = k, .kp = kp, .k4 = (k + 3) / 4, .cout = d->cout, .panels = coutp / CARVE_Q8CONV_NR,
@@ -637,9 +972,19 @@ static carve_status q8c_drive(const carve_q8_desc* d, const uint8_t* blob, uint8
       .y = (int8_t*)(arena + d->out_off), .y_stride = d->out_stride, .zx = d->in_zero, .zy = d->out_zero,
       .blocks = div_round_up(oh * ow, MB), .slots = slots,
       .slot_bytes = CARVE_Q8CONV_SLOT_BYTES(d->kh, d->kw, d->cin), .scratch = scratch,
-      .direct = d->kh == 1 && d->kw == 1 && d->stride == 1 && d->pad == 0 && d->cin % CARVE_Q8CONV_KB == 0,
       .narrow = narrow,
+      .lut_span = d->act == CARVE_ACT_SILU && d->out_stride == d->cout,
       .isa = isa};
+  if (isa->implicit) {
+    amx_plan(&c, isa->implicit == 2);
+  }
+  const size_t row_bytes = (size_t)d->kw * d->cin;
+  c.small = d->in_stride == d->cin && d->kh <= 4 && row_bytes <= 16 && kp == 64;
+  c.small4 = c.small && 3 * (size_t)d->stride * d->cin + row_bytes <= 32;
+  for (size_t j = 0; j < 64; j++) {
+    c.small_idx[j] = (uint8_t)(c.small && j < k ? j / row_bytes * 16 + j % row_bytes : 0);
+    c.small4_idx[j] = (uint8_t)(c.small4 && j < k ? j / row_bytes * 32 + j % row_bytes : 0);
+  }
   carve_parallelize_1d_tile(pool, q8c_task, (void*)&c, slots, 1);
   return CARVE_OK;
 }
@@ -652,7 +997,7 @@ static void blocks_portable(const q8c_ctx* c, size_t b0, size_t b1, unsigned cha
   }
 }
 
-static const q8c_isa q8c_portable = {blocks_portable};
+static const q8c_isa q8c_portable = {blocks_portable, 0};
 
 carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                     size_t slots, pthreadpool_t pool) {
@@ -660,10 +1005,14 @@ carve_status carve_q8conv__portable(const carve_q8_desc* d, const uint8_t* blob,
 }
 
 #ifdef CARVE_HAVE_X86_SIMD
-static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni};
-static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi};
-static const q8c_isa q8c_amx = {blocks_amx};
-static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi};
+static const q8c_isa q8c_avx512vnni = {blocks_avx512vnni, 0};
+static const q8c_isa q8c_avx512vnni_vbmi = {blocks_avx512vnni_vbmi, 0};
+static const q8c_isa q8c_amx = {blocks_amx, 1};
+static const q8c_isa q8c_amx_vbmi = {blocks_amx_vbmi, 1};
+static const q8c_isa q8c_amx_packed = {blocks_amx, 0};
+static const q8c_isa q8c_amx_packed_vbmi = {blocks_amx_vbmi, 0};
+static const q8c_isa q8c_amx_implicit_vbmi = {blocks_amx_vbmi, 2};
+static const q8c_isa q8c_amx_implicit = {blocks_amx, 2};
 
 static int cpu_has_vbmi(void) { return __builtin_cpu_supports("avx512vbmi"); }
 
@@ -685,6 +1034,17 @@ carve_status carve_q8conv__amx(const carve_q8_desc* d, const uint8_t* blob, uint
 carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool) {
   return q8c_drive(d, blob, arena, scratch, slots, pool, &q8c_amx);
+}
+
+carve_status carve_q8conv__amx_packed(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool, cpu_has_vbmi() ? &q8c_amx_packed_vbmi : &q8c_amx_packed);
+}
+
+carve_status carve_q8conv__amx_implicit(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                        size_t slots, pthreadpool_t pool) {
+  return q8c_drive(d, blob, arena, scratch, slots, pool,
+                   cpu_has_vbmi() ? &q8c_amx_implicit_vbmi : &q8c_amx_implicit);
 }
 #endif
 
@@ -743,7 +1103,8 @@ carve_q8conv_fn carve_q8conv_select(carve_isa isa) {
 
 const char* carve_q8conv_name(carve_q8conv_fn fn) {
 #ifdef CARVE_HAVE_X86_SIMD
-  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi) {
+  if (fn == carve_q8conv__amx || fn == carve_q8conv__amx_novbmi || fn == carve_q8conv__amx_packed ||
+      fn == carve_q8conv__amx_implicit) {
     return "amx";
   }
   if (fn == carve_q8conv__avx512vnni || fn == carve_q8conv__avx512vnni_novbmi) {

@@ -63,20 +63,38 @@
 //   amx         x86-64 with AMX-INT8 and AVX-512 (F, BW, VL, VNNI), and the OS's permission
 //               for the tile data (Linux >= 5.16: arch_prctl(ARCH_REQ_XCOMP_PERM),
 //               asked by carve_q8conv_select, once per process): TDPBSSD on 2 x 2
-//               tiles of 16 x 16 int32 (32 pixels x 32 channels), A from the
-//               im2col block or, for 1x1 stride-1 convolutions with cin a multiple
-//               of 64, straight from the input view; the requantization in AVX-512,
-//               overlapping the next tiles' TDPBSSDs (a task's blocks are one
-//               software pipeline).
+//               tiles of 16 x 16 int32 (32 pixels x 32 channels); the requantization
+//               in AVX-512, overlapping the next tiles' TDPBSSDs (a task's blocks are
+//               one software pipeline). A comes two ways. Implicit GEMM (where the
+//               K runs allow it and at least a quarter of the 16-pixel tiles of A
+//               are "direct"): K in chunks of up to 64 bytes that divide a kernel
+//               row's bytes (packed input: x_stride == cin) or a tap's (cin), a
+//               multiple of 4 (not the stem's 3-channel rows); a tile of 16 output
+//               pixels of one output row whose taps are all inside the image is
+//               read in place from the input (TILELOADD's row stride stride *
+//               x_stride; B: the panel's rows of the chunk's k, the tile
+//               configuration set per conv); so is a tile with at most 2 edge
+//               pixels (taps in the left or right padding, at most 4 panels)
+//               whose rows stay inside the input, the edge pixels' sums then
+//               recomputed from their packed rows (VPDPBUSD); any other tile
+//               (rows of padding, across two rows, past the end) packed as im2col
+//               rows and read by the same chunks, so padded taps still hold zx. Otherwise every block is
+//               packed (im2col) and read in 64-byte K blocks.
 //   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
 //               channels in 16 zmm accumulators, over the im2col block (its bytes
 //               flipped to unsigned).
 //   portable    C11 everywhere else (and as the reference of the other two): a
 //               correctness fallback (about 11 GOP/s on a Sapphire Rapids core), not
 //               a fast path.
-// The SiLU table is looked up with VPERMI2B where the CPU has AVX-512 VBMI, else a
-// byte at a time. Work is split into blocks of CARVE_Q8CONV_MB output pixels, the
-// blocks into `slots` tasks over the pool.
+// Where the CPU has AVX-512 VBMI: small kernel rows (a packed input, K <= 64, at
+// most 4 kernel rows of at most 16 bytes: the stem) are packed by VPERMB / VPERMT2B
+// (4 pixels from one load per kernel row), not a zx fill and a copy per kernel row;
+// the SiLU table is looked up with VPERMI2B, over a block's outputs as one run of
+// bytes after its last panels when the output is packed (out_stride == cout), else
+// per pixel and panel; without VBMI a byte at a time. Work is split into blocks of
+// CARVE_Q8CONV_MB output pixels, the blocks into `slots` tasks over the pool. The
+// scratch slot (below) is unchanged by the implicit GEMM: it packs at most the
+// block's A, as before.
 
 #ifndef CARVE_Q8CONV_H
 #define CARVE_Q8CONV_H

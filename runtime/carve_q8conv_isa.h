@@ -25,6 +25,13 @@ carve_status carve_q8conv__avx512vnni_novbmi(const carve_q8_desc* d, const uint8
                                              void* scratch, size_t slots, pthreadpool_t pool);
 carve_status carve_q8conv__amx_novbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                       size_t slots, pthreadpool_t pool);
+// The AMX variant with its choice of A fixed (for the tests and the benches): amx_packed always packs A (im2col
+// blocks of 64-byte K blocks), amx_implicit reads A in place (implicit GEMM) wherever the shapes allow it, not only
+// where it is estimated to pay (carve_q8conv.c's amx_plan).
+carve_status carve_q8conv__amx_packed(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                      size_t slots, pthreadpool_t pool);
+carve_status carve_q8conv__amx_implicit(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                        size_t slots, pthreadpool_t pool);
 #endif
 
 // 1 where this CPU and build can run the variant: AVX-512 F, BW, VL and VNNI (carve_q8conv_vnni_ready), AMX-INT8

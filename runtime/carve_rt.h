@@ -45,7 +45,7 @@
 
 // ABI version of this runtime. The check goes both ways, at compile time:
 // generated code has
-//   #if CARVE_RT_ABI != 11
+//   #if CARVE_RT_ABI != 12
 //   #error "... regenerate the package ..."
 //   #endif
 // and a package's build defines CARVE_PACKAGE_ABI (the ABI it was generated
@@ -70,7 +70,11 @@
 // 11: carve_q8_run_pool (carve_q8.h): the carve_q8 kinds on the thread pool, carve_q8_run's bytes; xnnpack int8
 //    packages run no XNNPACK int8 operator, so carve_xnn's QCONV / QADD / DEQUANTIZE kinds, carve_op_desc's int8
 //    fields and carve_q8_lut.h (10) are gone.
-#define CARVE_RT_ABI 11
+// 12: carve_q8_pool.h: carve_q8_run_pool's instruction-set variants (AVX-512), chosen at create through the kernel
+//    table (carve_q8_pool_select); xnnpack int8 packages call m->k.q8_pool instead of carve_q8_run_pool.
+// 13: int8 input (carve_model_desc's input_q8): carve_letterbox_q8, carve_classify_preprocess_q8 and
+//    carve_nchw_to_nhwc_q8 (carve_pre.h) write an int8 package's input straight to int8.
+#define CARVE_RT_ABI 13
 
 #if defined(CARVE_PACKAGE_ABI) && CARVE_PACKAGE_ABI != CARVE_RT_ABI
 #error "carve runtime ABI differs from the package's CARVE_PACKAGE_ABI: copy the runtime/ of the same carve"

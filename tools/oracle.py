@@ -459,7 +459,8 @@ def load_fused(weights, dtype: str = "float32"):
     """The model the predictor runs on CPU in fp32: load_checkpoint, one2one head selected, fused, eval.
 
     dtype='float64' gives the same model in double precision: the exact answer that fp32 implementations
-    (PyTorch's and carve's) approximate."""
+    (PyTorch's and carve's) approximate; dtype='float16' the model in half precision (model.half(), after the fuse):
+    how far a correct fp16 implementation drifts from fp32 (the bound of carve's cuda fp16 packages)."""
     torch = _torch()
     from ultralytics.nn.tasks import load_checkpoint
 
@@ -469,6 +470,8 @@ def load_fused(weights, dtype: str = "float32"):
     model = model.float().fuse(verbose=False).eval()
     if dtype == "float64":
         model = model.double()
+    elif dtype == "float16":
+        model = model.half()
     for p in model.parameters():
         p.requires_grad = False
     return model
@@ -487,8 +490,33 @@ def _head_outputs(head, out) -> list:
     return list(y) if isinstance(y, (tuple, list)) else [y]
 
 
-def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dict:
+def tf32_round(t):
+    """t (float32 tensor) rounded to TF32's 10-bit mantissa as a TF32 tensor core reads it: round to nearest,
+    ties away from zero (cvt.rna.tf32.f32), i.e. add half a unit of the 13 dropped bits and clear them."""
+    torch = _torch()
+    bits = t.contiguous().view(torch.int32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    return torch.where(finite, rounded, t)
+
+
+def use_tf32_convs(model) -> None:
+    """Make every convolution with groups 1 (Conv2d, ConvTranspose2d) of a float32 model multiply TF32 inputs,
+    as the cuda backend's TF32 GEMMs do (runtime/carve_cuda.h, carve_cu_ctx_set_conv_math): weights rounded in
+    place, inputs rounded by a forward pre-hook; accumulation stays float32. Depthwise / grouped convolutions,
+    matmuls (attention) and linear layers stay float32, as in the cuda package."""
+    torch = _torch()
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.ConvTranspose2d)) and m.groups == 1:
+            m.weight.data = tf32_round(m.weight.data)
+            m.register_forward_pre_hook(lambda mod, args: (tf32_round(args[0]),) + tuple(args[1:]))
+
+
+def reference_layers(weights, input_npy, out_dir, dtype: str = "float32", tf32: bool = False) -> dict:
     """Run the fused fp32 model on input_npy; write DIR/layer_XX.npy for every model.model[i], DIR/output*.npy.
+
+    tf32: the convolutions with groups 1 multiply TF32-rounded inputs and weights (use_tf32_convs), the
+    reference for the cuda backend's default TF32 math.
 
     Non-head layers: their NCHW output. The head layer: y, e.g. (1,300,6) [x1,y1,x2,y2,score,class] in input
     pixels for detect; output0.npy is the same y; seg also writes output1.npy = proto (1,32,H/4,W/4).
@@ -496,7 +524,12 @@ def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dic
     """
     torch = _torch()
     model = load_fused(weights, dtype)
-    x = torch.from_numpy(np.load(input_npy)).to(torch.float64 if dtype == "float64" else torch.float32)
+    if tf32:
+        if dtype != "float32":
+            raise OracleError("reference_layers: tf32 rounds a float32 model's convolutions (dtype float32 only)")
+        use_tf32_convs(model)
+    x = torch.from_numpy(np.load(input_npy)).to({"float64": torch.float64, "float16": torch.float16}.get(
+        dtype, torch.float32))
     if x.ndim != 4:
         raise OracleError(f"{input_npy}: expected a (1,3,H,W) input, found {tuple(x.shape)}")
     layers = list(model.model)
@@ -517,14 +550,14 @@ def reference_layers(weights, input_npy, out_dir, dtype: str = "float32") -> dic
     for i, m in enumerate(layers):
         o = outs[i]
         arrs = _head_outputs(head, o) if m is head else [o]
-        a = np.ascontiguousarray(arrs[0].detach().numpy())
+        a = np.ascontiguousarray(arrs[0].detach().float().numpy() if dtype == "float16" else arrs[0].detach().numpy())
         np.save(out_dir / f"layer_{i:02d}.npy", a)
         written[f"layer_{i:02d}.npy"] = a.shape
         meta.append({"index": i, "type": m.type if hasattr(m, "type") else type(m).__name__, "from": m.f,
                      "shape": list(a.shape)})
         if m is head:
             for k, t in enumerate(arrs):
-                t = np.ascontiguousarray(t.detach().numpy())
+                t = np.ascontiguousarray(t.detach().float().numpy() if dtype == "float16" else t.detach().numpy())
                 np.save(out_dir / f"output{k}.npy", t)
                 written[f"output{k}.npy"] = t.shape
     (out_dir / "layers.json").write_text(json.dumps({"weights": str(weights), "layers": meta}, indent=1) + "\n")

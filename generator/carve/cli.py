@@ -22,6 +22,7 @@ EPILOG = """examples:
       --weights file --weights-dtype f16 --out /tmp/pkg-fw
   ./carve generate manifests/yolo26n.yaml --backend portable --checkpoint yolo26n.pt --precision int8 \\
       --calib calib-images/
+  ./carve generate manifests/yolo26n.yaml --backend cuda --checkpoint yolo26n.pt --precision fp16
   ./carve generate manifests/yolo26n-shapes.yaml manifests/yolo26n-cls.yaml --backend xnnpack \\
       --checkpoint shapes.pt --checkpoint cls.pt --out /tmp/two-models
   ./carve list
@@ -123,6 +124,9 @@ def cmd_generate(args) -> int:
     from .quant.images import list_images
     say = _progress()
     precision_options(dict(precision_args(args), weights_dtype=args.weights_dtype))  # --precision / --calib first
+    if len(args.manifest) > 1 and args.batch != 1:
+        raise CarveError(f"--batch {args.batch}: one model per package (several manifests given)",
+                         hint="generate the model on its own with --backend cuda --batch N")
     if len(args.manifest) > 1:  # several models in one package: carve.multi
         if args.precision == "int8":
             raise CarveError("--precision int8: one model per package for now (several manifests given)",
@@ -135,7 +139,7 @@ def cmd_generate(args) -> int:
         args.checkpoint, args.manifest = [args.manifest], None  # `carve generate model.pt --backend B`
     checkpoint, weights_format = resolve_weights_args(args)
     options = {"weights_format": weights_format, "weights_dtype": args.weights_dtype, **head_args(args),
-               **precision_args(args)}
+               **precision_args(args), "batch": args.batch}
     if args.imgsz is not None and len(args.imgsz) > 2:
         raise CarveError(f"--imgsz {' '.join(map(str, args.imgsz))}: give one size (square) or HEIGHT WIDTH")
     weights = checkpoint
@@ -146,8 +150,9 @@ def cmd_generate(args) -> int:
         say(f"no manifest given: {args.manifest} (the checkpoint's task and scale)")
     manifest = load_manifest(args.manifest)
     be = check_backend(manifest, args.backend)
+    if options.get("precision") in ("int8", "fp16"):
+        be.check_precision(options["precision"])  # int8 on cuda, fp16 on the CPU backends: before anything is read
     if options.get("precision") == "int8":
-        be.check_precision("int8")       # cuda: refused before anything is read
         list_images(options["calib"])     # the folder exists and holds files: before the (long) compile
     out = Path(args.out) if args.out else Path.cwd() / "generated" / f"{manifest.name}-{args.backend}"
     if out.exists() and not args.force:  # refuse before the (long) compile
@@ -300,10 +305,17 @@ def parser() -> argparse.ArgumentParser:
                    help="--head nms: the IoU threshold of the suppression, in [0, 1] (default 0.7, Ultralytics')")
     g.add_argument("--agnostic", action="store_true",
                    help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
-    g.add_argument("--precision", choices=("fp32", "int8"),
-                   help="fp32 (default), or int8: static post-training quantization from --calib images (int8 "
-                        "weights per output channel, int8 activations per tensor, int32 accumulation; the layers "
-                        "that lose too much stay float32: docs/quantization.md)")
+    g.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="--backend cuda: images per run (default 1): run_images / enqueue_* take N images, each "
+                        "with its own slice of the device arena, all in one CUDA Graph (detect, pose, obb with "
+                        "the end-to-end head)")
+    g.add_argument("--precision", choices=("fp32", "int8", "fp16"),
+                   help="fp32 (default); int8 (portable, xnnpack): static post-training quantization from --calib "
+                        "images (int8 weights per output channel, int8 activations per tensor, int32 accumulation; "
+                        "the layers that lose too much stay float32: docs/quantization.md); fp16 (cuda: detect, "
+                        "pose, obb): half weights (stored as --weights-dtype f16) and activations, float32 "
+                        "accumulation on tensor cores, the head's post-processing in float32 "
+                        "(docs/backends/cuda.md#fp16)")
     g.add_argument("--calib", metavar="DIR",
                    help="--precision int8: a folder of calibration images (at least 32, the first 200 by name "
                         "are used; JPEG, PNG, BMP, ... as the demo reads them)")

@@ -138,7 +138,7 @@ def option_warnings(graph, ckpt: Checkpoint, options: dict) -> list:
             "losslessly)"]
 
 
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "fp16")
 
 
 def precision_options(options: dict | None) -> tuple:
@@ -157,8 +157,8 @@ def precision_options(options: dict | None) -> tuple:
         raise CarveError("--weights-dtype f16: an int8 package stores its weights as int8 (with int32 biases and "
                          "requantization multipliers); f16 is a storage of float32 weights",
                          hint="drop --weights-dtype f16: int8 weights are already a quarter of float32's size")
-    if precision == "fp32" and calib:
-        raise CarveError("--calib: calibration images are for --precision int8 (the precision is fp32)",
+    if precision != "int8" and calib:
+        raise CarveError(f"--calib: calibration images are for --precision int8 (the precision is {precision})",
                          hint="add --precision int8, or drop --calib")
     return precision, calib
 
@@ -232,8 +232,10 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     imgsz = _check_imgsz(imgsz)
     head = head_options(manifest, options)
     precision, calib = precision_options(options)
-    if precision == "int8":
+    if precision != "fp32":
         be.check_precision(precision)
+    if precision == "fp16":  # fp16 packages store the checkpoint's halves (backends/cuda_f16.py)
+        options = dict(options or {}, weights_dtype="f16")
     options = normalize_options(options, be)
     ckpt, graph = _optimized_graph(manifest, weights, imgsz, head, progress, graph_hook)
     quant = None

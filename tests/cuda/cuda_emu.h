@@ -34,7 +34,7 @@
 //     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
 //     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
-//     elapsed time on the host clock), graphs (cudaStreamBeginCapture/EndCapture record the
+//     elapsed time on the host clock; cudaStreamWaitEvent, trivially kept), graphs (cudaStreamBeginCapture/EndCapture record the
 //     launches, copies, sets and cuBLAS calls of the stream; cudaGraphInstantiate and
 //     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
@@ -52,7 +52,13 @@
 //   * cuBLAS (column-major, host pointer mode): cublasCreate/Destroy/SetStream/GetStream/
 //     SetMathMode/GetMathMode/SetWorkspace, cublasSgemm, cublasSgemmStridedBatched, cublasSgemv, with a
 //     blocked host GEMM (float accumulation; summation order differs from cuBLAS, as it does
-//     between GPUs). The math mode is recorded, not emulated (no TF32 here).
+//     between GPUs). cublasGemmEx for float32 data with CUBLAS_COMPUTE_32F(_PEDANTIC) or
+//     CUBLAS_COMPUTE_32F_FAST_TF32. TF32 (that compute type, or the math mode
+//     CUBLAS_TF32_TENSOR_OP_MATH for cublasSgemm / StridedBatched) is emulated by rounding every GEMM
+//     input to TF32's 10-bit mantissa (round to nearest, ties away: cvt.rna) and accumulating in
+//     float32, what the tensor cores compute up to summation order; other math modes are recorded.
+//   * Half precision: __half, its conversions and cublasGemmEx / cublasGemmStridedBatchedEx
+//     (fp16 operands, fp32 accumulation): cuda_emu_f16.h, included at the end.
 //
 // ---- What is not -----------------------------------------------------------------------
 //   * Concurrency between blocks, streams or the host: all work is serial, so races and
@@ -221,6 +227,16 @@ typedef enum {
 } cublasMath_t;
 
 typedef carve_emu::BlasHandle* cublasHandle_t;
+
+// cublasGemmEx's types (CUDA_R_32F data with 32F / 32F_FAST_TF32 compute here; CUDA_R_16F in cuda_emu_f16.h).
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2 } cudaDataType_t;
+typedef enum {
+  CUBLAS_COMPUTE_32F = 68,
+  CUBLAS_COMPUTE_32F_PEDANTIC = 69,
+  CUBLAS_COMPUTE_32F_FAST_16F = 74,
+  CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+} cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
 
 // ---- Emulator internals ----------------------------------------------------------------
 
@@ -1046,6 +1062,12 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
   return carve_emu::enqueue(stream, [e]() { e->t = std::chrono::steady_clock::now(); });
 }
+// Work after the wait runs after the event's work: always true here (all work is serial).
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags = 0) {
+  (void)flags;
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  return carve_emu::enqueue(stream, []() {});
+}
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
   return carve_emu::sync_forbidden() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
@@ -1064,7 +1086,21 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 
 namespace carve_emu {
 
+// v rounded to TF32 (the 10-bit mantissa of the tensor cores' TF32 inputs): round to nearest, ties away
+// from zero, as cvt.rna.tf32.f32 (what cuBLAS' TF32 kernels convert their float32 operands with); the
+// low 13 bits cleared. Infinities and NaN unchanged.
+inline float to_tf32(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) {
+    u = (u + 0x1000u) & 0xffffe000u;
+  }
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
 // C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, column-major, on the host.
+// tf32: every element of op(A) and op(B) rounded to TF32 first (to_tf32), float32 accumulation.
 // Blocked like a BLAS: per (KC) slice of k and (MC) rows, op(A) is packed into 8-row
 // strips a[strip][p][8] and each 4 columns of op(B) into b[p][4]; an 8 x 4 block of C is
 // then accumulated in registers over the slice (the compiler vectorises the 8 rows).
@@ -1074,7 +1110,7 @@ namespace carve_emu {
 __attribute__((optimize("O3")))
 #endif
 inline void host_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* A, int lda,
-                       const float* B, int ldb, float beta, float* C, int ldc) {
+                       const float* B, int ldb, float beta, float* C, int ldc, bool tf32 = false) {
   constexpr int MR = 8, NR = 4, MC = 128, KC = 256;
   for (int j = 0; j < n; j++) {
     float* c = C + (size_t)j * ldc;
@@ -1088,8 +1124,9 @@ inline void host_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const
   static thread_local std::vector<float> apack, bpack;
   apack.resize((size_t)MC * KC);
   bpack.resize((size_t)KC * NR);
-  auto a_at = [&](int i, int p) { return ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i]; };
-  auto b_at = [&](int p, int j) { return tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p]; };
+  auto rd = [&](float v) { return tf32 ? to_tf32(v) : v; };
+  auto a_at = [&](int i, int p) { return rd(ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i]); };
+  auto b_at = [&](int p, int j) { return rd(tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p]); };
   for (int p0 = 0; p0 < k; p0 += KC) {
     const int kc = std::min(KC, k - p0);
     for (int i0 = 0; i0 < m; i0 += MC) {
@@ -1199,10 +1236,11 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperatio
   }
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *alpha, be = *beta;
+  const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;  // cuBLAS' TF32 math mode: TF32 inputs
   return carve_emu::blas_enqueue(h, [=]() {
     for (int b = 0; b < batch; b++) {
       carve_emu::host_sgemm(a_t, b_t, m, n, k, al, A + b * strideA, lda, B + b * strideB, ldb, be, C + b * strideC,
-                            ldc);
+                            ldc, tf32);
     }
   });
 }
@@ -1211,6 +1249,38 @@ inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublas
                                   const float* alpha, const float* A, int lda, const float* B, int ldb,
                                   const float* beta, float* C, int ldc) {
   return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+// cublasGemmEx's float32 half (Atype = Btype = Ctype = CUDA_R_32F, alpha / beta float): compute
+// CUBLAS_COMPUTE_32F / _PEDANTIC as cublasSgemm; CUBLAS_COMPUTE_32F_FAST_TF32 rounds both inputs to TF32
+// (carve_emu::to_tf32) and accumulates in float32. Other types: CUBLAS_STATUS_NOT_SUPPORTED. cublasGemmEx
+// itself (cuda_emu_f16.h) sends CUDA_R_32F operands here and CUDA_R_16F ones to the half GEMM.
+inline cublasStatus_t emu_gemm_ex_f32(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void* alpha, const void* A, cudaDataType_t atype, int lda, const void* B,
+                                   cudaDataType_t btype, int ldb, const void* beta, void* C, cudaDataType_t ctype,
+                                   int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (atype != CUDA_R_32F || btype != CUDA_R_32F || ctype != CUDA_R_32F || algo != CUBLAS_GEMM_DEFAULT ||
+      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_PEDANTIC &&
+       compute != CUBLAS_COMPUTE_32F_FAST_TF32)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
+      k < 0 || alpha == nullptr || beta == nullptr) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
+  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const float al = *(const float*)alpha, be = *(const float*)beta;
+  const float* a = (const float*)A;
+  const float* b = (const float*)B;
+  float* c = (float*)C;
+  const bool tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32;
+  return carve_emu::blas_enqueue(
+      h, [=]() { carve_emu::host_sgemm(a_t, b_t, m, n, k, al, a, lda, b, ldb, be, c, ldc, tf32); });
 }
 
 // y = alpha op(A) x + beta y, A (m, n) column-major.
@@ -1238,5 +1308,8 @@ inline cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int
     }
   });
 }
+
+// Half precision (__half, cublasGemmEx): the fp16 packages (runtime/carve_cuda_f16.cu).
+#include "cuda_emu_f16.h"
 
 #endif  // CARVE_CUDA_EMU_H

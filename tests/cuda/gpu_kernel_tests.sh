@@ -10,10 +10,10 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 arch=${CARVE_CUDA_ARCH:-native}
 mkdir -p "$out"
 rt="$root/runtime"
-for t in topk ops pre nms; do
+for t in topk ops pre nms f16; do
   echo "== test_$t (nvcc -arch=$arch)"
   "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
-    "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu "$rt"/carve_cuda_nms.cu \
+    "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \
     "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_nms.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
     "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
     -lcublas -o "$out/test_$t"

@@ -2,12 +2,14 @@
 """nvcc builds of generated cuda packages: one per task, for every GPU architecture, warnings as errors.
 
     nvcc_packages.py --work build/work [--tasks detect,segment,pose,obb,classify] [--archs 75,80,86,89,90]
-                     [--options detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,...]
+                     [--options detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,
+                                detect:blob:f16:e2e:fp16,...]
 
 For each task, yolo26n of that task (checkpoint from tools/oracle.py, cached in WORK/checkpoints-r<recipe>/ as the
 oracle tests do) is generated for ``--backend cuda`` at --imgsz 64 (blob, f32), and so is each
-``task:format:dtype[:head]`` of --options (the weights file and f16 code paths: ``--weights-format file``,
-``--weights-dtype f16``, and create_with, which every package has; ``--head nms``); its ``<name>.cu`` and
+``task:format:dtype[:head[:precision]]`` of --options (the weights file and f16 code paths: ``--weights-format
+file``, ``--weights-dtype f16``, and create_with, which every package has; ``--head nms``; ``--precision fp16``,
+the half-precision packages of runtime/carve_cuda_f16.cu); its ``<name>.cu`` and
 ``<name>_demo.cu`` are compiled by nvcc for sm_75, sm_80, sm_86, sm_89 and sm_90 in one invocation each
 (``-gencode arch=compute_XX,code=sm_XX``), with ``-Werror all-warnings`` and the host compiler's
 ``-Wall -Wextra -Werror`` - the flags of the package's CMakeLists.txt. The device runtime's own .cu files
@@ -39,14 +41,26 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc") or next((str(p) for p in (Path("/usr/local/cuda/bin/nvcc"),) if p.exists()), None)
 
 
+def parse_variant(v: str) -> tuple:
+    """task:format:dtype[:head][:precision][:bN] -> (task, format, dtype, head, precision, batch): head e2e,
+    precision fp32 and batch 1 by default; a field bN (b2, b32) is --batch N, fp32 / fp16 the precision."""
+    parts = v.split(":")
+    batch = next((p[1:] for p in parts[3:] if p[:1] == "b" and p[1:].isdigit()), "1")
+    precision = next((p for p in parts[3:] if p in ("fp32", "fp16")), "fp32")
+    rest = [p for p in parts[3:] if not (p[:1] == "b" and p[1:].isdigit()) and p not in ("fp32", "fp16")]
+    return (*parts[:3], rest[0] if rest else "e2e", precision, batch)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--tasks", default="detect,segment,pose,obb,classify")
     ap.add_argument("--archs", default="75,80,86,89,90")
     ap.add_argument("--options", default="detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,"
-                                         "segment:blob:f32:nms",
-                    help="more packages, each task:weights-format:weights-dtype[:head] ('' for none)")
+                                         "segment:blob:f32:nms,detect:blob:f32:b2,detect:blob:f16:e2e:fp16,"
+                                         "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16",
+                    help="more packages, each task:weights-format:weights-dtype[:head][:precision][:bN] ('' for "
+                         "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu against it")
     ap.add_argument("--nvcc", default=None, help="nvcc to use (default: PATH, then /usr/local/cuda/bin)")
     args = ap.parse_args()
     nvcc = args.nvcc or find_nvcc()
@@ -59,28 +73,33 @@ def main() -> int:
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     print(f"nvcc: {nvcc} ({ver}); architectures sm_{', sm_'.join(args.archs.split(','))}")
     ok = True
-    variants = [(task, "blob", "f32", "e2e") for task in args.tasks.split(",") if task]
-    variants += [tuple((v + ":e2e").split(":")[:4]) for v in args.options.split(",") if v]
-    for task, fmt, dtype, head in variants:
+    variants = [(task, "blob", "f32", "e2e", "fp32", "1") for task in args.tasks.split(",") if task]
+    variants += [parse_variant(v) for v in args.options.split(",") if v]
+    for task, fmt, dtype, head, precision, batch in variants:
         if task not in cvx.TASKS or fmt not in ("blob", "c-array", "file") or dtype not in ("f32", "f16") or \
-                head not in ("e2e", "nms"):
-            ap.error(f"unknown variant {task}:{fmt}:{dtype}:{head}")
+                head not in ("e2e", "nms") or not batch.isdigit():
+            ap.error(f"unknown variant {task}:{fmt}:{dtype}:{head}:{precision}:b{batch}")
         model = f"yolo26n{cvx.TASKS[task]}"
         prefix = model.replace("-", "_")
         t0 = time.time()
         pt = cvx.checkpoint(args.work.resolve(), model)
-        pkg = (args.work / "cuda-nvcc" / f"{model}-{fmt}-{dtype}-{head}").resolve()
+        pkg = (args.work / "cuda-nvcc" / f"{model}-{fmt}-{dtype}-{head}-{precision}-b{batch}").resolve()
         cvx.generate(model, "cuda", pt, 64, pkg, "--weights-format", fmt, "--weights-dtype", dtype,
-                     *(["--head", head] if head != "e2e" else []))
+                     *(["--head", head] if head != "e2e" else []),
+                     *(["--precision", precision] if precision != "fp32" else []), "--batch", batch)
         objs = pkg / "build-nvcc"
         objs.mkdir(exist_ok=True)
-        for src in (f"{prefix}.cu", f"{prefix}_demo.cu"):
-            cmd = [nvcc, *flags, "-I", pkg, "-I", pkg / "runtime", "-c", pkg / src, "-o", objs / (src + ".o")]
+        sources = [pkg / f"{prefix}.cu", pkg / f"{prefix}_demo.cu"]
+        if batch != "1":
+            sources.append(Path(__file__).resolve().parent / "batch_main.cu")
+        for src in sources:
+            cmd = [nvcc, *flags, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", objs / (src.name + ".o")]
             p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
             if p.returncode != 0 or p.stderr.strip():
                 print("$ " + " ".join(str(c) for c in cmd) + "\n" + p.stdout + p.stderr)
                 ok = False
-        print(f"{model} ({fmt}, {dtype}, {head}): {'OK' if ok else 'FAIL'} ({time.time() - t0:.0f} s)", flush=True)
+        print(f"{model} ({fmt}, {dtype}, {head}, {precision}, batch {batch}): {'OK' if ok else 'FAIL'} "
+              f"({time.time() - t0:.0f} s)", flush=True)
         if ok:
             shutil.rmtree(pkg)
     print(f"nvcc_packages: {'OK' if ok else 'FAIL'}")

@@ -58,6 +58,23 @@ struct ConvCase {
   carve_cu_act act;
 };
 
+// The value a TF32 tensor core multiplies: round to nearest (ties away from zero) at the 10-bit mantissa,
+// written here independently of the emulator's carve_emu::to_tf32 (finite values only).
+static double tf32_of(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u = (u + 0x1000u) & 0xffffe000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+// check_conv's reference under CARVE_CU_MATH_TF32: the GEMM paths (groups 1) multiply TF32-rounded
+// inputs and weights; depthwise stays float32. g_tf32_far counts outputs the strict bound would reject
+// against the unrounded reference (so the TF32 path is really taken).
+static bool g_tf32 = false;
+static size_t g_tf32_far = 0;
+
 static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
   carve_cu_conv c;
   c.kh = c.kw = cc.kh;
@@ -86,29 +103,39 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
   CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p, scratch.p));
   t.sync();
 
-  std::vector<double> want(oh * ow * cc.cout), tol(want.size());
+  std::vector<double> want(oh * ow * cc.cout), tol(want.size()), exact;
   for (size_t oy = 0; oy < oh; oy++) {
     for (size_t ox = 0; ox < ow; ox++) {
       for (size_t o = 0; o < cc.cout; o++) {
-        double s = b[o], mag = std::fabs(b[o]);
+        double s = b[o], mag = std::fabs(b[o]), s_exact = b[o];
         for (size_t ky = 0; ky < cc.kh; ky++) {
           for (size_t kx = 0; kx < cc.kh; kx++) {
             const long long iy = (long long)(oy * cc.stride + ky) - cc.pad, ix = (long long)(ox * cc.stride + kx) - cc.pad;
             if (iy < 0 || iy >= cc.h || ix < 0 || ix >= cc.w) continue;
             for (size_t i = 0; i < cpg; i++) {
               const size_t ch = cc.groups == 1 ? i : o;
-              const double v = (double)x[((size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch] *
-                               wt[((o * cc.kh + ky) * cc.kh + kx) * cpg + i];
+              const float xv = x[((size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch];
+              const float wv = wt[((o * cc.kh + ky) * cc.kh + kx) * cpg + i];
+              const bool round = g_tf32 && cc.groups == 1;
+              const double v = round ? tf32_of(xv) * tf32_of(wv) : (double)xv * wv;
               s += v;
+              s_exact += (double)xv * wv;
               mag += std::fabs(v);
             }
           }
         }
-        if (cc.act == CARVE_CU_ACT_SILU) s = silu_d(s);
+        if (cc.act == CARVE_CU_ACT_SILU) {
+          s = silu_d(s);
+          s_exact = silu_d(s_exact);
+        }
         const size_t p = oy * ow + ox;
-        if (cc.residual) s += r[p * c.res_stride + o];
+        if (cc.residual) {
+          s += r[p * c.res_stride + o];
+          s_exact += r[p * c.res_stride + o];
+        }
         want[p * cc.cout + o] = s;
         tol[p * cc.cout + o] = 2e-6 * (mag + 1.0) * std::sqrt((double)cpg * cc.kh * cc.kh + 1);
+        exact.push_back(s_exact);
       }
     }
   }
@@ -116,7 +143,13 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
   std::snprintf(what, sizeof what, "conv %ux%u s%u p%u g%u %u->%u on %ux%u%s%s", cc.kh, cc.kh, cc.stride, cc.pad,
                 cc.groups, cc.cin, cc.cout, cc.h, cc.w, cc.act == CARVE_CU_ACT_SILU ? " silu" : "",
                 cc.residual ? " +res" : "");
-  check_view(dy.download(), c.out_stride, want, tol, oh * ow, cc.cout, what);
+  const std::vector<float> got = dy.download();
+  check_view(got, c.out_stride, want, tol, oh * ow, cc.cout, what);
+  for (size_t p = 0; p < oh * ow; p++) {
+    for (size_t o = 0; o < cc.cout; o++) {
+      g_tf32_far += g_tf32 && !near_float(got[p * c.out_stride + o], exact[p * cc.cout + o], tol[p * cc.cout + o]);
+    }
+  }
 }
 
 static void test_conv(TestCtx& t) {
@@ -136,6 +169,20 @@ static void test_conv(TestCtx& t) {
       {5, 1, 2, 1, 4, 6, 6, 5, 0, 0, 0, false, CARVE_CU_ACT_SILU},      // kernel near the image size
   };
   for (const auto& cc : cases) check_conv(t, cc, rng);
+  // CARVE_CU_MATH_TF32: the same cases against TF32-rounded GEMM inputs (depthwise unchanged); the
+  // emulated GEMM must really round (outputs off the float32 result by more than its bound).
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_TF32));
+  CHECK(t.ctx.conv_tf32 == 1);  // the emulated device is sm_90
+  g_tf32 = true;
+  for (const auto& cc : cases) check_conv(t, cc, rng);
+  g_tf32 = false;
+  CHECK_MSG(g_tf32_far > 100, "TF32 convs: only %zu outputs differ from float32 beyond its bound", g_tf32_far);
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+  CHECK(t.ctx.conv_tf32 == 0);
+  CHECK(carve_cu_ctx_set_conv_math(&t.ctx, (carve_cu_math)2) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_set_conv_math(nullptr, CARVE_CU_MATH_TF32) == CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("conv2d TF32: %zu cases ok (%zu outputs beyond the float32 bound)\n", sizeof cases / sizeof cases[0],
+              g_tf32_far);
   // The chunked case really is chunked: more im2col floats than the scratch holds.
   carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU};
   CHECK(carve_cu_conv2d_scratch_floats(&big) < (size_t)65 * 65 * 9 * 128);
@@ -446,7 +493,7 @@ static void test_errors(TestCtx& t) {
   CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
-  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0};
+  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0, 0};
   CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx_destroy(nullptr);

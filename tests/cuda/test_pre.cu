@@ -4,6 +4,7 @@
 // resize, one pixel, very wide and very tall, padded rows), and carve_letterbox_geometry
 // against the info carve_letterbox returns.
 
+#include "carve_layout.h"
 #include "cuda_test.h"
 
 static std::vector<uint8_t> random_image(TestRng& rng, int w, int h, size_t stride) {
@@ -66,6 +67,22 @@ int main() {
                        {810, 1080, 224}, {7, 5, 3}};
   for (const auto& c : cl) check_classify(t, rng, c[0], c[1], c[2]);
   std::printf("classify: %zu sizes bit-identical to carve_classify_preprocess\n", sizeof cl / sizeof cl[0]);
+
+  // NCHW -> NHWC on the device (the run from a device tensor) against the CPU carve_nchw_to_nhwc, exact.
+  {
+    const uint32_t c = 3, h = 7, w = 11;
+    std::vector<float> x((size_t)c * h * w);
+    for (auto& v : x) v = rng.normal();
+    std::vector<float> want((size_t)h * w * c);
+    carve_nchw_to_nhwc(x.data(), c, h, w, want.data(), c);
+    DevBuf<float> dx(x), dy(want.size());
+    CHECK_OK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, c, h, w, dy.p));
+    t.sync();
+    CHECK(dy.download() == want);
+    CHECK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, 0, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_nchw_to_nhwc(&t.ctx, nullptr, c, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    std::printf("nchw_to_nhwc: ok\n");
+  }
 
   // Refusals: the geometry of another image, bad sizes, short rows.
   {

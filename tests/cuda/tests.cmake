@@ -56,6 +56,7 @@ carve_cuda_kernel_test(topk)  # top-k vs a sort, gather, e2e of the four tasks v
 carve_cuda_kernel_test(ops)   # op kernels vs the CPU runtime / loops on odd, strided shapes
 carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs carve_pre.c
 carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess (ties, all / none suppressed, graphs)
+carve_cuda_kernel_test(f16)   # --precision fp16: half conversions, casts, conv / moves / add / attention vs double loops
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
 # with a message, where nvcc is not installed).
@@ -80,7 +81,7 @@ if(CARVE_CXX_HAS_ASAN)
   target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
   target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
   target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
-  foreach(name emu topk ops pre nms)
+  foreach(name emu topk ops pre nms f16)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
@@ -113,6 +114,19 @@ foreach(task detect segment pose obb)
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(cuda_pkg_nms_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 endforeach()
+# --precision fp16 (issue 20): the trained demo model as an fp16 cuda package (e2e and --head nms) under emulation,
+# layer by layer against PyTorch float32 within 3x PyTorch float16's own drift, and run_image's detections against
+# Ultralytics' predictor (tests/cuda/cuda_f16.py).
+add_test(NAME cuda_f16_shapes
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weights, layer by layer (about 4 minutes)
+  add_test(NAME cuda_f16_tasks
+           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads "" --random-tasks detect,pose,obb
+           WORKING_DIRECTORY ${CARVE_ROOT})
+  set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+endif()
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}
@@ -128,6 +142,14 @@ add_test(NAME cuda_options
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_options.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_options PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+
+# --batch and the asynchronous API (issue 20), yolo26n at 64x64: a --batch 2 package's rows of each image (run_tensors,
+# enqueue_tensors from device memory with pinned results, run_images / enqueue_images) bit-identical to the
+# --batch 1 package's on that image alone; --batch refusals. tests/cuda/cuda_batch.py, tests/cuda/batch_main.cu.
+add_test(NAME cuda_batch
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_batch.py --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_batch PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
 
 # nvcc: one generated package per task for every architecture above, and the option variants of
 # nvcc_packages.py --options (weights file, f16), -Werror (skipped without nvcc).

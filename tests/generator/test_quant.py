@@ -255,8 +255,10 @@ def test_rewrite_invariants(graph, quant):
         add = names[f"{op.name}:add"]
         assert add.inputs[0] == f"{op.name}:conv" and add.outputs == op.outputs
     assert q.outputs == graph.outputs
-    assert names["images:quantize"].outputs == ("images:i8",)
-    assert q.tensors["images:i8"].quant == qparams.INPUT_QPARAMS
+    # the network input is taken straight as int8 (rewrite.int8_input): no quantize op, no float32 input tensor
+    assert "images:quantize" not in names and "images" not in q.tensors
+    assert q.input == "images:i8" and q.tensors["images:i8"].quant == qparams.INPUT_QPARAMS
+    assert names["model.0"].inputs == ("images:i8",)
     for op in graph.ops:       # attention and the e2e head stay float, fed through dequantize ops
         if op.kind in ("attention", "e2e_detect"):
             assert names[op.name].kind == op.kind
@@ -275,6 +277,32 @@ def test_rewrite_keep_float_inserts_boundaries(graph, ranges):
     assert len(names["model.4.m.0.cv2"].inputs) == 2, "a float conv keeps its fused residual"
     assert q.tensors["model.2.cv2"].dtype == "f32"
     assert names["model.2.cv2:quantize"].kind == "quantize"     # its int8 reader gets a quantized copy
+
+
+def test_rewrite_int8_input_only_with_one_int8_reader(graph, ranges, inputs):
+    """The input's quantize op is folded only when the first convolution runs in int8: kept in float32, the input
+    stays float32 and nothing is quantized at it. The simulator quantizes a float image on entry: a tensor of pixels
+    v / 255 becomes v - 128, which is what the package's pre-processing writes (runtime/carve_pre.h)."""
+    q = rewrite.quantize(graph, ranges, ("model.0",)).graph
+    _check_invariants(q)
+    assert q.input == "images" and q.tensors["images"].dtype == "f32"
+    assert not any(op.kind == "quantize" and op.inputs == ("images",) for op in q.ops)
+    full = rewrite.quantize(graph, ranges).graph
+    env = simulate.run(full, inputs[0])
+    pixels = np.rint(inputs[0] * 255.0).astype(np.int64)
+    assert np.array_equal(images.to_input(pixels.astype(np.uint8)), inputs[0])   # the inputs are pixels / 255
+    assert np.array_equal(env["images:i8"].astype(np.int64), pixels - 128)
+    assert len(np.unique(env["images:i8"])) > 64                                  # a spread, not a flat image
+    # the folded graph computes what the unfolded one did: every int8 tensor the same bytes
+    ref = dict(simulate.run(full.replace(input="images", tensors={**full.tensors, "images": graph.tensors["images"]},
+                                         ops=(_input_quantize(),) + full.ops), inputs[0]))
+    for t, v in env.items():
+        assert np.array_equal(v, ref[t]), t
+
+
+def _input_quantize():
+    from carve.ir import Op
+    return Op("images:quantize", "quantize", ("images",), ("images:i8",), 0, source="quantize images to int8")
 
 
 def test_rewrite_plain_add_and_int8_graph_output():

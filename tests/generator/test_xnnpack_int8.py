@@ -5,7 +5,7 @@ quant/rewrite.py, on ranges calibrated by quant/calibrate.py on one bundled samp
 its 32-image minimum and sensitivity pass, so that this test takes seconds) at imgsz 64: each dense (groups 1)
 qconv2d becomes one carve_q8conv step (Q8Conv: a CONV descriptor of the int8 table, its record in q8conv_pack's
 layout, the SiLU table in the kernel); every other int8 op (depthwise qconv2d, qadd, quantize, dequantize, the int8
-max pool, upsample and concat copies) one Q8PoolOp step (carve_q8_run_pool on the pool) whose descriptor is the
+max pool, upsample and concat copies) one Q8PoolOp step (carve_q8_run_pool's variant, m->k.q8_pool, on the pool) whose descriptor is the
 portable package's, field for field (the same kernels, hence the same bytes); no XNNPACK operator and no fp32
 runtime convolution runs an int8 op; the portable backend keeps carve_q8_run (Q8Op) for all of them. What the
 kernels compute is tests/runtime/q8_vs_arith.py's and q8_pool_vs_run.py's; the packages end to end are
@@ -164,11 +164,40 @@ def test_portable_keeps_carve_q8(graphs):
 
 
 def test_package_generates(graphs):
-    """The whole xnnpack package renders from the quantized graph: the int8 steps call carve_q8_run_pool and
-    carve_q8conv, none carve_q8_run (one thread); the runtime carries carve_q8.c and carve_q8conv.c."""
+    """The whole xnnpack package renders from the quantized graph: the int8 steps call carve_q8_run_pool's
+    variant chosen at create (m->k.q8_pool, runtime/carve_q8_pool.h) and carve_q8conv, none carve_q8_run (one
+    thread); the runtime carries carve_q8.c, carve_q8_pool.c and carve_q8conv.c."""
     _, qg = graphs
     files = compile_model(str(MANIFEST), "xnnpack", str(WEIGHTS), IMGSZ, graph_hook=lambda g: qg).files
     src = files["yolo26n_shapes.c"].decode()
-    assert "carve_q8_run_pool(&k_q8_ops[" in src and "carve_q8_run(" not in src
+    assert "m->k.q8_pool(&k_q8_ops[" in src and "carve_q8_run(" not in src and "carve_q8_run_pool(" not in src
+    assert "m->k.q8_pool = carve_q8_pool_select(isa);" in src
     assert "m->k.q8conv(" in src and "m->k.q8conv = carve_q8conv_select(isa);" in src
-    assert "runtime/carve_q8.c" in files and "runtime/carve_q8conv.c" in files
+    assert all(f"runtime/{f}" in files for f in ("carve_q8.c", "carve_q8_pool.c", "carve_q8_isa.h", "carve_q8conv.c"))
+
+
+def test_int8_input_has_no_float32_copy(graphs):
+    """The network input is int8 (rewrite.int8_input): both backends' programs say so (k_model.input_q8), no op
+    quantizes it, and the memory plan holds it as 3 bytes per pixel with no float32 storage of it; the same graph
+    with the input's quantize op put back plans a float32 input beside its int8 copy, a larger arena."""
+    from carve.backends.lowering import input_q8
+    from carve.ir import Op
+    fg, qg = graphs
+    assert qg.input == "images:i8" and "images" not in qg.tensors
+    assert input_q8(qg)
+    plan = plan_memory(qg)
+    words = -(-IMGSZ * IMGSZ * 3 // 4)
+    assert plan.storages["images:i8"].floats == words and plan.storages["images:i8"].first == -1
+    assert not any(qg.tensors[s].dtype == "f32" and qg.tensors[s].shape == (IMGSZ, IMGSZ, 3) for s in plan.storages)
+    for be in (portable.BACKEND, xnnpack.BACKEND):
+        program = lower(be, qg)
+        assert program["input_q8"] is True and program["input_off"].startswith("S_IMAGES_I8")
+        assert not any(st.name == "images:quantize" for lay in program["layers"] for st in lay["steps"])
+        assert not any(o["name"] == "images:quantize" for o in program.get("q8_ops", []))
+    unfolded = qg.replace(input="images", tensors={**qg.tensors, "images": fg.tensors["images"]},
+                          ops=(Op("images:quantize", "quantize", ("images",), ("images:i8",), 0),) + qg.ops)
+    assert not input_q8(unfolded)
+    before = plan_memory(unfolded)
+    assert before.storages["images"].floats == IMGSZ * IMGSZ * 3
+    assert plan.arena_bytes < before.arena_bytes, (plan.arena_bytes, before.arena_bytes)
+    print(f"arena at {IMGSZ}: {before.arena_bytes} bytes with the float32 input, {plan.arena_bytes} without")

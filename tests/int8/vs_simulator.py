@@ -13,7 +13,9 @@ On each sample image (assets/shapes-{1,2,3,4}.png):
 
 * the input: the package's own letterboxed tensor (stb decode + carve_letterbox + /255, through the runtime's C
   code: int8pkg.letterboxed); the demo run on the image file and on that tensor (--input) must dump the same bytes,
-  so the simulator and the package start from the same float32 input;
+  so the simulator and the package start from the same input (the package's input is int8: run_image letterboxes
+  straight to int8 with carve_letterbox_q8, run_tensor and the simulator quantize the float32 tensor, and the
+  three must agree);
 * every layer whose output is int8 (the demo dumps it dequantized, ``(float)(q - zp) * scale``): bit-identical to
   ``arith.dequantize`` of the simulator's int8 tensor (quant/simulate.py: arith.py's integer arithmetic), and its
   int8 values must spread (a flat layer would prove nothing);

@@ -3,7 +3,8 @@
 
     q8_build.py compile     -std=c11 -Wall -Wextra -Werror with gcc (x86-64: baseline, AVX2, AVX-512), clang,
                             arm-none-eabi-gcc for a Cortex-M7 (tests/firmware/cross.py's flags) and a
-                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3; prints the loops
+                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3 (carve_q8_pool.c,
+                            carve_q8_run_pool's variants, too: compiles with -Werror); prints the loops
                             each vectorised (GCC's
                             -fopt-info-vec, Clang's -Rpass=loop-vectorize) by function, and checks:
                               * the convolutions' inner loops (dot_rows, dw_tap_block) are vectorised by gcc
@@ -13,7 +14,7 @@
                                 else).
                             A cross compiler that is not installed is skipped with a message (tools/install.sh
                             --test installs them); gcc must be there.
-    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
+    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
                             qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SRC = REPO / "runtime" / "carve_q8.c"
+POOL_SRC = REPO / "runtime" / "carve_q8_pool.c"  # carve_q8_run_pool's instruction-set variants (xnnpack packages)
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DCARVE_RT_NO_THREADS", f"-I{REPO / 'runtime'}"]
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
 AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")
@@ -128,6 +130,16 @@ def compile_all() -> int:
             if missing:
                 print(f"FAIL {label}: the inner loops of {', '.join(missing)} are not vectorised")
                 failed += 1
+            # carve_q8_run_pool's variants (carve_q8_pool.c): their AVX-512 target functions on x86-64, the portable
+            # variant and the selector elsewhere; -Werror everywhere
+            pool_obj = obj.with_name(obj.stem + "_pool.o")
+            pp = subprocess.run([cc, *WARN, *flags, "-c", str(POOL_SRC), "-o", str(pool_obj)], capture_output=True,
+                                text=True)
+            if pp.returncode != 0:
+                print(f"FAIL {label}: carve_q8_pool.c does not compile with -Werror:\n{pp.stderr.strip()}")
+                failed += 1
+            else:
+                print(f"  {label}: carve_q8_pool.c compiles")
             if cc == "arm-none-eabi-gcc" and "cortex-m7" in label:
                 problems = m7_float_check(obj)
                 for p in problems[:10]:
@@ -148,7 +160,8 @@ def aarch64() -> int:
             return SKIP
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8_tool")
-        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_rt.c"),
+        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_q8_pool.c"),
+                        str(REPO / "runtime" / "carve_isa.c"), str(REPO / "runtime" / "carve_rt.c"),
                         "-o", str(exe), "-lm"], check=True)
         print(f"  {exe.name} built with {cc} -O2; running q8_vs_arith.py under qemu-aarch64")
         p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), "--exec", f"qemu-aarch64 -L {AARCH64_LIBC}",

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""carve_q8_run_pool (runtime/carve_q8.c) against carve_q8_run, byte for byte, on 1, 2, 3 and 7 threads.
+"""carve_q8_run_pool (runtime/carve_q8.c) and its instruction-set variants (runtime/carve_q8_pool.h) against
+carve_q8_run, byte for byte, on 1, 2, 3 and 7 threads.
 
 Usage: q8_pool_vs_run.py PATH/TO/q8_tool
 
 The cases are q8_vs_arith.py's (every kind, realistic parameters, strided and misaligned views, the trained demo
 layers, the refusals) plus larger ops that the pool splits into many tiles: yolo26n-like depthwise 3x3 layers
 (stride 1 and 2, channel counts off the 32-channel block, strided views), a 5x5 depthwise, grouped and dense
-convolutions, adds, the SPPF max pool, copies, an upsample, the image's quantize and a dequantize. q8_tool runs
-each case with carve_q8_run, then with carve_q8_run_pool on no pool and on pools of 1, 2, 3 and 7 threads, each
-on a fresh copy of the arena: every pool run must return carve_q8_run's status and leave the whole arena equal
-to carve_q8_run's, byte for byte (so nothing outside the output view is written either), and carve_q8_run's
-result must be arith.py's (q8_vs_arith.check). The number of tiles of each case (the runtime's
+convolutions, adds, the SPPF max pool, copies, an upsample, the image's quantize and a dequantize. For every
+variant this CPU runs (`q8_tool --variants`: portable, avx512, avx512vbmi), q8_tool runs each case with
+carve_q8_run, then with the variant on no pool and on pools of 1, 2, 3 and 7 threads, each on a fresh copy of
+the arena: every pool run must return carve_q8_run's status and leave the whole arena equal to carve_q8_run's,
+byte for byte (so nothing outside the output view is written either), and carve_q8_run's result must be
+arith.py's (q8_vs_arith.check). The number of tiles of each case (the runtime's
 CARVE_Q8_TASK_WORK rule, read from carve_q8.c) is printed; every kind must have a case of at least 4 tiles, so
 the split is exercised.
 """
@@ -19,10 +21,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import struct
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +29,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import q8_vs_arith as qa  # noqa: E402
-from carve.backends import q8_pack  # noqa: E402  (q8_vs_arith put generator/ on the path)
-from carve.quant import arith  # noqa: E402
+from carve.quant import arith  # noqa: E402  (q8_vs_arith put generator/ on the path)
 
 THREADS = (0, 1, 2, 3, 7)  # carve_q8_run_pool's runs: 0 = a NULL pool
 MIN_TILES = 4
@@ -103,28 +101,6 @@ def dequantize_case(rng, pixels: int, c: int) -> qa.Case:
                    in_off=x_off, out_off=y_off, in_zero=zp, scale=scale)
 
 
-def run_tool(tool: str, cases: list) -> list:
-    """[(status, arena) of carve_q8_run, then of each THREADS run] per case."""
-    runs = 1 + len(THREADS)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp, "cases.bin"), Path(tmp, "results.bin")
-        src.write_bytes(b"Q8C1" + struct.pack("<II", q8_pack.PACKS_LAYOUT, len(cases)) +
-                        b"".join(c.pack() for c in cases))
-        subprocess.run([tool, str(src), str(dst), *map(str, THREADS)], check=True)
-        data = dst.read_bytes()
-    out, pos = [], 0
-    for c in cases:
-        results = []
-        for _ in range(runs):
-            status = struct.unpack_from("<i", data, pos)[0]
-            pos += 4
-            results.append((status, data[pos:pos + len(c.arena)]))
-            pos += len(c.arena)
-        out.append(results)
-    assert pos == len(data), "q8_tool wrote more than expected"
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tool")
@@ -133,15 +109,25 @@ def main() -> int:
     cases = qa.all_cases(rng) + big_cases(rng)
     work = task_work()
     failed, most = 0, {}
-    for case, results in zip(cases, run_tool(args.tool, cases)):
-        (status, arena), pooled = results[0], results[1:]
+    variants, selected = qa.tool_variants([], args.tool)
+    print(f"  carve_q8_run_pool variants run: {', '.join(variants)} (a package on this CPU selects {selected})")
+    if variants != qa.expected_variants():
+        print(f"FAIL this CPU should run the variants {qa.expected_variants()}, the tool runs {variants}")
+        failed += 1
+    results = [[] for _ in cases]
+    for v in variants:
+        for i, r in enumerate(qa.run_tool([], args.tool, cases, v, THREADS)):
+            results[i].append((v, r))
+    for case, runs in zip(cases, results):
+        status, arena = runs[0][1][0]
         problems = qa.check(case, status, arena)
-        for threads, (st, ar) in zip(THREADS, pooled):
-            if st != status:
-                problems.append(f"carve_q8_run_pool on {threads} threads: status {st}, carve_q8_run {status}")
-            elif ar != arena:
-                diff = int(np.sum(np.frombuffer(ar, np.uint8) != np.frombuffer(arena, np.uint8)))
-                problems.append(f"carve_q8_run_pool on {threads} threads: {diff} bytes differ from carve_q8_run")
+        for v, r in runs:
+            for threads, (st, ar) in zip(THREADS, r[1:]):
+                if st != status:
+                    problems.append(f"{v} on {threads} threads: status {st}, carve_q8_run {status}")
+                elif ar != arena:
+                    diff = int(np.sum(np.frombuffer(ar, np.uint8) != np.frombuffer(arena, np.uint8)))
+                    problems.append(f"{v} on {threads} threads: {diff} bytes differ from carve_q8_run")
         if case.status == qa.OK:
             most[case.kind] = max(most.get(case.kind, 0), tiles(case, work))
         if problems:
@@ -155,7 +141,8 @@ def main() -> int:
     if failed:
         print(f"q8_pool_vs_run: {failed} FAILED ({len(cases)} cases)")
         return 1
-    print(f"q8_pool_vs_run: ok ({len(cases)} cases x threads {THREADS}: carve_q8_run's bytes, and arith's)")
+    print(f"q8_pool_vs_run: ok ({len(cases)} cases x threads {THREADS} x variants {', '.join(variants)}: "
+          "carve_q8_run's bytes, and arith's)")
     return 0
 
 

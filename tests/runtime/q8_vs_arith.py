@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compare carve_q8_run (runtime/carve_q8.c) with generator/carve/quant/arith.py, bit for bit.
+"""Compare carve_q8_run (runtime/carve_q8.c) and every variant of carve_q8_run_pool this CPU runs
+(runtime/carve_q8_pool.h: portable, avx512, avx512vbmi) with generator/carve/quant/arith.py, bit for bit.
 
 Usage: q8_vs_arith.py [--exec "PREFIX ..."] PATH/TO/q8_tool
 
@@ -19,6 +20,10 @@ of float32) and every other byte of the arena must be unchanged. Outputs must sp
 output has few distinct values, or mostly clamped ones, fails the run (it would prove nothing). A few refusals
 (bad shift in the record's last channel, bad zero point, unknown kind) must return CARVE_ERR_INVALID_ARGUMENT
 and leave the arena alone.
+
+The variants are those `q8_tool --variants` lists (this build and CPU); each runs every case on no pool, after
+carve_q8_run, and both results must be arith's. The variants run are printed, and the one a package would select;
+a CPU with AVX-512 F, BW and VL (as /proc/cpuinfo says) must run the avx512 variant (and avx512vbmi with VBMI).
 
 --exec runs the tool through a prefix (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" for a cross-compiled one).
 """
@@ -292,6 +297,20 @@ def conv_cases(rng):
     cases.append(conv_case(rng, "conv weights -128", 7, 6, 12, 10, 3, 3, 1, 1, 1, False, neg128=True))
     cases.append(conv_case(rng, "depthwise weights -128", 7, 6, 12, 12, 3, 3, 1, 1, 12, False, in_zero=127,
                            neg128=True))
+    # depthwise: the requantization's int64 form (shifts below 33) and int32 form (all 33 or more) in one block of
+    # 32 channels and across blocks; m = 0; kernels of 1, 2 x 2 (an even number of taps), 3x3 without padding,
+    # 3x3 stride 2 without padding, and 9x9 (81 taps: more than the AVX-512 loops take, carve_q8.c's loops run)
+    for r in (0.9, 3.0, 2.0 ** 20, 1e-12):
+        cases.append(conv_case(rng, f"depthwise 3x3 real multiplier {r}", 6, 7, 37, 37, 3, 3, 1, 1, 37, r < 1,
+                               real_multiplier=r, spread=False))
+    mixed = np.where(np.arange(45) % 5 == 0, 0.7, 3e-3)
+    cases.append(conv_case(rng, "depthwise 3x3 per-channel multipliers, shifts below and above 33 in a block", 7, 8,
+                           45, 45, 3, 3, 1, 1, 45, True, real_multiplier=mixed, spread=False))
+    for name, h, w, c, k, s, p_ in [("1x1", 5, 6, 35, 1, 1, 0), ("2x2 s2 p0", 8, 9, 33, 2, 2, 0),
+                                    ("3x3 s1 p0", 7, 9, 64, 3, 1, 0), ("3x3 s2 p0", 9, 8, 31, 3, 2, 0),
+                                    ("9x9 s1 p4 (portable loops)", 10, 11, 17, 9, 1, 4)]:
+        cases.append(conv_case(rng, f"depthwise {name} c{c}", h, w, c, c, k, k, s, p_, c, True,
+                               in_extra=int(rng.integers(0, 5)), out_extra=int(rng.integers(0, 5))))
     return cases
 
 
@@ -446,6 +465,21 @@ def quantize_cases(rng):
         p2 = np.float32(2.0 ** int(rng.integers(-10, 3)))
         halves = ((np.arange(-600, 601) + 0.5) * p2).astype(np.float32)
         cases.append(quantize_case(rng, f"halves scale {p2} zp {zp}", halves.reshape(-1, 1), float(p2), zp))
+    # near the ties, x / scale within 2^-24 .. 2^-8 of a half-integer on both sides (carve_q8_pool.c's quantize
+    # multiplies by 1 / scale unless within 2^-12 of one), with scales whose reciprocal is inexact, and scales
+    # whose reciprocal is not a normal float (the division throughout)
+    k = np.arange(-540, 541) + 0.5
+    eps = np.concatenate([2.0 ** -np.arange(8, 25), -(2.0 ** -np.arange(8, 25))])
+    for scale in (float(np.float32(loguniform(rng, 1e-3, 1.0))), float(np.float32(1 / 255)), 3e-2, 0.7):
+        v = (k[:, None] + eps[None, :]).ravel()
+        x = (v * scale).astype(np.float32)
+        cases.append(quantize_case(rng, f"near ties scale {scale:.4g}", x[: len(x) // 5 * 5].reshape(-1, 5), scale,
+                                   int(rng.integers(-128, 128))))
+    for scale in (1e-39, 3e-38, 1e37, 1e-30):
+        x = np.concatenate([rng.standard_normal(200) * 300 * scale, (np.arange(-40, 41) + 0.5) * scale,
+                            np.array([np.nan, np.inf, -np.inf, 0.0, 1e-45, 3e38, -3e38])]).astype(np.float32)
+        cases.append(quantize_case(rng, f"scale {scale:g} (reciprocal at or past the float range)",
+                                   x.reshape(-1, 1), float(np.float32(scale)), 5))
     return cases
 
 
@@ -504,6 +538,7 @@ def all_cases(rng):
         for negative in (True, False):
             cases.append(pool_case(rng, f"{name}{' all negative' if negative else ''}", h, w, c, k, s, p, negative,
                                    (int(negative) * 3, 2)))
+    cases.append(pool_case(rng, "3/1/1 130 channels (blocks of 64 and a tail)", 5, 6, 130, 3, 1, 1, False, (7, 1)))
     for kind in ("COPY", "UPSAMPLE2X"):
         cases.append(copy_case(rng, kind, 4, 5, 11, (0, 0)))
         cases.append(copy_case(rng, kind, 3, 2, 7, (5, 9)))
@@ -515,19 +550,53 @@ def all_cases(rng):
 
 # ---- Run and compare --------------------------------------------------------------------------------------
 
-def run_tool(prefix: list, tool: str, cases: list) -> list:
+def tool_variants(prefix: list, tool: str) -> tuple:
+    """(the carve_q8_run_pool variants the tool runs on this CPU, the one carve_q8_pool_select picks)."""
+    lines = subprocess.run(prefix + [tool, "--variants"], check=True, capture_output=True, text=True).stdout.split()
+    return [v for v in lines if v != "selected"][:-1], lines[-1]
+
+
+def cpu_flags() -> set:
+    """The x86 CPU flags of /proc/cpuinfo (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    m = re.search(r"^flags\s*:(.*)$", text, re.M)
+    return set(m.group(1).split()) if m else set()
+
+
+def expected_variants() -> list:
+    """The variants a tool built for this machine must run: portable; avx512 where the CPU has AVX-512 F, BW, VL;
+    avx512vbmi with VBMI too (x86-64 only: a cross-compiled tool under qemu runs portable only)."""
+    flags = cpu_flags()
+    out = ["portable"]
+    if {"avx512f", "avx512bw", "avx512vl"} <= flags:
+        out.append("avx512")
+        if "avx512vbmi" in flags:
+            out.append("avx512vbmi")
+    return out
+
+
+def run_tool(prefix: list, tool: str, cases: list, variant: str | None = None, threads: tuple = ()) -> list:
+    """[(status, arena) of carve_q8_run, then of the variant's run on each of `threads`] per case."""
+    runs = 1 + len(threads)
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "cases.bin"), Path(tmp, "results.bin")
         src.write_bytes(b"Q8C1" + struct.pack("<II", q8_pack.PACKS_LAYOUT, len(cases)) +
                         b"".join(c.pack() for c in cases))
-        subprocess.run(prefix + [tool, str(src), str(dst)], check=True)
+        pick = ["--variant", variant] if variant is not None else []
+        subprocess.run(prefix + [tool, *pick, str(src), str(dst), *map(str, threads)], check=True)
         data = dst.read_bytes()
     out, pos = [], 0
     for c in cases:
-        status = struct.unpack_from("<i", data, pos)[0]
-        pos += 4
-        out.append((status, data[pos:pos + len(c.arena)]))
-        pos += len(c.arena)
+        results = []
+        for _ in range(runs):
+            status = struct.unpack_from("<i", data, pos)[0]
+            pos += 4
+            results.append((status, data[pos:pos + len(c.arena)]))
+            pos += len(c.arena)
+        out.append(results)
     assert pos == len(data), "q8_tool wrote more than expected"
     return out
 
@@ -570,11 +639,25 @@ def main() -> int:
     args = ap.parse_args()
     rng = np.random.default_rng(19)
     cases = all_cases(rng)
-    results = run_tool(shlex.split(args.exec), args.tool, cases)
-    failed, by_kind = 0, {}
+    prefix = shlex.split(args.exec)
+    variants, selected = tool_variants(prefix, args.tool)
+    failed = 0
+    print(f"  carve_q8_run_pool variants run: {', '.join(variants)} (a package on this CPU selects {selected})")
+    if not args.exec and variants != expected_variants():
+        print(f"FAIL this CPU should run the variants {expected_variants()}, the tool runs {variants}")
+        failed += 1
+    results = [[] for _ in cases]
+    for v in variants:
+        for i, r in enumerate(run_tool(prefix, args.tool, cases, v, (0,))):
+            results[i].append((v, r))
+    by_kind = {}
     values = {"CONV": [], "ADD": []}
-    for case, (status, arena) in zip(cases, results):
-        problems = check(case, status, arena)
+    for case, runs in zip(cases, results):
+        problems = []
+        for v, ((status, arena), (p_status, p_arena)) in runs:
+            if v == variants[0]:  # carve_q8_run's result is the same in every run of the tool
+                problems += check(case, status, arena)
+            problems += [f"carve_q8_run_pool variant {v}: {p}" for p in check(case, p_status, p_arena)]
         by_kind[case.kind] = by_kind.get(case.kind, 0) + 1
         if case.out is not None and case.kind in values and case.spread:
             values[case.kind].append(np.asarray(case.expect).ravel())
@@ -597,7 +680,7 @@ def main() -> int:
     if failed:
         print(f"q8_vs_arith: {failed} of {len(cases)} cases FAILED")
         return 1
-    print(f"q8_vs_arith: ok ({len(cases)} cases, bit-exact)")
+    print(f"q8_vs_arith: ok ({len(cases)} cases, bit-exact: carve_q8_run and the variants {', '.join(variants)})")
     return 0
 
 

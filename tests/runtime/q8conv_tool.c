@@ -6,7 +6,8 @@
 //   q8conv_tool --sizes KH KW CIN COUT   "kp coutp record_bytes slot_bytes" from the header's macros
 //   q8conv_tool VARIANT THREADS SLOTS CASES.bin RESULTS.bin
 //
-// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi (runtime/carve_q8conv_isa.h) or select.
+// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi, amx_packed, amx_implicit
+// (runtime/carve_q8conv_isa.h) or select.
 // THREADS: the pool's threads (1: no pool, NULL); SLOTS: the scratch slots the work is split into.
 // CASES.bin (little-endian): "Q8V1", uint32 layout (the CARVE_Q8CONV_LAYOUT the script's records are packed in),
 // uint32 number of cases, then per case: int64 fields[26] (carve_q8_desc, in the order of q8_tool.c's read_desc),
@@ -53,6 +54,8 @@ static const variant k_variants[] = {
     {"avx512vnni_novbmi", carve_q8conv__avx512vnni_novbmi, carve_q8conv_vnni_ready},
     {"amx", carve_q8conv__amx, carve_q8conv_amx_ready},
     {"amx_novbmi", carve_q8conv__amx_novbmi, carve_q8conv_amx_ready},
+    {"amx_packed", carve_q8conv__amx_packed, carve_q8conv_amx_ready},
+    {"amx_implicit", carve_q8conv__amx_implicit, carve_q8conv_amx_ready},
 #endif
 };
 enum { NUM_VARIANTS = sizeof k_variants / sizeof k_variants[0] };

@@ -13,15 +13,19 @@ head's 16 -> 4 and 64 -> 5), 3x3 stride 1 (16 -> 8, 8 -> 16, 32 -> 32, 128 -> 64
 64 -> 64, 128 -> 256), the stem (3 -> 16, stride 2), odd sizes, channel counts off 16 and 64, blocks of exactly 32
 output pixels and fewer, 5x5 stride 3, 1x3, 3x1, 2x2 stride 2, a 3x3 on one pixel; packed inputs and strided
 channel slices on both sides; multipliers off the usual range; weights of -128; the trained demo model's
-groups-1 layers (assets/yolo26n-shapes.pt at 128x128 on a real image); and accumulators at the edge of the
+groups-1 layers (assets/yolo26n-shapes.pt at 128x128 on a real image); the paths of AMX's implicit GEMM (output
+widths on and off multiples of 16, strides 1 and 2, pads 0, 1 and 2, cin 2 .. 512 giving K chunks of 4 .. 64 bytes
+by kernel row and by tap, cout 5 .. 64, K up to 4608); and accumulators at the edge of the
 record's precondition (|bias| + 255 * sum|w| just below 2^31, inputs at both ends of int8). Refusals (bad header,
 layout, alignment, shift, groups, zero point, act, kind) must return CARVE_ERR_INVALID_ARGUMENT and leave the
 arena alone. The C macros' sizes must equal q8conv_pack's.
 
 Each variant the CPU runs (q8conv_tool --variants: the AVX-512 ones also with the table looked up a byte at a time,
-as on CPUs without VBMI) runs every case on 1 thread with 1 slot, 2 threads with 2 slots and 5 threads with 7
-slots: every run must give arith's bytes (so the runs are bit-identical to each other). --quick: one thread
-configuration (1 thread, 3 slots), for the sanitizer build.
+as on CPUs without VBMI; AMX also with A always packed, amx_packed, and with the implicit GEMM wherever the shapes
+allow it, amx_implicit, not only where amx_plan estimates that it pays) runs every case on 1 thread with 1 slot, 2
+threads with 2 slots and 5 threads with 7 slots: every run must give arith's bytes (so the runs are bit-identical
+to each other).
+--quick: one thread configuration (1 thread, 3 slots), for the sanitizer build.
 """
 
 from __future__ import annotations
@@ -91,6 +95,37 @@ SHAPES = [
     ("3x1 p1", 9, 5, 6, 5, 3, 1, 1, 1),
     ("2x2 s2 p0", 8, 9, 7, 3, 2, 2, 2, 0),
     ("3x3 p1 on 1x1", 1, 1, 9, 6, 3, 3, 1, 1),
+    # AMX's implicit GEMM (tiles of 16 pixels of one output row read in place where all their taps are inside, the
+    # others packed; K in chunks of a kernel row or a tap): widths off and on multiples of 16, stride 2, pad 0,
+    # chunks of 4 .. 64 bytes, a kernel row of 2 x 2, the largest K of yolo26n (3x3 on 256 channels) and beyond
+    ("3x3 s1 p1 4->16 (chunks 12 / 4)", 34, 40, 4, 16, 3, 3, 1, 1),
+    ("3x3 s1 p1 8->8 (ow 48)", 20, 48, 8, 8, 3, 3, 1, 1),
+    ("3x3 s1 p1 12->24 (ow 37)", 18, 37, 12, 24, 3, 3, 1, 1),
+    ("3x3 s1 p1 16->16 (ow 32)", 33, 32, 16, 16, 3, 3, 1, 1),
+    ("3x3 s1 p1 20->8 (chunks 60 / 20)", 17, 35, 20, 8, 3, 3, 1, 1),
+    ("3x3 s1 p1 48->64 (ow 35)", 10, 35, 48, 64, 3, 3, 1, 1),
+    ("3x3 s1 p1 64->24 (ow 16)", 9, 16, 64, 24, 3, 3, 1, 1),
+    ("3x3 s1 p1 96->16 (chunk 48)", 9, 33, 96, 16, 3, 3, 1, 1),
+    ("3x3 s1 p1 100->16 (chunk 20)", 6, 18, 100, 16, 3, 3, 1, 1),
+    ("3x3 s1 p0 32->16 (ow 34)", 10, 36, 32, 16, 3, 3, 1, 0),
+    ("3x3 s2 p1 8->16 (ow 32)", 40, 64, 8, 16, 3, 3, 2, 1),
+    ("3x3 s2 p1 32->64 (ow 33)", 33, 66, 32, 64, 3, 3, 2, 1),
+    ("3x3 s2 p1 128->8 (ow 17)", 6, 34, 128, 8, 3, 3, 2, 1),
+    ("3x3 s1 p1 256->16 (K 2304)", 6, 18, 256, 16, 3, 3, 1, 1),
+    ("3x3 s1 p1 512->24 (K 4608)", 3, 17, 512, 24, 3, 3, 1, 1),
+    ("1x1 4->8 (chunk 4)", 9, 11, 4, 8, 1, 1, 1, 0),
+    ("1x1 32->16 160 pixels", 10, 16, 32, 16, 1, 1, 1, 0),
+    ("1x1 48->24", 11, 13, 48, 24, 1, 1, 1, 0),
+    ("1x1 96->64", 9, 9, 96, 64, 1, 1, 1, 0),
+    ("1x1 192->16", 7, 7, 192, 16, 1, 1, 1, 0),
+    ("1x1 s2 32->16 (ow 20)", 20, 40, 32, 16, 1, 1, 2, 0),
+    ("2x2 s2 p0 2->5 (chunk 4)", 8, 36, 2, 5, 2, 2, 2, 0),
+    ("5x5 s1 p2 8->16 (chunk 40 / 8)", 9, 36, 8, 16, 5, 5, 1, 2),
+    # small kernel rows (K <= 64, kernel rows of <= 16 bytes) packed by VPERMB, 4 pixels a time where they fit
+    ("3x3 s2 p1 stem 3->16 (ow 35)", 18, 70, 3, 16, 3, 3, 2, 1),
+    ("3x3 s1 p1 3->8 (4 pixels a load)", 17, 23, 3, 8, 3, 3, 1, 1),
+    ("1x1 3->8", 7, 9, 3, 8, 1, 1, 1, 0),
+    ("4x4 s2 p1 3->8 (kh 4)", 13, 21, 3, 8, 4, 4, 2, 1),
 ]
 
 
@@ -259,7 +294,8 @@ def main() -> int:
             results = run_tool(args.tool, variant, threads, slots, cases)
             if results is None:
                 print(f"FAIL {variant} t{threads} s{slots}: q8conv_tool failed (a negative code is a signal: a "
-                      "fault on a guard page is an access past a buffer's end)")
+                      "fault on a guard page is an access past a buffer's end; an abort in the AddressSanitizer "
+                      "build, CARVE_Q8CONV_CHECK_READS, an AMX tile read outside the input)")
                 failed += 1
                 continue
             bad = 0

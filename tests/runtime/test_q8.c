@@ -2,10 +2,14 @@
 // for every kind, a valid descriptor runs (CARVE_OK; carve_q8_run_pool on no
 // pool and on 2 threads gives carve_q8_run's bytes), and each bad field or
 // pointer is refused by both with CARVE_ERR_INVALID_ARGUMENT leaving the arena
-// byte for byte as it was. The arithmetic itself is compared with arith.py by
-// q8_vs_arith.py, the pool on larger ops by q8_pool_vs_run.py.
+// byte for byte as it was. The same for the carve_q8_run_pool variant
+// carve_q8_pool_select picks on this CPU (runtime/carve_q8_pool.h), and the
+// selector's choice per instruction set. The arithmetic itself is compared with
+// arith.py by q8_vs_arith.py, the pool on larger ops by q8_pool_vs_run.py.
 
 #include "carve_q8.h"
+#include "carve_q8_pool_isa.h"
+#include "simd_paths.h"
 #include "test_common.h"
 
 #include <stdalign.h>
@@ -22,6 +26,7 @@ static carve_status (*const k_q8_run_pool)(const carve_q8_desc*, const uint8_t*,
     carve_q8_run_pool;
 
 static pthreadpool_t g_pool;  // 2 threads
+static carve_q8_pool_fn g_variant;  // carve_q8_pool_select(carve_isa_detect())
 
 enum { ARENA = 4096, BLOB = 1024 };
 
@@ -97,13 +102,17 @@ static carve_q8_desc pixel_desc(int kind) {
   return d;
 }
 
-// carve_q8_run (pool -1), or carve_q8_run_pool without a pool (0) or on g_pool (1).
+// carve_q8_run (pool -1), or carve_q8_run_pool without a pool (0) or on g_pool (1), or the selected variant
+// without a pool (2) or on g_pool (3).
 static carve_status run(int pool, const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena) {
-  return pool < 0 ? k_q8_run(d, blob, arena) : k_q8_run_pool(d, blob, arena, pool ? g_pool : NULL);
+  if (pool < 0) {
+    return k_q8_run(d, blob, arena);
+  }
+  return (pool < 2 ? k_q8_run_pool : g_variant)(d, blob, arena, pool % 2 ? g_pool : NULL);
 }
 
 static void expect_refused(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, int line) {
-  for (int pool = -1; pool <= 1; pool++) {
+  for (int pool = -1; pool <= 3; pool++) {
     fill_arena();
     const carve_status s = run(pool, d, blob, arena);
     CHECK_MSG(s == CARVE_ERR_INVALID_ARGUMENT, "case at line %d, pool %d: status %d", line, pool, (int)s);
@@ -112,7 +121,7 @@ static void expect_refused(const carve_q8_desc* d, const uint8_t* blob, uint8_t*
 }
 
 static void expect_ok(const carve_q8_desc* d, int line) {
-  for (int pool = -1; pool <= 1; pool++) {
+  for (int pool = -1; pool <= 3; pool++) {
     fill_arena();
     const carve_status s = run(pool, d, g_blob, g_arena);
     CHECK_MSG(s == CARVE_OK, "case at line %d, pool %d: status %d", line, pool, (int)s);
@@ -149,7 +158,7 @@ static void check_pointers_and_kinds(void) {
   REFUSED_IF(conv, act = -1);
   // the kinds without weights run without a blob
   const carve_q8_desc copy = pixel_desc(CARVE_Q8_COPY);
-  for (int pool = -1; pool <= 1; pool++) {
+  for (int pool = -1; pool <= 3; pool++) {
     fill_arena();
     CHECK(run(pool, &copy, NULL, g_arena) == CARVE_OK);
   }
@@ -235,13 +244,32 @@ static void check_pixel_kinds(void) {
   OK(odd);
 }
 
+// carve_q8_pool_select: the portable variant for every instruction set but AVX-512, and for AVX-512 the best
+// variant this CPU runs.
+static void check_select(void) {
+  for (int isa = 0; isa < CARVE_TEST_ISAS; isa++) {
+    const carve_q8_pool_fn fn = carve_q8_pool_select((carve_isa)isa);
+    carve_q8_pool_fn want = carve_q8_pool__portable;
+#ifdef CARVE_HAVE_X86_SIMD
+    if (isa == CARVE_ISA_AVX512 && carve_q8_pool_avx512_ready()) {
+      want = carve_q8_pool_vbmi_ready() ? carve_q8_pool__avx512vbmi : carve_q8_pool__avx512;
+    }
+#endif
+    CHECK_MSG(fn == want, "carve_q8_pool_select(%s) is %s", carve_isa_name((carve_isa)isa), carve_q8_pool_name(fn));
+  }
+  CHECK(carve_q8_pool_name(NULL) != NULL && strcmp(carve_q8_pool_name(NULL), "unknown") == 0);
+}
+
 int main(void) {
   g_pool = pthreadpool_create(2);
   CHECK(g_pool != NULL);
+  check_select();
+  g_variant = carve_q8_pool_select(carve_isa_detect());
   check_pointers_and_kinds();
   check_conv_fields();
   check_pixel_kinds();
   pthreadpool_destroy(g_pool);
-  printf("runtime_q8: argument checks ok (carve_q8_run, carve_q8_run_pool without a pool and on 2 threads)\n");
+  printf("runtime_q8: argument checks ok (carve_q8_run; carve_q8_run_pool and the %s variant without a pool and on "
+         "2 threads)\n", carve_q8_pool_name(g_variant));
   return 0;
 }

@@ -227,6 +227,8 @@ int main(void) {
       {"avx512vnni_novbmi", carve_q8conv__avx512vnni_novbmi, carve_q8conv_vnni_ready()},
       {"amx", carve_q8conv__amx, carve_q8conv_amx_ready()},
       {"amx_novbmi", carve_q8conv__amx_novbmi, carve_q8conv_amx_ready()},
+      {"amx_packed", carve_q8conv__amx_packed, carve_q8conv_amx_ready()},
+      {"amx_implicit", carve_q8conv__amx_implicit, carve_q8conv_amx_ready()},
 #endif
   };
   pthreadpool_t pool = make_pool2();

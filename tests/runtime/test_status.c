@@ -18,8 +18,8 @@
 #include "carve_weights.h"
 #include "test_common.h"
 
-#if CARVE_RT_ABI != 11
-#error "test written for carve runtime ABI 11"
+#if CARVE_RT_ABI != 13
+#error "test written for carve runtime ABI 13"
 #endif
 
 // Each of these was void before ABI 7.

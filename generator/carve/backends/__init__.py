@@ -30,12 +30,19 @@ class Backend:
     # --precision int8 at generation, before the calibration images are read.
     lowers_int8: bool = False
     int8_refusal: str = ""
+    # fp16 (--precision fp16: half weights and activations, float32 accumulation): the cuda backend only; the
+    # others refuse it with this reason at generation.
+    fp16_refusal: str = ("it computes in float32 on the CPU; its reduced precision is int8 (--precision int8 "
+                         "--calib DIR: docs/quantization.md); fp16 is the cuda backend's")
 
     def check_precision(self, precision: str) -> None:
         """Refuse a precision this backend never takes (before any work)."""
         if precision == "int8" and self.int8_refusal:
             raise CarveError(f"--precision int8: {self.int8_refusal}",
                              hint="generate with --precision fp32 (the default); no files were written")
+        if precision == "fp16" and self.fp16_refusal:
+            raise CarveError(f"--precision fp16: backend '{self.name}': {self.fp16_refusal}",
+                             hint="generate with --precision fp32 (the default) or int8; no files were written")
 
     def int8_ops(self, graph: Graph) -> list:
         """The ops of a quantized graph that touch int8: the int8 op kinds and every op reading or writing an i8

@@ -176,7 +176,9 @@ class CudaBackend(CBackend):
         "softmax": _softmax_rule,
     }
     template_vars = {"max_image": MAX_IMAGE, "blas_workspace_bytes": BLAS_WORKSPACE_BYTES, "has_xnn_heap": False,
-                     "pool": "NULL"}
+                     "pool": "NULL", "f16": False}
+    # --precision fp16: half weights and activations, float32 accumulation (backends/cuda_f16.py)
+    fp16_refusal = ""
     # every weight format and dtype of emit_c (the defaults of Backend): file and f16 are checked on the host
     # with runtime/carve_weights.c and uploaded once at create, f16 widened on the device
     templates = (("model.h.j2", "{name}.h"), ("model.cu.j2", "{name}.cu"), ("demo.cu.j2", "{name}_demo.cu"),
@@ -207,12 +209,38 @@ class CudaBackend(CBackend):
         return program
 
     def emit(self, graph: Graph, plan: Plan, options) -> dict:
+        if options.get("precision") == "fp16" and not self.template_vars.get("f16"):
+            from .cuda_f16 import BACKEND as F16_BACKEND  # the fp16 variant of this backend
+            return F16_BACKEND.emit(graph, plan, options)
         program = self.lower(graph, plan)
+        program["batch"], program["batch_api"] = batch_options(graph.meta, program, options)
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         program["device_scratch_bytes"] = device_scratch_bytes(program, graph.meta["task"], graph.meta["nc"],
                                                                in_w, in_h, MAX_IMAGE, MAX_IMAGE)
         program["host_context_bytes"] = host_context_bytes(program, graph.meta["task"], graph.meta["nc"], in_w, in_h)
+        if self.template_vars.get("f16"):  # the halves of one layer output, fetched before they are widened
+            program["host_context_bytes"] += -(-program["layer_span_floats"] * 2 // 64) * 64
         return CPackage(self, graph, plan, program, options).files()
+
+
+BATCH_TASKS = ("detect", "pose", "obb")  # the tasks whose rows are all the batch API hands out
+
+
+def batch_options(meta: dict, program: dict, options) -> tuple:
+    """(batch, batch_api): --batch N (images per run; default 1) and whether the package has the batch /
+    asynchronous API (run_images, enqueue_*: detect, pose and obb with the end-to-end head). A batch of more
+    than one image is refused where that API is missing."""
+    batch = int((options or {}).get("batch") or 1)
+    api = meta["task"] in BATCH_TASKS and not program.get("nms")
+    if batch > 1 and not api:
+        what = f"{meta['task']} models" if meta["task"] not in BATCH_TASKS else "the one-to-many head + NMS (--head nms)"
+        raise CarveError(f"--batch {batch}: the cuda backend batches detect, pose and obb models with the end-to-end "
+                         f"head; not {what} yet", hint="generate with --batch 1 (the default); no files were written")
+    if batch > 1 and (options or {}).get("precision") == "fp16":
+        raise CarveError(f"--batch {batch}: --precision fp16 packages run one image at a time for now (their float32 "
+                         "staging area is not batched)",
+                         hint="generate with --batch 1, or without --precision fp16; no files were written")
+    return batch, api
 
 
 # ---- Sizes of the caller-owned buffers (<name>_create_with) -----------------------------------------
@@ -312,12 +340,13 @@ def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int
     """An upper bound of the generated context struct (the .cu static_asserts it): its fixed fields
     (< 1 KiB), an event and a double per layer boundary, and the host copies it holds (each rounded up to
     64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback."""
-    floats = [in_h * in_w * 3, nc if task == "classify" else min(p["rows_k"], p["anchors"]) * p["row_len"],
+    batch = p.get("batch", 1)
+    floats = [in_h * in_w * 3, nc if task == "classify" else batch * min(p["rows_k"], p["anchors"]) * p["row_len"],
               p["layer_span_floats"]]
     if "output1" in p["outputs"]:
         o = p["outputs"]["output1"]
         floats.append(o["h"] * o["w"] * o["c"])
-    arrays = sum(-(-f * 4 // 64) * 64 for f in floats)
+    arrays = sum(-(-f * 4 // 64) * 64 for f in floats) + 64 * batch  # + a letterbox record per image
     return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays) // 64) * 64
 
 

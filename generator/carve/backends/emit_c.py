@@ -207,6 +207,12 @@ def normalize_options(options: dict | None, backend) -> dict:
                          f"{', '.join(formats)}")
     if o["weights_dtype"] not in dtypes:
         raise CarveError(f"--weights-dtype {o['weights_dtype']}: backend '{backend.name}' supports {', '.join(dtypes)}")
+    batch = o.setdefault("batch", 1)
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 1024:
+        raise CarveError(f"--batch {batch}: expected an integer from 1 to 1024 (images per run)")
+    if batch != 1 and backend.name != "cuda":
+        raise CarveError(f"--batch {batch}: backend '{backend.name}' runs one image per run; --batch is for "
+                         f"--backend cuda", hint="no files were written")
     return o
 
 
@@ -217,8 +223,10 @@ def options_string(backend_name: str, meta: dict, options: dict) -> str:
     head = ""
     if meta.get("head") == "nms":  # the e2e head (the default) keeps the banners it always had
         head = f" --head nms --iou {meta['iou']:g}" + (" --agnostic" if meta.get("agnostic") else "")
+    batch = f" --batch {options['batch']}" if options.get("batch", 1) != 1 else ""
     return (f"--backend {backend_name} --imgsz {imgsz} --weights-format {options.get('weights_format', 'blob')} "
-            f"--weights-dtype {options.get('weights_dtype', 'f32')}{head}")
+            f"--weights-dtype {options.get('weights_dtype', 'f32')}{head}{batch}"
+            + (" --precision fp16" if options.get("precision") == "fp16" else ""))
 
 
 def weights_storage(graph, program: dict, dtype: str):

@@ -436,7 +436,8 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
                 storages=sorted(lw.storages.values(), key=lambda st: (st["offset"], st["macro"])),
                 weight_refs=lw.blob.refs, weight_sources=lw.blob.sources, blob=lw.blob.bytes(),
                 blob_floats=lw.blob.floats, attention=attn, e2e=e2e, nms=nms,
-                input_off=off(graph.input), rows_k=rows.k if rows else 0, row_len=rows.row if rows else 0,
+                input_off=off(graph.input), input_q8=input_q8(graph),
+                rows_k=rows.k if rows else 0, row_len=rows.row if rows else 0,
                 arena_bytes=plan.arena_bytes, layer_dequant_floats=dequant,
                 attn_max_n=attn_n, attn_max_heads=attn_heads, attn_max_key_dim=attn_kd, anchors=anchors,
                 scratch_bytes=scratch_bytes(attn_n, attn_heads, attn_kd, e2e, anchors,
@@ -449,6 +450,19 @@ def lower(graph: Graph, plan: Plan, backend, runtime_conv: Callable[[dict], str 
                 max_cin=max((o["fields"]["cin"] for o in lw.ops if o["kind"] in (prefix + "CONV", prefix + "DECONV")),
                             default=0),
                 flops=sum(st.flops for st in steps), **lw.tables)
+
+def input_q8(graph: Graph) -> bool:
+    """Whether the network input is int8 (quant/rewrite.py's int8_input): the runtime then pre-processes straight to
+    int8 at carve_pre.h's CARVE_PRE_Q8_SCALE / CARVE_PRE_Q8_ZERO, which must be the input's QParams."""
+    t = graph.tensors[graph.input]
+    if t.dtype != "i8":
+        return False
+    from ..quant.qparams import INPUT_QPARAMS
+    if t.quant != INPUT_QPARAMS:
+        raise CarveError(f"internal: the int8 network input '{graph.input}' has QParams {t.quant}, not the "
+                         f"pre-processing's {INPUT_QPARAMS}")
+    return True
+
 
 # ---- C backends ----------------------------------------------------------------
 

@@ -49,12 +49,14 @@ RUNTIME_FAMILIES = {
     "xnn": "carve_xnn.h",             # XNNPACK operators
     "portable": "carve_portable.h",   # carve_pt_run
     "q8": "carve_q8.h",               # carve_q8_run(_pool): the int8 kernels (--precision int8)
+    "q8_pool": "carve_q8_pool.h",     # carve_q8_run_pool's AVX-512 variants (xnnpack int8 packages)
     "q8conv": "carve_q8conv.h",       # the dense int8 convolution on AMX / AVX-512 VNNI (xnnpack int8 packages)
     "cuda": "carve_cuda.h",           # the device runtime's contract (host side)
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
     "cuda_pre": "carve_cuda_pre.cu",  # device letterbox / classify pre-processing
     "cuda_nms": "carve_cuda_nms.h",   # device one-to-many decode + NMS (--head nms)
+    "cuda_f16": "carve_cuda_f16.h",   # half-precision kernels and casts (--precision fp16: backends/cuda_f16.py)
 }
 
 
@@ -234,10 +236,14 @@ class Q8Op(Step):
 @dataclass(kw_only=True)
 class Q8PoolOp(Q8Op):
     """An int8 op of the xnnpack backend: carve_q8_run_pool of k_q8_ops[index] on the package's thread pool
-    (runtime/carve_q8.h), the same bytes as carve_q8_run's on any number of threads."""
+    (runtime/carve_q8.h), through its instruction-set variant chosen once at create (m->k.q8_pool =
+    carve_q8_pool_select(isa), runtime/carve_q8_pool.h): the same bytes as carve_q8_run's on any number of
+    threads."""
 
     macro: ClassVar[str] = "q8_pool_op"
-    function: ClassVar[str] = "carve_q8_run_pool"
+    function: ClassVar[str] = "carve_q8_pool"
+    kernel: ClassVar[str | None] = "q8_pool"
+    families: ClassVar[tuple] = ("q8", "q8_pool")
 
 
 @dataclass(kw_only=True)

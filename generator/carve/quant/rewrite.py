@@ -22,6 +22,9 @@ What the rewrite produces (``quantize``), for the op kinds and tensors of ir.py:
   stays float32 under its name;
 * every int8 tensor carries its QParams (qparams.py); tensor names of the float graph keep their meaning (a layer's
   output keeps its name, and is int8 when its producer is);
+* the network input: when its one reader is ``images:quantize`` (the first convolution in int8) and ``images:i8``
+  has the pinned QParams (scale 1/255, zero point -128), that op is dropped and ``images:i8`` is the quantized
+  graph's input (``int8_input``): the package pre-processes straight to int8, with no float32 copy;
 * the weights the float graph's int8 ops used are dropped (with their ``folds``): the parameters are
   ``<op>.weight:q8`` (int8), ``<op>.bias:q32``, ``<op>.mul``, ``<op>.shift`` (int32) and ``<op>.lut`` (int8).
 
@@ -39,7 +42,7 @@ from ..ir import Op, QParams, Tensor, validate
 from . import arith
 from .calibrate import SHARING
 from .floatexec import conv_key, pre_key
-from .qparams import assign, sharing_groups, tensor_ranges
+from .qparams import INPUT_QPARAMS, assign, sharing_groups, tensor_ranges
 
 QUANTIZABLE = ("conv2d", "add")          # chosen op by op (sensitivity.py)
 QUANT_KINDS = ("quantize", "dequantize", "qconv2d", "qadd")
@@ -185,6 +188,9 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
     missing = [t for t in rng if t not in qp]
     if missing:
         raise CarveError(f"internal: int8 tensor(s) without a range: {', '.join(missing[:5])}")
+    ops, net_input = int8_input(graph.input, ops, qp)
+    if net_input != graph.input:
+        del dtype[graph.input]
 
     weights = dict(graph.weights)
     final_ops = []
@@ -207,9 +213,22 @@ def quantize(graph, ranges: dict, keep_float=()) -> Rewritten:
         else:
             tensors[name] = Tensor(name, shp)
     meta = dict(graph.meta, precision="int8")
-    q = graph.replace(tensors=tensors, ops=tuple(final_ops), weights=weights, folds=folds, meta=meta)
+    q = graph.replace(input=net_input, tensors=tensors, ops=tuple(final_ops), weights=weights, folds=folds, meta=meta)
     validate(q)
     return Rewritten(q, prec)
+
+
+def int8_input(net_input: str, ops: list, qp: dict) -> tuple:
+    """(ops, input) with the network input taken straight as int8 when it can be: when the float input's one reader
+    is its ``quantize`` op and the int8 copy has ``INPUT_QPARAMS`` (scale 1/255, zero point -128), that op is dropped
+    and its output becomes the graph's input. The package's pre-processing then writes the int8 input directly
+    (runtime/carve_pre.h, carve_letterbox_q8: a pixel v / 255 quantizes to v - 128 exactly), and a float32 tensor
+    given to run_tensor is quantized on entry (simulate.run does the same); the arena holds no float32 input.
+    Otherwise (a float reader of the input, or other QParams) nothing changes."""
+    readers = [op for op in ops if net_input in op.inputs]
+    if len(readers) != 1 or readers[0].kind != "quantize" or qp.get(readers[0].outputs[0]) != INPUT_QPARAMS:
+        return ops, net_input
+    return [op for op in ops if op is not readers[0]], readers[0].outputs[0]
 
 
 def _qconv_params(graph, op, qp: dict, ranges: dict, weights: dict):

@@ -88,9 +88,13 @@ def eval_op(graph, op, ins, conf: float = 0.25) -> list:
 
 
 def run(qgraph, image, postprocess: bool = False, conf: float = 0.25, keep: bool = True) -> dict:
-    """Run the quantized graph on ``image`` (h, w, 3) float32; {tensor: array}. Post-processing ops run only with
-    ``postprocess`` (detect)."""
-    env = {qgraph.input: np.ascontiguousarray(image, np.float32)}
+    """Run the quantized graph on ``image`` (h, w, 3) float32 (quantized first when the graph's input is int8);
+    {tensor: array}. Post-processing ops run only with ``postprocess`` (detect)."""
+    x = np.ascontiguousarray(image, np.float32)
+    q = qgraph.tensors[qgraph.input].quant
+    # an int8 input (rewrite.int8_input): the float image quantized on entry, as the package's run_tensor does
+    # (its pre-processing writes the same bytes straight from the pixels: runtime/carve_pre.h)
+    env = {qgraph.input: arith.quantize(x, q.scale, q.zero_point) if q is not None else x}
     for op in qgraph.ops:
         if op.kind in floatexec.POSTPROCESS and not postprocess:
             continue

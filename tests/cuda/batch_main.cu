@@ -1,0 +1,180 @@
+// The batch and asynchronous API of a cuda package (detect, e2e head), under the host emulation or on a GPU:
+//
+//   batch_main OUT_DIR TENSOR.npy... IMAGE...     (YOLO26N_BATCH tensors (1,3,H,W), then YOLO26N_BATCH images)
+//
+// Built against one package (yolo26n, any --batch N), it writes, for each image b of the batch:
+//   OUT_DIR/sync_<b>.npy   the rows of run_tensors (the N tensors stacked)
+//   OUT_DIR/async_<b>.npy  the rows of enqueue_tensors from a device copy of the same tensors, on a stream of
+//                          this program's, read from the pinned results after a cudaStreamSynchronize (three
+//                          runs: the eager one, the capture, a graph replay)
+//   OUT_DIR/dets_<b>.txt   the detections of run_images on the N images (class, score, box; conf 0: every row)
+// and checks in-process that device_rows equals the pinned rows, that enqueue_images from device copies of the
+// images gives run_images' detections exactly, that run_image (its image in every slot) gives run_images' image 0, and that bad arguments are refused. tests/cuda/cuda_batch.py
+// compares the files of a --batch 2 package with those of the --batch 1 package run on each input alone.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "carve_io.h"
+#include "yolo26n.h"
+
+static int g_failed = 0;
+
+#define CHECK(cond)                                                   \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      g_failed = 1;                                                   \
+    }                                                                 \
+  } while (0)
+
+static const int kBatch = YOLO26N_BATCH;
+static const size_t kInput = (size_t)3 * YOLO26N_INPUT_H * YOLO26N_INPUT_W;
+static const size_t kRowFloats = (size_t)YOLO26N_ROWS_PER_IMAGE * YOLO26N_ROW_LEN;
+
+static bool write_rows(const std::string& path, const float* rows) {
+  const size_t shape[3] = {1, (size_t)YOLO26N_ROWS_PER_IMAGE, (size_t)YOLO26N_ROW_LEN};
+  return carve_npy_write_f32(path.c_str(), rows, shape, 3) == CARVE_OK;
+}
+
+static std::string dets_text(const yolo26n_detection* d, size_t n) {
+  std::string s;
+  char line[160];
+  for (size_t i = 0; i < n; i++) {
+    std::snprintf(line, sizeof line, "%d %.6f %.3f %.3f %.3f %.3f\n", d[i].class_id, d[i].score, d[i].x1, d[i].y1,
+                  d[i].x2, d[i].y2);
+    s += line;
+  }
+  return s;
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2 + 2 * kBatch) {
+    std::fprintf(stderr, "usage: %s OUT_DIR TENSOR.npy x%d IMAGE x%d\n", argv[0], kBatch, kBatch);
+    return 2;
+  }
+  const std::string out = argv[1];
+  std::vector<float> tensors(kInput * kBatch);
+  for (int b = 0; b < kBatch; b++) {
+    float* t = nullptr;
+    size_t shape[8];
+    int ndim = 0;
+    if (carve_npy_read_f32(argv[2 + b], &t, shape, &ndim) != CARVE_OK || ndim != 4 ||
+        shape[0] * shape[1] * shape[2] * shape[3] != kInput) {
+      std::fprintf(stderr, "%s: expected a float32 (1,3,%d,%d) array\n", argv[2 + b], YOLO26N_INPUT_H,
+                   YOLO26N_INPUT_W);
+      return 2;
+    }
+    std::memcpy(tensors.data() + b * kInput, t, kInput * sizeof(float));
+    std::free(t);
+  }
+  std::vector<uint8_t*> rgb(kBatch, nullptr);
+  std::vector<yolo26n_image> images(kBatch);
+  for (int b = 0; b < kBatch; b++) {
+    char why[256];
+    if (carve_image_load_rgb_msg(argv[2 + kBatch + b], &rgb[b], &images[b].width, &images[b].height, why,
+                                 sizeof why) != CARVE_OK) {
+      std::fprintf(stderr, "%s: %s\n", argv[2 + kBatch + b], why);
+      return 2;
+    }
+    images[b].rgb = rgb[b];
+    images[b].stride_bytes = (size_t)images[b].width * 3;
+  }
+
+  yolo26n* m = nullptr;
+  if (yolo26n_create(nullptr, &m) != CARVE_OK) {
+    std::fprintf(stderr, "create failed\n");
+    return 1;
+  }
+  const size_t max_dets = YOLO26N_MAX_DETECTIONS;
+  std::vector<yolo26n_detection> dets(max_dets * kBatch), dets2(max_dets * kBatch);
+  std::vector<size_t> n(kBatch), n2(kBatch);
+
+  // Synchronous runs: run_tensors (rows), run_images (detections).
+  CHECK(yolo26n_run_tensors(m, tensors.data(), 0.0f, dets.data(), max_dets, n.data()) == CARVE_OK);
+  for (int b = 0; b < kBatch; b++) {
+    size_t rows = 0;
+    const float* r = yolo26n_batch_rows(m, b, &rows);
+    CHECK(r != nullptr && rows == (size_t)YOLO26N_ROWS_PER_IMAGE);
+    CHECK(r != nullptr && write_rows(out + "/sync_" + std::to_string(b) + ".npy", r));
+  }
+  CHECK(yolo26n_batch_rows(m, kBatch, nullptr) == nullptr);
+  CHECK(yolo26n_run_images(m, images.data(), 0.0f, dets.data(), max_dets, n.data()) == CARVE_OK);
+  for (int b = 0; b < kBatch; b++) {
+    FILE* f = std::fopen((out + "/dets_" + std::to_string(b) + ".txt").c_str(), "w");
+    CHECK(f != nullptr);
+    if (f != nullptr) {
+      std::fputs(dets_text(dets.data() + b * max_dets, n[b]).c_str(), f);
+      std::fclose(f);
+    }
+  }
+
+  // Asynchronous runs on a stream of ours, from device copies of the inputs.
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  float* dt = nullptr;
+  CHECK(cudaMalloc((void**)&dt, tensors.size() * sizeof(float)) == cudaSuccess);
+  CHECK(cudaMemcpy(dt, tensors.data(), tensors.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  for (int run = 0; run < 3; run++) {  // eager, capture, replay
+    CHECK(yolo26n_enqueue_tensors(m, stream, dt, 1) == CARVE_OK);
+  }
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  std::vector<float> device_copy(kRowFloats);
+  for (int b = 0; b < kBatch; b++) {
+    const float* pinned = yolo26n_pinned_rows(m, b);
+    CHECK(pinned != nullptr && write_rows(out + "/async_" + std::to_string(b) + ".npy", pinned));
+    CHECK(cudaMemcpy(device_copy.data(), yolo26n_device_rows(m, b), kRowFloats * sizeof(float),
+                     cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(pinned != nullptr && std::memcmp(device_copy.data(), pinned, kRowFloats * sizeof(float)) == 0);
+  }
+
+  // enqueue_images from device images: the detections of run_images, exactly.
+  std::vector<uint8_t*> drgb(kBatch, nullptr);
+  std::vector<yolo26n_image> dimages = images;
+  for (int b = 0; b < kBatch; b++) {
+    const size_t bytes = (size_t)images[b].height * images[b].stride_bytes;
+    CHECK(cudaMalloc((void**)&drgb[b], bytes) == cudaSuccess);
+    CHECK(cudaMemcpy(drgb[b], rgb[b], bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    dimages[b].rgb = drgb[b];
+  }
+  CHECK(yolo26n_enqueue_images(m, stream, dimages.data(), 1) == CARVE_OK);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(yolo26n_pinned_detections(m, 0.0f, dets2.data(), max_dets, n2.data()) == CARVE_OK);
+  for (int b = 0; b < kBatch; b++) {
+    CHECK(n2[b] == n[b]);
+    CHECK(dets_text(dets2.data() + b * max_dets, n2[b]) == dets_text(dets.data() + b * max_dets, n[b]));
+  }
+  // run_image of a batch package: its one image in every slot; image 0's detections are run_images' for it.
+  size_t one = 0;
+  CHECK(yolo26n_run_image(m, rgb[0], images[0].width, images[0].height, images[0].stride_bytes, 0.0f, dets2.data(),
+                          max_dets, &one) == CARVE_OK);
+  CHECK(one == n[0] && dets_text(dets2.data(), one) == dets_text(dets.data(), n[0]));
+  size_t staging_bytes = 0;
+  CHECK(yolo26n_staging_image(m, &staging_bytes) != nullptr &&
+        staging_bytes >= (size_t)YOLO26N_MAX_IMAGE_W * YOLO26N_MAX_IMAGE_H * 3);
+
+  // Refusals.
+  CHECK(yolo26n_enqueue_tensors(m, nullptr, dt, 0) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(yolo26n_enqueue_tensors(m, stream, nullptr, 0) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(yolo26n_enqueue_images(m, stream, nullptr, 0) == CARVE_ERR_INVALID_ARGUMENT);
+  dimages[0].stride_bytes = 1;
+  CHECK(yolo26n_enqueue_images(m, stream, dimages.data(), 0) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(yolo26n_device_rows(m, -1) == nullptr && yolo26n_device_rows(m, kBatch) == nullptr);
+  CHECK(yolo26n_pinned_rows(m, kBatch) == nullptr);
+  CHECK(yolo26n_run_images(m, nullptr, 0.25f, dets.data(), max_dets, n.data()) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(yolo26n_pinned_detections(nullptr, 0.25f, dets.data(), max_dets, n.data()) == CARVE_ERR_INVALID_ARGUMENT);
+
+  yolo26n_destroy(m);
+  for (int b = 0; b < kBatch; b++) {
+    cudaFree(drgb[b]);
+    carve_image_free(rgb[b]);
+  }
+  cudaFree(dt);
+  cudaStreamDestroy(stream);
+  std::printf("batch_main (batch %d): %s\n", kBatch, g_failed ? "FAIL" : "ok");
+  return g_failed;
+}

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""--batch and the asynchronous API of the cuda backend, under the host emulation (no GPU):
+
+    cuda_batch.py --work build/work [--imgsz 64] [--keep]
+
+1. yolo26n (the random checkpoint the other cuda tests share) generated with --backend cuda at --imgsz, once with
+   --batch 2 and once with --batch 1; both built with tests/cuda/cuda_emu.h and linked with
+   tests/cuda/batch_main.cu;
+2. two different inputs (Ultralytics' bus.jpg and zidane.jpg: letterboxed tensors from tools/oracle.py
+   make_input, and the images themselves);
+3. the --batch 2 package runs both at once (run_tensors, enqueue_tensors from device memory with pinned results,
+   run_images, enqueue_images from device images: batch_main checks these last two agree exactly), the
+   --batch 1 package runs each alone;
+4. each image's rows of the batch run must equal the batch-1 package's rows for that input bit for bit (the same
+   kernels on the same data, image after image), synchronous and asynchronous, and its run_images detections
+   the same; the two images' rows must differ, and their scores must spread (not a flat random network);
+5. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+import cuda_vs_xnnpack as cvx  # noqa: E402
+
+IMAGES = ("bus.jpg", "zidane.jpg")
+
+
+def build(pkg: Path, lib: Path) -> Path:
+    b = pkg / "build-emu"
+    b.mkdir(exist_ok=True)
+    inc = ["-I", pkg, "-I", pkg / "runtime"]
+    cvx.compile_all([[cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", pkg / "yolo26n.cu", "-o", b / "model.o"],
+                     [cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", HERE / "batch_main.cu", "-o", b / "main.o"],
+                     [cvx.CC, "-I", pkg, "-c", pkg / "yolo26n_weights.S", "-o", b / "weights.o"]])
+    exe = b / "batch_main"
+    cvx.run([cvx.CXX, b / "main.o", b / "model.o", b / "weights.o", lib, "-lstb", "-lpthread", "-lm", "-o", exe])
+    return exe
+
+
+def refusals(pt: Path, work: Path) -> bool:
+    ok = True
+    for backend, manifest, extra, want in (("xnnpack", "yolo26n", [], "runs one image per run"),
+                                           ("cuda", "yolo26n", ["--head", "nms"], "not the one-to-many head"),
+                                           ("cuda", "yolo26n", ["--batch", "0"], "expected an integer from 1")):
+        out = work / f"refused-{backend}"
+        args = [cvx.ROOT / "carve", "generate", cvx.ROOT / "manifests" / f"{manifest}.yaml", "--backend", backend,
+                "--weights", pt, "--imgsz", "64", "--out", out, "--force"]
+        args += extra if "--batch" in extra else ["--batch", "2", *extra]
+        p = cvx.subprocess.run([str(a) for a in args], text=True, capture_output=True)
+        good = p.returncode != 0 and want in p.stderr and not out.exists()
+        print(f"--batch refused ({backend} {' '.join(extra)}): {'ok' if good else 'FAIL'}: {p.stderr.strip()[-200:]}")
+        ok &= good
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--imgsz", type=int, default=64)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    root = args.work.resolve()
+    work = root / "cuda" / f"batch-{args.imgsz}"
+    work.mkdir(parents=True, exist_ok=True)
+    pt = cvx.checkpoint(root, "yolo26n")
+    lib = cvx.build_runtime(root, "emu")
+    exes = {}
+    for batch in (1, 2):
+        pkg = work / f"b{batch}"
+        cvx.generate("yolo26n", "cuda", pt, args.imgsz, pkg, "--batch", str(batch))
+        exes[batch] = build(pkg, lib)
+    images = [cvx.oracle.sample_image(n) for n in IMAGES]
+    tensors = []
+    for i, img in enumerate(images):
+        t = work / f"input{i}.npy"
+        cvx.oracle.make_input(img, args.imgsz, t)
+        tensors.append(t)
+    outs = {}
+    for key, cmd in {"b2": [exes[2], *tensors, *images],
+                     "b1-0": [exes[1], tensors[0], images[0]], "b1-1": [exes[1], tensors[1], images[1]]}.items():
+        d = work / f"out-{key}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        print(cvx.run([cmd[0], d, *cmd[1:]]).stdout.strip())
+        outs[key] = d
+    ok = True
+    for b in range(2):
+        single = outs[f"b1-{b}"]
+        for kind in ("sync", "async"):
+            got, want = np.load(outs["b2"] / f"{kind}_{b}.npy"), np.load(single / f"{kind}_0.npy")
+            same = got.shape == want.shape and np.array_equal(got, want)
+            print(f"image {b} ({IMAGES[b]}) {kind} rows, batch 2 vs batch 1: {'bit-identical' if same else 'DIFFERENT'}"
+                  f" {got.shape}")
+            ok &= same
+        dets_same = (outs["b2"] / f"dets_{b}.txt").read_text() == (single / "dets_0.txt").read_text()
+        n = len((single / "dets_0.txt").read_text().splitlines())
+        print(f"image {b} run_images detections (every row), batch 2 vs batch 1: {'same' if dets_same else 'DIFFERENT'}"
+              f" ({n})")
+        ok &= dets_same
+    r0, r1 = (np.load(outs["b2"] / f"sync_{b}.npy")[0] for b in range(2))
+    spread = float(r0[:, 4].std())
+    distinct = not np.array_equal(r0, r1)
+    print(f"the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
+    ok &= distinct and spread > 1e-3
+    ok &= refusals(pt, work)
+    print(f"cuda_batch: {'PASS' if ok else 'FAIL'}")
+    if ok and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+// tests/cuda/test_f16.cu: the half-precision runtime (runtime/carve_cuda_f16.cu) and the
+// emulation's __half (tests/cuda/cuda_emu_f16.h):
+//   * __half2float of every one of the 65536 halves against the CPU runtime's carve_f16_to_f32
+//     (an independent implementation); __float2half of 2^20 random floats and of every half's
+//     neighbours and midpoints is the nearest half, ties to even (checked in double), overflow
+//     to inf at 65520, NaN kept NaN;
+//   * the casts (f32 -> f16 dense, f16 -> f32 strided views) exact;
+//   * conv2d (1x1 GEMM, im2col + GEMM with chunks, depthwise; bias, SiLU, residual) against a
+//     double-precision loop on the same half inputs, within the roundings the kernels make (the
+//     GEMM's result and the epilogue's store: 2^-11 each, relative, plus float accumulation);
+//   * maxpool, upsample, copy (moves of halves: exact), add (half(float(a) + float(b)): exact);
+//   * attention against a double loop, within fp16's scores / probabilities / output roundings;
+//   * strided outputs: the channels between views never written; argument errors;
+//   * carve_cu_ctx_f16_math: the handle's math mode (tensor cores, float32 reductions).
+
+#include "carve_cuda_f16.h"
+#include "carve_weights.h"
+#include "cuda_test.h"
+
+static const unsigned short kCanaryBits = 0x7bffu;  // 65504: never a result here
+static const double kU = 1.0 / 2048.0;               // fp16's unit roundoff 2^-11
+// The float accumulation of a GEMM, relative to the sum of |products|: the emulation's host GEMM is float32
+// (2^-22 covers its summation of these sizes); tensor cores accumulate in float32 with their own alignment
+// of the products, looser (on a GPU).
+#ifdef CARVE_CUDA_EMULATION
+static const double kAcc = 0x1p-22;
+#else
+static const double kAcc = 0x1p-16;
+#endif
+
+static float h2f(__half h) { return __half2float(h); }
+static __half f2h(float f) { return __float2half(f); }
+
+static std::vector<__half> random_halves(TestRng& rng, size_t n, float scale) {
+  std::vector<__half> v(n);
+  for (auto& x : v) x = f2h(rng.normal() * scale);
+  return v;
+}
+
+// ---- Conversions ---------------------------------------------------------------------------------
+
+// Whether h is the binary16 nearest to f, ties to even (f finite, |f| < 65520).
+static bool nearest_half(float f, unsigned short h) {
+  const double x = f, got = h2f(__ushort_as_half(h));
+  if (std::isinf(got)) return false;
+  for (int d = -1; d <= 1; d += 2) {
+    const unsigned short o = (unsigned short)(h + d);
+    if (((h + d) & 0x7c00) == 0x7c00 || (h == 0 && d < 0) || (h == 0x8000 && d < 0)) continue;
+    const double other = h2f(__ushort_as_half(o));
+    const double eg = std::fabs(x - got), eo = std::fabs(x - other);
+    if (eo < eg || (eo == eg && (h & 1) != 0)) return false;
+  }
+  return true;
+}
+
+static void test_conversions() {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); i++) all[i] = (uint16_t)i;
+  std::vector<float> want(all.size());
+  CHECK_OK(carve_f16_to_f32(all.data(), want.data(), all.size()));
+  for (size_t i = 0; i < all.size(); i++) {
+    CHECK_MSG(same_float(h2f(__ushort_as_half((unsigned short)i)), want[i]), "half 0x%04zx widened wrong", i);
+  }
+  // round trip of every finite half, and the midpoints / neighbours of each
+  for (uint32_t i = 0; i < 65536; i++) {
+    if ((i & 0x7c00u) == 0x7c00u) continue;
+    const float v = want[i];
+    CHECK_MSG(__half_as_ushort(f2h(v)) == i || (v == 0.0f && (i & 0x7fffu) == 0), "half 0x%04x no round trip", i);
+    const float next = std::nextafter(v, v < 0 ? -INFINITY : INFINITY);
+    for (float f : {next, std::nextafter(v, 0.0f), (float)((double)v * (1 + kU))}) {
+      if (std::fabs(f) < 65520.0f) {
+        CHECK_MSG(nearest_half(f, __half_as_ushort(f2h(f))), "float %.9g -> 0x%04x not nearest", f,
+                  __half_as_ushort(f2h(f)));
+      }
+    }
+  }
+  TestRng rng(7);
+  for (int i = 0; i < (1 << 20); i++) {
+    uint32_t u = (uint32_t)rng.next();
+    u = (u & 0x80000000u) | (0x30000000u + u % 0x17800000u);  // |f| from 2^-31 to ~2^16
+    float f;
+    std::memcpy(&f, &u, 4);
+    const unsigned short h = __half_as_ushort(f2h(f));
+    if (std::fabs(f) >= 65520.0f) {
+      CHECK_MSG((h & 0x7fffu) == 0x7c00u, "float %.9g should overflow to inf", f);
+    } else {
+      CHECK_MSG(nearest_half(f, h), "float %.9g -> 0x%04x not nearest", f, h);
+    }
+  }
+  CHECK(__half_as_ushort(f2h(65519.99f)) == 0x7bffu);
+  CHECK(__half_as_ushort(f2h(65520.0f)) == 0x7c00u);
+  CHECK(std::isnan(h2f(f2h(NAN))));
+  CHECK(__half_as_ushort(f2h(-INFINITY)) == 0xfc00u);
+}
+
+static void test_casts(TestCtx& t) {
+  TestRng rng(11);
+  const size_t pixels = 37, c = 5, stride = 8;
+  std::vector<float> x(pixels * c);
+  for (auto& v : x) v = rng.normal() * 100.0f;
+  DevBuf<float> dx(x);
+  DevBuf<__half> dh(pixels * c);
+  CHECK_OK(carve_cu_f32_to_f16(&t.ctx, dx.p, dh.p, x.size()));
+  t.sync();
+  const std::vector<__half> h = dh.download();
+  for (size_t i = 0; i < x.size(); i++) CHECK(__half_as_ushort(h[i]) == __half_as_ushort(f2h(x[i])));
+  // the half view (pixel stride c) back to float32 with pixel stride `stride`
+  std::vector<float> y0(pixels * stride, -7.0f);
+  DevBuf<float> dy(y0);
+  CHECK_OK(carve_cu_f16_to_f32_view(&t.ctx, pixels, (uint32_t)c, dh.p, c, dy.p, stride));
+  t.sync();
+  const std::vector<float> y = dy.download();
+  for (size_t p = 0; p < pixels; p++) {
+    for (size_t ch = 0; ch < stride; ch++) {
+      CHECK(same_float(y[p * stride + ch], ch < c ? h2f(h[p * c + ch]) : -7.0f));
+    }
+  }
+  CHECK(carve_cu_f32_to_f16(&t.ctx, NULL, dh.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_f16_to_f32_view(&t.ctx, pixels, (uint32_t)c, dh.p, c - 1, dy.p, stride) ==
+        CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// ---- Convolution -------------------------------------------------------------------------------
+
+struct Case {
+  uint32_t k, stride, pad, groups, cin, cout, h, w;
+  bool residual;
+  carve_cu_act act;
+};
+
+static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
+  TestRng rng(seed);
+  const size_t in_stride = cs.cin + 3, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
+  const size_t oh = (cs.h + 2 * cs.pad - cs.k) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.k) / cs.stride + 1;
+  const size_t cin_g = cs.groups == 1 ? cs.cin : 1;
+  const size_t kk = (size_t)cs.k * cs.k * cin_g;
+  const std::vector<__half> x = random_halves(rng, (size_t)cs.h * cs.w * in_stride, 1.0f);
+  const std::vector<__half> wt = random_halves(rng, cs.cout * kk, 1.0f / std::sqrt((float)kk));
+  const std::vector<__half> b = random_halves(rng, cs.cout, 0.5f);
+  const std::vector<__half> r = random_halves(rng, oh * ow * res_stride, 1.0f);
+  std::vector<__half> y0(oh * ow * out_stride, __ushort_as_half(kCanaryBits));
+  DevBuf<__half> dx(x), dw(wt), db(b), dr(r), dy(y0);
+  const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, cs.groups, cs.cin, cs.cout, cs.h, cs.w,
+                           in_stride, out_stride, res_stride, cs.act};
+  DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
+  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
+  t.sync();
+  const std::vector<__half> y = dy.download();
+  for (size_t oy = 0; oy < oh; oy++) {
+    for (size_t ox = 0; ox < ow; ox++) {
+      const size_t p = oy * ow + ox;
+      for (size_t o = 0; o < out_stride; o++) {
+        const unsigned short got_bits = __half_as_ushort(y[p * out_stride + o]);
+        if (o >= cs.cout) {
+          CHECK_MSG(got_bits == kCanaryBits, "conv: pixel %zu channel %zu (padding) overwritten", p, o);
+          continue;
+        }
+        double s = 0.0, mag = 0.0;
+        for (uint32_t ky = 0; ky < cs.k; ky++) {
+          for (uint32_t kx = 0; kx < cs.k; kx++) {
+            const long long iy = (long long)(oy * cs.stride + ky) - cs.pad;
+            const long long ix = (long long)(ox * cs.stride + kx) - cs.pad;
+            if (iy < 0 || ix < 0 || iy >= cs.h || ix >= cs.w) continue;
+            for (size_t i = 0; i < cin_g; i++) {
+              const size_t ci = cs.groups == 1 ? i : o;
+              const double v = (double)h2f(x[((size_t)iy * cs.w + (size_t)ix) * in_stride + ci]) *
+                               h2f(wt[o * kk + ((size_t)ky * cs.k + kx) * cin_g + i]);
+              s += v;
+              mag += std::fabs(v);
+            }
+          }
+        }
+        double v = s + h2f(b[o]);
+        if (cs.act == CARVE_CU_ACT_SILU) v = v / (1.0 + std::exp(-v));
+        const double rr = cs.residual ? h2f(r[p * res_stride + o]) : 0.0;
+        const double want = v + rr;
+        // the GEMM's half result (1x1 / im2col: u |s|; depthwise: no rounding), the float sums (kAcc mag),
+        // SiLU's slope <= 1.1, the epilogue's store (u |want|)
+        const double tol = 1.1 * (kU * std::fabs(s) + kAcc * mag) + kU * (std::fabs(want) + std::fabs(rr)) + 1e-7;
+        const double got = h2f(__ushort_as_half(got_bits));
+        CHECK_MSG(near_float(got, want, tol), "conv k%u s%u g%u %ux%u: pixel %zu channel %zu: %.7g vs %.7g (tol %.3g)",
+                  cs.k, cs.stride, cs.groups, cs.cin, cs.cout, p, o, got, want, tol);
+      }
+    }
+  }
+}
+
+static void test_conv(TestCtx& t) {
+  const Case cases[] = {
+      {1, 1, 0, 1, 19, 13, 7, 9, false, CARVE_CU_ACT_SILU},    // one GEMM on the view
+      {1, 1, 0, 1, 8, 24, 5, 3, true, CARVE_CU_ACT_NONE},      // GEMM + residual
+      {3, 1, 1, 1, 11, 10, 9, 8, true, CARVE_CU_ACT_SILU},     // im2col + GEMM
+      {3, 2, 1, 1, 6, 7, 11, 10, false, CARVE_CU_ACT_SILU},    // strided im2col
+      {3, 1, 1, 1, 1536, 4, 40, 40, false, CARVE_CU_ACT_NONE},  // im2col in several chunks
+      {3, 1, 1, 9, 9, 9, 7, 6, true, CARVE_CU_ACT_SILU},       // depthwise
+      {7, 2, 3, 5, 5, 5, 12, 9, false, CARVE_CU_ACT_NONE},     // depthwise 7x7 / 2
+  };
+  uint64_t seed = 100;
+  for (const Case& cs : cases) test_conv_case(t, cs, seed++);
+}
+
+// ---- Moves and add ---------------------------------------------------------------------------------
+
+static void test_elementwise(TestCtx& t) {
+  TestRng rng(21);
+  const uint32_t h = 5, w = 7, c = 6;
+  const size_t in_stride = 9, out_stride = 8;
+  const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
+  const std::vector<__half> x2 = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
+  DevBuf<__half> dx(x), dx2(x2);
+  auto at = [&](const std::vector<__half>& v, size_t p, size_t ch) { return h2f(v[p * in_stride + ch]); };
+  {  // maxpool 3x3 / 1, pad 1 (-inf padding)
+    std::vector<__half> y0((size_t)h * w * out_stride, __ushort_as_half(kCanaryBits));
+    DevBuf<__half> dy(y0);
+    CHECK_OK(carve_cu_maxpool2d(&t.ctx, h, w, c, 3, 1, 1, dx.p, in_stride, dy.p, out_stride));
+    t.sync();
+    const std::vector<__half> y = dy.download();
+    for (uint32_t oy = 0; oy < h; oy++) {
+      for (uint32_t ox = 0; ox < w; ox++) {
+        for (uint32_t ch = 0; ch < c; ch++) {
+          float m = -INFINITY;
+          for (int dy_ = -1; dy_ <= 1; dy_++) {
+            for (int dx_ = -1; dx_ <= 1; dx_++) {
+              const int iy = (int)oy + dy_, ix = (int)ox + dx_;
+              if (iy >= 0 && ix >= 0 && iy < (int)h && ix < (int)w) m = std::max(m, at(x, (size_t)iy * w + ix, ch));
+            }
+          }
+          CHECK(same_float(h2f(y[((size_t)oy * w + ox) * out_stride + ch]), m));
+        }
+        CHECK(__half_as_ushort(y[((size_t)oy * w + ox) * out_stride + c]) == kCanaryBits);
+      }
+    }
+  }
+  {  // upsample 2x
+    std::vector<__half> y0((size_t)4 * h * w * out_stride, __ushort_as_half(kCanaryBits));
+    DevBuf<__half> dy(y0);
+    CHECK_OK(carve_cu_upsample2x(&t.ctx, h, w, c, dx.p, in_stride, dy.p, out_stride));
+    t.sync();
+    const std::vector<__half> y = dy.download();
+    for (size_t oy = 0; oy < 2 * h; oy++) {
+      for (size_t ox = 0; ox < 2 * w; ox++) {
+        for (uint32_t ch = 0; ch < c; ch++) {
+          CHECK(same_float(h2f(y[(oy * 2 * w + ox) * out_stride + ch]), at(x, (oy / 2) * w + ox / 2, ch)));
+        }
+      }
+    }
+  }
+  {  // copy and add
+    const size_t pixels = (size_t)h * w;
+    std::vector<__half> y0(pixels * out_stride, __ushort_as_half(kCanaryBits));
+    DevBuf<__half> dc(y0), da(y0);
+    CHECK_OK(carve_cu_copy(&t.ctx, pixels, c, dx.p, in_stride, dc.p, out_stride));
+    CHECK_OK(carve_cu_add(&t.ctx, pixels, c, dx.p, in_stride, dx2.p, in_stride, da.p, out_stride));
+    t.sync();
+    const std::vector<__half> yc = dc.download(), ya = da.download();
+    for (size_t p = 0; p < pixels; p++) {
+      for (size_t ch = 0; ch < out_stride; ch++) {
+        if (ch >= c) {
+          CHECK(__half_as_ushort(yc[p * out_stride + ch]) == kCanaryBits);
+          CHECK(__half_as_ushort(ya[p * out_stride + ch]) == kCanaryBits);
+          continue;
+        }
+        CHECK(same_float(h2f(yc[p * out_stride + ch]), at(x, p, ch)));
+        CHECK(same_float(h2f(ya[p * out_stride + ch]), h2f(f2h(at(x, p, ch) + at(x2, p, ch)))));
+      }
+    }
+  }
+  CHECK(carve_cu_add(&t.ctx, 4, c, dx.p, c - 1, dx2.p, in_stride, dx.p, in_stride) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_maxpool2d(&t.ctx, h, w, c, 3, 0, 1, dx.p, in_stride, dx.p, in_stride) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// ---- Attention -----------------------------------------------------------------------------------------
+
+static void test_attention(TestCtx& t) {
+  TestRng rng(31);
+  const uint32_t n = 20, heads = 2, kd = 8, hd = 16;
+  const size_t per = 2 * kd + hd, qkv_stride = heads * per + 3, out_stride = heads * hd + 1, v_stride = heads * hd;
+  const float scale = 1.0f / std::sqrt((float)kd);
+  const std::vector<__half> qkv = random_halves(rng, n * qkv_stride, 1.0f);
+  DevBuf<__half> dq(qkv), dout(n * out_stride), dv(n * v_stride);
+  DevBuf<float> scratch(carve_cu_attention_scratch_floats(n, heads));
+  CHECK_OK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
+                              scratch.p));
+  t.sync();
+  const std::vector<__half> out = dout.download(), v = dv.download();
+  auto q = [&](size_t i, size_t hh, size_t e) { return (double)h2f(qkv[i * qkv_stride + hh * per + e]); };
+  for (size_t hh = 0; hh < heads; hh++) {
+    for (size_t i = 0; i < n; i++) {
+      std::vector<double> s(n);
+      double m = -INFINITY, sum = 0.0;
+      for (size_t j = 0; j < n; j++) {
+        double d = 0.0;
+        for (size_t e = 0; e < kd; e++) d += q(i, hh, e) * q(j, hh, kd + e);
+        s[j] = scale * d;
+        m = std::max(m, s[j]);
+      }
+      for (size_t j = 0; j < n; j++) sum += (s[j] = std::exp(s[j] - m));
+      for (size_t e = 0; e < hd; e++) {
+        double o = 0.0, mag = 0.0;
+        for (size_t j = 0; j < n; j++) {
+          o += s[j] / sum * q(j, hh, 2 * kd + e);
+          mag += s[j] / sum * std::fabs(q(j, hh, 2 * kd + e));
+        }
+        // scores rounded to half (u |S| <= u 4 in the exponent), probabilities (u), the output (u |o|)
+        const double tol = (4.0 * kU * (1.0 + std::fabs(m)) + 2.0 * kU) * mag + kU * std::fabs(o) + 1e-6;
+        const double got = h2f(out[i * out_stride + hh * hd + e]);
+        CHECK_MSG(near_float(got, o, tol), "attention head %zu row %zu col %zu: %.6g vs %.6g (tol %.3g)", hh, i, e,
+                  got, o, tol);
+        CHECK(same_float(h2f(v[i * v_stride + hh * hd + e]), (float)q(i, hh, 2 * kd + e)));
+      }
+    }
+  }
+  CHECK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
+                           nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+int main() {
+  test_conversions();
+  TestCtx t;
+  CHECK_OK(carve_cu_ctx_f16_math(&t.ctx));
+  cublasMath_t mode;
+  CHECK(cublasGetMathMode(t.ctx.blas, &mode) == CUBLAS_STATUS_SUCCESS);
+  CHECK(mode == (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  CHECK(carve_cu_ctx_f16_math(nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  test_casts(t);
+  test_conv(t);
+  test_elementwise(t);
+  test_attention(t);
+  std::printf("test_f16: all ok\n");
+  return 0;
+}

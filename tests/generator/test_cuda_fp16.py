@@ -1,0 +1,114 @@
+"""--precision fp16 (issue 20), generator side: what an fp16 cuda package holds, and what is refused.
+
+Building and running fp16 packages is tests/cuda/cuda_f16.py (emulated, against Ultralytics), their kernels
+tests/cuda/test_f16.cu, nvcc tests/cuda/nvcc_packages.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "generator"))
+
+from carve import compiler  # noqa: E402
+from carve.backends import cuda_f16  # noqa: E402
+from carve.errors import CarveError  # noqa: E402
+
+MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
+PT = REPO / "assets" / "yolo26n-shapes.pt"
+IMGSZ = 64
+
+
+@pytest.fixture(scope="module")
+def packages():
+    out = {}
+    for precision in ("fp32", "fp16"):
+        for head in ("e2e", "nms"):
+            out[precision, head] = compiler.compile_model(str(MANIFEST), "cuda", str(PT), IMGSZ,
+                                                          {"precision": precision, "head": head}).files
+    out["fp16", "file"] = compiler.compile_model(str(MANIFEST), "cuda", str(PT), IMGSZ,
+                                                 {"precision": "fp16", "weights_format": "file"}).files
+    return out
+
+
+def _define(text: str, name: str) -> int:
+    m = re.search(rf"^#define {name} (\d+)u", text, re.M)
+    assert m, f"{name} not defined"
+    return int(m.group(1))
+
+
+@pytest.mark.parametrize("head", ["e2e", "nms"])
+def test_fp16_package(packages, head):
+    f32, f16 = packages["fp32", head], packages["fp16", head]
+    h32, h16 = f32["yolo26n_shapes.h"].decode(), f16["yolo26n_shapes.h"].decode()
+    cu = f16["yolo26n_shapes.cu"].decode()
+    # weights: stored as the checkpoint's halves (about half the bytes), held as halves on the device
+    blob32 = f32["yolo26n_shapes_weights.bin"]
+    assert 0.45 * len(blob32) < len(f16["yolo26n_shapes_weights.bin"]) < 0.52 * len(blob32)
+    assert _define(h16, "YOLO26N_SHAPES_WEIGHT_BYTES") * 2 == _define(h32, "YOLO26N_SHAPES_WEIGHT_BYTES")
+    assert "halves[i] = __float2half(chunk[i]);" in cu
+    # the arena: the plan's activations as halves, then the float32 staging area
+    half_bytes, f32_floats = _define(cu, "F16_HALF_BYTES"), _define(cu, "F16_F32_FLOATS")
+    arena16, arena32 = _define(h16, "YOLO26N_SHAPES_ARENA_BYTES"), _define(h32, "YOLO26N_SHAPES_ARENA_BYTES")
+    assert half_bytes % 256 == 0 and arena32 / 2 <= half_bytes < arena32 / 2 + 256
+    assert arena16 >= half_bytes + 4 * f32_floats and f32_floats >= IMGSZ * IMGSZ * 3
+    # the half runtime and its casts at the edges; the head in float32 on the staged copies
+    assert "runtime/carve_cuda_f16.cu" in f16 and "runtime/carve_cuda_f16.cu" not in f32
+    assert '#include "carve_cuda_f16.h"' in cu and "typedef __half act_t;" in cu
+    assert cu.count("carve_cu_f32_to_f16(&m->cu, F(m, 0), A(m, INPUT_OFF), INPUT_FLOATS)") == 1  # input_done
+    assert cu.count("TRY(input_done(m))") >= 2  # run_image and the tensor upload (and run_images, enqueue)
+    assert cu.count("carve_cu_f16_to_f32_view(") == 6  # box and classes of each of the 3 levels
+    post = "carve_cu_nms_postprocess" if head == "nms" else "carve_cu_e2e_postprocess_task"
+    assert re.search(rf"{post}\([^;]*F\(m, F16_ROWS_OFF\)", cu, re.S)
+    assert "--precision fp16" in cu.splitlines()[0] and "--precision" not in f32["yolo26n_shapes.cu"].decode()
+    # the fp32 package keeps its float32 source
+    assert "typedef float act_t;" in f32["yolo26n_shapes.cu"].decode()
+
+
+def test_fp16_weights_file(packages):
+    files = packages["fp16", "file"]
+    cu = files["yolo26n_shapes.cu"].decode()
+    assert "CARVE_WEIGHTS_F16" in cu and "yolo26n_shapes.weights" in files
+    payload = files["yolo26n_shapes.weights"][64:]
+    assert payload == packages["fp16", "e2e"]["yolo26n_shapes_weights.bin"]
+
+
+def test_fp16_weights_are_the_checkpoints_halves():
+    """The halves stored are the checkpoint's own (a checkpoint saved by Ultralytics is float16: no rounding at
+    generation, no warning); the device's halves are the fold's float32 rounded once, at create."""
+    r = compiler.compile_model(str(MANIFEST), "cuda", str(PT), IMGSZ, {"precision": "fp16"})
+    assert r.summary["precision"] == "fp16" and r.summary["warnings"] == []
+    stored = np.frombuffer(r.files["yolo26n_shapes_weights.bin"], dtype="<f2").astype(np.float32)
+    assert np.isfinite(stored).all() and stored.std() > 0
+
+
+@pytest.mark.parametrize("backend", ["portable", "xnnpack"])
+def test_cpu_backends_refuse_fp16(tmp_path, backend):
+    out = tmp_path / "pkg"
+    p = subprocess.run([sys.executable, "-m", "carve", "generate", str(MANIFEST), "--backend", backend,
+                        "--checkpoint", str(PT), "--imgsz", str(IMGSZ), "--precision", "fp16", "--out", str(out)],
+                       cwd=REPO / "generator", capture_output=True, text=True)
+    assert p.returncode != 0 and not out.exists()
+    assert f"--precision fp16: backend '{backend}'" in p.stderr and "int8" in p.stderr
+
+
+def test_fp16_refusals():
+    with pytest.raises(CarveError, match="calibration images are for --precision int8 .the precision is fp16"):
+        compiler.precision_options({"precision": "fp16", "calib": "/tmp"})
+    with pytest.raises(CarveError, match="not one of fp32, int8, fp16"):
+        compiler.precision_options({"precision": "fp8"})
+    # segment's and classify's ops have no half kernels: named, before anything is written
+    graph = SimpleNamespace(name="yolo26n-seg", meta={"task": "segment"},
+                            ops=[SimpleNamespace(name="model.22.proto.upsample", kind="deconv2d"),
+                                 SimpleNamespace(name="model.0.conv", kind="conv2d")])
+    with pytest.raises(CarveError, match=r"1 op\(s\) without one: model\.22\.proto\.upsample \(deconv2d"):
+        cuda_f16.check(graph)

@@ -1,0 +1,86 @@
+#!/bin/bash
+# On the GPU machine (see tools/gpu_carry/prepare_bench.sh): issue 20's speed table, every system on this one GPU.
+#   bash DIR/bench.sh                      nvcc for CUDA_ARCH (default 90: H100 / H200), RUNS=100 per figure
+#   CUDA_ARCH=native RUNS=50 bash DIR/bench.sh
+#   EMULATE=/path/to/tests/cuda/cuda_emu.h bash DIR/bench.sh
+#                                          no GPU: the packages built with the emulation header, 2 runs, PyTorch
+#                                          on the CPU (tools/gpu_carry/test_bench.sh runs this)
+# Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel;
+# (2) bench_main for each (TF32 packages twice: TF32, then --strict-fp32); (3) torch_bench.py: Ultralytics' model
+# eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
+# Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed.
+set -u
+D=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$D/out}
+mkdir -p "$OUT"
+export CPATH=$D/stb/include LIBRARY_PATH=$D/stb/lib LD_LIBRARY_PATH=$D/stb/lib PATH=$PATH:/usr/local/cuda/bin
+export PYTHONPATH=$D/py${PYTHONPATH:+:$PYTHONPATH} YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo-config
+IMGSZ=$(cat "$D/imgsz") FIRST=$(cat "$D/first_batch")
+RUNS=${RUNS:-100} ARCH=${CUDA_ARCH:-90} EMULATE=${EMULATE:-}
+[ -n "$EMULATE" ] && RUNS=2
+BATCHES=$(ls "$D/pkgs" | sed -n 's/^tf32-b//p' | sort -n | paste -sd, -)
+if [ -z "$EMULATE" ]; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+  nvcc --version | tail -1
+fi
+: > "$OUT/bench.jsonl"
+t0=$(date +%s)
+
+# (1) build: a wrapper project per package (the package as a subdirectory + bench_main)
+for dir in "$D"/pkgs/*/; do
+  p=$(basename "$dir")
+  [ -f "$dir/yolo26n_weights.bin" ] || cp "$D/pkgs/${p%-b*}-b$FIRST/yolo26n_weights.bin" "$dir/"
+  w=/tmp/bench-$p
+  mkdir -p "$w"
+  cat > "$w/CMakeLists.txt" <<CM
+cmake_minimum_required(VERSION 3.18)
+if(CARVE_CUDA_EMULATION_HEADER)
+  project(bench_$p LANGUAGES C CXX ASM)
+else()
+  project(bench_$p LANGUAGES C CXX CUDA ASM)
+endif()
+set(YOLO26N_BUILD_DEMO OFF CACHE BOOL "" FORCE)
+add_subdirectory($dir pkg)
+add_executable(bench_main $D/bench_main.cu $dir/runtime/carve_io.c)
+carve_cuda_sources(bench_main $D/bench_main.cu)
+set_target_properties(bench_main PROPERTIES CXX_STANDARD 17 CUDA_STANDARD 17)
+find_library(STB_LIBRARY NAMES stb REQUIRED)
+target_link_libraries(bench_main PRIVATE yolo26n \${STB_LIBRARY})
+CM
+  ( if [ -n "$EMULATE" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=$ARCH"; fi
+    cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs > "$w/cmake.log" 2>&1 &&
+    cmake --build "$w/build" -j "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" > "$w/build.log" 2>&1
+    echo $? > "$w/rc" ) &
+done
+wait
+for dir in "$D"/pkgs/*/; do
+  p=$(basename "$dir")
+  if [ "$(cat /tmp/bench-$p/rc)" != 0 ]; then
+    echo "build of $p failed:"; tail -30 /tmp/bench-$p/cmake.log /tmp/bench-$p/build.log; exit 1
+  fi
+done
+echo "built $(ls "$D/pkgs" | paste -sd' ' -) in $(( $(date +%s) - t0 )) s"
+
+# (2) carve
+for dir in "$D"/pkgs/*/; do
+  p=$(basename "$dir")
+  prec=${p%-b*}
+  modes=("")
+  [ "$prec" = tf32 ] && modes=("" "--strict-fp32")
+  for m in "${modes[@]}"; do
+    label="carve $prec"
+    [ -n "$m" ] && label="carve strict-fp32"
+    /tmp/bench-$p/build/bench_main "$D/bus.png" --runs "$RUNS" --label "$label" $m | tee -a "$OUT/bench.jsonl" ||
+      echo "{\"system\": \"$label\", \"batch\": ${p##*-b}, \"error\": \"bench_main failed\"}" >> "$OUT/bench.jsonl"
+  done
+done
+echo "carve done at $(( $(date +%s) - t0 )) s"
+
+# (3) PyTorch
+if [ -n "$EMULATE" ]; then torch_args="--dry-run"; else torch_args=""; fi
+python3 "$D/torch_bench.py" --weights "$D/yolo26n.pt" --imgsz "$IMGSZ" --batches "$BATCHES" --runs "$RUNS" \
+  $torch_args | tee -a "$OUT/bench.jsonl"
+echo "pytorch done at $(( $(date +%s) - t0 )) s"
+
+# (4) the table
+python3 "$D/bench_table.py" "$OUT/bench.jsonl" | tee "$OUT/table.md"

@@ -1,0 +1,169 @@
+// Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
+// tools/gpu_carry/bench.sh: one JSON line on stdout.
+//
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--label TEXT]
+//
+// Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
+// what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
+//   run_image_ms      run_image / run_images from a host image (N copies of IMAGE): upload through the pinned
+//                     staging image, letterbox, network, e2e head, copy back, detections on the host
+//   device_image_ms   enqueue_images from N device-resident copies of IMAGE (uint8, letterboxed on the device)
+//                     on this program's stream, results left on the device, then cudaStreamSynchronize
+//   device_tensor_ms  enqueue_tensors from a device-resident (N,3,H,W) float32 tensor: the network and the head
+//                     only (what PyTorch + CUDA Graph measures with its input already on the GPU)
+//   throughput_ips    N * R / the time of R enqueue_tensors calls back to back and one synchronisation
+// plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). The first two runs of
+// each kind (eager, graph capture) are warm-up and not timed.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "carve_io.h"
+#include "carve_layout.h"
+#include "carve_pre.h"
+#include "yolo26n.h"
+
+static double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+#define TRY(call)                                                                   \
+  do {                                                                              \
+    const carve_status s_ = (call);                                                 \
+    if (s_ != CARVE_OK) {                                                           \
+      std::fprintf(stderr, "bench_main: %s: %s\n", #call, carve_status_str(s_));   \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+
+#define CUDA(call)                                                                    \
+  do {                                                                                \
+    if ((call) != cudaSuccess) {                                                      \
+      std::fprintf(stderr, "bench_main: %s failed\n", #call);                         \
+      return 1;                                                                       \
+    }                                                                                 \
+  } while (0)
+
+int main(int argc, char** argv) {
+  const char* image = nullptr;
+  const char* label = "carve";
+  int runs = 100, strict = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
+      runs = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--strict-fp32")) {
+      strict = 1;
+    } else if (!std::strcmp(argv[i], "--label") && i + 1 < argc) {
+      label = argv[++i];
+    } else if (argv[i][0] != '-' && image == nullptr) {
+      image = argv[i];
+    } else {
+      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--label TEXT]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (image == nullptr || runs < 1) {
+    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--label TEXT]\n", argv[0]);
+    return 2;
+  }
+  uint8_t* rgb = nullptr;
+  int w = 0, h = 0;
+  char why[256];
+  if (carve_image_load_rgb_msg(image, &rgb, &w, &h, why, sizeof why) != CARVE_OK) {
+    std::fprintf(stderr, "bench_main: %s: %s\n", image, why);
+    return 1;
+  }
+  const int n = YOLO26N_BATCH;
+  const size_t input = (size_t)3 * YOLO26N_INPUT_H * YOLO26N_INPUT_W;
+
+  yolo26n_options opt;
+  yolo26n_default_options(&opt);
+  opt.tf32 = !strict;
+  opt.max_image_width = w;
+  opt.max_image_height = h;
+  double t0 = now_ms();
+  yolo26n* m = nullptr;
+  TRY(yolo26n_create(&opt, &m));
+  const double init_ms = now_ms() - t0;
+
+  std::vector<yolo26n_image> host(n, yolo26n_image{rgb, w, h, (size_t)w * 3});
+  std::vector<yolo26n_detection> dets((size_t)n * YOLO26N_MAX_DETECTIONS);
+  std::vector<size_t> counts(n);
+  std::vector<double> t;
+
+  // run_images from host memory.
+  for (int r = 0; r < runs + 2; r++) {
+    t0 = now_ms();
+    TRY(yolo26n_run_images(m, host.data(), 0.25f, dets.data(), YOLO26N_MAX_DETECTIONS, counts.data()));
+    if (r >= 2) t.push_back(now_ms() - t0);
+  }
+  const double run_image_ms = median(t);
+  const size_t detections0 = counts[0];
+
+  // Device-resident inputs on a stream of ours.
+  cudaStream_t stream = nullptr;
+  CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  uint8_t* dimg = nullptr;
+  float* dtensor = nullptr;
+  CUDA(cudaMalloc((void**)&dimg, (size_t)w * h * 3));
+  CUDA(cudaMemcpy(dimg, rgb, (size_t)w * h * 3, cudaMemcpyHostToDevice));
+  // the tensor: IMAGE letterboxed on the host (carve_letterbox, the CPU packages' pre-processing) in every slot,
+  // so that the head's top-k sees real scores
+  std::vector<float> nhwc(input), nchw(input * n);
+  std::vector<unsigned char> lb_scratch(carve_letterbox_scratch_bytes(YOLO26N_INPUT_W, YOLO26N_INPUT_H) + 64);
+  carve_letterbox_info info;
+  TRY(carve_letterbox(rgb, w, h, (size_t)w * 3, YOLO26N_INPUT_W, YOLO26N_INPUT_H, nhwc.data(), lb_scratch.data(),
+                      &info, NULL));
+  TRY(carve_nhwc_to_nchw(nhwc.data(), 3, YOLO26N_INPUT_H, YOLO26N_INPUT_W, 3, nchw.data()));
+  for (int b = 1; b < n; b++) std::copy(nchw.begin(), nchw.begin() + input, nchw.begin() + b * input);
+  CUDA(cudaMalloc((void**)&dtensor, input * n * sizeof(float)));
+  CUDA(cudaMemcpy(dtensor, nchw.data(), input * n * sizeof(float), cudaMemcpyHostToDevice));
+  std::vector<yolo26n_image> device(n, yolo26n_image{dimg, w, h, (size_t)w * 3});
+
+  t.clear();
+  for (int r = 0; r < runs + 2; r++) {
+    t0 = now_ms();
+    TRY(yolo26n_enqueue_images(m, stream, device.data(), 0));
+    CUDA(cudaStreamSynchronize(stream));
+    if (r >= 2) t.push_back(now_ms() - t0);
+  }
+  const double device_image_ms = median(t);
+
+  t.clear();
+  for (int r = 0; r < runs; r++) {
+    t0 = now_ms();
+    TRY(yolo26n_enqueue_tensors(m, stream, dtensor, 0));
+    CUDA(cudaStreamSynchronize(stream));
+    t.push_back(now_ms() - t0);
+  }
+  const double device_tensor_ms = median(t);
+
+  t0 = now_ms();
+  for (int r = 0; r < runs; r++) {
+    TRY(yolo26n_enqueue_tensors(m, stream, dtensor, 0));
+  }
+  CUDA(cudaStreamSynchronize(stream));
+  const double throughput = n * runs / ((now_ms() - t0) / 1000.0);
+
+  std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"runs\": %d, \"init_ms\": %.1f, "
+              "\"run_image_ms\": %.4f, \"device_image_ms\": %.4f, \"device_tensor_ms\": %.4f, "
+              "\"throughput_ips\": %.1f, \"graph_nodes\": %zu, \"detections_image0\": %zu}\n",
+              label, n, strict ? "false" : "true", runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
+              throughput, yolo26n_graph_nodes(m), detections0);
+  yolo26n_destroy(m);
+  cudaFree(dimg);
+  cudaFree(dtensor);
+  cudaStreamDestroy(stream);
+  carve_image_free(rgb);
+  return 0;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The table of issue 20 from the JSON lines of tools/gpu_carry/bench.sh (bench_main and torch_bench.py):
+
+    bench_table.py bench.jsonl [more.jsonl ...]      (prints Markdown)
+
+One row per system and batch: the time of one run (a batch of N images) with the input already on the GPU
+(carve: enqueue_tensors, network + e2e head; PyTorch: the forward with its e2e head), images per second (runs back
+to back), and for carve also the run from a device-resident uint8 image (letterbox on the device), run_image from
+a host image and the launches per forward. Then the issue's targets, each met or not, for the figures present.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def load(paths) -> list:
+    rows = []
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def fmt(v, digits=3):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows: list) -> str:
+    out = ["| system | batch | ms per run, input on the GPU | images/s | from a device uint8 image (ms) | "
+           "run_image from host (ms) | launches |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["batch"], not r["system"].startswith("carve"), r["system"])):
+        if "error" in r:
+            out.append(f"| {r['system']} | {r['batch']} | failed: {r['error'][:80]} | | | | |")
+            continue
+        carve = "device_tensor_ms" in r
+        ms = r["device_tensor_ms"] if carve else r["ms"]
+        out.append(f"| {r['system']} | {r['batch']} | {fmt(ms)} | {fmt(r.get('throughput_ips'), 0)} | "
+                   f"{fmt(r.get('device_image_ms'))} | {fmt(r.get('run_image_ms'))} | "
+                   f"{r.get('graph_nodes', '-')} |")
+    return "\n".join(out)
+
+
+def find(rows, prefix: str, batch: int):
+    return next((r for r in rows if r["system"].startswith(prefix) and r["batch"] == batch and "error" not in r), None)
+
+
+def targets(rows: list) -> str:
+    """Issue 20's targets for yolo26n 640 (fp16 carve where present, else the TF32 package, said so)."""
+    lines = []
+    carve1 = find(rows, "carve fp16", 1) or find(rows, "carve tf32", 1)
+    carve32 = find(rows, "carve fp16", 32) or find(rows, "carve tf32", 32)
+    torch1 = find(rows, "pytorch graph fp16", 1)
+    torch32 = find(rows, "pytorch graph fp16", 32) or find(rows, "pytorch eager fp16", 32)
+    if carve1:
+        ms = carve1["device_image_ms"]
+        lines.append(f"- batch 1 network + head from a device-resident image <= 0.5 ms ({carve1['system']}): "
+                     f"{ms:.3f} ms: {'met' if ms <= 0.5 else 'not met'}")
+        if torch1:
+            ratio = torch1["ms"] / carve1["device_tensor_ms"]
+            lines.append(f"- >= 2x faster than PyTorch fp16 + CUDA Graph at batch 1: {ratio:.2f}x: "
+                         f"{'met' if ratio >= 2 else 'not met'}")
+    if carve32 and torch32:
+        a, b = carve32["throughput_ips"], torch32["throughput_ips"]
+        lines.append(f"- batch 32 throughput >= PyTorch fp16 batch 32 ({torch32['system']}): {a:.0f} vs {b:.0f} "
+                     f"images/s: {'met' if a >= b else 'not met'}")
+    if not find(rows, "carve fp16", 1):
+        lines.append("- (no carve fp16 package in this run: the targets use the TF32 package)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    rows = load(sys.argv[1:])
+    if not rows:
+        print("bench_table: no results")
+        return 1
+    dev = next((r["device"] for r in rows if "device" in r), "?")
+    print(f"yolo26n, device {dev}\n\n{table(rows)}\n\n{targets(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
