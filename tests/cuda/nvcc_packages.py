@@ -61,21 +61,27 @@ def main() -> int:
                                          "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16",
                     help="more packages, each task:weights-format:weights-dtype[:head][:precision][:bN] ('' for "
                          "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu against it")
+    ap.add_argument("--option-archs", default=None,
+                    help="the architectures of the --options packages (default: --archs; `make test` compiles them "
+                         "for the oldest and newest only, `make test-full` for all)")
     ap.add_argument("--nvcc", default=None, help="nvcc to use (default: PATH, then /usr/local/cuda/bin)")
     args = ap.parse_args()
     nvcc = args.nvcc or find_nvcc()
     if not nvcc:
         print("nvcc_packages: SKIPPED: nvcc not found (install the CUDA toolkit to compile the generated .cu files)")
         return SKIP
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in args.archs.split(",")]
-    flags = ["-std=c++17", "-O2", "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
-             "-DCARVE_RT_NO_THREADS", *gencode]
+    def flags_for(archs: str) -> list:
+        return ["-std=c++17", "-O2", "-Werror", "all-warnings", "-Xcompiler", "-Wall,-Wextra,-Werror",
+                "-DCARVE_RT_NO_THREADS", *[f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs.split(",")]]
     ver = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    print(f"nvcc: {nvcc} ({ver}); architectures sm_{', sm_'.join(args.archs.split(','))}")
+    print(f"nvcc: {nvcc} ({ver}); architectures sm_{', sm_'.join(args.archs.split(','))}"
+          + (f" (the --options packages: sm_{', sm_'.join(args.option_archs.split(','))})" if args.option_archs else ""))
     ok = True
     variants = [(task, "blob", "f32", "e2e", "fp32", "1") for task in args.tasks.split(",") if task]
+    first_option = len(variants)
     variants += [parse_variant(v) for v in args.options.split(",") if v]
-    for task, fmt, dtype, head, precision, batch in variants:
+    for i, (task, fmt, dtype, head, precision, batch) in enumerate(variants):
+        flags = flags_for(args.option_archs if i >= first_option and args.option_archs else args.archs)
         if task not in cvx.TASKS or fmt not in ("blob", "c-array", "file") or dtype not in ("f32", "f16") or \
                 head not in ("e2e", "nms") or not batch.isdigit():
             ap.error(f"unknown variant {task}:{fmt}:{dtype}:{head}:{precision}:b{batch}")
