@@ -64,6 +64,21 @@ static inline int carve_cu_gemm_fits_int(size_t m, size_t n, size_t k, size_t ld
          carve_cu_fits_int(ldb) && carve_cu_fits_int(ldc);
 }
 
+// Y^T (m, n) = A^T (m, k) B (k, n) through cublasGemmEx, all column-major: operands and result of
+// `type`, accumulated as `compute`, alpha 1, beta 0 (the fp16 GEMM, and the fp32 one with TF32).
+static inline carve_status carve_cu_gemm_nt_ex(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const void* a,
+                                               size_t lda, const void* b, size_t ldb, void* c, size_t ldc,
+                                               cudaDataType_t type, cublasComputeType_t compute) {
+  if (!carve_cu_gemm_fits_int(m, n, k, lda, ldb, ldc)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, type,
+                                   (int)lda, b, type, (int)ldb, &zero, c, type, (int)ldc, compute,
+                                   CUBLAS_GEMM_DEFAULT));
+  return CARVE_OK;
+}
+
 // The GEMMs of a precision. Y^T (m, n) = A^T (m, k) B (k, n), all column-major, beta = 0: Y = X W^T
 // in NHWC terms (carve_cuda_ops.cu's header comment).
 template <typename T>
@@ -79,6 +94,25 @@ using carve_cu_gemm_batched_fn = carve_status (*)(const carve_cu_ctx* ctx, cubla
                                                   long long stride_c, int batch);
 
 // ---- Convolution ----------------------------------------------------------------------------
+
+// f(tap, pixel) for each tap (ky kw + kx) of the kh x kw window at (y0, x0) that falls inside the
+// h x w input, pixel = iy w + ix the input pixel under it: row by row, left to right.
+template <typename F>
+static __device__ __forceinline__ void carve_cu_for_window(long long y0, long long x0, uint32_t kh, uint32_t kw,
+                                                           uint32_t h, uint32_t w, F&& f) {
+  for (uint32_t ky = 0; ky < kh; ky++) {
+    const long long iy = y0 + ky;
+    if (iy < 0 || iy >= (long long)h) {
+      continue;
+    }
+    for (uint32_t kx = 0; kx < kw; kx++) {
+      const long long ix = x0 + kx;
+      if (ix >= 0 && ix < (long long)w) {
+        f((size_t)ky * kw + kx, (size_t)iy * w + (size_t)ix);
+      }
+    }
+  }
+}
 
 // col[q][(ky kw + kx) cin + i] = x[oy stride - pad + ky][ox stride - pad + kx][i] (0 outside),
 // for the `count` output pixels q = p - first, p = oy ow + ox in [first, first + count).
@@ -101,6 +135,19 @@ __global__ void carve_cu_im2col_kernel(const T* __restrict__ x, size_t in_stride
   }
 }
 
+// y[yi] = act(v) + residual[ri] (residual optional), in float, stored once: the end of a convolution.
+template <typename T>
+static __device__ __forceinline__ void carve_cu_store_act(T* y, size_t yi, float v, int silu, const T* residual,
+                                                          size_t ri) {
+  if (silu) {
+    v = carve_cu_silu(v);
+  }
+  if (residual != NULL) {
+    v += carve_cu_ld(residual, ri);
+  }
+  carve_cu_st(y, yi, v);
+}
+
 // y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout).
 template <typename T>
 __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, const T* __restrict__ bias,
@@ -108,14 +155,8 @@ __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, con
                                          uint32_t cout, int silu) {
   CARVE_CU_FOR(e, pixels * cout) {
     const size_t p = e / cout, o = e % cout;
-    float v = carve_cu_ld(y, p * y_stride + o) + carve_cu_ld(bias, o);
-    if (silu) {
-      v = carve_cu_silu(v);
-    }
-    if (residual != NULL) {
-      v += carve_cu_ld(residual, p * r_stride + o);
-    }
-    carve_cu_st(y, p * y_stride + o, v);
+    carve_cu_store_act(y, p * y_stride + o, carve_cu_ld(y, p * y_stride + o) + carve_cu_ld(bias, o), silu, residual,
+                       p * r_stride + o);
   }
 }
 
@@ -132,26 +173,10 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
     const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
     const T* wc = weight + ch * kh * kw;
     float acc = 0.0f;
-    for (uint32_t ky = 0; ky < kh; ky++) {
-      const long long iy = y0 + ky;
-      if (iy < 0 || iy >= (long long)h) {
-        continue;
-      }
-      for (uint32_t kx = 0; kx < kw; kx++) {
-        const long long ix = x0 + kx;
-        if (ix >= 0 && ix < (long long)w) {
-          acc += carve_cu_ld(x, ((size_t)iy * w + (size_t)ix) * in_stride + ch) * carve_cu_ld(wc, ky * kw + kx);
-        }
-      }
-    }
-    float v = acc + carve_cu_ld(bias, ch);
-    if (silu) {
-      v = carve_cu_silu(v);
-    }
-    if (residual != NULL) {
-      v += carve_cu_ld(residual, p * res_stride + ch);
-    }
-    carve_cu_st(y, p * out_stride + ch, v);
+    carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
+      acc += carve_cu_ld(x, pixel * in_stride + ch) * carve_cu_ld(wc, tap);
+    });
+    carve_cu_store_act(y, p * out_stride + ch, acc + carve_cu_ld(bias, ch), silu, residual, p * res_stride + ch);
   }
 }
 
@@ -217,19 +242,10 @@ __global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_strid
     const size_t p = e / c, ch = e % c;
     const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
     float m = -INFINITY;
-    for (uint32_t ky = 0; ky < k; ky++) {
-      const long long iy = y0 + ky;
-      if (iy < 0 || iy >= (long long)h) {
-        continue;
-      }
-      for (uint32_t kx = 0; kx < k; kx++) {
-        const long long ix = x0 + kx;
-        if (ix >= 0 && ix < (long long)w) {
-          const float v = carve_cu_ld(x, ((size_t)iy * w + (size_t)ix) * in_stride + ch);
-          m = v > m ? v : m;
-        }
-      }
-    }
+    carve_cu_for_window(y0, x0, k, k, h, w, [&](size_t, size_t pixel) {
+      const float v = carve_cu_ld(x, pixel * in_stride + ch);
+      m = v > m ? v : m;
+    });
     carve_cu_st(y, p * out_stride + ch, m);
   }
 }

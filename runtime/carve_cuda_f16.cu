@@ -62,17 +62,11 @@ carve_status carve_cu_f16_to_f32_view(const carve_cu_ctx* ctx, size_t pixels, ui
 
 // ---- GEMM -----------------------------------------------------------------------------------
 
-// Y^T (m, n) = alpha A^T (m, k) B (k, n), column-major halves, float32 accumulation, beta = 0.
+// Y^T (m, n) = A^T (m, k) B (k, n), column-major halves, float32 accumulation, beta = 0
+// (carve_cu_gemm_nt_fn: the convolutions).
 static carve_status h_gemm_nt(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const __half* a, size_t lda,
                               const __half* b, size_t ldb, __half* c, size_t ldc) {
-  if (!carve_cu_gemm_fits_int(m, n, k, lda, ldb, ldc)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, CUDA_R_16F,
-                                   (int)lda, b, CUDA_R_16F, (int)ldb, &zero, c, CUDA_R_16F, (int)ldc,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  return CARVE_OK;
+  return carve_cu_gemm_nt_ex(ctx, m, n, k, a, lda, b, ldb, c, ldc, CUDA_R_16F, CUBLAS_COMPUTE_32F);
 }
 
 // The attention's batched GEMMs (carve_cu_gemm_batched_fn): halves, float32 accumulation, beta = 0.

@@ -186,14 +186,7 @@ static carve_status gemm_conv(const carve_cu_ctx* ctx, size_t m, size_t n, size_
   if (!ctx->conv_tf32) {
     return gemm_nt(ctx, m, n, k, a, lda, b, ldb, c, ldc);
   }
-  if (!carve_cu_gemm_fits_int(m, n, k, lda, ldb, ldc)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, CUDA_R_32F,
-                                   (int)lda, b, CUDA_R_32F, (int)ldb, &zero, c, CUDA_R_32F, (int)ldc,
-                                   CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-  return CARVE_OK;
+  return carve_cu_gemm_nt_ex(ctx, m, n, k, a, lda, b, ldb, c, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32);
 }
 
 // ---- Convolution ----------------------------------------------------------------------
