@@ -28,7 +28,8 @@
 // C library).
 //
 // Files: carve_cuda.h (this contract), carve_cuda_impl.h (helpers shared by the
-// .cu files), carve_cuda_ops.cu (context, convolutions, element-wise ops, pools,
+// .cu files), carve_cuda_elem.h (the kernels shared with the fp16 runtime, templates
+// over the element type), carve_cuda_ops.cu (context, convolutions, element-wise ops, pools,
 // linear, softmax, attention, mask logits), carve_cuda_topk.cu (top-k, gather,
 // e2e post-processing), carve_cuda_pre.cu (letterbox, classify); host pieces
 // from carve_rt.c, carve_pre.c (carve_letterbox_geometry) and carve_post.c.

@@ -8,8 +8,12 @@
 //   cublasSgemm(OP_T, OP_N, m = cout, n = P, k = K, A = W, lda = K, B = X, ldb = s,
 //               C = Y, ldc = out_stride)
 // and the result lands straight in the strided NHWC output.
+//
+// The kernels that the fp16 runtime shares (convolution, pooling, upsample, copy, add, softmax,
+// attention) are written once over the element type in carve_cuda_elem.h; the functions here
+// instantiate them for float with this file's float32 GEMMs.
 
-#include "carve_cuda_impl.h"
+#include "carve_cuda_elem.h"
 
 // ---- Context --------------------------------------------------------------------------
 
@@ -163,13 +167,10 @@ extern "C" carve_status carve_cu_f16_to_f32(const carve_cu_ctx* ctx, const uint1
   return CARVE_OK;
 }
 
-static int ctx_ok(const carve_cu_ctx* ctx) { return ctx != NULL && ctx->blas != NULL; }
-
 // Y^T (m, n) = A^T (m, k) B (k, n), all column-major, beta = 0: Y = X W^T in NHWC terms.
 static carve_status gemm_nt(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const float* a, size_t lda,
                             const float* b, size_t ldb, float* c, size_t ldc) {
-  if (!carve_cu_fits_int(m) || !carve_cu_fits_int(n) || !carve_cu_fits_int(k) || !carve_cu_fits_int(lda) ||
-      !carve_cu_fits_int(ldb) || !carve_cu_fits_int(ldc)) {
+  if (!carve_cu_gemm_fits_int(m, n, k, lda, ldb, ldc)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const float one = 1.0f, zero = 0.0f;
@@ -185,15 +186,7 @@ static carve_status gemm_conv(const carve_cu_ctx* ctx, size_t m, size_t n, size_
   if (!ctx->conv_tf32) {
     return gemm_nt(ctx, m, n, k, a, lda, b, ldb, c, ldc);
   }
-  if (!carve_cu_fits_int(m) || !carve_cu_fits_int(n) || !carve_cu_fits_int(k) || !carve_cu_fits_int(lda) ||
-      !carve_cu_fits_int(ldb) || !carve_cu_fits_int(ldc)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const float one = 1.0f, zero = 0.0f;
-  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, CUDA_R_32F,
-                                   (int)lda, b, CUDA_R_32F, (int)ldb, &zero, c, CUDA_R_32F, (int)ldc,
-                                   CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
-  return CARVE_OK;
+  return carve_cu_gemm_nt_ex(ctx, m, n, k, a, lda, b, ldb, c, ldc, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32);
 }
 
 // ---- Convolution ----------------------------------------------------------------------
@@ -202,32 +195,10 @@ static carve_status gemm_conv(const carve_cu_ctx* ctx, size_t m, size_t n, size_
 // many floats (one GEMM per chunk).
 #define CARVE_CU_IM2COL_FLOATS ((size_t)1 << 22)
 
-static size_t conv_out(uint32_t in, uint32_t k, uint32_t stride, uint32_t pad) {
-  return ((size_t)in + 2 * (size_t)pad - k) / stride + 1;
-}
-
-static int conv_valid(const carve_cu_conv* c) {
-  if (c == NULL || c->kh == 0 || c->kw == 0 || c->stride == 0 || c->cin == 0 || c->cout == 0 || c->h == 0 ||
-      c->w == 0 || c->groups == 0) {
-    return 0;
-  }
-  if ((size_t)c->h + 2 * (size_t)c->pad < c->kh || (size_t)c->w + 2 * (size_t)c->pad < c->kw) {
-    return 0;
-  }
-  if (c->groups != 1 && !(c->groups == c->cin && c->groups == c->cout)) {
-    return 0;  // only groups 1 or depthwise
-  }
-  return c->in_stride >= c->cin && c->out_stride >= c->cout && (c->act == CARVE_CU_ACT_NONE || c->act == CARVE_CU_ACT_SILU);
-}
-
-static int conv_is_gemm(const carve_cu_conv* c) {
-  return c->groups == 1 && c->kh == 1 && c->kw == 1 && c->stride == 1 && c->pad == 0;
-}
-
-// Output pixels one im2col chunk holds.
 static size_t im2col_chunk(const carve_cu_conv* c) {
   const size_t k = (size_t)c->kh * c->kw * c->cin;
-  const size_t pixels = conv_out(c->h, c->kh, c->stride, c->pad) * conv_out(c->w, c->kw, c->stride, c->pad);
+  const size_t pixels =
+      carve_cu_conv_out(c->h, c->kh, c->stride, c->pad) * carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
   size_t chunk = CARVE_CU_IM2COL_FLOATS / k;
   if (chunk == 0) {
     chunk = 1;
@@ -236,126 +207,16 @@ static size_t im2col_chunk(const carve_cu_conv* c) {
 }
 
 extern "C" size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c) {
-  if (!conv_valid(c) || c->groups != 1 || conv_is_gemm(c)) {
+  if (!carve_cu_conv_valid(c) || c->groups != 1 || carve_cu_conv_is_gemm(c)) {
     return 0;
   }
   return im2col_chunk(c) * (size_t)c->kh * c->kw * c->cin;
 }
 
-// col[q][(ky kw + kx) cin + i] = x[oy stride - pad + ky][ox stride - pad + kx][i] (0 outside),
-// for the `count` output pixels q = p - first, p = oy ow + ox in [first, first + count).
-__global__ void carve_cu_im2col_kernel(const float* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
-                                       uint32_t cin, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
-                                       size_t ow, size_t first, size_t count, float* __restrict__ col) {
-  const size_t k = (size_t)kh * kw * cin;
-  CARVE_CU_FOR(e, count * k) {
-    const size_t q = e / k, r = e % k;
-    const size_t p = first + q;
-    const size_t tap = r / cin, i = r % cin;
-    const long long iy = (long long)(p / ow) * stride - pad + (long long)(tap / kw);
-    const long long ix = (long long)(p % ow) * stride - pad + (long long)(tap % kw);
-    float v = 0.0f;
-    if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-      v = x[((size_t)iy * w + (size_t)ix) * in_stride + i];
-    }
-    col[e] = v;
-  }
-}
-
-// y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout).
-__global__ void carve_cu_epilogue_kernel(float* __restrict__ y, size_t y_stride, const float* __restrict__ bias,
-                                         const float* __restrict__ residual, size_t r_stride, size_t pixels,
-                                         uint32_t cout, int silu) {
-  CARVE_CU_FOR(e, pixels * cout) {
-    const size_t p = e / cout, o = e % cout;
-    float v = y[p * y_stride + o] + bias[o];
-    if (silu) {
-      v = carve_cu_silu(v);
-    }
-    if (residual != NULL) {
-      v += residual[p * r_stride + o];
-    }
-    y[p * y_stride + o] = v;
-  }
-}
-
-// Depthwise: y[oy][ox][c] = act(b[c] + sum_{ky,kx} x[oy s - pad + ky][ox s - pad + kx][c] W[c][ky][kx])
-// + residual[oy][ox][c], taps outside the input being 0.
-__global__ void carve_cu_depthwise_kernel(const float* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
-                                          uint32_t c, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
-                                          size_t oh, size_t ow, const float* __restrict__ weight,
-                                          const float* __restrict__ bias, const float* __restrict__ residual,
-                                          size_t res_stride, int silu, float* __restrict__ y, size_t out_stride) {
-  CARVE_CU_FOR(e, oh * ow * c) {
-    const size_t p = e / c, ch = e % c;
-    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
-    const float* wc = weight + ch * kh * kw;
-    float acc = 0.0f;
-    for (uint32_t ky = 0; ky < kh; ky++) {
-      const long long iy = y0 + ky;
-      if (iy < 0 || iy >= (long long)h) {
-        continue;
-      }
-      for (uint32_t kx = 0; kx < kw; kx++) {
-        const long long ix = x0 + kx;
-        if (ix >= 0 && ix < (long long)w) {
-          acc += x[((size_t)iy * w + (size_t)ix) * in_stride + ch] * wc[ky * kw + kx];
-        }
-      }
-    }
-    float v = acc + bias[ch];
-    if (silu) {
-      v = carve_cu_silu(v);
-    }
-    if (residual != NULL) {
-      v += residual[p * res_stride + ch];
-    }
-    y[p * out_stride + ch] = v;
-  }
-}
-
 extern "C" carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const float* x,
                                         const float* weight, const float* bias, const float* residual, float* y,
                                         float* scratch) {
-  if (!ctx_ok(ctx) || !conv_valid(c) || x == NULL || weight == NULL || bias == NULL || y == NULL ||
-      (residual != NULL && c->res_stride < c->cout)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const size_t oh = conv_out(c->h, c->kh, c->stride, c->pad), ow = conv_out(c->w, c->kw, c->stride, c->pad);
-  const size_t pixels = oh * ow;
-  const int silu = c->act == CARVE_CU_ACT_SILU;
-  if (c->groups != 1) {
-    CARVE_LAUNCH(carve_cu_depthwise_kernel, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, x,
-                 c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, weight, bias, residual,
-                 c->res_stride, silu, y, c->out_stride);
-    CARVE_CU_CHECK_LAUNCH();
-    return CARVE_OK;
-  }
-  carve_status st;
-  if (conv_is_gemm(c)) {
-    st = gemm_conv(ctx, c->cout, pixels, c->cin, weight, c->cin, x, c->in_stride, y, c->out_stride);
-  } else {
-    if (scratch == NULL) {
-      return CARVE_ERR_INVALID_ARGUMENT;
-    }
-    const size_t k = (size_t)c->kh * c->kw * c->cin;
-    const size_t chunk = im2col_chunk(c);
-    st = CARVE_OK;
-    for (size_t first = 0; first < pixels && st == CARVE_OK; first += chunk) {
-      const size_t count = pixels - first < chunk ? pixels - first : chunk;
-      CARVE_LAUNCH(carve_cu_im2col_kernel, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
-                   c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, scratch);
-      CARVE_CU_CHECK_LAUNCH();
-      st = gemm_conv(ctx, c->cout, count, k, weight, k, scratch, k, y + first * c->out_stride, c->out_stride);
-    }
-  }
-  if (st != CARVE_OK) {
-    return st;
-  }
-  CARVE_LAUNCH(carve_cu_epilogue_kernel, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, y,
-               c->out_stride, bias, residual, c->res_stride, pixels, c->cout, silu);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_conv2d_t(ctx, c, x, weight, bias, residual, y, scratch, gemm_conv);
 }
 
 // ---- Transposed convolution (kernel == stride) ------------------------------------------
@@ -387,7 +248,7 @@ extern "C" carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, u
                                           uint32_t cout, uint32_t k, const float* x, size_t in_stride,
                                           const float* weight, const float* bias, carve_cu_act act, float* y,
                                           size_t out_stride, float* scratch) {
-  if (!ctx_ok(ctx) || h == 0 || w == 0 || cin == 0 || cout == 0 || k == 0 || x == NULL || weight == NULL ||
+  if (!carve_cu_ctx_ok(ctx) || h == 0 || w == 0 || cin == 0 || cout == 0 || k == 0 || x == NULL || weight == NULL ||
       bias == NULL || y == NULL || scratch == NULL || in_stride < cin || out_stride < cout ||
       (act != CARVE_CU_ACT_NONE && act != CARVE_CU_ACT_SILU)) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -406,112 +267,25 @@ extern "C" carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, u
 
 // ---- Pooling, upsample, copy, add -------------------------------------------------------
 
-// y[oy][ox][c] = max over the k x k window at (oy stride - pad, ox stride - pad) of x,
-// positions outside the input being -inf.
-__global__ void carve_cu_maxpool_kernel(const float* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
-                                        uint32_t c, uint32_t k, uint32_t stride, uint32_t pad, size_t oh, size_t ow,
-                                        float* __restrict__ y, size_t out_stride) {
-  CARVE_CU_FOR(e, oh * ow * c) {
-    const size_t p = e / c, ch = e % c;
-    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
-    float m = -INFINITY;
-    for (uint32_t ky = 0; ky < k; ky++) {
-      const long long iy = y0 + ky;
-      if (iy < 0 || iy >= (long long)h) {
-        continue;
-      }
-      for (uint32_t kx = 0; kx < k; kx++) {
-        const long long ix = x0 + kx;
-        if (ix >= 0 && ix < (long long)w) {
-          const float v = x[((size_t)iy * w + (size_t)ix) * in_stride + ch];
-          m = v > m ? v : m;
-        }
-      }
-    }
-    y[p * out_stride + ch] = m;
-  }
-}
-
 extern "C" carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
                                            uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
                                            size_t out_stride) {
-  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || k == 0 || stride == 0 ||
-      in_stride < c || out_stride < c || (size_t)h + 2 * (size_t)pad < k || (size_t)w + 2 * (size_t)pad < k) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const size_t oh = conv_out(h, k, stride, pad), ow = conv_out(w, k, stride, pad);
-  CARVE_LAUNCH(carve_cu_maxpool_kernel, carve_cu_blocks(oh * ow * c), CARVE_CU_THREADS, ctx->stream, x, in_stride, h,
-               w, c, k, stride, pad, oh, ow, y, out_stride);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
-}
-
-// y[oy][ox][c] = x[oy / 2][ox / 2][c] over the (2h, 2w, c) output.
-__global__ void carve_cu_upsample2x_kernel(const float* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
-                                           uint32_t c, float* __restrict__ y, size_t out_stride) {
-  const size_t ow = (size_t)w * 2;
-  CARVE_CU_FOR(e, (size_t)h * 2 * ow * c) {
-    const size_t p = e / c, ch = e % c;
-    const size_t oy = p / ow, ox = p % ow;
-    y[p * out_stride + ch] = x[((oy / 2) * w + ox / 2) * in_stride + ch];
-  }
+  return carve_cu_maxpool2d_t(ctx, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
 }
 
 extern "C" carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c,
                                             const float* x, size_t in_stride, float* y, size_t out_stride) {
-  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c || out_stride < c) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  CARVE_LAUNCH(carve_cu_upsample2x_kernel, carve_cu_blocks((size_t)h * w * 4 * c), CARVE_CU_THREADS, ctx->stream, x,
-               in_stride, h, w, c, y, out_stride);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
-}
-
-// y[p][ch] = x[p][ch].
-__global__ void carve_cu_copy_kernel(size_t pixels, uint32_t c, const float* __restrict__ x, size_t in_stride,
-                                     float* __restrict__ y, size_t out_stride) {
-  CARVE_CU_FOR(e, pixels * c) {
-    const size_t p = e / c, ch = e % c;
-    y[p * out_stride + ch] = x[p * in_stride + ch];
-  }
+  return carve_cu_upsample2x_t(ctx, h, w, c, x, in_stride, y, out_stride);
 }
 
 extern "C" carve_status carve_cu_copy(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const float* x,
                                       size_t in_stride, float* y, size_t out_stride) {
-  if (ctx == NULL || x == NULL || y == NULL || c == 0 || in_stride < c || out_stride < c) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  if (pixels == 0) {
-    return CARVE_OK;
-  }
-  CARVE_LAUNCH(carve_cu_copy_kernel, carve_cu_blocks(pixels * c), CARVE_CU_THREADS, ctx->stream, pixels, c, x,
-               in_stride, y, out_stride);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
-}
-
-// y[p][ch] = a[p][ch] + b[p][ch].
-__global__ void carve_cu_add_kernel(size_t pixels, uint32_t c, const float* a, size_t a_stride, const float* b,
-                                    size_t b_stride, float* y, size_t y_stride) {
-  CARVE_CU_FOR(e, pixels * c) {
-    const size_t p = e / c, ch = e % c;
-    y[p * y_stride + ch] = a[p * a_stride + ch] + b[p * b_stride + ch];
-  }
+  return carve_cu_copy_t(ctx, pixels, c, x, in_stride, y, out_stride);
 }
 
 extern "C" carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const float* a,
                                      size_t a_stride, const float* b, size_t b_stride, float* y, size_t y_stride) {
-  if (ctx == NULL || a == NULL || b == NULL || y == NULL || c == 0 || a_stride < c || b_stride < c || y_stride < c) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  if (pixels == 0) {
-    return CARVE_OK;
-  }
-  CARVE_LAUNCH(carve_cu_add_kernel, carve_cu_blocks(pixels * c), CARVE_CU_THREADS, ctx->stream, pixels, c, a,
-               a_stride, b, b_stride, y, y_stride);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_add_t(ctx, pixels, c, a, a_stride, b, b_stride, y, y_stride);
 }
 
 // y[ch] = (float)((sum_p x[p][ch]) / (h w)), the sum in double: one thread per channel,
@@ -547,7 +321,7 @@ __global__ void carve_cu_bias_kernel(float* __restrict__ y, const float* __restr
 
 extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const float* x,
                                         const float* weight, const float* bias, float* y) {
-  if (!ctx_ok(ctx) || x == NULL || weight == NULL || bias == NULL || y == NULL || cin == 0 || cout == 0 ||
+  if (!carve_cu_ctx_ok(ctx) || x == NULL || weight == NULL || bias == NULL || y == NULL || cin == 0 || cout == 0 ||
       !carve_cu_fits_int(cin) || !carve_cu_fits_int(cout)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
@@ -560,60 +334,12 @@ extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, u
   return CARVE_OK;
 }
 
-#define CARVE_CU_SOFTMAX_THREADS 256
-
-// max that propagates NaN (a NaN anywhere makes the row's maximum NaN, as carve_softmax).
-static __device__ __forceinline__ float carve_cu_max_nan(float a, float b) {
-  return a != a ? a : (b != b ? b : (b > a ? b : a));
-}
-
-// One block per row of n floats (rows `row_stride` apart):
-//   m = max_j x[j] (NaN-propagating), e[j] = expf(x[j] - m), y[j] = e[j] * (1 / (float)sum_j e[j]),
-// the sum in double, reduced over the block's threads in a fixed order.
-__global__ void carve_cu_softmax_rows_kernel(const float* x, size_t n, size_t row_stride, float* y) {
-  __shared__ float red_f[CARVE_CU_SOFTMAX_THREADS];
-  __shared__ double red_d[CARVE_CU_SOFTMAX_THREADS];
-  const unsigned t = threadIdx.x;
-  const float* xr = x + (size_t)blockIdx.x * row_stride;
-  float* yr = y + (size_t)blockIdx.x * row_stride;
-  float m = -INFINITY;
-  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
-    m = carve_cu_max_nan(m, xr[j]);
-  }
-  red_f[t] = m;
-  __syncthreads();
-  for (unsigned half = CARVE_CU_SOFTMAX_THREADS / 2; half > 0; half /= 2) {
-    if (t < half) {
-      red_f[t] = carve_cu_max_nan(red_f[t], red_f[t + half]);
-    }
-    __syncthreads();
-  }
-  m = red_f[0];
-  double s = 0.0;
-  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
-    const float e = expf(xr[j] - m);
-    yr[j] = e;
-    s += (double)e;
-  }
-  red_d[t] = s;
-  __syncthreads();
-  for (unsigned half = CARVE_CU_SOFTMAX_THREADS / 2; half > 0; half /= 2) {
-    if (t < half) {
-      red_d[t] += red_d[t + half];
-    }
-    __syncthreads();
-  }
-  const float inv = 1.0f / (float)red_d[0];
-  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
-    yr[j] *= inv;
-  }
-}
-
 extern "C" carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* x, float* y) {
   if (ctx == NULL || x == NULL || y == NULL || n == 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  CARVE_LAUNCH(carve_cu_softmax_rows_kernel, 1, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n, (size_t)n, y);
+  CARVE_LAUNCH(carve_cu_softmax_rows_kernel<float>, 1, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n,
+               (size_t)n, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
@@ -624,52 +350,22 @@ extern "C" size_t carve_cu_attention_scratch_floats(uint32_t n, uint32_t heads) 
   return (size_t)heads * n * n;
 }
 
-// v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e].
-__global__ void carve_cu_gather_v_kernel(const float* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t heads,
-                                         uint32_t key_dim, uint32_t head_dim, float* __restrict__ v_out,
-                                         size_t v_stride) {
-  const size_t c = (size_t)heads * head_dim;
-  CARVE_CU_FOR(e, (size_t)n * c) {
-    const size_t i = e / c, ch = e % c, h = ch / head_dim, d = ch % head_dim;
-    v_out[i * v_stride + ch] = qkv[i * qkv_stride + h * (2 * (size_t)key_dim + head_dim) + 2 * (size_t)key_dim + d];
-  }
+// The attention's batched GEMMs in float32 (carve_cu_gemm_batched_fn).
+static carve_status gemm_batched(const carve_cu_ctx* ctx, cublasOperation_t op_a, int m, int n, int k, float alpha,
+                                 const float* a, int lda, long long stride_a, const float* b, int ldb,
+                                 long long stride_b, float* c, int ldc, long long stride_c, int batch) {
+  const float zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(cublasSgemmStridedBatched(ctx->blas, op_a, CUBLAS_OP_N, m, n, k, &alpha, a, lda, stride_a, b,
+                                                ldb, stride_b, &zero, c, ldc, stride_c, batch));
+  return CARVE_OK;
 }
 
 extern "C" carve_status carve_cu_attention(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride, uint32_t n,
                                            uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                            float* out, size_t out_stride, float* v_out, size_t v_stride,
                                            float* scratch) {
-  const size_t per_head = 2 * (size_t)key_dim + head_dim;
-  if (!ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || n == 0 || heads == 0 || key_dim == 0 ||
-      head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
-      (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
-      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const float zero = 0.0f, one = 1.0f;
-  const long long nn = (long long)n * n;
-  // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
-  // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
-  CARVE_CU_CHECK_BLAS(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)n, (int)key_dim,
-                                                &scale, qkv + key_dim, (int)qkv_stride, (long long)per_head, qkv,
-                                                (int)qkv_stride, (long long)per_head, &zero, scratch, (int)n, nn,
-                                                (int)heads));
-  // P = softmax over each row of S (heads * n rows of n).
-  CARVE_LAUNCH(carve_cu_softmax_rows_kernel, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS, ctx->stream,
-               scratch, (size_t)n, (size_t)n, scratch);
-  CARVE_CU_CHECK_LAUNCH();
-  // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
-  // at column h hd of out.
-  CARVE_CU_CHECK_BLAS(cublasSgemmStridedBatched(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n,
-                                                &one, qkv + 2 * (size_t)key_dim, (int)qkv_stride, (long long)per_head,
-                                                scratch, (int)n, nn, &zero, out, (int)out_stride,
-                                                (long long)head_dim, (int)heads));
-  if (v_out != NULL) {
-    CARVE_LAUNCH(carve_cu_gather_v_kernel, carve_cu_blocks((size_t)n * heads * head_dim), CARVE_CU_THREADS,
-                 ctx->stream, qkv, qkv_stride, n, heads, key_dim, head_dim, v_out, v_stride);
-    CARVE_CU_CHECK_LAUNCH();
-  }
-  return CARVE_OK;
+  return carve_cu_attention_t(ctx, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
+                              v_stride, scratch, gemm_batched);
 }
 
 // ---- Mask logits --------------------------------------------------------------------------
@@ -678,10 +374,10 @@ extern "C" carve_status carve_cu_mask_logits(const carve_cu_ctx* ctx, const floa
                                              size_t row_stride, size_t coef_offset, const float* protos, uint32_t ph,
                                              uint32_t pw, uint32_t nm, size_t proto_stride, float* logits) {
   if (n == 0) {
-    return ctx_ok(ctx) ? CARVE_OK : CARVE_ERR_INVALID_ARGUMENT;
+    return carve_cu_ctx_ok(ctx) ? CARVE_OK : CARVE_ERR_INVALID_ARGUMENT;
   }
   const size_t pixels = (size_t)ph * pw;
-  if (!ctx_ok(ctx) || rows == NULL || protos == NULL || logits == NULL || nm == 0 || pixels == 0 ||
+  if (!carve_cu_ctx_ok(ctx) || rows == NULL || protos == NULL || logits == NULL || nm == 0 || pixels == 0 ||
       proto_stride < nm || row_stride < coef_offset + nm) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }

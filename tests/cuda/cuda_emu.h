@@ -1219,21 +1219,33 @@ inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* mode) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// cuBLAS' argument checks: op in {N, T}, sizes >= 0, leading dimensions >= the rows stored.
+namespace carve_emu {
+
+// cuBLAS' argument checks of a (batched) GEMM: op in {N, T}, sizes >= 0, alpha / beta given, leading
+// dimensions >= the rows stored (column-major, op(A) m x k, op(B) k x n, C m x n).
+inline bool gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc,
+                         int batch, const void* alpha, const void* beta) {
+  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
+      k < 0 || batch < 0 || alpha == nullptr || beta == nullptr) {
+    return false;
+  }
+  const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
+  return lda >= std::max(1, a_t ? k : m) && ldb >= std::max(1, b_t ? n : k) && ldc >= std::max(1, m);
+}
+
+}  // namespace carve_emu
+
+// cuBLAS' argument checks (carve_emu::gemm_args_ok).
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                                                 int n, int k, const float* alpha, const float* A, int lda,
                                                 long long strideA, const float* B, int ldb, long long strideB,
                                                 const float* beta, float* C, int ldc, long long strideC,
                                                 int batch) {
   if (!carve_emu::blas_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
-      k < 0 || batch < 0 || alpha == nullptr || beta == nullptr) {
+  if (!carve_emu::gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch, alpha, beta)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
-  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *alpha, be = *beta;
   const bool tf32 = h->math == CUBLAS_TF32_TENSOR_OP_MATH;  // cuBLAS' TF32 math mode: TF32 inputs
@@ -1265,14 +1277,10 @@ inline cublasStatus_t emu_gemm_ex_f32(cublasHandle_t h, cublasOperation_t ta, cu
        compute != CUBLAS_COMPUTE_32F_FAST_TF32)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
-      k < 0 || alpha == nullptr || beta == nullptr) {
+  if (!carve_emu::gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, 1, alpha, beta)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
-  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *(const float*)alpha, be = *(const float*)beta;
   const float* a = (const float*)A;

@@ -106,14 +106,10 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
       compute != CUBLAS_COMPUTE_32F) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
-      k < 0 || batch < 0 || alpha == nullptr || beta == nullptr) {
+  if (!carve_emu::gemm_args_ok(ta, tb, m, n, k, lda, ldb, ldc, batch, alpha, beta)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   const bool a_t = ta == CUBLAS_OP_T, b_t = tb == CUBLAS_OP_T;
-  if (lda < std::max(1, a_t ? k : m) || ldb < std::max(1, b_t ? n : k) || ldc < std::max(1, m)) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   const __half* a16 = static_cast<const __half*>(A);

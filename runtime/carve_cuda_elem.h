@@ -1,0 +1,448 @@
+// carve runtime, CUDA: the kernels of carve_cuda.h that both precisions share, written once over
+// the storage type T of the activations and weights (float: carve_cuda_ops.cu; __half:
+// carve_cuda_f16.cu, --precision fp16). Not part of the API; C++ only; a cuda package copies it
+// with the .cu files that include it.
+//
+// A kernel reads its elements with carve_cu_ld (widened to float), computes in float exactly as
+// the float32 kernel always has, and stores with carve_cu_st (rounded once to nearest even for
+// __half). For T = float both are the plain load and store, so the float32 kernels' arithmetic
+// and results are unchanged. Kernels that only move elements (im2col, upsample, copy, gather)
+// copy T as is.
+//
+// The host functions (carve_cu_*_t) check their arguments and launch; those with GEMMs take the
+// GEMM of their precision as a function (cublasSgemm* in float32, cublasGemm*Ex with CUDA_R_16F
+// in half), so that each file keeps its own cuBLAS calls and the public functions stay one-line
+// wrappers (extern "C" for float, C++ overloads for __half: carve_cuda_f16.h).
+
+#ifndef CARVE_CUDA_ELEM_H
+#define CARVE_CUDA_ELEM_H
+
+#include "carve_cuda_impl.h"
+
+#ifndef CARVE_CUDA_EMULATION
+#include <cuda_fp16.h>
+#endif
+
+// ---- Loads and stores ---------------------------------------------------------------------
+
+static __device__ __forceinline__ float carve_cu_ld(const float* p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float carve_cu_ld(const __half* p, size_t i) { return __half2float(p[i]); }
+static __device__ __forceinline__ void carve_cu_st(float* p, size_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void carve_cu_st(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
+
+// ---- Host helpers ---------------------------------------------------------------------------
+
+static inline int carve_cu_ctx_ok(const carve_cu_ctx* ctx) { return ctx != NULL && ctx->blas != NULL; }
+
+// Output extent of a window `k` at `stride` over `in` padded by `pad` on both sides.
+static inline size_t carve_cu_conv_out(uint32_t in, uint32_t k, uint32_t stride, uint32_t pad) {
+  return ((size_t)in + 2 * (size_t)pad - k) / stride + 1;
+}
+
+static inline int carve_cu_conv_valid(const carve_cu_conv* c) {
+  if (c == NULL || c->kh == 0 || c->kw == 0 || c->stride == 0 || c->cin == 0 || c->cout == 0 || c->h == 0 ||
+      c->w == 0 || c->groups == 0) {
+    return 0;
+  }
+  if ((size_t)c->h + 2 * (size_t)c->pad < c->kh || (size_t)c->w + 2 * (size_t)c->pad < c->kw) {
+    return 0;
+  }
+  if (c->groups != 1 && !(c->groups == c->cin && c->groups == c->cout)) {
+    return 0;  // only groups 1 or depthwise
+  }
+  return c->in_stride >= c->cin && c->out_stride >= c->cout &&
+         (c->act == CARVE_CU_ACT_NONE || c->act == CARVE_CU_ACT_SILU);
+}
+
+static inline int carve_cu_conv_is_gemm(const carve_cu_conv* c) {
+  return c->groups == 1 && c->kh == 1 && c->kw == 1 && c->stride == 1 && c->pad == 0;
+}
+
+// cuBLAS takes int sizes: the sizes and leading dimensions of one gemm_nt.
+static inline int carve_cu_gemm_fits_int(size_t m, size_t n, size_t k, size_t lda, size_t ldb, size_t ldc) {
+  return carve_cu_fits_int(m) && carve_cu_fits_int(n) && carve_cu_fits_int(k) && carve_cu_fits_int(lda) &&
+         carve_cu_fits_int(ldb) && carve_cu_fits_int(ldc);
+}
+
+// Y^T (m, n) = A^T (m, k) B (k, n) through cublasGemmEx, all column-major: operands and result of
+// `type`, accumulated as `compute`, alpha 1, beta 0 (the fp16 GEMM, and the fp32 one with TF32).
+static inline carve_status carve_cu_gemm_nt_ex(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const void* a,
+                                               size_t lda, const void* b, size_t ldb, void* c, size_t ldc,
+                                               cudaDataType_t type, cublasComputeType_t compute) {
+  if (!carve_cu_gemm_fits_int(m, n, k, lda, ldb, ldc)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, type,
+                                   (int)lda, b, type, (int)ldb, &zero, c, type, (int)ldc, compute,
+                                   CUBLAS_GEMM_DEFAULT));
+  return CARVE_OK;
+}
+
+// The GEMMs of a precision. Y^T (m, n) = A^T (m, k) B (k, n), all column-major, beta = 0: Y = X W^T
+// in NHWC terms (carve_cuda_ops.cu's header comment).
+template <typename T>
+using carve_cu_gemm_nt_fn = carve_status (*)(const carve_cu_ctx* ctx, size_t m, size_t n, size_t k, const T* a,
+                                             size_t lda, const T* b, size_t ldb, T* c, size_t ldc);
+
+// C_i (m, n) = alpha op_a(A_i) B_i for i < batch, column-major, beta = 0 (cublas<t>gemmStridedBatched's
+// arguments with op_b = N).
+template <typename T>
+using carve_cu_gemm_batched_fn = carve_status (*)(const carve_cu_ctx* ctx, cublasOperation_t op_a, int m, int n,
+                                                  int k, float alpha, const T* a, int lda, long long stride_a,
+                                                  const T* b, int ldb, long long stride_b, T* c, int ldc,
+                                                  long long stride_c, int batch);
+
+// ---- Convolution ----------------------------------------------------------------------------
+
+// f(tap, pixel) for each tap (ky kw + kx) of the kh x kw window at (y0, x0) that falls inside the
+// h x w input, pixel = iy w + ix the input pixel under it: row by row, left to right.
+template <typename F>
+static __device__ __forceinline__ void carve_cu_for_window(long long y0, long long x0, uint32_t kh, uint32_t kw,
+                                                           uint32_t h, uint32_t w, F&& f) {
+  for (uint32_t ky = 0; ky < kh; ky++) {
+    const long long iy = y0 + ky;
+    if (iy < 0 || iy >= (long long)h) {
+      continue;
+    }
+    for (uint32_t kx = 0; kx < kw; kx++) {
+      const long long ix = x0 + kx;
+      if (ix >= 0 && ix < (long long)w) {
+        f((size_t)ky * kw + kx, (size_t)iy * w + (size_t)ix);
+      }
+    }
+  }
+}
+
+// col[q][(ky kw + kx) cin + i] = x[oy stride - pad + ky][ox stride - pad + kx][i] (0 outside),
+// for the `count` output pixels q = p - first, p = oy ow + ox in [first, first + count).
+template <typename T>
+__global__ void carve_cu_im2col_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
+                                       uint32_t cin, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
+                                       size_t ow, size_t first, size_t count, T* __restrict__ col) {
+  const size_t k = (size_t)kh * kw * cin;
+  CARVE_CU_FOR(e, count * k) {
+    const size_t q = e / k, r = e % k;
+    const size_t p = first + q;
+    const size_t tap = r / cin, i = r % cin;
+    const long long iy = (long long)(p / ow) * stride - pad + (long long)(tap / kw);
+    const long long ix = (long long)(p % ow) * stride - pad + (long long)(tap % kw);
+    if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
+      col[e] = x[((size_t)iy * w + (size_t)ix) * in_stride + i];
+    } else {
+      carve_cu_st(col, e, 0.0f);
+    }
+  }
+}
+
+// y[yi] = act(v) + residual[ri] (residual optional), in float, stored once: the end of a convolution.
+template <typename T>
+static __device__ __forceinline__ void carve_cu_store_act(T* y, size_t yi, float v, int silu, const T* residual,
+                                                          size_t ri) {
+  if (silu) {
+    v = carve_cu_silu(v);
+  }
+  if (residual != NULL) {
+    v += carve_cu_ld(residual, ri);
+  }
+  carve_cu_st(y, yi, v);
+}
+
+// y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout).
+template <typename T>
+__global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, const T* __restrict__ bias,
+                                         const T* __restrict__ residual, size_t r_stride, size_t pixels,
+                                         uint32_t cout, int silu) {
+  CARVE_CU_FOR(e, pixels * cout) {
+    const size_t p = e / cout, o = e % cout;
+    carve_cu_store_act(y, p * y_stride + o, carve_cu_ld(y, p * y_stride + o) + carve_cu_ld(bias, o), silu, residual,
+                       p * r_stride + o);
+  }
+}
+
+// Depthwise: y[oy][ox][c] = act(b[c] + sum_{ky,kx} x[oy s - pad + ky][ox s - pad + kx][c] W[c][ky][kx])
+// + residual[oy][ox][c], taps outside the input being 0; accumulated in float, one rounding.
+template <typename T>
+__global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
+                                          uint32_t c, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
+                                          size_t oh, size_t ow, const T* __restrict__ weight,
+                                          const T* __restrict__ bias, const T* __restrict__ residual,
+                                          size_t res_stride, int silu, T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_FOR(e, oh * ow * c) {
+    const size_t p = e / c, ch = e % c;
+    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
+    const T* wc = weight + ch * kh * kw;
+    float acc = 0.0f;
+    carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
+      acc += carve_cu_ld(x, pixel * in_stride + ch) * carve_cu_ld(wc, tap);
+    });
+    carve_cu_store_act(y, p * out_stride + ch, acc + carve_cu_ld(bias, ch), silu, residual, p * res_stride + ch);
+  }
+}
+
+// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; 1x1 stride-1 convs one
+// GEMM on the NHWC view; others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used
+// as that many T: chunks of whole output pixels) + one GEMM per chunk; then the epilogue.
+template <typename T>
+static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
+                                      const T* bias, const T* residual, T* y, float* scratch,
+                                      carve_cu_gemm_nt_fn<T> gemm) {
+  if (!carve_cu_ctx_ok(ctx) || !carve_cu_conv_valid(c) || x == NULL || weight == NULL || bias == NULL || y == NULL ||
+      (residual != NULL && c->res_stride < c->cout)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t oh = carve_cu_conv_out(c->h, c->kh, c->stride, c->pad);
+  const size_t ow = carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
+  const size_t pixels = oh * ow;
+  const int silu = c->act == CARVE_CU_ACT_SILU;
+  if (c->groups != 1) {
+    CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, x,
+                 c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, weight, bias, residual,
+                 c->res_stride, silu, y, c->out_stride);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  carve_status st;
+  if (carve_cu_conv_is_gemm(c)) {
+    st = gemm(ctx, c->cout, pixels, c->cin, weight, c->cin, x, c->in_stride, y, c->out_stride);
+  } else {
+    const size_t k = (size_t)c->kh * c->kw * c->cin;
+    const size_t chunk = carve_cu_conv2d_scratch_floats(c) / k;  // output pixels per im2col chunk
+    if (scratch == NULL || chunk == 0) {
+      return CARVE_ERR_INVALID_ARGUMENT;
+    }
+    T* col = (T*)scratch;
+    st = CARVE_OK;
+    for (size_t first = 0; first < pixels && st == CARVE_OK; first += chunk) {
+      const size_t count = pixels - first < chunk ? pixels - first : chunk;
+      CARVE_LAUNCH(carve_cu_im2col_kernel<T>, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
+                   c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, col);
+      CARVE_CU_CHECK_LAUNCH();
+      st = gemm(ctx, c->cout, count, k, weight, k, col, k, y + first * c->out_stride, c->out_stride);
+    }
+  }
+  if (st != CARVE_OK) {
+    return st;
+  }
+  CARVE_LAUNCH(carve_cu_epilogue_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, y,
+               c->out_stride, bias, residual, c->res_stride, pixels, c->cout, silu);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// ---- Pooling, upsample, copy, add -----------------------------------------------------------
+
+// y[oy][ox][c] = max over the k x k window at (oy stride - pad, ox stride - pad) of x,
+// positions outside the input being -inf (the maximum is one of the inputs: stored exactly).
+template <typename T>
+__global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
+                                        uint32_t c, uint32_t k, uint32_t stride, uint32_t pad, size_t oh, size_t ow,
+                                        T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_FOR(e, oh * ow * c) {
+    const size_t p = e / c, ch = e % c;
+    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
+    float m = -INFINITY;
+    carve_cu_for_window(y0, x0, k, k, h, w, [&](size_t, size_t pixel) {
+      const float v = carve_cu_ld(x, pixel * in_stride + ch);
+      m = v > m ? v : m;
+    });
+    carve_cu_st(y, p * out_stride + ch, m);
+  }
+}
+
+template <typename T>
+static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
+                                         uint32_t stride, uint32_t pad, const T* x, size_t in_stride, T* y,
+                                         size_t out_stride) {
+  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || k == 0 || stride == 0 ||
+      in_stride < c || out_stride < c || (size_t)h + 2 * (size_t)pad < k || (size_t)w + 2 * (size_t)pad < k) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t oh = carve_cu_conv_out(h, k, stride, pad), ow = carve_cu_conv_out(w, k, stride, pad);
+  CARVE_LAUNCH(carve_cu_maxpool_kernel<T>, carve_cu_blocks(oh * ow * c), CARVE_CU_THREADS, ctx->stream, x, in_stride,
+               h, w, c, k, stride, pad, oh, ow, y, out_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// y[oy][ox][c] = x[oy / 2][ox / 2][c] over the (2h, 2w, c) output.
+template <typename T>
+__global__ void carve_cu_upsample2x_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
+                                           uint32_t c, T* __restrict__ y, size_t out_stride) {
+  const size_t ow = (size_t)w * 2;
+  CARVE_CU_FOR(e, (size_t)h * 2 * ow * c) {
+    const size_t p = e / c, ch = e % c;
+    const size_t oy = p / ow, ox = p % ow;
+    y[p * out_stride + ch] = x[((oy / 2) * w + ox / 2) * in_stride + ch];
+  }
+}
+
+template <typename T>
+static carve_status carve_cu_upsample2x_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const T* x,
+                                          size_t in_stride, T* y, size_t out_stride) {
+  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c || out_stride < c) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  CARVE_LAUNCH(carve_cu_upsample2x_kernel<T>, carve_cu_blocks((size_t)h * w * 4 * c), CARVE_CU_THREADS, ctx->stream,
+               x, in_stride, h, w, c, y, out_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// y[p][ch] = x[p][ch].
+template <typename T>
+__global__ void carve_cu_copy_kernel(size_t pixels, uint32_t c, const T* __restrict__ x, size_t in_stride,
+                                     T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_FOR(e, pixels * c) {
+    const size_t p = e / c, ch = e % c;
+    y[p * out_stride + ch] = x[p * in_stride + ch];
+  }
+}
+
+template <typename T>
+static carve_status carve_cu_copy_t(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const T* x, size_t in_stride,
+                                    T* y, size_t out_stride) {
+  if (ctx == NULL || x == NULL || y == NULL || c == 0 || in_stride < c || out_stride < c) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (pixels == 0) {
+    return CARVE_OK;
+  }
+  CARVE_LAUNCH(carve_cu_copy_kernel<T>, carve_cu_blocks(pixels * c), CARVE_CU_THREADS, ctx->stream, pixels, c, x,
+               in_stride, y, out_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// y[p][ch] = a[p][ch] + b[p][ch] (in float, one rounding).
+template <typename T>
+__global__ void carve_cu_add_kernel(size_t pixels, uint32_t c, const T* a, size_t a_stride, const T* b,
+                                    size_t b_stride, T* y, size_t y_stride) {
+  CARVE_CU_FOR(e, pixels * c) {
+    const size_t p = e / c, ch = e % c;
+    carve_cu_st(y, p * y_stride + ch, carve_cu_ld(a, p * a_stride + ch) + carve_cu_ld(b, p * b_stride + ch));
+  }
+}
+
+template <typename T>
+static carve_status carve_cu_add_t(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const T* a, size_t a_stride,
+                                   const T* b, size_t b_stride, T* y, size_t y_stride) {
+  if (ctx == NULL || a == NULL || b == NULL || y == NULL || c == 0 || a_stride < c || b_stride < c || y_stride < c) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (pixels == 0) {
+    return CARVE_OK;
+  }
+  CARVE_LAUNCH(carve_cu_add_kernel<T>, carve_cu_blocks(pixels * c), CARVE_CU_THREADS, ctx->stream, pixels, c, a,
+               a_stride, b, b_stride, y, y_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// ---- Softmax and attention ------------------------------------------------------------------
+
+#define CARVE_CU_SOFTMAX_THREADS 256
+
+// max that propagates NaN (a NaN anywhere makes the row's maximum NaN, as carve_softmax).
+static __device__ __forceinline__ float carve_cu_max_nan(float a, float b) {
+  return a != a ? a : (b != b ? b : (b > a ? b : a));
+}
+
+// One block per row of n elements (rows `row_stride` apart; y may be x: each thread rewrites only
+// the entries it read, after the block's reductions):
+//   m = max_j x[j] (NaN-propagating), e[j] = expf(x[j] - m), y[j] = e[j] * (1 / (float)sum_j e[j]),
+// the sum in double, reduced over the block's threads in a fixed order; e[j] is computed again in
+// the last pass (the same float), so that nothing but the result is stored (one rounding for half).
+template <typename T>
+__global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_stride, T* y) {
+  __shared__ float red_f[CARVE_CU_SOFTMAX_THREADS];
+  __shared__ double red_d[CARVE_CU_SOFTMAX_THREADS];
+  const unsigned t = threadIdx.x;
+  const T* xr = x + (size_t)blockIdx.x * row_stride;
+  T* yr = y + (size_t)blockIdx.x * row_stride;
+  float m = -INFINITY;
+  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
+    m = carve_cu_max_nan(m, carve_cu_ld(xr, j));
+  }
+  red_f[t] = m;
+  __syncthreads();
+  for (unsigned half = CARVE_CU_SOFTMAX_THREADS / 2; half > 0; half /= 2) {
+    if (t < half) {
+      red_f[t] = carve_cu_max_nan(red_f[t], red_f[t + half]);
+    }
+    __syncthreads();
+  }
+  m = red_f[0];
+  double s = 0.0;
+  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
+    s += (double)expf(carve_cu_ld(xr, j) - m);
+  }
+  red_d[t] = s;
+  __syncthreads();
+  for (unsigned half = CARVE_CU_SOFTMAX_THREADS / 2; half > 0; half /= 2) {
+    if (t < half) {
+      red_d[t] += red_d[t + half];
+    }
+    __syncthreads();
+  }
+  const float inv = 1.0f / (float)red_d[0];
+  for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
+    carve_cu_st(yr, j, expf(carve_cu_ld(xr, j) - m) * inv);
+  }
+}
+
+// v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e].
+template <typename T>
+__global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t heads,
+                                         uint32_t key_dim, uint32_t head_dim, T* __restrict__ v_out,
+                                         size_t v_stride) {
+  const size_t c = (size_t)heads * head_dim;
+  CARVE_CU_FOR(e, (size_t)n * c) {
+    const size_t i = e / c, ch = e % c, h = ch / head_dim, d = ch % head_dim;
+    v_out[i * v_stride + ch] = qkv[i * qkv_stride + h * (2 * (size_t)key_dim + head_dim) + 2 * (size_t)key_dim + d];
+  }
+}
+
+// carve_cu_attention over T with the precision's batched GEMM; scratch:
+// carve_cu_attention_scratch_floats(n, heads) floats, used as that many T (S, then P in place).
+template <typename T>
+static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, const T* qkv, size_t qkv_stride, uint32_t n,
+                                         uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, T* out,
+                                         size_t out_stride, T* v_out, size_t v_stride, float* scratch,
+                                         carve_cu_gemm_batched_fn<T> gemm) {
+  const size_t per_head = 2 * (size_t)key_dim + head_dim;
+  if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || n == 0 || heads == 0 ||
+      key_dim == 0 || head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
+      (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
+      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  T* s = (T*)scratch;
+  const long long nn = (long long)n * n;
+  // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
+  // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
+  carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, qkv + key_dim, (int)qkv_stride,
+                         (long long)per_head, qkv, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  // P = softmax over each row of S (heads * n rows of n), in place.
+  CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS, ctx->stream,
+               s, (size_t)n, (size_t)n, s);
+  CARVE_CU_CHECK_LAUNCH();
+  // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
+  // at column h hd of out.
+  st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, qkv + 2 * (size_t)key_dim, (int)qkv_stride,
+            (long long)per_head, s, (int)n, nn, out, (int)out_stride, (long long)head_dim, (int)heads);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  if (v_out != NULL) {
+    CARVE_LAUNCH(carve_cu_gather_v_kernel<T>, carve_cu_blocks((size_t)n * heads * head_dim), CARVE_CU_THREADS,
+                 ctx->stream, qkv, qkv_stride, n, heads, key_dim, head_dim, v_out, v_stride);
+    CARVE_CU_CHECK_LAUNCH();
+  }
+  return CARVE_OK;
+}
+
+#endif  // CARVE_CUDA_ELEM_H
