@@ -146,7 +146,8 @@ def generate_all_int8(manifest: str, checkpoint: Path, out: Path, imgsz: int, ca
     image, and ignored): calibrated and rewritten as --precision int8 does, but every conv2d / add in int8 (ops
     without an int8 kernel stay float32), through compile_model's graph_hook as tests/int8/xnn_vs_portable.py
     --quant-pass does. The package a trained model gets when the analysis keeps nothing in float32: for the demo
-    model, --precision int8's own package (which keeps none) without the minutes of the analysis; for random-weight
+    model, --precision int8's package without the float32 ops its analysis keeps (a few box-branch and backbone
+    convolutions: docs/quantization.md) and without the minutes of the analysis; for random-weight
     checkpoints (sizes.py), whose ops the analysis would nearly all keep in float32 (alone in int8, each brings the
     random network's output below 35 dB of SQNR), the package a trained one would get."""
     import sys
