@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT / "generator"), str(ROOT / "bench")]
 from carve.compiler import compile_model, float_graph  # noqa: E402
 from carve.ir import op_flops  # noqa: E402
 from carve.quant import calibrate, images, rewrite, sensitivity  # noqa: E402
+from quant_measure import limits_of  # noqa: E402  (tools/, this script's folder)
 import eval as ev  # noqa: E402
 
 MANIFEST, WEIGHTS = ROOT / "manifests" / "yolo26n-shapes.yaml", ROOT / "assets" / "yolo26n-shapes.pt"
@@ -70,11 +71,7 @@ def main(argv=None) -> int:
             keep = LEGACY if v == "legacy" else tuple(sorted(v[4:].split(",")))
             rounds = ""
         else:
-            limits = sensitivity.thresholds(g)
-            if v != "default":
-                for c, x in zip(("box", "score"), v.split(":")):
-                    limits[c] = -1e9 if x == "none" else float(x)
-            sel = sensitivity.select(g, ranges, calib, errors, limits)
+            sel = sensitivity.select(g, ranges, calib, errors, limits_of(g, v))
             keep = sel.keep
             rounds = " | ".join(", ".join(f"{c} {db:.1f}" for c, db in r.criteria) for r in sel.rounds)
         s = package_map(rewrite.quantize(g, ranges, keep).graph, ROOT / "build" / "quant-map" / v.replace(":", "-")

@@ -26,6 +26,16 @@ from carve.ir import op_flops  # noqa: E402
 from carve.quant import calibrate, evaluate, images, rewrite, sensitivity  # noqa: E402
 
 
+def limits_of(g, spec: str) -> dict:
+    """The sensitivity thresholds of a variant: "default" (the pass's own), or "BOX:SCORE" in dB ("none": that
+    criterion off), e.g. "55:30" (shared with tools/quant_map.py)."""
+    limits = sensitivity.thresholds(g)
+    if spec != "default":
+        for c, v in zip(("box", "score"), spec.split(":")):
+            limits[c] = -1e9 if v == "none" else float(v)
+    return limits
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--manifest", default=str(ROOT / "manifests" / "yolo26n-shapes.yaml"))
@@ -70,11 +80,7 @@ def main(argv=None) -> int:
             if th == "none":
                 keep = ()
             else:
-                limits = sensitivity.thresholds(g)
-                if th != "default":
-                    for c, v in zip(("box", "score"), th.split(":")):
-                        limits[c] = -1e9 if v == "none" else float(v)
-                sel = sensitivity.select(g, ranges, calib, errors, limits)
+                sel = sensitivity.select(g, ranges, calib, errors, limits_of(g, th))
                 keep = sel.keep
                 print(f"[{est}] {th}: measured " + "; ".join(
                     f"round {k} (+{len(r.added)}): " + ", ".join(f"{c} {db:.1f} dB" for c, db in r.criteria)
