@@ -325,6 +325,8 @@ typedef struct slot {
   _Alignas(CACHE_LINE) _Atomic uint64_t range;
   struct pthreadpool* pool;  // the slot's pool and index: a worker's start argument
   size_t index;
+  _Atomic int cpu;           // the CPU its thread was on at its last step (-1: not known); see place()
+  int64_t moved_ns;          // a worker's: when it last moved off a CPU it shared with the pool
 } slot;
 
 // The pool's width follows what the OS gives it. On a machine whose CPUs are shared (another busy
@@ -349,6 +351,22 @@ typedef struct slot {
 #define ADAPT_BACKOFF_MAX 256
 #define ADAPT_STRIKES 2
 
+// Threads of the pool stacked on one CPU. Linux places a thread it wakes on an idle CPU, but in a
+// virtual machine a CPU that has been idle for a while (its vCPU halted on the host) counts as
+// "preempted" (vcpu_is_preempted), not as idle, so a worker woken after a pause of some tens of
+// milliseconds lands on its caller's CPU and stays there until the load balancer moves one of them:
+// for a few milliseconds the two run in turns (the worker spins through the caller's time slice), the
+// caller's time off the CPU passes a fifth of its windows and `adapt` narrows the pool to one thread.
+// Measured on the 2-vCPU development VM (docs/performance.md, "Stacked threads"): the int8 yolo26n
+// run 8 ms back to back, 15 ms with 50 ms pauses before each run, 8.5 ms with place(). So a worker
+// about to run a step checks the CPUs of the others in the width (each records its own, the caller
+// at every parallel step); when one shares its CPU and the process may run on a CPU none of them is
+// on, it moves there: sched_setaffinity to those CPUs (the kernel migrates the thread before it
+// returns) and back to the mask it had, so that nothing stays pinned and the scheduler is free to
+// move it again. At most once per PLACE_INTERVAL_NS per worker, and never while the width is above
+// the CPU count (threads must share CPUs then). `carve_pool_moves()` counts the moves.
+#define PLACE_INTERVAL_NS 1000000
+
 typedef struct adapt {
   int64_t window_ns;   // the parallel steps of this window: their time,
   int64_t waited_ns;   // and the caller's waits beyond their chunks
@@ -368,6 +386,7 @@ struct pthreadpool {
   _Atomic uint32_t unpark;                        // bumped when the width grows or the pool stops: the
                                                   // futex word of the workers outside the width
   _Atomic uint64_t steps;
+  _Atomic uint64_t moves;                         // place(): workers moved off a shared CPU
   _Atomic size_t width;                           // threads the caller deals steps to (1..threads)
   _Alignas(CACHE_LINE) uint32_t generation;       // the caller's
   step step;
@@ -558,6 +577,65 @@ static uint32_t run_chunks(struct pthreadpool* pool, size_t self) {
   return done;
 }
 
+static int current_cpu(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+// Records the CPU of thread `self` (0: the caller) in its slot; written only when it changed, since
+// the other threads read the slot's line to steal.
+static int note_cpu(struct pthreadpool* pool, size_t self) {
+  const int cpu = current_cpu();
+  if (atomic_load_explicit(&pool->slots[self].cpu, memory_order_relaxed) != cpu) {
+    atomic_store_explicit(&pool->slots[self].cpu, cpu, memory_order_relaxed);
+  }
+  return cpu;
+}
+
+// A worker about to run a step: moves it off a CPU it shares with another thread of the width when
+// the process may run on a CPU none of them is on (see PLACE_INTERVAL_NS above).
+static void place(struct pthreadpool* pool, size_t self) {
+  const int me = note_cpu(pool, self);
+#if defined(__linux__)
+  const size_t width = atomic_load_explicit(&pool->width, memory_order_relaxed);
+  if (me < 0 || width > pool->cpus || self >= width) {
+    return;
+  }
+  cpu_set_t taken;
+  CPU_ZERO(&taken);
+  int shared = 0;
+  for (size_t t = 0; t < width; t++) {
+    const int cpu = atomic_load_explicit(&pool->slots[t].cpu, memory_order_relaxed);
+    if (t != self && cpu >= 0 && cpu < CPU_SETSIZE) {
+      CPU_SET(cpu, &taken);
+      shared |= cpu == me;
+    }
+  }
+  slot* s = &pool->slots[self];
+  const int64_t now = shared ? now_ns() : 0;
+  if (!shared || now - s->moved_ns < PLACE_INTERVAL_NS) {
+    return;
+  }
+  s->moved_ns = now;
+  cpu_set_t allowed, free_cpus;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    return;
+  }
+  CPU_XOR(&free_cpus, &allowed, &taken);  // allowed and not taken
+  CPU_AND(&free_cpus, &free_cpus, &allowed);
+  if (CPU_COUNT(&free_cpus) > 0 && sched_setaffinity(0, sizeof(free_cpus), &free_cpus) == 0) {
+    sched_setaffinity(0, sizeof(allowed), &allowed);
+    note_cpu(pool, self);
+    atomic_fetch_add_explicit(&pool->moves, 1, memory_order_relaxed);
+  }
+#else
+  (void)me;
+#endif
+}
+
 static void* worker_main(void* arg) {
   const slot* self = arg;
   struct pthreadpool* pool = self->pool;
@@ -584,6 +662,7 @@ static void* worker_main(void* arg) {
       return NULL;
     }
     WORKER_HOOK();
+    place(pool, index);
     run_chunks(pool, index);
   }
 }
@@ -675,6 +754,7 @@ static void run_step(struct pthreadpool* pool, step* s) {
     return;
   }
   const int64_t t0 = now_ns(), cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  note_cpu(pool, 0);
   pool->step = *s;  // no chunk is outstanding: no thread reads it now
   atomic_store_explicit(&pool->pending, (uint32_t)chunks, memory_order_relaxed);
   const uint64_t gen = (uint64_t)++pool->generation << 32;
@@ -762,8 +842,11 @@ pthreadpool_t pthreadpool_create(size_t threads) {
   atomic_init(&pool->stop, 0);
   atomic_init(&pool->unpark, 0);
   atomic_init(&pool->steps, 0);
+  atomic_init(&pool->moves, 0);
   for (size_t i = 0; i < threads; i++) {
     atomic_init(&pool->slots[i].range, 0);
+    atomic_init(&pool->slots[i].cpu, -1);
+    pool->slots[i].moved_ns = 0;
     pool->slots[i].pool = pool;
     pool->slots[i].index = i;
   }
@@ -811,6 +894,10 @@ size_t carve_pool_width(pthreadpool_t pool) {
 
 uint64_t carve_pool_steps(pthreadpool_t pool) {
   return pool != NULL ? atomic_load_explicit(&pool->steps, memory_order_relaxed) : 0;
+}
+
+uint64_t carve_pool_moves(pthreadpool_t pool) {
+  return pool != NULL ? atomic_load_explicit(&pool->moves, memory_order_relaxed) : 0;
 }
 
 // ---- pthreadpool_parallelize_* ------------------------------------------------

@@ -94,6 +94,9 @@ size_t pthreadpool_get_threads_count(pthreadpool_t pool);
 size_t carve_pool_width(pthreadpool_t pool);
 // Parallel steps this pool has run (a serial fallback on one thread counts too): for tests.
 uint64_t carve_pool_steps(pthreadpool_t pool);
+// Times a worker moved off a CPU that another of the pool's threads was on (runtime/carve_pool.c,
+// place()): for tests and benchmarks; 0 for NULL.
+uint64_t carve_pool_moves(pthreadpool_t pool);
 
 // Each calls the task once for every index (untiled dimensions) or tile (tiled ones: start and
 // size, the last tile cut at the range), on the pool's threads (on the caller alone for a NULL

@@ -35,7 +35,23 @@ static _Atomic int g_hold;          // workers wait here while nonzero
 static _Atomic int g_held;          // workers waiting now
 static _Thread_local int t_caller;  // 1 on the test's own thread
 
+static _Atomic int g_stack_on = -1;  // a CPU the next worker through the hook moves to (check_place)
+
+// Moves the calling thread onto `cpu` and gives it back its mask, so that it stays there unpinned.
+static void stack_onto(int cpu) {
+  cpu_set_t all, one;
+  CHECK(sched_getaffinity(0, sizeof(all), &all) == 0);
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
+  CHECK(sched_setaffinity(0, sizeof(all), &all) == 0);
+}
+
 static void test_worker_hook(void) {
+  const int stack = atomic_exchange(&g_stack_on, -1);
+  if (stack >= 0) {
+    stack_onto(stack);
+  }
   if (atomic_load(&g_hold) == 0) {
     return;
   }
@@ -228,6 +244,50 @@ static void check_width(void) {
   pthreadpool_destroy(pool);
 }
 
+// ---- Stacked threads ----------------------------------------------------------------
+
+static void noop_task(void* c, size_t i) {
+  (void)c;
+  (void)i;
+}
+
+// A worker put on its caller's CPU moves off it at its next step (place()), and is left with the
+// process's whole mask. Needs two CPUs; the caller is pinned to one for the check.
+static void check_place(void) {
+  cpu_set_t all;
+  CHECK(sched_getaffinity(0, sizeof(all), &all) == 0);
+  if (CPU_COUNT(&all) < 2 || carve_cpu_count() < 2) {
+    printf("place: skipped (one CPU)\n");
+    return;
+  }
+  int home = 0;
+  while (!CPU_ISSET(home, &all)) home++;
+  pthreadpool_t pool = pthreadpool_create(2);  // before the caller is pinned: workers inherit its mask
+  CHECK(pool != NULL);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(home, &one);
+  CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);  // the caller stays on `home`
+  pthreadpool_parallelize_1d(pool, noop_task, NULL, 64, 0);
+  usleep(2000);  // past the worker's last move, if it made one
+  const uint64_t before = carve_pool_moves(pool);
+  atomic_store(&g_stack_on, home);
+  for (int i = 0; i < 10000 && (atomic_load(&g_stack_on) >= 0 || carve_pool_moves(pool) == before); i++) {
+    atomic_store(&pool->width, 2);  // a loaded machine may have narrowed it: the worker must get steps
+    pthreadpool_parallelize_1d(pool, noop_task, NULL, 64, 0);
+  }
+  const int worker_cpu = atomic_load(&pool->slots[1].cpu);
+  printf("place: worker stacked on CPU %d, moved %llu time(s), now on CPU %d\n", home,
+         (unsigned long long)(carve_pool_moves(pool) - before), worker_cpu);
+  CHECK(atomic_load(&g_stack_on) == -1 && carve_pool_moves(pool) > before);
+  cpu_set_t mask;
+  CHECK(pthread_getaffinity_np(pool->workers[0], sizeof(mask), &mask) == 0);
+  CHECK(CPU_EQUAL(&mask, &all));  // not pinned
+  CHECK(carve_pool_moves(NULL) == 0);
+  pthreadpool_destroy(pool);
+  CHECK(sched_setaffinity(0, sizeof(all), &all) == 0);
+}
+
 // ---- Denormals --------------------------------------------------------------------
 
 static _Atomic int g_fpu_bad;
@@ -394,6 +454,7 @@ int main(int argc, char** argv) {
     pthreadpool_destroy(pool);
   }
   check_width();
+  check_place();
   check_cpu_count(work);
   printf("pool: ok (%zu CPUs for this process)\n", carve_cpu_count());
   return 0;
