@@ -56,11 +56,14 @@ def prepare_before(before: Path, model: str, prep: dict, imgsz: int) -> Path:
     bench.run(["cmake", "-S", pkg, "-B", pkg / "build", "-DCMAKE_BUILD_TYPE=Release"], stdout=subprocess.DEVNULL)
     bench.run(["cmake", "--build", pkg / "build", "-j", bench.JOBS], stdout=subprocess.DEVNULL)
     exe = bench.BUILD / "bin" / f"carve_runner_{model}_before"
+    # Before the runtime library (issue 16) the package's own library held the runtime; before carve_pool.c
+    # (issue 17) the pool was libpthreadpool.
+    runtime_lib = [pkg / "build" / "libcarve_runtime.a"] if (pkg / "build" / "libcarve_runtime.a").exists() else []
     pool = ["-lpthreadpool"] if not (pkg / "runtime" / "carve_pool.c").exists() else []
     bench.run(["cc", "-std=c11", "-O2", before / "bench" / "carve_runner.c", pkg / "runtime" / "carve_io.c",
                f"-I{pkg}", f"-I{pkg / 'runtime'}", f"-I{before / 'bench'}", f"-DCARVE_MODEL={cname}",
                f"-DCARVE_NAME={cname.upper()}", f'-DCARVE_HEADER="{cname}.h"', pkg / "build" / f"lib{cname}.a",
-               "-lXNNPACK", *pool, "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
+               *runtime_lib, "-lXNNPACK", *pool, "-lcpuinfo", "-lstb", "-lpthread", "-lm", "-o", exe])
     return exe
 
 
