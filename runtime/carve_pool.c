@@ -357,13 +357,13 @@ typedef struct slot {
 // milliseconds lands on its caller's CPU and stays there until the load balancer moves one of them:
 // for a few milliseconds the two run in turns (the worker spins through the caller's time slice), the
 // caller's time off the CPU passes a fifth of its windows and `adapt` narrows the pool to one thread.
-// Measured on the 2-vCPU development VM (docs/performance.md, "Stacked threads"): the int8 yolo26n
-// run 8 ms back to back, 15 ms with 50 ms pauses before each run, 8.5 ms with place(). So a worker
-// about to run a step checks the CPUs of the others in the width (each records its own, the caller
-// at every parallel step); when one shares its CPU and the process may run on a CPU none of them is
-// on, it moves there: sched_setaffinity to those CPUs (the kernel migrates the thread before it
-// returns) and back to the mask it had, so that nothing stays pinned and the scheduler is free to
-// move it again. At most once per PLACE_INTERVAL_NS per worker, and never while the width is above
+// Measured on the 2-vCPU development VM (docs/performance.md, "Stacked threads"): the int8
+// yolo26n-shapes package at 640 on 2 threads ran 7-8 ms back to back, 14.5 ms with 50 ms pauses
+// before each run, 8.7 ms with place(). So a worker about to run a step checks the CPUs of the
+// others in the width (each records its own, the caller at every parallel step); when one shares
+// its CPU and the process may run on a CPU none of them is on, it moves there: sched_setaffinity to
+// those CPUs (the kernel migrates the thread before it returns) and back to the mask it had, so
+// that nothing stays pinned and the scheduler is free to move it again. At most once per PLACE_INTERVAL_NS per worker, and never while the width is above
 // the CPU count (threads must share CPUs then). `carve_pool_moves()` counts the moves.
 #define PLACE_INTERVAL_NS 1000000
 
