@@ -534,8 +534,8 @@ Q8C_VNNI_VBMI static void blocks_avx512vnni_vbmi(const q8c_ctx* c, size_t b0, si
 // ---- AVX2 and AVX-VNNI --------------------------------------------------------------------------
 //
 // For x86-64 CPUs with AVX2 + FMA (carve_isa's AVX2 level) but no AVX-512, and, as a fallback, AVX-512 CPUs without
-// VNNI. A block of A is packed by pack_block_portable; the GEMM runs on 4 rows x 8 channels (half a panel: 32 of
-// a group's 64 bytes, 8 channels x 4 k) at a time, giving each row's 8 int32 sums in one ymm:
+// VNNI. A block of A is packed by pack_block_avx2; the GEMM runs on 4 rows x a panel (its two halves of 8
+// channels: 32 of a group's 64 bytes, 8 channels x 4 k, each), giving each row's 8 int32 sums of a half in one ymm:
 //
 //   avx2     A unflipped (s = 0, signed). Each group's 32 weight bytes are sign-extended to two ymm of 16 int16
 //            (VPMOVSXBW: channels 0-1 | 2-3 and 4-5 | 6-7, 4 k each), a row's 4 bytes of the group broadcast and
@@ -553,6 +553,73 @@ Q8C_VNNI_VBMI static void blocks_avx512vnni_vbmi(const q8c_ctx* c, size_t b0, si
 // the block.
 
 #define Q8C_AVX2 __attribute__((target("avx2,fma")))
+
+// d[0 .. n) = s[0 .. n) ^ flip, in 32-, 16-, 8-, 4-byte and single moves: nothing outside the two runs is read
+// or written (AVX2 has no byte masks).
+Q8C_AVX2 static inline void copy_flip_avx2(uint8_t* d, const uint8_t* s, size_t n, __m256i flip) {
+  for (; n >= 32; n -= 32, d += 32, s += 32) {
+    _mm256_storeu_si256((__m256i*)(void*)d,
+                        _mm256_xor_si256(_mm256_loadu_si256((const __m256i*)(const void*)s), flip));
+  }
+  const __m128i f = _mm256_castsi256_si128(flip);
+  if (n >= 16) {
+    _mm_storeu_si128((__m128i*)(void*)d, _mm_xor_si128(_mm_loadu_si128((const __m128i*)(const void*)s), f));
+    n -= 16, d += 16, s += 16;
+  }
+  if (n >= 8) {
+    _mm_storel_epi64((__m128i*)(void*)d, _mm_xor_si128(_mm_loadl_epi64((const __m128i*)(const void*)s), f));
+    n -= 8, d += 8, s += 8;
+  }
+  const uint32_t f4 = (uint32_t)_mm_cvtsi128_si32(f);
+  if (n >= 4) {
+    uint32_t v;
+    memcpy(&v, s, 4);
+    v ^= f4;
+    memcpy(d, &v, 4);
+    n -= 4, d += 4, s += 4;
+  }
+  for (size_t j = 0; j < n; j++) {
+    d[j] = (uint8_t)(s[j] ^ (uint8_t)f4);
+  }
+}
+
+// pack_block_avx512 with AVX2 moves (copy_flip_avx2), for `rows` (<= MB, <= m - m0) rows: each row of A filled
+// with zx (the K padding too: its weights are zero), then the taps of each kernel row that lie inside the image
+// copied over it, with a packed input as one run of bytes. Rows past m are left as they are (their sums are not
+// stored).
+Q8C_AVX2 static void pack_block_avx2(const q8c_ctx* c, size_t m0, size_t rows, uint8_t* a, uint8_t flip) {
+  const size_t cin = c->cin, xs = c->x_stride, row = c->kw * cin;
+  const int packed = xs == cin;
+  const __m256i vflip = _mm256_set1_epi8((char)flip);
+  const __m256i vfill = _mm256_set1_epi8((char)((uint8_t)c->zx ^ flip));
+  size_t oy = m0 / c->ow, ox = m0 % c->ow;
+  for (size_t i = 0; i < rows; i++, a += c->kp) {
+    for (size_t j = 0; j < c->kp; j += 32) {
+      _mm256_storeu_si256((__m256i*)(void*)(a + j), vfill);
+    }
+    size_t kx0, kx1;
+    tap_cols(c, ox, &kx0, &kx1);
+    for (size_t ky = 0; ky < c->kh && kx0 < kx1; ky++) {
+      const size_t iy = oy * c->stride + ky;  // plus pad
+      if (iy < c->pad || iy - c->pad >= c->h) {
+        continue;
+      }
+      const uint8_t* s = (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * xs;
+      uint8_t* d = a + ky * row + kx0 * cin;
+      if (packed) {
+        copy_flip_avx2(d, s, (kx1 - kx0) * cin, vflip);
+      } else {
+        for (size_t kx = kx0; kx < kx1; kx++, d += cin, s += xs) {
+          copy_flip_avx2(d, s, cin, vflip);
+        }
+      }
+    }
+    if (++ox == c->ow) {
+      ox = 0;
+      oy++;
+    }
+  }
+}
 
 // The requantization constants of 8 output channels (o .. o + 7): c0 = bias - zoff * wsum, m (and m of the odd
 // channels in the low dwords), t = n - 32 and 2^(t-1) (used only when c->narrow).
@@ -612,9 +679,10 @@ Q8C_AVX2 __attribute__((always_inline)) static inline void out8(const q8c_ctx* c
 }
 
 // The sums of 4 rows of A (a: the first, rows kp bytes apart) with the 8 channels of the 32-byte column w of a
-// panel (w: group 0; group g at w + g * 64), by VPMADDWD: acc[i] = row i's 8 int32 sums in channel order.
+// panel (w: group 0; group g at w + g * 64), by VPMADDWD: acc[i][h] = row i's 8 int32 sums in channel order.
 Q8C_AVX2 __attribute__((always_inline)) static inline void avx2_tile(const q8c_ctx* c, const uint8_t* a,
-                                                                    const int8_t* w, __m256i acc[4]) {
+                                                                    const int8_t* w, __m256i acc[4][2],
+                                                                    const int h) {
   const size_t kp = c->kp;
   __m256i p0[4], p1[4];  // row i's two partial sums a channel: p0 channels 0-1 | 2-3, p1 channels 4-5 | 6-7
   for (int i = 0; i < 4; i++) {
@@ -635,59 +703,76 @@ Q8C_AVX2 __attribute__((always_inline)) static inline void avx2_tile(const q8c_c
   }
   for (int i = 0; i < 4; i++) {
     // lane 0: channels 0, 1, 4, 5; lane 1: 2, 3, 6, 7 -> qwords (0 1)(4 5)(2 3)(6 7) -> VPERMQ 0, 2, 1, 3
-    acc[i] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p0[i], p1[i]), 0xD8);
+    acc[i][h] = _mm256_permute4x64_epi64(_mm256_hadd_epi32(p0[i], p1[i]), 0xD8);
   }
 }
 
 #ifdef CARVE_Q8CONV_HAVE_AVXVNNI
 #define Q8C_AVXVNNI __attribute__((target("avx2,fma,avxvnni")))
 
-// avx2_tile by AVX-VNNI's VPDPBUSD (a: A + 128, unsigned). Not always_inline (as lut16_vbmi): called, and inlined,
-// only from blocks_avxvnni's instance of avx2_block, whose target has AVX-VNNI; blocks_avx2's holds no call.
-Q8C_AVXVNNI static inline void avxvnni_tile(const q8c_ctx* c, const uint8_t* a,
-                                                                          const int8_t* w, __m256i acc[4]) {
+// The sums of 4 rows of A + 128 (a: the first, rows kp bytes apart, unsigned) with the nh (1 or 2) halves of 8
+// channels of a panel (w: its group 0), by AVX-VNNI's VPDPBUSD: acc[i][h] = row i's sums of channels 8h .. 8h + 7.
+// 8 accumulators for a whole panel: VPDPBUSD's latency of several cycles needs that many independent chains.
+// Not always_inline (as lut16_vbmi): called, and inlined, only from blocks_avxvnni's instance of avx2_block,
+// whose target has AVX-VNNI; blocks_avx2's holds no call.
+Q8C_AVXVNNI static inline void avxvnni_tile(const q8c_ctx* c, const uint8_t* a, const int8_t* w, const int nh,
+                                            __m256i acc[4][2]) {
   const size_t kp = c->kp;
   for (int i = 0; i < 4; i++) {
-    acc[i] = _mm256_setzero_si256();
+    acc[i][0] = _mm256_setzero_si256();
+    acc[i][1] = _mm256_setzero_si256();
   }
   for (size_t g = 0; g < c->k4; g++) {
-    const __m256i b = _mm256_loadu_si256((const __m256i*)(const void*)(w + g * 64));
+    const __m256i b0 = _mm256_loadu_si256((const __m256i*)(const void*)(w + g * 64));
+    const __m256i b1 = nh == 2 ? _mm256_loadu_si256((const __m256i*)(const void*)(w + g * 64 + 32)) : b0;
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
       int32_t v;
       memcpy(&v, a + i * kp + 4 * g, 4);
-      acc[i] = _mm256_dpbusd_avx_epi32(acc[i], _mm256_set1_epi32(v), b);
+      const __m256i av = _mm256_set1_epi32(v);
+      acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], av, b0);
+      if (nh == 2) {
+        acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], av, b1);
+      }
     }
   }
 }
 #endif
 
-// A block on AVX2 (vnni 0, A signed) or AVX-VNNI (vnni 1, A flipped): 4 rows x 8 channels at a time, for each
-// 8 channels of each panel below cout.
+// A block on AVX2 (vnni 0, A signed) or AVX-VNNI (vnni 1, A flipped): 4 rows x a panel's 16 channels (its halves
+// below cout) at a time.
 Q8C_AVX2 __attribute__((always_inline)) static inline void avx2_block(const q8c_ctx* c, size_t m0,
                                                                      unsigned char* slot, const int vnni) {
   uint8_t* a = slot + SLOT_A;
-  const uint8_t flip = vnni ? 0x80 : 0;
-  pack_block_portable(c, m0, a, flip);
   const size_t rows = min_size(MB, c->m - m0);
+  pack_block_avx2(c, m0, rows, a, vnni ? 0x80 : 0);
   const int32_t zoff = c->zx + (vnni ? 128 : 0);
-  for (size_t o = 0; o < c->cout; o += 8) {
-    const int8_t* w = c->wt + (o / 16) * c->kp * 16 + (o % 16) * 4;  // the panel's 32-byte column of o .. o + 7
-    const rq8 r = rq8_load(c, o, zoff);
-    for (size_t i0 = 0; i0 < rows; i0 += 4) {  // rows past m (up to MB, a multiple of 4) are packed as zeros
-      __m256i acc[4];
+  for (size_t q = 0; q < c->panels; q++) {
+    const int8_t* w = c->wt + q * c->kp * 16;
+    const int nh = c->cout - 16 * q > 8 ? 2 : 1;  // halves of 8 channels below cout
+    const rq8 r0 = rq8_load(c, 16 * q, zoff), r1 = rq8_load(c, 16 * q + 8, zoff);
+    for (size_t i0 = 0; i0 < rows; i0 += 4) {  // rows from `rows` up to the next multiple of 4 are not stored
+      __m256i acc[4][2];
 #ifdef CARVE_Q8CONV_HAVE_AVXVNNI
-      if (vnni) {
-        avxvnni_tile(c, a + i0 * c->kp, w, acc);
-      } else {
-        avx2_tile(c, a + i0 * c->kp, w, acc);
+      if (vnni && nh == 2) {
+        avxvnni_tile(c, a + i0 * c->kp, w, 2, acc);
+      } else if (vnni) {
+        avxvnni_tile(c, a + i0 * c->kp, w, 1, acc);
       }
-#else
-      avx2_tile(c, a + i0 * c->kp, w, acc);
 #endif
+      if (!vnni) {
+        avx2_tile(c, a + i0 * c->kp, w, acc, 0);
+        if (nh == 2) {
+          avx2_tile(c, a + i0 * c->kp, w + 32, acc, 1);
+        }
+      }
       const size_t n = min_size(4, rows - i0);
       for (size_t i = 0; i < n; i++) {
-        out8(c, c->y + (m0 + i0 + i) * c->y_stride, o, &r, acc[i], zoff);
+        int8_t* yp = c->y + (m0 + i0 + i) * c->y_stride;
+        out8(c, yp, 16 * q, &r0, acc[i][0], zoff);
+        if (nh == 2) {
+          out8(c, yp, 16 * q + 8, &r1, acc[i][1], zoff);
+        }
       }
     }
   }
