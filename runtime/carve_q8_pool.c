@@ -500,15 +500,14 @@ Q8P_AVX2 Q8P_INLINE __m128i pack16(__m256i lo, __m256i hi) {
 
 // n (<= 16) int8 at p widened to int16 (the rest 0), minus z (the rest -z: their products meet zero weights or
 // are not stored).
+Q8P_AVX2 __attribute__((noinline)) static __m128i load_tail16(const int8_t* p, size_t n) {
+  int8_t b[16] = {0};
+  memcpy(b, p, n);
+  return _mm_loadu_si128((const __m128i*)(const void*)b);
+}
+
 Q8P_AVX2 Q8P_INLINE __m256i load_sub16_avx2(const int8_t* p, size_t n, __m256i z) {
-  __m128i v;
-  if (n >= 16) {
-    v = _mm_loadu_si128((const __m128i*)(const void*)p);
-  } else {
-    int8_t b[16] = {0};
-    memcpy(b, p, n);
-    v = _mm_loadu_si128((const __m128i*)(const void*)b);
-  }
+  const __m128i v = n >= 16 ? _mm_loadu_si128((const __m128i*)(const void*)p) : load_tail16(p, n);
   return _mm256_sub_epi16(_mm256_cvtepi8_epi16(v), z);
 }
 
@@ -567,10 +566,10 @@ Q8P_AVX2 static void dw_block16_init(const carve_q8_task* t, size_t c0, dw_block
   b->narrow = narrow;
 }
 
-// dw_pixel on AVX2, 16 channels.
+// dw_pixel on AVX2, 16 channels (full: all 16, a constant in the 3x3 inside instance).
 Q8P_AVX2 Q8P_INLINE void dw_pixel16(const carve_q8_task* t, const dw_block16* b, ptrdiff_t x0, size_t ky0,
                                     size_t ky1, size_t kx0, size_t kx1, int8_t* yp, const size_t kw,
-                                    const size_t taps, const int inside) {
+                                    const size_t taps, const int inside, const int full) {
   const carve_q8_desc* d = t->d;
   const ptrdiff_t xs = (ptrdiff_t)d->in_stride, row = (ptrdiff_t)d->w * xs;
   const int8_t* x = (const int8_t*)(const void*)t->x;
@@ -583,13 +582,13 @@ Q8P_AVX2 Q8P_INLINE void dw_pixel16(const carve_q8_task* t, const dw_block16* b,
       const size_t tap = 2 * i + j, ky = tap / kw, kx = tap % kw;
       a[j] = zero;
       if (tap < taps && (inside || (ky >= ky0 && ky < ky1 && kx >= kx0 && kx < kx1))) {
-        a[j] = load_sub16_avx2(x + x0 + (ptrdiff_t)ky * row + (ptrdiff_t)kx * xs, b->n, z);
+        a[j] = load_sub16_avx2(x + x0 + (ptrdiff_t)ky * row + (ptrdiff_t)kx * xs, full ? 16 : b->n, z);
       }
     }
     acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a[0], a[1]), b->wlo[i]));
     acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a[0], a[1]), b->whi[i]));
   }
-  const size_t c0 = b->c0, n = b->n;
+  const size_t c0 = b->c0, n = full ? 16 : b->n;
   if (b->narrow) {
     const __m256i zy32 = _mm256_set1_epi32(d->out_zero);
     store16(yp, n, pack16(rq8_apply(&b->rq_lo, acc_lo, zy32), rq8_apply(&b->rq_hi, acc_hi, zy32)));
@@ -628,10 +627,10 @@ Q8P_AVX2 static void dw_rows_avx2(const carve_q8_task* t, size_t oy0, size_t oy1
         tap_range(ox, s, pad, k_w, wd, &kx0, &kx1);
         const ptrdiff_t x0 = (row0 + (ptrdiff_t)(ox * s) - (ptrdiff_t)pad) * xs + (ptrdiff_t)c0;
         int8_t* yp = y + (oy * ow + ox) * d->out_stride + c0;
-        if (k3 && ky1 - ky0 == 3 && kx1 - kx0 == 3) {
-          dw_pixel16(t, &b, x0, 0, 3, 0, 3, yp, 3, 9, 1);
+        if (k3 && ky1 - ky0 == 3 && kx1 - kx0 == 3 && b.n == Q8P_DW_BLOCK16) {
+          dw_pixel16(t, &b, x0, 0, 3, 0, 3, yp, 3, 9, 1, 1);
         } else {
-          dw_pixel16(t, &b, x0, ky0, ky1, kx0, kx1, yp, k_w, k_h * k_w, 0);
+          dw_pixel16(t, &b, x0, ky0, ky1, kx0, kx1, yp, k_w, k_h * k_w, 0, 0);
         }
       }
     }
@@ -669,16 +668,23 @@ Q8P_AVX2 static void quantize_run_avx2(const float* x, int8_t* y, size_t n, floa
   for (size_t i = 0; i < n; i += 8) {
     const size_t m = n - i < 8 ? n - i : 8;
     float b[8] = {0};
-    memcpy(b, x + i, m * sizeof(float));
-    __m256 v = _mm256_div_ps(_mm256_loadu_ps(b), vs);
+    if (m < 8) {
+      memcpy(b, x + i, m * sizeof(float));
+    }
+    __m256 v = _mm256_div_ps(_mm256_loadu_ps(m == 8 ? x + i : b), vs);
     v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
     v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
     const __m256i q = _mm256_add_epi32(
         _mm256_cvttps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)), vzp);
     const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-    int8_t o[16];
-    _mm_storeu_si128((__m128i*)(void*)o, _mm_packs_epi16(q16, q16));
-    memcpy(y + i, o, m);
+    const __m128i q8 = _mm_packs_epi16(q16, q16);
+    if (m == 8) {
+      _mm_storel_epi64((__m128i*)(void*)(y + i), q8);
+    } else {
+      int8_t o[16];
+      _mm_storeu_si128((__m128i*)(void*)o, q8);
+      memcpy(y + i, o, m);
+    }
   }
 }
 
@@ -689,8 +695,10 @@ Q8P_AVX2 static void dequantize_run_avx2(const int8_t* x, float* y, size_t n, fl
   for (size_t i = 0; i < n; i += 8) {
     const size_t m = n - i < 8 ? n - i : 8;
     int8_t b[16] = {0};
-    memcpy(b, x + i, m);
-    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)b));
+    if (m < 8) {
+      memcpy(b, x + i, m);
+    }
+    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)(m == 8 ? x + i : b)));
     const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q, vzp)), vs);
     if (m == 8) {
       _mm256_storeu_ps(y + i, v);
