@@ -1,4 +1,4 @@
-// carve_q8conv (runtime/carve_q8conv.h: the int8 convolution on AMX / AVX-512 VNNI / portable C) against XNNPACK
+// carve_q8conv (runtime/carve_q8conv.h: the int8 convolution on AMX / AVX-512 VNNI / AVX-VNNI / AVX2 / portable C) against XNNPACK
 // 2022's int8 convolution (xnn_create_convolution2d_nhwc_qc8: per-channel int8 weights, float requantization) and
 // carve's float32 path for the same layer (what the xnnpack package runs: carve_conv3x3s2_small_cin for the stem,
 // carve_conv3x3s1_winograd for the 3x3 stride-1 convolutions with channels in multiples of 8, else XNNPACK's f32
@@ -8,7 +8,7 @@
 // the kernel). Timings on a shared machine are indicative only.
 //
 //   cc -std=c11 -O3 -Iruntime bench/q8conv_vs_xnnpack.c runtime/carve_q8conv.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c runtime/carve_epilogue.c runtime/carve_winograd.c runtime/carve_stem.c -o /tmp/q8conv_bench -lXNNPACK -lm -lpthread
-//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,amx_packed,amx_implicit,avx512vnni,portable] [--no-fp32] [--cpu] [--in-stride-x2]
+//   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,amx_packed,amx_implicit,avx512vnni,avxvnni,avx2,portable] [--no-fp32] [--cpu] [--in-stride-x2]
 //
 // Per layer: the median of R runs (default 9) of each system, alternating (run r starts with system r mod the number
 // of systems, so that none always runs first), with a pool of N threads (default 2;
@@ -235,8 +235,8 @@ int main(int argc, char** argv) {
   }
   // The int8 variants to time, in the order asked, those this CPU runs (amx_packed / amx_implicit: the AMX variant
   // with A always packed / read in place wherever possible, runtime/carve_q8conv_isa.h).
-  const char* names[5];
-  carve_q8conv_fn fns[5];
+  const char* names[8];
+  carve_q8conv_fn fns[8];
   int nv = 0;
   char list[256];
   snprintf(list, sizeof list, "%s", want);
@@ -253,11 +253,19 @@ int main(int argc, char** argv) {
     } else if (!strcmp(tok, "avx512vnni") && carve_q8conv_vnni_ready()) {
       names[nv] = "vnni";
       fns[nv++] = carve_q8conv__avx512vnni;
+    } else if (!strcmp(tok, "avx2") && carve_q8conv_avx2_ready()) {
+      names[nv] = "avx2";
+      fns[nv++] = carve_q8conv__avx2;
+#ifdef CARVE_Q8CONV_HAVE_AVXVNNI
+    } else if (!strcmp(tok, "avxvnni") && carve_q8conv_avxvnni_ready()) {
+      names[nv] = "avxvnni";
+      fns[nv++] = carve_q8conv__avxvnni;
+#endif
     } else if (!strcmp(tok, "portable")) {
       names[nv] = "portable";
       fns[nv++] = carve_q8conv__portable;
     }
-    if (nv == 5) {
+    if (nv == 8) {
       break;
     }
   }

@@ -7,12 +7,13 @@
 // Timings on a shared machine are indicative only.
 //
 //   cc -std=c11 -O3 -Iruntime bench/q8pool_vs_xnnpack.c runtime/carve_q8.c runtime/carve_q8_pool.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c -o /tmp/q8pool_bench -lXNNPACK -lm -lpthread
-//   /tmp/q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu]
+//   /tmp/q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu] [--isa portable|avx2|avx512|avx512vbmi]
 //
 // Systems, per op: "q8 run" carve_q8_run on the calling thread (what xnnpack int8 packages ran these element-wise
 // ops on before carve_q8_run_pool), "q8 pool" carve_q8_run_pool on a pool of N threads (default 2; carve's pool,
 // which XNNPACK's operators run on too, as in a package; its portable loops), "q8 isa" the variant of
-// carve_q8_run_pool a package selects on this CPU (runtime/carve_q8_pool.h: avx512vbmi, avx512 or portable; its
+// carve_q8_run_pool a package selects on this CPU (runtime/carve_q8_pool.h: avx512vbmi, avx512, avx2 or portable,
+// or the one --isa names, where this CPU runs it; its
 // output checked byte for byte against carve_q8_run_pool's, "isa x" its speed-up over "q8 pool"), "xnnpack"
 // XNNPACK's operator on the same pool:
 // xnn_create_convolution2d_nhwc_qc8 for a depthwise convolution, followed for a SiLU layer by the int8 table in
@@ -34,6 +35,7 @@
 
 #include "../runtime/carve_q8.h"
 #include "../runtime/carve_q8_pool.h"
+#include "../runtime/carve_q8_pool_isa.h"
 
 typedef enum op_kind { DW, ADD, QUANT, DEQUANT, POOL, UPSAMPLE, COPY } op_kind;
 
@@ -269,6 +271,7 @@ int main(int argc, char** argv) {
   size_t threads = 2;
   int runs = 9;
   const char* only = NULL;
+  const char* isa_name = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       threads = strtoul(argv[++i], NULL, 10);
@@ -278,8 +281,10 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (!strcmp(argv[i], "--cpu")) {
       g_clock = CLOCK_THREAD_CPUTIME_ID;
+    } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+      isa_name = argv[++i];
     } else {
-      fprintf(stderr, "usage: q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu]\n");
+      fprintf(stderr, "usage: q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu] [--isa NAME]\n");
       return 2;
     }
   }
@@ -294,7 +299,26 @@ int main(int argc, char** argv) {
   }
   printf("yolo26n 640, int8 ops, %zu thread(s), median of %d runs, %s ms; indicative only\n", threads, runs,
          g_clock == CLOCK_MONOTONIC ? "wall-clock" : "thread CPU");
-  const carve_q8_pool_fn isa_run = carve_q8_pool_select(carve_isa_detect());
+  carve_q8_pool_fn isa_run = carve_q8_pool_select(carve_isa_detect());
+  if (isa_name != NULL) {  // a variant by name, where this CPU runs it (runtime/carve_q8_pool_isa.h)
+    isa_run = NULL;
+    if (!strcmp(isa_name, "portable")) {
+      isa_run = carve_q8_pool__portable;
+    }
+#ifdef CARVE_HAVE_X86_SIMD
+    if (!strcmp(isa_name, "avx2") && carve_q8_pool_avx2_ready()) {
+      isa_run = carve_q8_pool__avx2;
+    } else if (!strcmp(isa_name, "avx512") && carve_q8_pool_avx512_ready()) {
+      isa_run = carve_q8_pool__avx512;
+    } else if (!strcmp(isa_name, "avx512vbmi") && carve_q8_pool_vbmi_ready()) {
+      isa_run = carve_q8_pool__avx512vbmi;
+    }
+#endif
+    if (isa_run == NULL) {
+      fprintf(stderr, "q8pool_bench: --isa %s: not a variant this build and CPU run\n", isa_name);
+      return 2;
+    }
+  }
   printf("q8 isa: the %s variant of carve_q8_run_pool\n", carve_q8_pool_name(isa_run));
   printf("%-28s %-14s %9s %9s %9s %6s %9s %9s\n", "op", "input", "q8 run", "q8 pool", "q8 isa", "isa x", "xnnpack",
          "diff");

@@ -8,8 +8,10 @@
 //               VPERMI2B;
 //   avx512      x86-64 with AVX-512 F, BW and VL (no VBMI: Skylake-SP, Cascade Lake): the same loops, the table
 //               looked up a byte at a time;
+//   avx2        x86-64 with AVX2 + FMA (no AVX-512 BW / VL): the same loops at half the width, the table a byte
+//               at a time;
 //   portable    carve_q8_run_pool itself (carve_q8.c, plain C11): every other CPU, and the reference.
-// The AVX-512 variants have loops for: CONV with groups == cin == cout (depthwise, any kernel of at most
+// The AVX-512 and AVX2 variants have loops for: CONV with groups == cin == cout (depthwise, any kernel of at most
 // CARVE_Q8_POOL_MAX_TAPS taps, stride and padding, with or without the table), ADD in carve_q8.c's int32 form
 // (shift 17..47, multipliers below 2^31 - 2^15: every add the quantization pass makes), QUANTIZE, DEQUANTIZE and
 // MAXPOOL; any other op (dense and grouped convolutions, ADD's int64 form, COPY, UPSAMPLE2X, larger kernels) runs
@@ -30,7 +32,7 @@
 extern "C" {
 #endif
 
-// The most taps (kh * kw) of a depthwise CONV the AVX-512 loops take (7 x 7).
+// The most taps (kh * kw) of a depthwise CONV the AVX-512 and AVX2 loops take (7 x 7).
 #define CARVE_Q8_POOL_MAX_TAPS 49
 
 // carve_q8_run_pool's signature and contract (carve_q8.h).
@@ -38,12 +40,12 @@ typedef carve_status (*carve_q8_pool_fn)(const carve_q8_desc* d, const uint8_t* 
                                          pthreadpool_t pool);
 
 // The best variant for this CPU and build given isa (from carve_isa_detect()): for CARVE_ISA_AVX512 the
-// avx512vbmi one where the CPU has VBMI, else the avx512 one (both need AVX-512 BW and VL too; without them, the
-// portable one); the portable one (carve_q8_run_pool) for any other isa. Never NULL. A package calls it once, at
-// create.
+// avx512vbmi one where the CPU has VBMI, else the avx512 one (both need AVX-512 BW and VL too; without them, as
+// for CARVE_ISA_AVX2); for CARVE_ISA_AVX2 the avx2 one where the CPU has AVX2 + FMA; the portable one
+// (carve_q8_run_pool) for any other isa. Never NULL. A package calls it once, at create.
 carve_q8_pool_fn carve_q8_pool_select(carve_isa isa);
 
-// "avx512vbmi", "avx512", "portable" for the variants carve_q8_pool_select returns; "unknown" otherwise.
+// "avx512vbmi", "avx512", "avx2", "portable" for the variants carve_q8_pool_select returns; "unknown" otherwise.
 const char* carve_q8_pool_name(carve_q8_pool_fn fn);
 
 // carve_q8_pool_select(carve_isa_detect()) of the op, selecting on every call (tools, benches).

@@ -1,5 +1,6 @@
-// carve runtime: the int8 dense convolution as a GEMM on AMX, AVX-512 VNNI or
-// portable C (issue 19), bit for bit arith.qconv2d (generator/carve/quant/arith.py).
+// carve runtime: the int8 dense convolution as a GEMM on AMX, AVX-512 VNNI,
+// AVX-VNNI, AVX2 or portable C (issue 19), bit for bit arith.qconv2d
+// (generator/carve/quant/arith.py).
 //
 // What it runs: a CARVE_Q8_CONV of carve_q8.h with groups 1 (1x1, 3x3 stride 1 /
 // 2, the stem's 3x3 stride 2 on 3 channels, any kh, kw, stride, pad), the same
@@ -16,8 +17,9 @@
 //             = sum_k B[k][o] * (A[p][k] + s) + (bias[o] - (zx + s) * wsum[o])
 //
 // with wsum[o] = sum_k B[k][o] (all taps) and any shift s: s = 0 for AMX's signed
-// x signed TDPBSSD and the portable loops; s = 128 for VNNI's unsigned x signed
-// VPDPBUSD (A + 128 is A's bytes with the top bit flipped). A padded tap holds zx,
+// x signed TDPBSSD, AVX2's VPMADDWD (of sign-extended int16) and the portable
+// loops; s = 128 for VNNI's unsigned x signed VPDPBUSD (zmm, or ymm with AVX-VNNI;
+// A + 128 is A's bytes with the top bit flipped). A padded tap holds zx,
 // so it contributes B * (zx - zx) = 0 exactly, as arith's padding does. Then
 // arith's requantization, clamp(zy + ((acc * m + 2^(n-1)) >> n)) in int64, and
 // y = lut[pre + 128] when act is SiLU. No floating point anywhere.
@@ -29,7 +31,8 @@
 // s) * wsum| <= 255 * sum |B| (zx + s is in [0, 255]); the constant bias - (zx +
 // s) * wsum and the final acc are within |bias| + 255 * sum |B|. (VPDPBUSD and
 // TDPBSSD add with wrap-around, not saturation, so even an overflowing partial
-// sum would end at the right value; the bound makes that moot.) So every
+// sum would end at the right value; the bound makes that moot; VPMADDWD's pairs of
+// int8 products stay below 2^15, far from its one saturating case.) So every
 // variant, thread count and split gives arith's bytes.
 //
 // ---- The record in the blob (generator/carve/backends/q8conv_pack.py writes it) ----
@@ -54,7 +57,8 @@
 // Channels o >= cout have bias, wsum and mul 0 and shift 1. A panel is AMX's B
 // operand (16 rows of 64 bytes, "VNNI layout": 4 consecutive k of one output
 // channel in each dword) for every block of 64 k, and VPDPBUSD's (one 64-byte
-// vector per group of 4 k), so the three variants share it. CARVE_Q8CONV_LAYOUT
+// vector per group of 4 k; two 32-byte halves of 8 channels on ymm), so all the
+// variants share it. CARVE_Q8CONV_LAYOUT
 // numbers this layout; q8conv_pack.py reads it from here and refuses to pack when
 // it writes another, and generated code _Static_asserts it.
 //
@@ -83,7 +87,17 @@
 //   avx512vnni  x86-64 with AVX-512 F, BW, VL and VNNI: VPDPBUSD on 8 pixels x 32
 //               channels in 16 zmm accumulators, over the im2col block (its bytes
 //               flipped to unsigned).
-//   portable    C11 everywhere else (and as the reference of the other two): a
+//   avxvnni     x86-64 with AVX2 + FMA and AVX-VNNI (VEX-encoded VPDPBUSD on ymm:
+//               Intel since Alder Lake / Sapphire Rapids), for CPUs without AVX-512
+//               VNNI: 4 pixels x 16 channels in 8 ymm accumulators over the im2col
+//               block (bytes flipped).
+//   avx2        x86-64 with AVX2 + FMA (carve_isa's AVX2 level) otherwise: the
+//               block's bytes and each group's 32 weight bytes of 8 channels
+//               sign-extended to int16 (VPMOVSXBW), VPMADDWD + VPADDD on 4 pixels x
+//               8 channels (two partial sums a channel, added by VPHADDD at the end;
+//               not VPMADDUBSW, which saturates). Both AVX2 variants requantize in
+//               int32 on ymm where every shift is >= 33, else per value in C.
+//   portable    C11 everywhere else (and as the reference of the others): a
 //               correctness fallback (about 11 GOP/s on a Sapphire Rapids core), not
 //               a fast path.
 // Where the CPU has AVX-512 VBMI: small kernel rows (a packed input, K <= 64, at
@@ -159,11 +173,13 @@ typedef carve_status (*carve_q8conv_fn)(const carve_q8_desc* d, const uint8_t* b
 
 // The best variant for this CPU given isa (from carve_isa_detect()): for CARVE_ISA_AVX512 the AMX variant where
 // the CPU has AMX-INT8 and the OS grants the tile data (this asks for it, for the whole process: call it once, at
-// create), else the AVX-512 VNNI one where the CPU has VNNI, else the portable one; the portable one for any other
-// isa. Never NULL.
+// create), else the AVX-512 VNNI one where the CPU has VNNI, else as for CARVE_ISA_AVX2; for CARVE_ISA_AVX2 the
+// AVX-VNNI one where the CPU (and the compiler) has AVX-VNNI, else the AVX2 one where the CPU has AVX2 + FMA,
+// else the portable one; the portable one for any other isa. Never NULL.
 carve_q8conv_fn carve_q8conv_select(carve_isa isa);
 
-// "amx", "avx512vnni", "portable" for the variants carve_q8conv_select returns; "unknown" otherwise.
+// "amx", "avx512vnni", "avxvnni", "avx2", "portable" for the variants carve_q8conv_select returns; "unknown"
+// otherwise.
 const char* carve_q8conv_name(carve_q8conv_fn fn);
 
 #ifdef __cplusplus

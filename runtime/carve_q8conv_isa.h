@@ -32,12 +32,26 @@ carve_status carve_q8conv__amx_packed(const carve_q8_desc* d, const uint8_t* blo
                                       size_t slots, pthreadpool_t pool);
 carve_status carve_q8conv__amx_implicit(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
                                         size_t slots, pthreadpool_t pool);
+// AVX2 + FMA (VPMADDWD on sign-extended 16-bit operands), for CPUs without AVX-512 VNNI.
+carve_status carve_q8conv__avx2(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                size_t slots, pthreadpool_t pool);
+// AVX2 + FMA and AVX-VNNI (VEX-encoded VPDPBUSD on ymm: Intel since Alder Lake and Sapphire Rapids), where the
+// compiler has it (GCC >= 11, clang >= 12: CARVE_Q8CONV_HAVE_AVXVNNI).
+#if (defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11)
+#define CARVE_Q8CONV_HAVE_AVXVNNI 1
+carve_status carve_q8conv__avxvnni(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                   size_t slots, pthreadpool_t pool);
+#endif
 #endif
 
 // 1 where this CPU and build can run the variant: AVX-512 F, BW, VL and VNNI (carve_q8conv_vnni_ready), AMX-INT8
 // with those and the OS's permission for the tile data, which carve_q8conv_amx_ready asks for (once per process
 // is enough; asking again is harmless).
 int carve_q8conv_vnni_ready(void);
+// Likewise AVX2 + FMA (carve_q8conv__avx2), and those with AVX-VNNI (carve_q8conv__avxvnni; 0 where this build
+// lacks that variant).
+int carve_q8conv_avx2_ready(void);
+int carve_q8conv_avxvnni_ready(void);
 int carve_q8conv_amx_ready(void);
 
 #ifdef __cplusplus

@@ -8,7 +8,7 @@ The cases are q8_vs_arith.py's (every kind, realistic parameters, strided and mi
 layers, the refusals) plus larger ops that the pool splits into many tiles: yolo26n-like depthwise 3x3 layers
 (stride 1 and 2, channel counts off the 32-channel block, strided views), a 5x5 depthwise, grouped and dense
 convolutions, adds, the SPPF max pool, copies, an upsample, the image's quantize and a dequantize. For every
-variant this CPU runs (`q8_tool --variants`: portable, avx512, avx512vbmi), q8_tool runs each case with
+variant this CPU runs (`q8_tool --variants`: portable, avx512, avx512vbmi, avx2), q8_tool runs each case with
 carve_q8_run, then with the variant on no pool and on pools of 1, 2, 3 and 7 threads, each on a fresh copy of
 the arena: every pool run must return carve_q8_run's status and leave the whole arena equal to carve_q8_run's,
 byte for byte (so nothing outside the output view is written either), and carve_q8_run's result must be

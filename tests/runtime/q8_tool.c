@@ -39,6 +39,7 @@ static const variant k_variants[] = {
 #ifdef CARVE_HAVE_X86_SIMD
     {"avx512", carve_q8_pool__avx512, carve_q8_pool_avx512_ready},
     {"avx512vbmi", carve_q8_pool__avx512vbmi, carve_q8_pool_vbmi_ready},
+    {"avx2", carve_q8_pool__avx2, carve_q8_pool_avx2_ready},
 #endif
 };
 

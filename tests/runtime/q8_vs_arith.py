@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Compare carve_q8_run (runtime/carve_q8.c) and every variant of carve_q8_run_pool this CPU runs
-(runtime/carve_q8_pool.h: portable, avx512, avx512vbmi) with generator/carve/quant/arith.py, bit for bit.
+(runtime/carve_q8_pool.h: portable, avx512, avx512vbmi, avx2) with generator/carve/quant/arith.py, bit for bit.
 
 Usage: q8_vs_arith.py [--exec "PREFIX ..."] PATH/TO/q8_tool
 
@@ -23,7 +23,8 @@ and leave the arena alone.
 
 The variants are those `q8_tool --variants` lists (this build and CPU); each runs every case on no pool, after
 carve_q8_run, and both results must be arith's. The variants run are printed, and the one a package would select;
-a CPU with AVX-512 F, BW and VL (as /proc/cpuinfo says) must run the avx512 variant (and avx512vbmi with VBMI).
+a CPU with AVX-512 F, BW and VL (as /proc/cpuinfo says) must run the avx512 variant (and avx512vbmi with VBMI),
+one with AVX2 and FMA the avx2 variant.
 
 --exec runs the tool through a prefix (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" for a cross-compiled one).
 """
@@ -568,13 +569,16 @@ def cpu_flags() -> set:
 
 def expected_variants() -> list:
     """The variants a tool built for this machine must run: portable; avx512 where the CPU has AVX-512 F, BW, VL;
-    avx512vbmi with VBMI too (x86-64 only: a cross-compiled tool under qemu runs portable only)."""
+    avx512vbmi with VBMI too; avx2 where it has AVX2 and FMA (x86-64 only: a cross-compiled tool under qemu runs
+    portable only)."""
     flags = cpu_flags()
     out = ["portable"]
     if {"avx512f", "avx512bw", "avx512vl"} <= flags:
         out.append("avx512")
         if "avx512vbmi" in flags:
             out.append("avx512vbmi")
+    if {"avx2", "fma"} <= flags:
+        out.append("avx2")
     return out
 
 

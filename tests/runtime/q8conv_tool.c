@@ -6,7 +6,7 @@
 //   q8conv_tool --sizes KH KW CIN COUT   "kp coutp record_bytes slot_bytes" from the header's macros
 //   q8conv_tool VARIANT THREADS SLOTS CASES.bin RESULTS.bin
 //
-// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi, amx_packed, amx_implicit
+// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi, amx_packed, amx_implicit, avx2, avxvnni
 // (runtime/carve_q8conv_isa.h) or select.
 // THREADS: the pool's threads (1: no pool, NULL); SLOTS: the scratch slots the work is split into.
 // CASES.bin (little-endian): "Q8V1", uint32 layout (the CARVE_Q8CONV_LAYOUT the script's records are packed in),
@@ -56,6 +56,10 @@ static const variant k_variants[] = {
     {"amx_novbmi", carve_q8conv__amx_novbmi, carve_q8conv_amx_ready},
     {"amx_packed", carve_q8conv__amx_packed, carve_q8conv_amx_ready},
     {"amx_implicit", carve_q8conv__amx_implicit, carve_q8conv_amx_ready},
+    {"avx2", carve_q8conv__avx2, carve_q8conv_avx2_ready},
+#ifdef CARVE_Q8CONV_HAVE_AVXVNNI
+    {"avxvnni", carve_q8conv__avxvnni, carve_q8conv_avxvnni_ready},
+#endif
 #endif
 };
 enum { NUM_VARIANTS = sizeof k_variants / sizeof k_variants[0] };

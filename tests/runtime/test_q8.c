@@ -244,13 +244,16 @@ static void check_pixel_kinds(void) {
   OK(odd);
 }
 
-// carve_q8_pool_select: the portable variant for every instruction set but AVX-512, and for AVX-512 the best
-// variant this CPU runs.
+// carve_q8_pool_select: for AVX-512 the best AVX-512 variant this CPU runs, else (and for AVX2) the AVX2 one where
+// the CPU has AVX2 + FMA; the portable variant for the others.
 static void check_select(void) {
   for (int isa = 0; isa < CARVE_TEST_ISAS; isa++) {
     const carve_q8_pool_fn fn = carve_q8_pool_select((carve_isa)isa);
     carve_q8_pool_fn want = carve_q8_pool__portable;
 #ifdef CARVE_HAVE_X86_SIMD
+    if ((isa == CARVE_ISA_AVX2 || isa == CARVE_ISA_AVX512) && carve_q8_pool_avx2_ready()) {
+      want = carve_q8_pool__avx2;
+    }
     if (isa == CARVE_ISA_AVX512 && carve_q8_pool_avx512_ready()) {
       want = carve_q8_pool_vbmi_ready() ? carve_q8_pool__avx512vbmi : carve_q8_pool__avx512;
     }

@@ -229,6 +229,10 @@ int main(void) {
       {"amx_novbmi", carve_q8conv__amx_novbmi, carve_q8conv_amx_ready()},
       {"amx_packed", carve_q8conv__amx_packed, carve_q8conv_amx_ready()},
       {"amx_implicit", carve_q8conv__amx_implicit, carve_q8conv_amx_ready()},
+      {"avx2", carve_q8conv__avx2, carve_q8conv_avx2_ready()},
+#ifdef CARVE_Q8CONV_HAVE_AVXVNNI
+      {"avxvnni", carve_q8conv__avxvnni, carve_q8conv_avxvnni_ready()},
+#endif
 #endif
   };
   pthreadpool_t pool = make_pool2();
@@ -244,15 +248,22 @@ int main(void) {
     ran++;
   }
   pthreadpool_destroy(pool);
-  // The selector: for AVX-512, AMX where ready, else VNNI where ready, else portable; portable for the others.
-  carve_q8conv_fn want512 = carve_q8conv__portable;
+  // The selector: for AVX2, AVX-VNNI where ready, else AVX2 where ready, else portable; for AVX-512, AMX where
+  // ready, else AVX-512 VNNI where ready, else AVX2's choice; portable for the others.
+  carve_q8conv_fn want2 = carve_q8conv__portable, want512 = carve_q8conv__portable;
 #ifdef CARVE_HAVE_X86_SIMD
+  want2 = carve_q8conv_avx2_ready() ? carve_q8conv__avx2 : carve_q8conv__portable;
+#ifdef CARVE_Q8CONV_HAVE_AVXVNNI
+  want2 = carve_q8conv_avxvnni_ready() ? carve_q8conv__avxvnni : want2;
+  CHECK(!carve_q8conv_avxvnni_ready() || strcmp(carve_q8conv_name(carve_q8conv__avxvnni), "avxvnni") == 0);
+#endif
   want512 = carve_q8conv_amx_ready()    ? carve_q8conv__amx
             : carve_q8conv_vnni_ready() ? carve_q8conv__avx512vnni
-                                        : carve_q8conv__portable;
+                                        : want2;
+  CHECK(strcmp(carve_q8conv_name(carve_q8conv__avx2), "avx2") == 0);
 #endif
   CHECK(carve_q8conv_select(CARVE_ISA_AVX512) == want512);
-  CHECK(carve_q8conv_select(CARVE_ISA_AVX2) == carve_q8conv__portable);
+  CHECK(carve_q8conv_select(CARVE_ISA_AVX2) == want2);
   CHECK(carve_q8conv_select(CARVE_ISA_PORTABLE) == carve_q8conv__portable);
   CHECK(carve_q8conv_select(CARVE_ISA_NEON) == carve_q8conv__portable);
   CHECK(strcmp(carve_q8conv_name(carve_q8conv__portable), "portable") == 0);

@@ -1,5 +1,5 @@
-"""The record of runtime/carve_q8conv.h (the int8 dense convolution on AMX / AVX-512 VNNI / portable C): what a
-``carve_q8conv_fn`` reads at ``carve_q8_desc.weight_off``, and the sizes the lowering needs.
+"""The record of runtime/carve_q8conv.h (the int8 dense convolution on AMX / AVX-512 VNNI / AVX-VNNI / AVX2 /
+portable C): what a ``carve_q8conv_fn`` reads at ``carve_q8_desc.weight_off``, and the sizes the lowering needs.
 
 A record, at a blob offset aligned to ``ALIGN`` (64) bytes, little-endian (kp: K = kh * kw * cin rounded up to
 ``KB``; coutp: cout rounded up to ``NR``)::
