@@ -106,6 +106,7 @@ static inline const uint8_t* tap_pixel(const q8c_ctx* c, size_t oy, size_t ox, s
   return (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
 }
 
+#ifdef CARVE_HAVE_X86_SIMD  // its callers: the SIMD packers
 // The taps kx of output column ox whose input column ox * stride + kx - pad lies inside the image: [kx0, kx1)
 // (kx0 == kx1: none).
 static inline void tap_cols(const q8c_ctx* c, size_t ox, size_t* kx0, size_t* kx1) {
@@ -117,6 +118,7 @@ static inline void tap_cols(const q8c_ctx* c, size_t ox, size_t* kx0, size_t* kx
     *kx1 = *kx0;
   }
 }
+#endif
 
 static void pack_block_portable(const q8c_ctx* c, size_t m0, uint8_t* a, uint8_t flip) {
   size_t oy = m0 / c->ow, ox = m0 % c->ow;
