@@ -379,7 +379,14 @@ static size_t runs_of(size_t c, int packed, size_t px0, size_t px1, size_t* run)
   return packed ? 1 : px1 - px0;
 }
 
-Q8P_AVX512 static void pixels(const carve_q8_task* t, size_t px0, size_t px1) {
+// The element-wise kinds over pixels [px0, px1), with one variant's run functions: inlined into each variant's
+// `pixels`, so that the calls below are direct calls of that variant's code.
+typedef void (*q8p_add_fn)(const carve_q8_desc* d, const int8_t* a, const int8_t* b, int8_t* y, size_t n);
+typedef void (*q8p_quantize_fn)(const float* x, int8_t* y, size_t n, float scale, int32_t zp);
+typedef void (*q8p_dequantize_fn)(const int8_t* x, float* y, size_t n, float scale, int32_t zp);
+
+Q8P_INLINE void pixels_with(const carve_q8_task* t, size_t px0, size_t px1, q8p_add_fn add,
+                            q8p_quantize_fn quantize, q8p_dequantize_fn dequantize) {
   const carve_q8_desc* d = t->d;
   const size_t c = d->cin, xs = d->in_stride, ys = d->out_stride;
   size_t run;
@@ -390,7 +397,7 @@ Q8P_AVX512 static void pixels(const carve_q8_task* t, size_t px0, size_t px1) {
       const int8_t* b = (const int8_t*)(const void*)t->x2 + px0 * x2s;
       int8_t* y = (int8_t*)(void*)t->y + px0 * ys;
       for (size_t r = 0; r < runs; r++) {
-        add_run(d, a + r * xs, b + r * x2s, y + r * ys, run);
+        add(d, a + r * xs, b + r * x2s, y + r * ys, run);
       }
       break;
     }
@@ -399,7 +406,7 @@ Q8P_AVX512 static void pixels(const carve_q8_task* t, size_t px0, size_t px1) {
       const float* x = (const float*)(const void*)t->x + px0 * xs;
       int8_t* y = (int8_t*)(void*)t->y + px0 * ys;
       for (size_t r = 0; r < runs; r++) {
-        quantize_run(x + r * xs, y + r * ys, run, d->scale, d->out_zero);
+        quantize(x + r * xs, y + r * ys, run, d->scale, d->out_zero);
       }
       break;
     }
@@ -408,11 +415,15 @@ Q8P_AVX512 static void pixels(const carve_q8_task* t, size_t px0, size_t px1) {
       const int8_t* x = (const int8_t*)(const void*)t->x + px0 * xs;
       float* y = (float*)(void*)t->y + px0 * ys;
       for (size_t r = 0; r < runs; r++) {
-        dequantize_run(x + r * xs, y + r * ys, run, d->scale, d->in_zero);
+        dequantize(x + r * xs, y + r * ys, run, d->scale, d->in_zero);
       }
       break;
     }
   }
+}
+
+Q8P_AVX512 static void pixels(const carve_q8_task* t, size_t px0, size_t px1) {
+  pixels_with(t, px0, px1, add_run, quantize_run, dequantize_run);
 }
 
 Q8P_AVX512 Q8P_INLINE void items_body(void* task, size_t start, size_t count, const int vbmi) {
@@ -755,39 +766,7 @@ Q8P_AVX2 static void maxpool_rows_avx2(const carve_q8_task* t, size_t oy0, size_
 }
 
 Q8P_AVX2 static void pixels_avx2(const carve_q8_task* t, size_t px0, size_t px1) {
-  const carve_q8_desc* d = t->d;
-  const size_t c = d->cin, xs = d->in_stride, ys = d->out_stride;
-  size_t run;
-  switch (d->kind) {
-    case CARVE_Q8_ADD: {
-      const size_t x2s = d->in2_stride, runs = runs_of(c, xs == c && x2s == c && ys == c, px0, px1, &run);
-      const int8_t* a = (const int8_t*)(const void*)t->x + px0 * xs;
-      const int8_t* b = (const int8_t*)(const void*)t->x2 + px0 * x2s;
-      int8_t* y = (int8_t*)(void*)t->y + px0 * ys;
-      for (size_t r = 0; r < runs; r++) {
-        add_run_avx2(d, a + r * xs, b + r * x2s, y + r * ys, run);
-      }
-      break;
-    }
-    case CARVE_Q8_QUANTIZE: {
-      const size_t runs = runs_of(c, xs == c && ys == c, px0, px1, &run);
-      const float* x = (const float*)(const void*)t->x + px0 * xs;
-      int8_t* y = (int8_t*)(void*)t->y + px0 * ys;
-      for (size_t r = 0; r < runs; r++) {
-        quantize_run_avx2(x + r * xs, y + r * ys, run, d->scale, d->out_zero);
-      }
-      break;
-    }
-    case CARVE_Q8_DEQUANTIZE: {
-      const size_t runs = runs_of(c, xs == c && ys == c, px0, px1, &run);
-      const int8_t* x = (const int8_t*)(const void*)t->x + px0 * xs;
-      float* y = (float*)(void*)t->y + px0 * ys;
-      for (size_t r = 0; r < runs; r++) {
-        dequantize_run_avx2(x + r * xs, y + r * ys, run, d->scale, d->in_zero);
-      }
-      break;
-    }
-  }
+  pixels_with(t, px0, px1, add_run_avx2, quantize_run_avx2, dequantize_run_avx2);
 }
 
 Q8P_AVX2 static void items_avx2(void* task, size_t start, size_t count) {
