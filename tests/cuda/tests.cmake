@@ -57,6 +57,7 @@ carve_cuda_kernel_test(ops)   # op kernels vs the CPU runtime / loops on odd, st
 carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs carve_pre.c
 carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess (ties, all / none suppressed, graphs)
 carve_cuda_kernel_test(f16)   # --precision fp16: half conversions, casts, conv / moves / add / attention vs double loops
+carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 + epilogue, one launch) vs double loops
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
 # with a message, where nvcc is not installed).
@@ -81,7 +82,7 @@ if(CARVE_CXX_HAS_ASAN)
   target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
   target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
   target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
-  foreach(name emu topk ops pre nms f16)
+  foreach(name emu topk ops pre nms f16 igemm)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
