@@ -128,6 +128,19 @@ if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weight
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
 endif()
+# The fused implicit-GEMM convolutions (runtime/carve_cuda_igemm.h, options.fused_conv, the demo's --fused-conv):
+# yolo26n at 96 in TF32 against xnnpack within the TF32 bound, with fewer launches per forward than the cuBLAS path
+# (about 20 s); the trained demo model as an fp16 package with --fused-conv, e2e head, within cuda_f16.py's bounds
+# (about 60 s).
+add_test(NAME cuda_pkg_fused
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 96 --fused-conv
+                 --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_pkg_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+add_test(NAME cuda_f16_fused
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads e2e --fused-conv
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_f16_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}
