@@ -135,7 +135,7 @@ carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 // TF32 operands, so only while conv_tf32 is 1 (carve_cu_ctx_set_conv_math: sm_80+); strict float32 and
 // GPUs without the tensor cores keep the cuBLAS path. Float results agree with the cuBLAS path's to the
 // summation order (half: one rounding fewer, the GEMM's result is not stored as half before the bias).
-// Not yet the default: no GPU has timed it (docs/backends/cuda.md#the-fused-convolution). Depthwise
+// Not yet the default: no GPU has timed it (docs/backends/cuda.md, "The fused convolution"). Depthwise
 // convolutions keep their direct kernel either way. Host function; CARVE_ERR_INVALID_ARGUMENT for a
 // NULL context or another value; CARVE_ERR_BACKEND when the device cannot be queried. On a GPU below
 // sm_70 the request is accepted and conv_fused stays 0.
