@@ -2,8 +2,9 @@
 // convolution: y = act(conv(x, W) + b) + residual, the same contract as carve_cu_conv2d (carve_cuda.h),
 // for T = float (TF32 tensor cores, sm_80 and newer) and T = __half (fp16 operands, sm_70 and newer),
 // both accumulating in float32. Not part of the API; C++ only; included by carve_cuda_elem.h after its
-// loads and stores (carve_cu_ld, carve_cu_store_act, which the epilogue uses). Chosen per context by carve_cu_ctx_set_conv_impl (CARVE_CU_CONV_FUSED); the default stays the cuBLAS path
-// (im2col + GEMM + epilogue) until a GPU has timed both (docs/backends/cuda.md, "The fused convolution").
+// loads and stores (carve_cu_ld, carve_cu_store_act, which the epilogue uses). Chosen per context by
+// carve_cu_ctx_set_conv_impl (CARVE_CU_CONV_FUSED); the default stays the cuBLAS path (im2col + GEMM +
+// epilogue) until a GPU has timed both (docs/backends/cuda.md, "The fused convolution").
 //
 // The GEMM: rows are output pixels (M = oh ow), columns output channels (N = cout), the reduction runs
 // over k = (ky kw + kx) cin + i (K = kh kw cin), the OHWI weights' order, so W is the (N, K) row-major
