@@ -1412,7 +1412,8 @@ inline void fill_fragment(Frag& f, const V& v) {
 template <int M, int N, int K, typename T, typename Layout, typename S>
 inline void load_matrix_sync(fragment<matrix_a, M, N, K, T, Layout>& f, const S* p, unsigned ldm) {
   static_assert(std::is_same<S, typename carve_emu::WmmaElem<T>::storage>::value, "wmma: pointer type");
-  carve_emu::wmma_check(p, ldm, sizeof(S), "load_matrix_sync(matrix_a): pointer not 32-byte aligned or ldm not 16 bytes");
+  carve_emu::wmma_check(p, ldm, sizeof(S),
+                        "load_matrix_sync(matrix_a): pointer not 32-byte aligned or ldm not 16 bytes");
   const bool rm = std::is_same<Layout, row_major>::value;
   for (int r = 0; r < M; r++) {
     for (int c = 0; c < K; c++) f.x[r * K + c] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
@@ -1423,7 +1424,8 @@ inline void load_matrix_sync(fragment<matrix_a, M, N, K, T, Layout>& f, const S*
 template <int M, int N, int K, typename T, typename Layout, typename S>
 inline void load_matrix_sync(fragment<matrix_b, M, N, K, T, Layout>& f, const S* p, unsigned ldm) {
   static_assert(std::is_same<S, typename carve_emu::WmmaElem<T>::storage>::value, "wmma: pointer type");
-  carve_emu::wmma_check(p, ldm, sizeof(S), "load_matrix_sync(matrix_b): pointer not 32-byte aligned or ldm not 16 bytes");
+  carve_emu::wmma_check(p, ldm, sizeof(S),
+                        "load_matrix_sync(matrix_b): pointer not 32-byte aligned or ldm not 16 bytes");
   const bool rm = std::is_same<Layout, row_major>::value;
   for (int k = 0; k < K; k++) {
     for (int n = 0; n < N; n++) f.x[k * N + n] = rm ? p[(size_t)k * ldm + n] : p[(size_t)n * ldm + k];

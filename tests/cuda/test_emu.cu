@@ -377,14 +377,18 @@ int main() {
       const bool a_row = variant & 1, b_row = variant & 2, col_out = variant == 3;
       for (int convert = 0; convert < 2; convert++) {
         std::fill(d, d + 256, -1.0f);
+        using tf32 = wm::precision::tf32;
+        using rm = wm::row_major;
+        using cm = wm::col_major;
+        const int co = col_out;
         if (a_row && b_row) {
-          CARVE_LAUNCH((wmma_tile<wm::precision::tf32, 8, wm::row_major, wm::row_major, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, (int)col_out, convert);
+          CARVE_LAUNCH((wmma_tile<tf32, 8, rm, rm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
         } else if (a_row) {
-          CARVE_LAUNCH((wmma_tile<wm::precision::tf32, 8, wm::row_major, wm::col_major, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, (int)col_out, convert);
+          CARVE_LAUNCH((wmma_tile<tf32, 8, rm, cm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
         } else if (b_row) {
-          CARVE_LAUNCH((wmma_tile<wm::precision::tf32, 8, wm::col_major, wm::row_major, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, (int)col_out, convert);
+          CARVE_LAUNCH((wmma_tile<tf32, 8, cm, rm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
         } else {
-          CARVE_LAUNCH((wmma_tile<wm::precision::tf32, 8, wm::col_major, wm::col_major, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, (int)col_out, convert);
+          CARVE_LAUNCH((wmma_tile<tf32, 8, cm, cm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
         }
         for (int r = 0; r < 16; r++) {
           for (int n = 0; n < 16; n++) {
