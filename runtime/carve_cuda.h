@@ -55,7 +55,8 @@
 
 // ABI of the CUDA runtime, checked by generated code like CARVE_RT_ABI.
 // 2: carve_cu_ctx_init_with (caller-owned cuBLAS workspace / handle), carve_cu_f16_to_f32.
-#define CARVE_CUDA_ABI 2
+// 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
+#define CARVE_CUDA_ABI 3
 
 // Launch a kernel: nvcc expands to kernel<<<grid, block, 0, stream>>>(args...);
 // the emulation header defines CARVE_LAUNCH itself.
@@ -84,6 +85,7 @@ typedef struct carve_cu_ctx {
   int owns_blas;         // 1: blas was created here (cublasCreate): destroy calls cublasDestroy
   int owns_workspace;    // 1: blas_workspace was cudaMalloc'ed here: destroy frees it
   int conv_tf32;         // 1: the convolutions' GEMMs use TF32 tensor cores (carve_cu_ctx_set_conv_math)
+  int conv_fused;        // 1: groups-1 convs run as carve's fused implicit-GEMM kernel (carve_cu_ctx_set_conv_impl)
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -123,6 +125,22 @@ carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cubl
 // cannot be queried.
 typedef enum carve_cu_math { CARVE_CU_MATH_STRICT = 0, CARVE_CU_MATH_TF32 = 1 } carve_cu_math;
 carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
+
+// How carve_cu_conv2d runs a groups-1 convolution (both precisions):
+// CARVE_CU_CONV_GEMM (what init sets, the default): cuBLAS, i.e. a GEMM straight on the NHWC view (1x1,
+// stride 1) or im2col into scratch + GEMM, then an epilogue kernel (bias, SiLU, residual): 2-3 launches;
+// CARVE_CU_CONV_FUSED: carve's implicit-GEMM kernel on tensor cores (runtime/carve_cuda_igemm.h): the
+// input tiles gathered straight from the NHWC input, the epilogue in the same kernel: one launch, no
+// scratch. It takes the convolution's math: half packages fp16 operands (sm_70+), float32 packages
+// TF32 operands, so only while conv_tf32 is 1 (carve_cu_ctx_set_conv_math: sm_80+); strict float32 and
+// GPUs without the tensor cores keep the cuBLAS path. Float results agree with the cuBLAS path's to the
+// summation order (half: one rounding fewer, the GEMM's result is not stored as half before the bias).
+// Not yet the default: no GPU has timed it (docs/backends/cuda.md, "The fused convolution"). Depthwise
+// convolutions keep their direct kernel either way. Host function; CARVE_ERR_INVALID_ARGUMENT for a
+// NULL context or another value; CARVE_ERR_BACKEND when the device cannot be queried. On a GPU below
+// sm_70 the request is accepted and conv_fused stays 0.
+typedef enum carve_cu_conv_impl { CARVE_CU_CONV_GEMM = 0, CARVE_CU_CONV_FUSED = 1 } carve_cu_conv_impl;
+carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl impl);
 
 // ---- Weights ----------------------------------------------------------------------
 

@@ -180,7 +180,12 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
   }
 }
 
-// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; 1x1 stride-1 convs one
+// The fused implicit-GEMM convolution on tensor cores (carve_cu_ctx_set_conv_impl).
+#include "carve_cuda_igemm.h"
+
+// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; groups-1 convs the fused
+// implicit-GEMM kernel when the context asks for it (carve_cu_igemm_applies: one launch, no scratch);
+// otherwise 1x1 stride-1 convs one
 // GEMM on the NHWC view; others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used
 // as that many T: chunks of whole output pixels) + one GEMM per chunk; then the epilogue.
 template <typename T>
@@ -201,6 +206,9 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
                  c->res_stride, silu, y, c->out_stride);
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
+  }
+  if (carve_cu_igemm_applies<T>(ctx, c, pixels)) {
+    return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, pixels);
   }
   carve_status st;
   if (carve_cu_conv_is_gemm(c)) {

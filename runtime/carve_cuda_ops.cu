@@ -52,6 +52,7 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->owns_blas = 0;
   ctx->owns_workspace = 0;
   ctx->conv_tf32 = 0;
+  ctx->conv_fused = 0;
 }
 
 extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream) {
@@ -122,6 +123,19 @@ extern "C" carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_m
     return CARVE_ERR_BACKEND;
   }
   ctx->conv_tf32 = math == CARVE_CU_MATH_TF32 && major >= 8;  // TF32 tensor cores: Ampere and newer
+  return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl impl) {
+  if (ctx == NULL || (impl != CARVE_CU_CONV_GEMM && impl != CARVE_CU_CONV_FUSED)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return CARVE_ERR_BACKEND;
+  }
+  ctx->conv_fused = impl == CARVE_CU_CONV_FUSED && major >= 7;  // wmma: Volta and newer
   return CARVE_OK;
 }
 

@@ -59,6 +59,24 @@
 //     float32, what the tensor cores compute up to summation order; other math modes are recorded.
 //   * Half precision: __half, its conversions and cublasGemmEx / cublasGemmStridedBatchedEx
 //     (fp16 operands, fp32 accumulation): cuda_emu_f16.h, included at the end.
+//   * Warp matrix ops (<mma.h>, nvcuda::wmma), the subset carve's implicit-GEMM convolutions use
+//     (runtime/carve_cuda_igemm.h): fragment, fill_fragment, load_matrix_sync (matrix_a / matrix_b,
+//     row_major or col_major), store_matrix_sync (float accumulator), mma_sync, for the shapes
+//     m16n16k8 with precision::tf32 (sm_80+) and m16n16k16 with __half operands (cuda_emu_f16.h),
+//     float accumulators; wmma::__float_to_tf32 (cvt.rna: round to nearest, ties away, as to_tf32).
+//     Numerics: TF32 operands are used with their low 13 mantissa bits ignored (truncated), as the
+//     tensor cores read a float that was not converted (a kernel converts with __float_to_tf32
+//     first, so this is a no-op for it); half operands exactly; each product is exact in float32
+//     (11 x 11 significant bits) and the sum is accumulated in float32, in k order (the hardware's
+//     order and alignment of the partial sums differ: tests allow float32 accumulation error).
+//     Element layout: CUDA leaves a fragment's mapping of elements to lanes unspecified, so kernels
+//     may only fill, load, store and mma fragments, and apply the same element-wise function to
+//     every x[i] (how __float_to_tf32 is applied to a loaded fragment). Here every lane of a warp holds
+//     the WHOLE operand tile (matrix_a: M x K, matrix_b: K x N; num_elements = that many), and
+//     element j of an accumulator fragment of lane l is the tile's entry e = l + 32 j (row e / N,
+//     column e % N; num_elements = M N / 32), so that store_matrix_sync by the 32 lanes writes the
+//     tile once. load / store check what the hardware requires: the pointer 32-byte aligned and ldm
+//     a multiple of 16 bytes (a violation aborts with a message; on a GPU it is undefined).
 //
 // ---- What is not -----------------------------------------------------------------------
 //   * Concurrency between blocks, streams or the host: all work is serial, so races and
@@ -67,8 +85,8 @@
 //     works here and faults on a GPU); cudaMemcpyKind is checked for range only.
 //   * Resource limits other than the launch configuration: shared-memory and register
 //     sizes (ptxas reports those when nvcc compiles the same source), stack depth.
-//   * Dynamic shared memory, cooperative groups, textures, warp-level matrix ops, lane masks
-//     other than full warps, independent thread scheduling inside a warp, floating-point
+//   * Dynamic shared memory, cooperative groups, textures, warp-level matrix ops other than the
+//     wmma subset above, lane masks other than full warps, independent thread scheduling inside a warp, floating-point
 //     differences of the device (FMA contraction, fast-math intrinsics).
 
 #ifndef CARVE_CUDA_EMU_H
@@ -1317,7 +1335,152 @@ inline cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int
   });
 }
 
-// Half precision (__half, cublasGemmEx): the fp16 packages (runtime/carve_cuda_f16.cu).
+// ---- Warp matrix ops (nvcuda::wmma) ---------------------------------------------------------
+// The subset of <mma.h> described in the first comment (What is emulated). The half operand shape
+// (m16n16k16, __half) is enabled by cuda_emu_f16.h's specialisation of carve_emu::WmmaElem.
+
+namespace carve_emu {
+
+// An operand element type of wmma: its storage type and its value as the tensor cores read it.
+// Specialised for precision::tf32 below and for __half in cuda_emu_f16.h; others do not exist.
+template <typename T>
+struct WmmaElem;
+
+[[noreturn]] inline void wmma_fatal(const char* what) {
+  std::fprintf(stderr, "cuda_emu: wmma: %s\n", what);
+  std::abort();
+}
+
+inline void wmma_check(const void* p, unsigned ldm, size_t elem, const char* what) {
+  if (((uintptr_t)p & 31u) != 0 || ((size_t)ldm * elem) % 16 != 0) {
+    wmma_fatal(what);
+  }
+}
+
+}  // namespace carve_emu
+
+namespace nvcuda {
+namespace wmma {
+
+struct row_major {};
+struct col_major {};
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+// cvt.rna.tf32.f32: round to TF32's 10-bit mantissa, to nearest, ties away from zero.
+inline float __float_to_tf32(float in) { return carve_emu::to_tf32(in); }
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+class fragment;
+
+// Operand tiles: every lane holds the whole tile, row-major in x (rows x cols: M x K or K x N).
+template <int Rows, int Cols, typename T>
+struct operand_fragment {
+  typedef typename carve_emu::WmmaElem<T>::storage storage_element_type;
+  typedef T element_type;
+  enum { num_elements = Rows * Cols, num_storage_elements = Rows * Cols };
+  storage_element_type x[Rows * Cols];
+};
+
+template <int M, int N, int K, typename T, typename Layout>
+class fragment<matrix_a, M, N, K, T, Layout> : public operand_fragment<M, K, T> {};
+template <int M, int N, int K, typename T, typename Layout>
+class fragment<matrix_b, M, N, K, T, Layout> : public operand_fragment<K, N, T> {};
+
+// Accumulator: lane l holds entries l + 32 j of the M x N tile (row-major numbering).
+template <int M, int N, int K>
+class fragment<accumulator, M, N, K, float, void> {
+ public:
+  static_assert((M * N) % 32 == 0, "wmma accumulator tile");
+  typedef float storage_element_type;
+  typedef float element_type;
+  enum { num_elements = M * N / 32, num_storage_elements = M * N / 32 };
+  float x[M * N / 32];
+};
+
+template <typename Frag, typename V>
+inline void fill_fragment(Frag& f, const V& v) {
+  for (int i = 0; i < (int)Frag::num_elements; i++) f.x[i] = v;
+}
+
+// matrix_a (M x K): row_major reads p[r ldm + c], col_major p[c ldm + r].
+template <int M, int N, int K, typename T, typename Layout, typename S>
+inline void load_matrix_sync(fragment<matrix_a, M, N, K, T, Layout>& f, const S* p, unsigned ldm) {
+  static_assert(std::is_same<S, typename carve_emu::WmmaElem<T>::storage>::value, "wmma: pointer type");
+  carve_emu::wmma_check(p, ldm, sizeof(S),
+                        "load_matrix_sync(matrix_a): pointer not 32-byte aligned or ldm not 16 bytes");
+  const bool rm = std::is_same<Layout, row_major>::value;
+  for (int r = 0; r < M; r++) {
+    for (int c = 0; c < K; c++) f.x[r * K + c] = rm ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+  }
+}
+
+// matrix_b (K x N): row_major reads p[k ldm + n], col_major p[n ldm + k].
+template <int M, int N, int K, typename T, typename Layout, typename S>
+inline void load_matrix_sync(fragment<matrix_b, M, N, K, T, Layout>& f, const S* p, unsigned ldm) {
+  static_assert(std::is_same<S, typename carve_emu::WmmaElem<T>::storage>::value, "wmma: pointer type");
+  carve_emu::wmma_check(p, ldm, sizeof(S),
+                        "load_matrix_sync(matrix_b): pointer not 32-byte aligned or ldm not 16 bytes");
+  const bool rm = std::is_same<Layout, row_major>::value;
+  for (int k = 0; k < K; k++) {
+    for (int n = 0; n < N; n++) f.x[k * N + n] = rm ? p[(size_t)k * ldm + n] : p[(size_t)n * ldm + k];
+  }
+}
+
+// The lane's entries of the accumulator tile to p (mem_row_major: p[r ldm + c]; mem_col_major: p[c ldm + r]).
+template <int M, int N, int K>
+inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm,
+                              layout_t layout) {
+  carve_emu::wmma_check(p, ldm, sizeof(float), "store_matrix_sync: pointer not 32-byte aligned or ldm not 16 bytes");
+  const unsigned lane = carve_emu::linear_tid() % 32;
+  for (int j = 0; j < M * N / 32; j++) {
+    const int e = (int)lane + 32 * j, r = e / N, c = e % N;
+    p[layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r] = f.x[j];
+  }
+}
+
+// d = a b + c on the lane's accumulator entries: exact products, float32 sums in k order.
+template <int M, int N, int K, typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
+                     const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+  typedef carve_emu::WmmaElem<T> E;
+  const unsigned lane = carve_emu::linear_tid() % 32;
+  float out[M * N / 32];
+  for (int j = 0; j < M * N / 32; j++) {
+    const int e = (int)lane + 32 * j, r = e / N, n = e % N;
+    float s = c.x[j];
+    for (int k = 0; k < K; k++) s += E::value(a.x[r * K + k]) * E::value(b.x[k * N + n]);
+    out[j] = s;
+  }
+  for (int j = 0; j < M * N / 32; j++) d.x[j] = out[j];
+}
+
+}  // namespace wmma
+}  // namespace nvcuda
+
+namespace carve_emu {
+
+// TF32 operands: floats whose low 13 mantissa bits the tensor cores ignore.
+template <>
+struct WmmaElem<nvcuda::wmma::precision::tf32> {
+  typedef float storage;
+  static float value(float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u &= 0xffffe000u;
+    std::memcpy(&v, &u, 4);
+    return v;
+  }
+};
+
+}  // namespace carve_emu
+
+// Half precision (__half, cublasGemmEx, the half wmma operands): the fp16 packages (runtime/carve_cuda_f16.cu).
 #include "cuda_emu_f16.h"
 
 #endif  // CARVE_CUDA_EMU_H

@@ -12,6 +12,8 @@
 //     alpha and beta applied in float, one rounding when C is half. Tensor cores accumulate
 //     half products in float32 as well; the order of summation differs, as between GPUs.
 //     Other type combinations: CUBLAS_STATUS_NOT_SUPPORTED.
+//   * The half operands of nvcuda::wmma (m16n16k16, fp32 accumulators; cuda_emu.h has the rest):
+//     halves widened exactly.
 
 #ifndef CARVE_CUDA_EMU_F16_H
 #define CARVE_CUDA_EMU_F16_H
@@ -77,6 +79,17 @@ inline __half __float2half_rn(float f) { return __float2half(f); }
 inline float __half2float(__half h) { return carve_emu::f16_bits_to_f32(h.x); }
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
+
+namespace carve_emu {
+
+// wmma's half operands (cuda_emu.h's WmmaElem): stored as __half, read exactly.
+template <>
+struct WmmaElem<__half> {
+  typedef __half storage;
+  static float value(__half v) { return __half2float(v); }
+};
+
+}  // namespace carve_emu
 
 // ---- cuBLAS mixed precision ----------------------------------------------------------------
 

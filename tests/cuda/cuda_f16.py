@@ -31,6 +31,10 @@ For each head (e2e: the one-to-one head and its top-k; nms: the one-to-many head
 cache it) as an fp16 package at --random-imgsz (160), step 3 alone on Ultralytics' bus.jpg (the rows of a random
 head hold near-ties: compare_layers pairs them row by row).
 
+--fused-conv: the packages run with the demo's --fused-conv (options.fused_conv: carve's fused implicit-GEMM
+convolutions on tensor cores, runtime/carve_cuda_igemm.h, instead of im2col + cuBLAS + epilogue), held to the same
+bounds (ctest cuda_f16_fused; work folder WORK/cuda_f16_fused).
+
 A failure keeps the work folder; a pass deletes the packages and dumps.
 """
 
@@ -116,8 +120,8 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
         stem = IMAGES[0].stem
         inp, ref32, ref16, ours = work / f"in-{stem}.npy", work / f"t32-{stem}", work / f"t16-{stem}", work / "dump-f16"
         with cvx.step("run (emulated)"):
-            cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 3])
-        print(f"carve fp16 vs PyTorch float32 (the 'PyTorch fp32' column: PyTorch float16's error; bound "
+            cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 3, *args.demo_flags])
+        print(f"carve fp16{' --fused-conv' if args.fused_conv else ''} vs PyTorch float32 (the 'PyTorch fp32' column: PyTorch float16's error; bound "
               f"max({FLOOR:.2e}, {FACTOR:g} x it))")
         if not oracle.compare_layers(ours, ref32, tol=FLOOR, baseline=ref16, factor=FACTOR):
             ok = False
@@ -138,7 +142,7 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
         with cvx.step("Ultralytics predict"):
             ref = oracle.reference_predict(PT, img, imgsz=args.imgsz, conf=CONF, out_json=ref_json, head=head)
         with cvx.step("run_image (emulated)"):
-            out = cvx.run([exe, img, "--json", "--conf", CONF, "--runs", 2]).stdout
+            out = cvx.run([exe, img, "--json", "--conf", CONF, "--runs", 2, *args.demo_flags]).stdout
         ours_json.write_text(out)
         print(f"{head} {img.name}: {len(ref['detections'])} Ultralytics detections, "
               f"{len(json.loads(out)['detections'])} carve fp16")
@@ -165,7 +169,7 @@ def check_random_task(args, task: str, lib: Path, work: Path) -> bool:
         oracle.reference_layers(pt, inp, ref32)
         oracle.reference_layers(pt, inp, ref16, dtype="float16")
     with cvx.step("run (emulated)"):
-        cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 2])
+        cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 2, *args.demo_flags])
     print(f"{model} (random weights) fp16 vs PyTorch float32, bound max({FLOOR:.2e}, {FACTOR:g} x PyTorch float16)")
     ok = oracle.compare_layers(ours, ref32, tol=FLOOR, baseline=ref16, factor=FACTOR)
     flat = spread_ok(ref32)
@@ -182,8 +186,10 @@ def main() -> int:
     ap.add_argument("--random-tasks", default="", help="also these tasks (detect, pose, obb) with random weights")
     ap.add_argument("--random-imgsz", type=int, default=160)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--fused-conv", action="store_true", help="run the packages with the fused convolution kernel")
     args = ap.parse_args()
-    work = args.work.resolve() / "cuda_f16"
+    args.demo_flags = ["--fused-conv"] if args.fused_conv else []
+    work = args.work.resolve() / ("cuda_f16_fused" if args.fused_conv else "cuda_f16")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     lib = cvx.build_runtime(args.work.resolve(), "cuda")

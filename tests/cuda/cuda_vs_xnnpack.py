@@ -41,6 +41,10 @@ TF32 (the packages' default): a second cuda run without --strict-fp32, held to m
 whose groups-1 convolutions multiply TF32-rounded inputs and weights, oracle.use_tf32_convs); with --head nms the
 head's rows are left out of it (TF32 changes which boxes the NMS keeps). --no-tf32 skips it.
 
+--fused-conv: a third cuda run, TF32 with the demo's --fused-conv (options.fused_conv: the groups-1 convolutions as
+carve's fused implicit-GEMM kernel, runtime/carve_cuda_igemm.h, one launch each), held to the TF32 bound; and the
+launches per forward (the demo's --profile: CUDA Graph nodes) of both paths, printed, the fused one required lower.
+
 --head nms: both packages with the one-to-many head + NMS (the device NMS of runtime/carve_cuda_nms.cu against
 the CPU one of runtime/carve_nms.c); the head's rows (layer_NN.npy, output0.npy) are then held to --tol alone,
 PyTorch's fused reference being the one2one head's.
@@ -53,6 +57,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -282,8 +287,8 @@ def variant(args, scale: str, libs: dict) -> tuple:
     inp = work / "input.npy"
     oracle.make_input(oracle.sample_image(IMAGE.get(args.task, "bus.jpg")), imgsz, inp, task=args.task)
     xd, cd, ce, td = work / "dump-xnnpack", work / "dump-cuda", work / "dump-cuda-eager", work / "dump-torch32"
-    ct, tt = work / "dump-cuda-tf32", work / "dump-torch-tf32"
-    for d in (xd, cd, ce, td, ct, tt):
+    ct, tt, cf = work / "dump-cuda-tf32", work / "dump-torch-tf32", work / "dump-cuda-fused"
+    for d in (xd, cd, ce, td, ct, tt, cf):
         shutil.rmtree(d, ignore_errors=True)
     with step("run xnnpack"):
         run([xdemo, "--input", inp, "--dump", xd])
@@ -293,6 +298,8 @@ def variant(args, scale: str, libs: dict) -> tuple:
         run([cdemo, "--input", inp, "--dump", ce, "--no-graph", *strict])
         if args.tf32:
             run([cdemo, "--input", inp, "--dump", ct, "--runs", "3"])
+        if args.fused_conv:
+            run([cdemo, "--input", inp, "--dump", cf, "--runs", "3", "--fused-conv"])
     with step("reference (PyTorch fp32)"):
         oracle.reference_layers(pt, inp, td)
         if args.tf32:
@@ -330,6 +337,20 @@ def variant(args, scale: str, libs: dict) -> tuple:
             ok_tf32 = oracle.compare_layers(ct, ref, tol=args.tol, baseline=tt, factor=3.0)
             tf32_stats = dict(oracle.LAST_STATS)
             ok &= ok_tf32
+        if args.fused_conv:
+            print(f"-- {model} imgsz {imgsz}: cuda (emulated, TF32, --fused-conv) vs xnnpack, the TF32 bound"
+                  f"{'; the head rows of the NMS left out' if ref != xd else ''}")
+            ok &= oracle.compare_layers(cf, ref, tol=args.tol, baseline=tt, factor=3.0)
+            launches = {}
+            for name, flags in (("cuBLAS path", []), ("fused", ["--fused-conv"])):
+                out = run([cdemo, "--input", inp, "--profile", *flags]).stdout
+                m = re.search(r"launches per forward: (\d+)", out)
+                launches[name] = int(m.group(1)) if m else None
+            print(f"launches per forward (CUDA Graph nodes), TF32: cuBLAS path {launches['cuBLAS path']}, "
+                  f"fused {launches['fused']}")
+            if None in launches.values() or launches["fused"] >= launches["cuBLAS path"]:
+                print("FAIL: the fused convolutions do not lower the launch count")
+                ok = False
         # run_image: the uint8 image uploaded, letterboxed (or resized and cropped) on the device, post-processed
         # there and mapped back to image pixels; the same demo JSON as the CPU package's, compared with it.
         image = oracle.sample_image(IMAGE.get(args.task, "bus.jpg"))
@@ -350,7 +371,7 @@ def variant(args, scale: str, libs: dict) -> tuple:
             f"{time.time() - t0:.0f} s")
     print(line, flush=True)
     if ok and not args.keep:
-        for d in (xd, cd, ce, td, ct, tt, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
+        for d in (xd, cd, ce, td, ct, tt, cf, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
             shutil.rmtree(d, ignore_errors=True)
         for blob in work.glob("*/*_weights.bin"):
             blob.unlink()
@@ -370,7 +391,11 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep dumps and builds after a pass")
     ap.add_argument("--no-tf32", dest="tf32", action="store_false",
                     help="skip the TF32 comparison (the packages' default math; checked unless this is given)")
+    ap.add_argument("--fused-conv", action="store_true",
+                    help="also run the TF32 package with --fused-conv (held to the TF32 bound) and compare launch counts")
     args = ap.parse_args()
+    if args.fused_conv and not args.tf32:
+        ap.error("--fused-conv needs the TF32 comparison (drop --no-tf32)")
     scales = [s for s in args.scales.split(",") if s]
     if not scales or any(s not in "nsmlx" or len(s) != 1 for s in scales):
         ap.error(f"--scales {args.scales!r}: expected a comma-separated list of n, s, m, l, x")

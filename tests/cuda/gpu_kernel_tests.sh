@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms) with nvcc for the
+# Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms, test_f16, test_igemm) with nvcc for the
 # GPU of this machine and runs them: the same tests ctest runs under the emulation header,
 # here on real hardware. Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI.
 #   sh tests/cuda/gpu_kernel_tests.sh [build dir (default build/cuda-gpu)]
@@ -10,7 +10,7 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 arch=${CARVE_CUDA_ARCH:-native}
 mkdir -p "$out"
 rt="$root/runtime"
-for t in topk ops pre nms f16; do
+for t in topk ops pre nms f16 igemm; do
   echo "== test_$t (nvcc -arch=$arch)"
   "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
     "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \

@@ -1,7 +1,9 @@
 // tests/cuda/test_emu.cu: the CUDA emulation header itself (tests/cuda/cuda_emu.h).
 // Checks block barriers with shared memory, warp shuffles and ballots, atomics, the
 // plain-call fast path, launch-configuration errors, graph capture and replay, the
-// error of a synchronous call under capture, and the host GEMM / GEMV against loops.
+// error of a synchronous call under capture, the host GEMM / GEMV against loops, and the nvcuda::wmma subset
+// (TF32 m16n16k8 and half m16n16k16 with both operand layouts and both store layouts, against loops: TF32
+// operands truncated, __float_to_tf32 to nearest with ties away; misaligned pointers abort).
 // Built with g++ -x c++ -include tests/cuda/cuda_emu.h (tests/cuda/tests.cmake).
 
 #include <cassert>
@@ -106,6 +108,29 @@ __global__ void divergent_barrier(int* out) {
   if (threadIdx.x == 0) return;
   __syncthreads();
   out[threadIdx.x] = 1;
+}
+
+// One warp: D = A B + C with wmma, A (16 x K) read with layout LA from a (ld lda), B (K x 16) with LB from b
+// (ld ldb), C filled with c0, D stored with `out_layout` to d (ld 16). tf32: the operands converted with
+// __float_to_tf32 after the load when `convert`.
+template <typename T, int K, typename LA, typename LB, typename S>
+__global__ void wmma_tile(const S* a, unsigned lda, const S* b, unsigned ldb, float c0, float* d, int col_out,
+                          int convert) {
+  namespace wm = nvcuda::wmma;
+  wm::fragment<wm::matrix_a, 16, 16, K, T, LA> fa;
+  wm::fragment<wm::matrix_b, 16, 16, K, T, LB> fb;
+  wm::fragment<wm::accumulator, 16, 16, K, float> acc;
+  wm::fill_fragment(acc, c0);
+  wm::load_matrix_sync(fa, a, lda);
+  wm::load_matrix_sync(fb, b, ldb);
+  if constexpr (std::is_same<T, wm::precision::tf32>::value) {
+    if (convert) {
+      for (int i = 0; i < (int)fa.num_elements; i++) fa.x[i] = wm::__float_to_tf32(fa.x[i]);
+      for (int i = 0; i < (int)fb.num_elements; i++) fb.x[i] = wm::__float_to_tf32(fb.x[i]);
+    }
+  }
+  wm::mma_sync(acc, fa, fb, acc);
+  wm::store_matrix_sync(d, acc, 16, col_out ? wm::mem_col_major : wm::mem_row_major);
 }
 
 // Runs f in a child process; true when the child was killed by SIGABRT.
@@ -322,6 +347,89 @@ int main() {
           CUBLAS_STATUS_INVALID_VALUE);  // lda < m
     CHECK(cublasDestroy(h) == CUBLAS_STATUS_SUCCESS);
     std::printf("host GEMM / GEMV ok\n");
+  }
+  // wmma: D = A B + C on one warp, against loops over the operands as the tensor cores read them.
+  {
+    namespace wm = nvcuda::wmma;
+    auto trunc13 = [](float v) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      u &= 0xffffe000u;
+      std::memcpy(&v, &u, 4);
+      return v;
+    };
+    // __float_to_tf32: to nearest, ties away from zero (1 + 2^-11 is a tie: up; 1 + 2^-11 - 2^-23: down)
+    CHECK(wm::__float_to_tf32(1.0f + 0x1p-11f) == 1.0f + 0x1p-10f);
+    CHECK(wm::__float_to_tf32(-(1.0f + 0x1p-11f)) == -(1.0f + 0x1p-10f));
+    CHECK(wm::__float_to_tf32(1.0f + 0x1p-11f - 0x1p-23f) == 1.0f);
+    std::uniform_real_distribution<float> U(-1.0f, 1.0f);
+    alignas(32) static float a32[16 * 24], b32[16 * 24], d[16 * 16];
+    alignas(32) static __half a16[16 * 24], b16[16 * 24];
+    for (int i = 0; i < 16 * 24; i++) {
+      a32[i] = U(rng);
+      b32[i] = U(rng);
+      a16[i] = __float2half(U(rng));
+      b16[i] = __float2half(U(rng));
+    }
+    // element (r, k) of A / (k, n) of B under row- or col-major storage with ld 24
+    auto at = [](bool row, int i, int j) { return row ? i * 24 + j : j * 24 + i; };
+    for (int variant = 0; variant < 4; variant++) {
+      const bool a_row = variant & 1, b_row = variant & 2, col_out = variant == 3;
+      for (int convert = 0; convert < 2; convert++) {
+        std::fill(d, d + 256, -1.0f);
+        using tf32 = wm::precision::tf32;
+        using rm = wm::row_major;
+        using cm = wm::col_major;
+        const int co = col_out;
+        if (a_row && b_row) {
+          CARVE_LAUNCH((wmma_tile<tf32, 8, rm, rm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
+        } else if (a_row) {
+          CARVE_LAUNCH((wmma_tile<tf32, 8, rm, cm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
+        } else if (b_row) {
+          CARVE_LAUNCH((wmma_tile<tf32, 8, cm, rm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
+        } else {
+          CARVE_LAUNCH((wmma_tile<tf32, 8, cm, cm, float>), 1, 32, nullptr, a32, 24u, b32, 24u, 0.5f, d, co, convert);
+        }
+        for (int r = 0; r < 16; r++) {
+          for (int n = 0; n < 16; n++) {
+            double s = 0.5, mag = 0.5;
+            for (int k = 0; k < 8; k++) {
+              const float av = a32[at(a_row, r, k)], bv = b32[at(b_row, k, n)];
+              const double p = convert ? (double)wm::__float_to_tf32(av) * wm::__float_to_tf32(bv)
+                                       : (double)trunc13(av) * trunc13(bv);
+              s += p;
+              mag += std::fabs(p);
+            }
+            const float got = d[col_out ? n * 16 + r : r * 16 + n];
+            CHECK(std::fabs(got - s) <= 0x1p-22 * mag);
+          }
+        }
+      }
+    }
+    // half m16n16k16: A row-major, B col-major (the fused convolution's layouts), exact operands
+    CARVE_LAUNCH((wmma_tile<__half, 16, wm::row_major, wm::col_major, __half>), 1, 32, nullptr, a16, 24u, b16, 24u,
+                 -0.25f, d, 0, 0);
+    for (int r = 0; r < 16; r++) {
+      for (int n = 0; n < 16; n++) {
+        double s = -0.25, mag = 0.25;
+        for (int k = 0; k < 16; k++) {
+          const double p = (double)__half2float(a16[r * 24 + k]) * __half2float(b16[n * 24 + k]);
+          s += p;
+          mag += std::fabs(p);
+        }
+        CHECK(std::fabs(d[r * 16 + n] - s) <= 0x1p-22 * mag);
+      }
+    }
+    // what the hardware requires: 32-byte aligned pointers, ldm a multiple of 16 bytes
+    CHECK(aborts([&]() {
+      CARVE_LAUNCH((wmma_tile<__half, 16, wm::row_major, wm::col_major, __half>), 1, 32, nullptr, a16 + 1, 24u, b16,
+                   24u, 0.0f, d, 0, 0);
+    }));
+    CHECK(aborts([&]() {
+      CARVE_LAUNCH((wmma_tile<__half, 16, wm::row_major, wm::col_major, __half>), 1, 32, nullptr, a16, 20u, b16, 24u,
+                   0.0f, d, 0, 0);
+    }));
+    std::printf("wmma ok\n");
   }
   // Divergent barrier: an abort with a message, not a hang.
   {

@@ -57,6 +57,7 @@ carve_cuda_kernel_test(ops)   # op kernels vs the CPU runtime / loops on odd, st
 carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs carve_pre.c
 carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess (ties, all / none suppressed, graphs)
 carve_cuda_kernel_test(f16)   # --precision fp16: half conversions, casts, conv / moves / add / attention vs double loops
+carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 + epilogue, one launch) vs double loops
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
 # with a message, where nvcc is not installed).
@@ -81,7 +82,7 @@ if(CARVE_CXX_HAS_ASAN)
   target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
   target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
   target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
-  foreach(name emu topk ops pre nms f16)
+  foreach(name emu topk ops pre nms f16 igemm)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
@@ -127,6 +128,19 @@ if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weight
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
 endif()
+# The fused implicit-GEMM convolutions (runtime/carve_cuda_igemm.h, options.fused_conv, the demo's --fused-conv):
+# yolo26n at 96 in TF32 against xnnpack within the TF32 bound, with fewer launches per forward than the cuBLAS path
+# (about 20 s); the trained demo model as an fp16 package with --fused-conv, e2e head, within cuda_f16.py's bounds
+# (about 60 s).
+add_test(NAME cuda_pkg_fused
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 96 --fused-conv
+                 --work ${CARVE_WORK}
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_pkg_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+add_test(NAME cuda_f16_fused
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads e2e --fused-conv
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_f16_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}

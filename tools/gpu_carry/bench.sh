@@ -6,7 +6,8 @@
 #                                          no GPU: the packages built with the emulation header, 2 runs, PyTorch
 #                                          on the CPU (tools/gpu_carry/test_bench.sh runs this)
 # Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel;
-# (2) bench_main for each (TF32 packages twice: TF32, then --strict-fp32); (3) torch_bench.py: Ultralytics' model
+# (2) bench_main for each (TF32 packages three times: TF32, --strict-fp32, TF32 with --fused-conv; fp16 packages
+# twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"); (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
 # Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed.
 set -u
@@ -65,11 +66,12 @@ echo "built $(ls "$D/pkgs" | paste -sd' ' -) in $(( $(date +%s) - t0 )) s"
 for dir in "$D"/pkgs/*/; do
   p=$(basename "$dir")
   prec=${p%-b*}
-  modes=("")
-  [ "$prec" = tf32 ] && modes=("" "--strict-fp32")
+  modes=("" "--fused-conv")
+  [ "$prec" = tf32 ] && modes=("" "--strict-fp32" "--fused-conv")
   for m in "${modes[@]}"; do
     label="carve $prec"
-    [ -n "$m" ] && label="carve strict-fp32"
+    [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
+    [ "$m" = --fused-conv ] && label="carve $prec fused"
     /tmp/bench-$p/build/bench_main "$D/bus.png" --runs "$RUNS" --label "$label" $m | tee -a "$OUT/bench.jsonl" ||
       echo "{\"system\": \"$label\", \"batch\": ${p##*-b}, \"error\": \"bench_main failed\"}" >> "$OUT/bench.jsonl"
   done

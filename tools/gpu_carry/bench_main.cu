@@ -1,7 +1,7 @@
 // Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
-//   bench_main IMAGE [--runs R] [--strict-fp32] [--label TEXT]
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -12,7 +12,8 @@
 //   device_tensor_ms  enqueue_tensors from a device-resident (N,3,H,W) float32 tensor: the network and the head
 //                     only (what PyTorch + CUDA Graph measures with its input already on the GPU)
 //   throughput_ips    N * R / the time of R enqueue_tensors calls back to back and one synchronisation
-// plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). The first two runs of
+// plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). --fused-conv sets
+// options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each). The first two runs of
 // each kind (eager, graph capture) are warm-up and not timed.
 
 #include <algorithm>
@@ -57,23 +58,25 @@ static double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const char* image = nullptr;
   const char* label = "carve";
-  int runs = 100, strict = 0;
+  int runs = 100, strict = 0, fused = 0;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--strict-fp32")) {
       strict = 1;
+    } else if (!std::strcmp(argv[i], "--fused-conv")) {
+      fused = 1;
     } else if (!std::strcmp(argv[i], "--label") && i + 1 < argc) {
       label = argv[++i];
     } else if (argv[i][0] != '-' && image == nullptr) {
       image = argv[i];
     } else {
-      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--label TEXT]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]\n", argv[0]);
       return 2;
     }
   }
   if (image == nullptr || runs < 1) {
-    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--label TEXT]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]\n", argv[0]);
     return 2;
   }
   uint8_t* rgb = nullptr;
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
   yolo26n_options opt;
   yolo26n_default_options(&opt);
   opt.tf32 = !strict;
+  opt.fused_conv = fused;
   opt.max_image_width = w;
   opt.max_image_height = h;
   double t0 = now_ms();
@@ -155,10 +159,10 @@ int main(int argc, char** argv) {
   CUDA(cudaStreamSynchronize(stream));
   const double throughput = n * runs / ((now_ms() - t0) / 1000.0);
 
-  std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"runs\": %d, \"init_ms\": %.1f, "
-              "\"run_image_ms\": %.4f, \"device_image_ms\": %.4f, \"device_tensor_ms\": %.4f, "
+  std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"fused_conv\": %s, \"runs\": %d, "
+              "\"init_ms\": %.1f, \"run_image_ms\": %.4f, \"device_image_ms\": %.4f, \"device_tensor_ms\": %.4f, "
               "\"throughput_ips\": %.1f, \"graph_nodes\": %zu, \"detections_image0\": %zu}\n",
-              label, n, strict ? "false" : "true", runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
+              label, n, strict ? "false" : "true", fused ? "true" : "false", runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
               throughput, yolo26n_graph_nodes(m), detections0);
   yolo26n_destroy(m);
   cudaFree(dimg);

@@ -46,7 +46,10 @@ def table(rows: list) -> str:
 
 
 def find(rows, prefix: str, batch: int):
-    return next((r for r in rows if r["system"].startswith(prefix) and r["batch"] == batch and "error" not in r), None)
+    """The row named `prefix` exactly (so "carve tf32" is not "carve tf32 fused"), else the first it begins."""
+    ok = [r for r in rows if r["batch"] == batch and "error" not in r]
+    return next((r for r in ok if r["system"] == prefix), None) or \
+        next((r for r in ok if r["system"].startswith(prefix)), None)
 
 
 def targets(rows: list) -> str:
