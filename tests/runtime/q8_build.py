@@ -17,6 +17,15 @@
     q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
                             qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
+    q8_build.py q8conv-aarch64
+                            carve_q8conv.c (its NEON variants) for aarch64: clang --target=aarch64-linux-gnu
+                            -fsyntax-only -Werror without and with the dot product (if clang is there); then
+                            q8conv_tool.c + carve_q8conv.c + carve_isa.c + carve_rt.c + carve_pool.c built with
+                            aarch64-linux-gnu-gcc -O2 -Werror and run under qemu-aarch64 by q8conv_vs_arith.py:
+                            on qemu's default CPU ("max", which has the dot product) the variants portable, neon
+                            and neondot on 1 / 2 / 5 threads, carve_q8conv_select picking neondot; on -cpu
+                            cortex-a53 (ARMv8.0, no dot product) portable and neon (--quick), select picking neon.
+                            Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
 
 from __future__ import annotations
@@ -169,11 +178,49 @@ def aarch64() -> int:
         return p.returncode
 
 
+def q8conv_aarch64() -> int:
+    cc = "aarch64-linux-gnu-gcc"
+    for tool in (cc, "qemu-aarch64"):
+        if shutil.which(tool) is None:
+            print(f"q8_build q8conv-aarch64: SKIPPED: {tool} not installed (sh tools/install.sh --test)")
+            return SKIP
+    rt = REPO / "runtime"
+    failed = 0
+    if shutil.which("clang") is not None:
+        for extra in ([], ["-march=armv8.2-a+dotprod"]):
+            p = subprocess.run(["clang", "--target=aarch64-linux-gnu", *extra, "-std=c11", "-Wall", "-Wextra",
+                                "-Werror", "-fsyntax-only", f"-I{rt}", str(rt / "carve_q8conv.c")],
+                               capture_output=True, text=True)
+            label = " ".join(["clang --target=aarch64-linux-gnu", *extra])
+            print(f"  {label}: {'clean' if p.returncode == 0 else 'FAILED'}")
+            if p.returncode != 0:
+                print(p.stderr.strip())
+                failed += 1
+    else:
+        print("  clang not installed: its aarch64 syntax check skipped")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp, "q8conv_tool")
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{rt}", str(HERE / "q8conv_tool.c"),
+                        str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"), str(rt / "carve_rt.c"),
+                        str(rt / "carve_pool.c"), "-o", str(exe), "-pthread", "-lm"], check=True)
+        script = [sys.executable, str(HERE / "q8conv_vs_arith.py")]
+        for cpu, args in (("max", ["--expect", "portable,neon,neondot", "--expect-selected", "neondot"]),
+                          ("cortex-a53", ["--quick", "--expect", "portable,neon", "--expect-selected", "neon"])):
+            print(f"  {exe.name} built with {cc} -O2; q8conv_vs_arith.py under qemu-aarch64 -cpu {cpu}")
+            p = subprocess.run([*script, *args, "--exec", f"qemu-aarch64 -cpu {cpu} -L {AARCH64_LIBC}", str(exe)])
+            failed += p.returncode != 0
+    print("q8_build q8conv-aarch64: " + ("ok" if not failed else f"{failed} FAILED"))
+    return 1 if failed else 0
+
+
+MODES = {"compile": compile_all, "aarch64": aarch64, "q8conv-aarch64": q8conv_aarch64}
+
+
 def main() -> int:
-    if len(sys.argv) != 2 or sys.argv[1] not in ("compile", "aarch64"):
+    if len(sys.argv) != 2 or sys.argv[1] not in MODES:
         print(__doc__)
         return 2
-    return compile_all() if sys.argv[1] == "compile" else aarch64()
+    return MODES[sys.argv[1]]()
 
 
 if __name__ == "__main__":
