@@ -24,7 +24,8 @@
                             aarch64-linux-gnu-gcc -O2 -Werror and run under qemu-aarch64 by q8conv_vs_arith.py:
                             on qemu's default CPU ("max", which has the dot product) the variants portable, neon
                             and neondot on 1 / 2 / 5 threads, carve_q8conv_select picking neondot; on -cpu
-                            cortex-a53 (ARMv8.0, no dot product) portable and neon (--quick), select picking neon.
+                            cortex-a53 (ARMv8.0, no dot product) portable and neon (--quick), select picking neon;
+                            and test_q8conv.c (a record written by hand, refusals, the selector, the names) on both.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
 
@@ -203,6 +204,18 @@ def q8conv_aarch64() -> int:
         subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{rt}", str(HERE / "q8conv_tool.c"),
                         str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"), str(rt / "carve_rt.c"),
                         str(rt / "carve_pool.c"), "-o", str(exe), "-pthread", "-lm"], check=True)
+        test = Path(tmp, "test_q8conv")  # the hand-written record, refusals, the selector and the names
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-UNDEBUG", f"-I{rt}",
+                        str(HERE / "test_q8conv.c"), str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"),
+                        str(rt / "carve_rt.c"), str(rt / "carve_pool.c"), "-o", str(test), "-pthread", "-lm"],
+                       check=True)
+        for cpu in ("max", "cortex-a53"):
+            p = subprocess.run(["qemu-aarch64", "-cpu", cpu, "-L", str(AARCH64_LIBC), str(test)], capture_output=True,
+                               text=True)
+            print(f"  test_q8conv under qemu-aarch64 -cpu {cpu}: " + (p.stdout.strip().splitlines() or ["?"])[-1])
+            if p.returncode != 0:
+                print(p.stdout + p.stderr)
+                failed += 1
         script = [sys.executable, str(HERE / "q8conv_vs_arith.py")]
         for cpu, args in (("max", ["--expect", "portable,neon,neondot", "--expect-selected", "neondot"]),
                           ("cortex-a53", ["--quick", "--expect", "portable,neon", "--expect-selected", "neon"])):
