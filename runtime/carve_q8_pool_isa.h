@@ -22,6 +22,10 @@ carve_status carve_q8_pool__avx512vbmi(const carve_q8_desc* d, const uint8_t* bl
 // AVX2 + FMA (CPUs without AVX-512).
 carve_status carve_q8_pool__avx2(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
 #endif
+#ifdef CARVE_HAVE_NEON
+// aarch64 NEON (every aarch64 CPU).
+carve_status carve_q8_pool__neon(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
+#endif
 
 // 1 where this CPU and build run the avx512 variant (AVX-512 F, BW and VL), and the avx512vbmi one (those and
 // VBMI).
