@@ -1,8 +1,8 @@
 // carve runtime: carve_q8_run_pool's instruction-set variants (see carve_q8_pool.h).
 //
 // carve_q8.c checks the arguments, resolves the views and splits the op into tiles (carve_q8_run_pool_loops); a
-// variant is the item loops for the ops it takes (carve_q8_isa.h). The AVX-512 (and AVX2, below) loops compute
-// carve_q8.c's integers and floats operation for operation (the same formulas, exact in any order where they are
+// variant is the item loops for the ops it takes (carve_q8_isa.h). The AVX-512 (and AVX2 and NEON, below) loops
+// compute carve_q8.c's integers and floats operation for operation (the same formulas, exact in any order where they are
 // integer sums), so every byte is carve_q8_run's: tests/runtime/q8_vs_arith.py compares each variant with arith.py bit for bit, and
 // q8_pool_vs_run.py with carve_q8_run on 1 to 7 threads.
 //

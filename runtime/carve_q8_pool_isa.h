@@ -1,7 +1,7 @@
 // carve runtime, internal: the variants of carve_q8_pool (carve_q8_pool.h), each a full entry point with
 // carve_q8_run_pool's signature, for the selector, the tests and the benches. A variant runs only where
 // carve_q8_pool_avx512_ready() (and, for avx512vbmi, carve_q8_pool_vbmi_ready(); for avx2,
-// carve_q8_pool_avx2_ready()) said 1; only the variants this
+// carve_q8_pool_avx2_ready()) said 1 (neon: any aarch64 CPU); only the variants this
 // build can compile are declared.
 
 #ifndef CARVE_Q8_POOL_ISA_H

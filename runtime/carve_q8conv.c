@@ -1,4 +1,5 @@
-// carve runtime: the int8 dense convolution on AMX, AVX-512 VNNI, AVX-VNNI, AVX2 or portable C (see carve_q8conv.h).
+// carve runtime: the int8 dense convolution on AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON or portable C (see
+// carve_q8conv.h).
 //
 // One driver checks the arguments, reads the record and splits the output into blocks of CARVE_Q8CONV_MB pixels
 // over `slots` tasks; a variant is how a task's blocks are computed (q8c_isa): each block's im2col rows packed
