@@ -243,7 +243,10 @@ def conv_cases_one(rng) -> qa.Case:
 
 # ---- Run and compare ----------------------------------------------------------------------------------------
 
-def run_tool(tool: list, variant: str, threads: int, slots: int, cases: list) -> list:
+def run_tool(tool, variant: str, threads: int, slots: int, cases: list) -> list:
+    """[(status, arena)] per case of the variant's run; tool: the tool's path, or [prefix ..., path] (--exec);
+    None when the tool fails."""
+    tool = [str(tool)] if isinstance(tool, (str, Path)) else tool
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "cases.bin"), Path(tmp, "results.bin")
         src.write_bytes(b"Q8V1" + struct.pack("<II", q8conv_pack.PACKS_LAYOUT, len(cases)) +
