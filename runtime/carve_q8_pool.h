@@ -10,8 +10,9 @@
 //               looked up a byte at a time;
 //   avx2        x86-64 with AVX2 + FMA (no AVX-512 BW / VL): the same loops at half the width, the table a byte
 //               at a time;
+//   neon        aarch64 (NEON): the same ops, 16 channels or elements at a time, the table by TBL / TBX;
 //   portable    carve_q8_run_pool itself (carve_q8.c, plain C11): every other CPU, and the reference.
-// The AVX-512 and AVX2 variants have loops for: CONV with groups == cin == cout (depthwise, any kernel of at most
+// The AVX-512, AVX2 and NEON variants have loops for: CONV with groups == cin == cout (depthwise, any kernel of at most
 // CARVE_Q8_POOL_MAX_TAPS taps, stride and padding, with or without the table), ADD in carve_q8.c's int32 form
 // (shift 17..47, multipliers below 2^31 - 2^15: every add the quantization pass makes), QUANTIZE, DEQUANTIZE and
 // MAXPOOL; any other op (dense and grouped convolutions, ADD's int64 form, COPY, UPSAMPLE2X, larger kernels) runs
@@ -32,7 +33,7 @@
 extern "C" {
 #endif
 
-// The most taps (kh * kw) of a depthwise CONV the AVX-512 and AVX2 loops take (7 x 7).
+// The most taps (kh * kw) of a depthwise CONV the AVX-512, AVX2 and NEON loops take (7 x 7).
 #define CARVE_Q8_POOL_MAX_TAPS 49
 
 // carve_q8_run_pool's signature and contract (carve_q8.h).
@@ -41,11 +42,13 @@ typedef carve_status (*carve_q8_pool_fn)(const carve_q8_desc* d, const uint8_t* 
 
 // The best variant for this CPU and build given isa (from carve_isa_detect()): for CARVE_ISA_AVX512 the
 // avx512vbmi one where the CPU has VBMI, else the avx512 one (both need AVX-512 BW and VL too; without them, as
-// for CARVE_ISA_AVX2); for CARVE_ISA_AVX2 the avx2 one where the CPU has AVX2 + FMA; the portable one
-// (carve_q8_run_pool) for any other isa. Never NULL. A package calls it once, at create.
+// for CARVE_ISA_AVX2); for CARVE_ISA_AVX2 the avx2 one where the CPU has AVX2 + FMA; for CARVE_ISA_NEON (aarch64
+// builds) the neon one; the portable one (carve_q8_run_pool) for any other isa. Never NULL. A package calls it
+// once, at create.
 carve_q8_pool_fn carve_q8_pool_select(carve_isa isa);
 
-// "avx512vbmi", "avx512", "avx2", "portable" for the variants carve_q8_pool_select returns; "unknown" otherwise.
+// "avx512vbmi", "avx512", "avx2", "neon", "portable" for the variants carve_q8_pool_select returns; "unknown"
+// otherwise.
 const char* carve_q8_pool_name(carve_q8_pool_fn fn);
 
 // carve_q8_pool_select(carve_isa_detect()) of the op, selecting on every call (tools, benches).

@@ -1,6 +1,6 @@
 // carve runtime: the int8 dense convolution as a GEMM on AMX, AVX-512 VNNI,
-// AVX-VNNI, AVX2 or portable C (issue 19), bit for bit arith.qconv2d
-// (generator/carve/quant/arith.py).
+// AVX-VNNI, AVX2, aarch64 NEON (with or without the dot product) or portable C
+// (issue 19), bit for bit arith.qconv2d (generator/carve/quant/arith.py).
 //
 // What it runs: a CARVE_Q8_CONV of carve_q8.h with groups 1 (1x1, 3x3 stride 1 /
 // 2, the stem's 3x3 stride 2 on 3 channels, any kh, kw, stride, pad), the same
@@ -17,9 +17,10 @@
 //             = sum_k B[k][o] * (A[p][k] + s) + (bias[o] - (zx + s) * wsum[o])
 //
 // with wsum[o] = sum_k B[k][o] (all taps) and any shift s: s = 0 for AMX's signed
-// x signed TDPBSSD, AVX2's VPMADDWD (of sign-extended int16) and the portable
-// loops; s = 128 for VNNI's unsigned x signed VPDPBUSD (zmm, or ymm with AVX-VNNI;
-// A + 128 is A's bytes with the top bit flipped). A padded tap holds zx,
+// x signed TDPBSSD, AVX2's VPMADDWD (of sign-extended int16), NEON's SDOT and
+// SMULL + SADALP (signed bytes) and the portable loops; s = 128 for VNNI's
+// unsigned x signed VPDPBUSD (zmm, or ymm with AVX-VNNI; A + 128 is A's bytes
+// with the top bit flipped). A padded tap holds zx,
 // so it contributes B * (zx - zx) = 0 exactly, as arith's padding does. Then
 // arith's requantization, clamp(zy + ((acc * m + 2^(n-1)) >> n)) in int64, and
 // y = lut[pre + 128] when act is SiLU. No floating point anywhere.
@@ -32,7 +33,10 @@
 // s) * wsum and the final acc are within |bias| + 255 * sum |B|. (VPDPBUSD and
 // TDPBSSD add with wrap-around, not saturation, so even an overflowing partial
 // sum would end at the right value; the bound makes that moot; VPMADDWD's pairs of
-// int8 products stay below 2^15, far from its one saturating case.) So every
+// int8 products stay below 2^15, far from its one saturating case; NEON's SMULL
+// gives single int8 products in int16, at most 2^14, which SADALP adds in pairs
+// into int32 at once: no int16 sum of two products, which (-128)^2 twice would
+// overflow.) So every
 // variant, thread count and split gives arith's bytes.
 //
 // ---- The record in the blob (generator/carve/backends/q8conv_pack.py writes it) ----
@@ -56,9 +60,10 @@
 //
 // Channels o >= cout have bias, wsum and mul 0 and shift 1. A panel is AMX's B
 // operand (16 rows of 64 bytes, "VNNI layout": 4 consecutive k of one output
-// channel in each dword) for every block of 64 k, and VPDPBUSD's (one 64-byte
-// vector per group of 4 k; two 32-byte halves of 8 channels on ymm), so all the
-// variants share it. CARVE_Q8CONV_LAYOUT
+// channel in each dword) for every block of 64 k, VPDPBUSD's (one 64-byte
+// vector per group of 4 k; two 32-byte halves of 8 channels on ymm) and SDOT's
+// (a 16-byte quarter of a group is 4 channels x 4 k, dotted with a lane of 4
+// bytes of A), so all the variants share it. CARVE_Q8CONV_LAYOUT
 // numbers this layout; q8conv_pack.py reads it from here and refuses to pack when
 // it writes another, and generated code _Static_asserts it.
 //
@@ -97,6 +102,18 @@
 //               8 channels (two partial sums a channel, added by VPHADDD at the end;
 //               not VPMADDUBSW, which saturates). Both AVX2 variants requantize in
 //               int32 on ymm where every shift is >= 33, else per value in C.
+//   neondot     aarch64 with the ARMv8.2 dot product (SDOT; Linux: getauxval's
+//               HWCAP_ASIMDDP: Cortex-A76 and later, Neoverse N1 and later, so a
+//               Raspberry Pi 5, Graviton 2+, Jetson Orin), where the compiler has it
+//               (GCC >= 10, or a build for such a target: carve_q8conv_isa.h):
+//               SDOT by lane on 4 pixels x 16 channels in 16 int32x4 accumulators,
+//               A packed unflipped (memset + memcpy). The requantization in int64
+//               lanes (SMULL, SSHL by -n) for every shift, the saturating
+//               narrowings as the clamp; the table by TBL / TBX after each block.
+//   neon        aarch64 otherwise (ARMv8.0: Cortex-A53 / A55 / A72, Raspberry Pi 3 /
+//               4): SMULL / SMULL2 of int8 into int16 and SADALP into int32 on 2
+//               pixels x 16 channels (two partial sums a channel, ADDP at the end);
+//               the rest as neondot. Speed of both not measured (only qemu here).
 //   portable    C11 everywhere else (and as the reference of the others): a
 //               correctness fallback (about 11 GOP/s on a Sapphire Rapids core), not
 //               a fast path.
@@ -175,11 +192,12 @@ typedef carve_status (*carve_q8conv_fn)(const carve_q8_desc* d, const uint8_t* b
 // the CPU has AMX-INT8 and the OS grants the tile data (this asks for it, for the whole process: call it once, at
 // create), else the AVX-512 VNNI one where the CPU has VNNI, else as for CARVE_ISA_AVX2; for CARVE_ISA_AVX2 the
 // AVX-VNNI one where the CPU (and the compiler) has AVX-VNNI, else the AVX2 one where the CPU has AVX2 + FMA,
-// else the portable one; the portable one for any other isa. Never NULL.
+// else the portable one; for CARVE_ISA_NEON (aarch64 builds) the neondot one where the CPU (and the compiler) has
+// the dot product, else the neon one; the portable one for any other isa. Never NULL.
 carve_q8conv_fn carve_q8conv_select(carve_isa isa);
 
-// "amx", "avx512vnni", "avxvnni", "avx2", "portable" for the variants carve_q8conv_select returns; "unknown"
-// otherwise.
+// "amx", "avx512vnni", "avxvnni", "avx2", "neondot", "neon", "portable" for the variants carve_q8conv_select
+// returns; "unknown" otherwise.
 const char* carve_q8conv_name(carve_q8conv_fn fn);
 
 #ifdef __cplusplus

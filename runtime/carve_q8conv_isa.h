@@ -43,6 +43,20 @@ carve_status carve_q8conv__avxvnni(const carve_q8_desc* d, const uint8_t* blob, 
                                    size_t slots, pthreadpool_t pool);
 #endif
 #endif
+#ifdef CARVE_HAVE_NEON
+// aarch64 NEON (ARMv8.0: SMULL + SADALP on int8, exact), for every aarch64 CPU.
+carve_status carve_q8conv__neon(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                size_t slots, pthreadpool_t pool);
+// ARMv8.2 dot product (SDOT), where the compiler has it (CARVE_Q8CONV_HAVE_NEONDOT): a build for a target with it
+// (__ARM_FEATURE_DOTPROD, e.g. -mcpu=cortex-a76 or -march=armv8.2-a+dotprod), or GCC >= 10 for any aarch64
+// target (a function-level target attribute; the CPU is asked at run time: carve_q8conv_neondot_ready). Clang
+// (14, tested) declares the intrinsics only for such a target: without one its build has no neondot variant.
+#if defined(__ARM_FEATURE_DOTPROD) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10)
+#define CARVE_Q8CONV_HAVE_NEONDOT 1
+carve_status carve_q8conv__neondot(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, void* scratch,
+                                   size_t slots, pthreadpool_t pool);
+#endif
+#endif
 
 // 1 where this CPU and build can run the variant: AVX-512 F, BW, VL and VNNI (carve_q8conv_vnni_ready), AMX-INT8
 // with those and the OS's permission for the tile data, which carve_q8conv_amx_ready asks for (once per process
@@ -53,6 +67,9 @@ int carve_q8conv_vnni_ready(void);
 int carve_q8conv_avx2_ready(void);
 int carve_q8conv_avxvnni_ready(void);
 int carve_q8conv_amx_ready(void);
+// 1 where the neondot variant runs: this build has it and the CPU has the dot-product instructions (Linux:
+// getauxval(AT_HWCAP) & HWCAP_ASIMDDP; elsewhere only a build for a target with them); 0 off aarch64.
+int carve_q8conv_neondot_ready(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -2,7 +2,7 @@
 """Cross-compiles generated packages (Debian's cross toolchains, tools/install.sh --test installs them) and runs
 the aarch64 ones under qemu-aarch64 against the x86-64 package.
 
-    cross.py --work build/work --target aarch64-xnnpack | aarch64-portable | cortex-m7
+    cross.py --work build/work --target aarch64-xnnpack | aarch64-xnnpack-int8 | aarch64-portable | cortex-m7
 
 aarch64-xnnpack   yolo26n at 320 (xnnpack) built with aarch64-linux-gnu-gcc against Debian's arm64 XNNPACK,
                   pthreadpool and cpuinfo, fetched and unpacked (not installed) by tools/arm64_sysroot.sh into
@@ -14,6 +14,16 @@ aarch64-xnnpack   yolo26n at 320 (xnnpack) built with aarch64-linux-gnu-gcc agai
                      output compared with the x86-64 xnnpack package of the same checkpoint and --imgsz on the
                      same tensor, with compare_backends' bound: max(1e-4, 3 x |PyTorch fp32 - x86-64 xnnpack|)
                      relative to the layer's max |value| (NEON and AVX micro-kernels sum in different orders).
+aarch64-xnnpack-int8
+                  the int8 package of the trained demo model on the xnnpack backend (tests/int8/int8pkg.py's shared
+                  package, 128x128), its demo built for aarch64 against the same sysroot and run under qemu-aarch64
+                  on -cpu max (ARMv8.2+ with the dot product: carve_q8conv's neondot and carve_q8_run_pool's neon
+                  variants) and -cpu cortex-a53 (ARMv8.0: neon and neon), on the four sample images with --dump,
+                  against the x86-64 build of the same package (this CPU's AMX / AVX-512 / AVX2 variants): the int8
+                  layers up to the first convolution kept in float32 bit-identical (every int8 op is bit for bit
+                  arith.py in every variant), later int8 layers within one unit and float layers within 1e-4
+                  relative (XNNPACK's NEON and AVX float kernels round differently), the rows' detections the same
+                  (tests/int8/xnn_vs_portable.py's bounds); the number of bit-identical layers is printed.
 aarch64-portable  the same with --backend portable (-DCARVE_RT_NO_THREADS; libm, and libstb for the demo),
                   compared with the same x86-64 xnnpack package.
 cortex-m7         --backend portable for arm-none-eabi-gcc -mcpu=cortex-m7 -mfpu=fpv5-d16 -mfloat-abi=hard
@@ -168,13 +178,78 @@ def aarch64(backend: str, cache: Path, work: Path, sysroot: Path) -> bool:
     return ok and same
 
 
+def aarch64_int8(cache: Path, work: Path, sysroot: Path) -> bool:
+    """The module docstring's aarch64-xnnpack-int8 (cache: the build's work folder, which holds the shared int8
+    package; work: this test's files)."""
+    sys.path.insert(0, str(REPO / "tests" / "int8"))
+    import int8pkg
+    import xnn_vs_portable as xvp
+    import numpy as np
+    inc, lib = sysroot / "usr" / "include", sysroot / "usr" / "lib" / "aarch64-linux-gnu"
+    shared = int8pkg.package(cache, "xnnpack", int8pkg.IMGSZ)
+    graph = int8pkg.package_graph(cache, shared, "xnnpack", int8pkg.IMGSZ)
+    units = {lay.index: graph.tensors[lay.output].quant.scale for lay in graph.layers
+             if graph.tensors[lay.output].dtype == "i8"}
+    first_float = min((op.layer for op in graph.ops if op.kind == "conv2d"), default=None)
+    files = int8pkg.package_files(shared)
+    demos = {"x86-64": compare_backends.build(int8pkg.write_package(files, work / "x86-64"), int8pkg.PREFIX,
+                                              "xnnpack")}
+    arm = compare_backends.build(int8pkg.write_package(files, work / "aarch64"), int8pkg.PREFIX, "xnnpack",
+                                 cc=AARCH64_CC, cflags=(f"-I{inc}",), ldflags=(f"-L{lib}", f"-Wl,-rpath-link={lib}"))
+    log(f"int8 package {shared.name} (first float32 conv in layer {first_float}): {arm.name} built for "
+        f"{elf_machine(arm)}")
+    inputs = int8pkg.letterboxed(xvp.IMAGES, int8pkg.IMGSZ)
+    ok = True
+    for img in xvp.IMAGES:
+        tensor = int8pkg.save_nchw(inputs[img], work / f"{img.stem}.npy")
+        ref = work / f"dump-x86-64-{img.stem}"
+        shutil.rmtree(ref, ignore_errors=True)
+        int8pkg.run_demo(demos["x86-64"], "--input", tensor, "--dump", ref, "--conf", xvp.CONF)
+        want_rows = np.load(ref / "output0.npy").reshape(-1, 6)
+        for cpu in ("max", "cortex-a53"):
+            d = work / f"dump-{cpu}-{img.stem}"
+            shutil.rmtree(d, ignore_errors=True)
+            p = run(["qemu-aarch64", "-cpu", cpu, "-L", AARCH64_LIBC, "-E", f"LD_LIBRARY_PATH={lib}", arm, "--input",
+                     tensor, "--dump", d, "--conf", str(xvp.CONF)], check=False)
+            if p.returncode != 0:
+                sys.stdout.write(p.stdout[-4000:] + p.stderr[-4000:])
+                log(f"   {img.name}, qemu-aarch64 -cpu {cpu}: exit status {p.returncode}: FAIL")
+                ok = False
+                continue
+            problems, identical = [], 0
+            for lay in graph.layers:
+                name = f"layer_{lay.index:02d}.npy"
+                a, b = np.load(d / name), np.load(ref / name)
+                identical += a.tobytes() == b.tobytes()
+                diff = float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+                if lay.index in units:
+                    bound = 0.0 if first_float is None or lay.index < first_float else 1.0
+                    if diff / units[lay.index] > bound:
+                        problems.append(f"int8 layer {lay.index} ({lay.type}) {diff / units[lay.index]:.3g} units off")
+                elif diff > xvp.FLOAT_RTOL * max(float(np.abs(b).max()), 1e-30):
+                    problems.append(f"float layer {lay.index} ({lay.type}) {diff:.3g} off")
+            rows = np.load(d / "output0.npy").reshape(-1, 6)
+            why = "" if rows.tobytes() == want_rows.tobytes() else xvp.rows_differ(rows, want_rows)
+            if why:
+                problems.append(f"the rows differ ({why})")
+            detections = int(np.sum(want_rows[:, 4] >= xvp.CONF))
+            if detections == 0:
+                problems.append(f"no detection >= {xvp.CONF} on a sample image (a flat model proves nothing)")
+            log(f"   {img.name}, qemu-aarch64 -cpu {cpu} vs x86-64: {identical} of {len(graph.layers)} layers "
+                f"bit-identical, rows {'bit-identical' if rows.tobytes() == want_rows.tobytes() else 'close'}, "
+                f"{detections} detections: {'; '.join(problems) or 'ok'}")
+            ok &= not problems
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--target", required=True, choices=("aarch64-xnnpack", "aarch64-portable", "cortex-m7"))
+    ap.add_argument("--target", required=True,
+                    choices=("aarch64-xnnpack", "aarch64-xnnpack-int8", "aarch64-portable", "cortex-m7"))
     args = ap.parse_args()
     t = fwlib.Timer()
-    backend = "xnnpack" if args.target.endswith("xnnpack") else "portable"
+    backend = "portable" if args.target.endswith("portable") or args.target == "cortex-m7" else "xnnpack"
     if backend == "portable" and not have_backend("portable"):
         log(f"cross {args.target}: SKIPPED: --backend portable is not in this carve yet")
         return SKIP
@@ -191,7 +266,10 @@ def main() -> int:
             log(f"cross {args.target}: SKIPPED: Debian's arm64 XNNPACK, pthreadpool, cpuinfo and stb could not be "
                 f"downloaded (tools/arm64_sysroot.sh, see above): nothing linked or run for aarch64")
             return SKIP
-        ok = aarch64(backend, args.work, work, sysroot)
+        if args.target == "aarch64-xnnpack-int8":
+            ok = aarch64_int8(args.work, work, sysroot)
+        else:
+            ok = aarch64(backend, args.work, work, sysroot)
         if ok:
             shutil.rmtree(work, ignore_errors=True)
         log(f"cross {args.target}: {'PASS' if ok else 'FAIL (files kept in ' + str(work) + ')'} ({t})")

@@ -66,9 +66,12 @@ set_tests_properties(firmware_oracle_yolo26n_256x384 PROPERTIES TIMEOUT 1800 RES
 
 # Cross-compiles: portable for a Cortex-M7 (built); xnnpack and portable for aarch64 Linux, linked against Debian's
 # arm64 libraries (tools/arm64_sysroot.sh, unpacked under build/.cache), run under qemu-aarch64 and compared layer
-# by layer with the x86-64 xnnpack package (about 50 s each). Skipped (exit 77): the portable targets while
-# --backend portable is not in this carve; the aarch64 targets when the arm64 packages cannot be downloaded.
-foreach(target aarch64-xnnpack aarch64-portable cortex-m7)
+# by layer with the x86-64 xnnpack package (about 50 s each); aarch64-xnnpack-int8: the shared int8 package of the
+# demo model (tests/int8/int8pkg.py) built for aarch64 and run under qemu-aarch64 -cpu max and cortex-a53 (the
+# NEON variants of carve_q8conv and carve_q8_run_pool) against its x86-64 build, layer by layer (about 20 s once the
+# package exists). Skipped (exit 77): the portable targets while --backend portable is not in this carve; the
+# aarch64 targets when the arm64 packages cannot be downloaded.
+foreach(target aarch64-xnnpack aarch64-xnnpack-int8 aarch64-portable cortex-m7)
   add_test(NAME firmware_cross_${target}
            COMMAND ${CARVE_PYTHON} ${CARVE_FW}/cross.py --work ${CARVE_WORK} --target ${target}
            WORKING_DIRECTORY ${CARVE_ROOT})

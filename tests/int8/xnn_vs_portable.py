@@ -12,8 +12,8 @@ deterministic, tests/int8/regenerate.py; emitting a graph is the command's own p
 
 How the xnnpack backend runs an int8 graph (generator/carve/backends/xnn_q8.py) and what is asserted of each:
 
-* dense (groups 1) qconv2d: carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2 or portable
-  C, the variant carve_q8conv_select picks at create), integer arithmetic bit for bit arith.py's, as the portable
+* dense (groups 1) qconv2d: carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON or
+  portable C, the variant carve_q8conv_select picks at create), integer arithmetic bit for bit arith.py's, as the portable
   package's carve_q8_run;
 * every other int8 op (depthwise qconv2d, qadd, quantize, dequantize, the int8 max pool / upsample / concat
   copies): carve_q8_run_pool, the portable package's descriptors and carve_q8_run's bytes on any number of threads

@@ -14,8 +14,23 @@
                                 else).
                             A cross compiler that is not installed is skipped with a message (tools/install.sh
                             --test installs them); gcc must be there.
-    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux (GCC vectorises for NEON), run under
-                            qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py.
+    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux
+                            (GCC vectorises carve_q8.c for NEON; carve_q8_pool.c's neon variant), run under
+                            qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py, the
+                            variants portable and neon, select picking neon; then a build with carve_pool.c run
+                            by q8_pool_vs_run.py (the variants on 0 to 7 threads against carve_q8_run), and
+                            test_q8.c (argument checks, refusals, the selector).
+                            Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
+    q8_build.py q8conv-aarch64
+                            carve_q8conv.c (its NEON variants) for aarch64: clang --target=aarch64-linux-gnu
+                            -fsyntax-only -Werror (carve_q8_pool.c too) without and with the dot product (if
+                            clang is there); then
+                            q8conv_tool.c + carve_q8conv.c + carve_isa.c + carve_rt.c + carve_pool.c built with
+                            aarch64-linux-gnu-gcc -O2 -Werror and run under qemu-aarch64 by q8conv_vs_arith.py:
+                            on qemu's default CPU ("max", which has the dot product) the variants portable, neon
+                            and neondot on 1 / 2 / 5 threads, carve_q8conv_select picking neondot; on -cpu
+                            cortex-a53 (ARMv8.0, no dot product) portable and neon (--quick), select picking neon;
+                            and test_q8conv.c (a record written by hand, refusals, the selector, the names) on both.
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
 """
 
@@ -158,22 +173,86 @@ def aarch64() -> int:
         if shutil.which(tool) is None:
             print(f"q8_build aarch64: SKIPPED: {tool} not installed (sh tools/install.sh --test)")
             return SKIP
+    rt = REPO / "runtime"
+    sources = [str(HERE / "q8_tool.c"), str(SRC), str(POOL_SRC), str(rt / "carve_isa.c"), str(rt / "carve_rt.c")]
+    expect = ["--exec", f"qemu-aarch64 -L {AARCH64_LIBC}", "--expect", "portable,neon", "--expect-selected", "neon"]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8_tool")
-        subprocess.run([cc, *WARN, "-O2", str(HERE / "q8_tool.c"), str(SRC), str(REPO / "runtime" / "carve_q8_pool.c"),
-                        str(REPO / "runtime" / "carve_isa.c"), str(REPO / "runtime" / "carve_rt.c"),
-                        "-o", str(exe), "-lm"], check=True)
+        subprocess.run([cc, *WARN, "-O2", *sources, "-o", str(exe), "-lm"], check=True)
         print(f"  {exe.name} built with {cc} -O2; running q8_vs_arith.py under qemu-aarch64")
-        p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), "--exec", f"qemu-aarch64 -L {AARCH64_LIBC}",
-                            str(exe)])
-        return p.returncode
+        p = subprocess.run([sys.executable, str(HERE / "q8_vs_arith.py"), *expect, str(exe)])
+        # with the thread pool (carve_pool.c): carve_q8_run_pool's variants (the neon one) on 0 to 7 threads
+        threaded = Path(tmp, "q8_tool_threads")
+        subprocess.run([cc, *[f for f in WARN if f != "-DCARVE_RT_NO_THREADS"], "-O2", *sources,
+                        str(rt / "carve_pool.c"), "-o", str(threaded), "-pthread", "-lm"], check=True)
+        print(f"  {threaded.name} (with carve_pool.c) built; running q8_pool_vs_run.py under qemu-aarch64")
+        q = subprocess.run([sys.executable, str(HERE / "q8_pool_vs_run.py"), *expect, str(threaded)])
+        test = Path(tmp, "test_q8")  # the argument checks and refusals, the selector (the neon variant)
+        subprocess.run([cc, *[f for f in WARN if f != "-DCARVE_RT_NO_THREADS"], "-O2", "-UNDEBUG",
+                        str(HERE / "test_q8.c"), *sources[1:], str(rt / "carve_pool.c"), "-o", str(test), "-pthread",
+                        "-lm"], check=True)
+        r = subprocess.run(["qemu-aarch64", "-L", str(AARCH64_LIBC), str(test)], capture_output=True, text=True)
+        print("  test_q8 under qemu-aarch64: " + (r.stdout.strip().splitlines() or ["?"])[-1])
+        if r.returncode != 0:
+            print(r.stdout + r.stderr)
+        return 1 if p.returncode or q.returncode or r.returncode else 0
+
+
+def q8conv_aarch64() -> int:
+    cc = "aarch64-linux-gnu-gcc"
+    for tool in (cc, "qemu-aarch64"):
+        if shutil.which(tool) is None:
+            print(f"q8_build q8conv-aarch64: SKIPPED: {tool} not installed (sh tools/install.sh --test)")
+            return SKIP
+    rt = REPO / "runtime"
+    failed = 0
+    if shutil.which("clang") is not None:
+        for extra in ([], ["-march=armv8.2-a+dotprod"]):
+            p = subprocess.run(["clang", "--target=aarch64-linux-gnu", *extra, "-std=c11", "-Wall", "-Wextra",
+                                "-Werror", "-fsyntax-only", f"-I{rt}", str(rt / "carve_q8conv.c"),
+                                str(POOL_SRC)], capture_output=True, text=True)
+            label = " ".join(["clang --target=aarch64-linux-gnu", *extra, "carve_q8conv.c carve_q8_pool.c"])
+            print(f"  {label}: {'clean' if p.returncode == 0 else 'FAILED'}")
+            if p.returncode != 0:
+                print(p.stderr.strip())
+                failed += 1
+    else:
+        print("  clang not installed: its aarch64 syntax check skipped")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp, "q8conv_tool")
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{rt}", str(HERE / "q8conv_tool.c"),
+                        str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"), str(rt / "carve_rt.c"),
+                        str(rt / "carve_pool.c"), "-o", str(exe), "-pthread", "-lm"], check=True)
+        test = Path(tmp, "test_q8conv")  # the hand-written record, refusals, the selector and the names
+        subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-UNDEBUG", f"-I{rt}",
+                        str(HERE / "test_q8conv.c"), str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"),
+                        str(rt / "carve_rt.c"), str(rt / "carve_pool.c"), "-o", str(test), "-pthread", "-lm"],
+                       check=True)
+        for cpu in ("max", "cortex-a53"):
+            p = subprocess.run(["qemu-aarch64", "-cpu", cpu, "-L", str(AARCH64_LIBC), str(test)], capture_output=True,
+                               text=True)
+            print(f"  test_q8conv under qemu-aarch64 -cpu {cpu}: " + (p.stdout.strip().splitlines() or ["?"])[-1])
+            if p.returncode != 0:
+                print(p.stdout + p.stderr)
+                failed += 1
+        script = [sys.executable, str(HERE / "q8conv_vs_arith.py")]
+        for cpu, args in (("max", ["--expect", "portable,neon,neondot", "--expect-selected", "neondot"]),
+                          ("cortex-a53", ["--quick", "--expect", "portable,neon", "--expect-selected", "neon"])):
+            print(f"  {exe.name} built with {cc} -O2; q8conv_vs_arith.py under qemu-aarch64 -cpu {cpu}")
+            p = subprocess.run([*script, *args, "--exec", f"qemu-aarch64 -cpu {cpu} -L {AARCH64_LIBC}", str(exe)])
+            failed += p.returncode != 0
+    print("q8_build q8conv-aarch64: " + ("ok" if not failed else f"{failed} FAILED"))
+    return 1 if failed else 0
+
+
+MODES = {"compile": compile_all, "aarch64": aarch64, "q8conv-aarch64": q8conv_aarch64}
 
 
 def main() -> int:
-    if len(sys.argv) != 2 or sys.argv[1] not in ("compile", "aarch64"):
+    if len(sys.argv) != 2 or sys.argv[1] not in MODES:
         print(__doc__)
         return 2
-    return compile_all() if sys.argv[1] == "compile" else aarch64()
+    return MODES[sys.argv[1]]()
 
 
 if __name__ == "__main__":

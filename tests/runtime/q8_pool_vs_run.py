@@ -2,13 +2,14 @@
 """carve_q8_run_pool (runtime/carve_q8.c) and its instruction-set variants (runtime/carve_q8_pool.h) against
 carve_q8_run, byte for byte, on 1, 2, 3 and 7 threads.
 
-Usage: q8_pool_vs_run.py PATH/TO/q8_tool
+Usage: q8_pool_vs_run.py [--exec "PREFIX ..."] [--expect NAME,...] [--expect-selected NAME] PATH/TO/q8_tool
+(the options as q8_vs_arith.py's: a cross-compiled tool through qemu-aarch64, the variants it must run)
 
 The cases are q8_vs_arith.py's (every kind, realistic parameters, strided and misaligned views, the trained demo
 layers, the refusals) plus larger ops that the pool splits into many tiles: yolo26n-like depthwise 3x3 layers
 (stride 1 and 2, channel counts off the 32-channel block, strided views), a 5x5 depthwise, grouped and dense
 convolutions, adds, the SPPF max pool, copies, an upsample, the image's quantize and a dequantize. For every
-variant this CPU runs (`q8_tool --variants`: portable, avx512, avx512vbmi, avx2), q8_tool runs each case with
+variant this CPU runs (`q8_tool --variants`: portable, avx512, avx512vbmi, avx2, neon), q8_tool runs each case with
 carve_q8_run, then with the variant on no pool and on pools of 1, 2, 3 and 7 threads, each on a fresh copy of
 the arena: every pool run must return carve_q8_run's status and leave the whole arena equal to carve_q8_run's,
 byte for byte (so nothing outside the output view is written either), and carve_q8_run's result must be
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -104,19 +106,19 @@ def dequantize_case(rng, pixels: int, c: int) -> qa.Case:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tool")
+    qa.add_variant_args(ap)
     args = ap.parse_args()
+    prefix = shlex.split(args.exec)
     rng = np.random.default_rng(23)
     cases = qa.all_cases(rng) + big_cases(rng)
     work = task_work()
     failed, most = 0, {}
-    variants, selected = qa.tool_variants([], args.tool)
+    variants, selected = qa.tool_variants(prefix, args.tool)
     print(f"  carve_q8_run_pool variants run: {', '.join(variants)} (a package on this CPU selects {selected})")
-    if variants != qa.expected_variants():
-        print(f"FAIL this CPU should run the variants {qa.expected_variants()}, the tool runs {variants}")
-        failed += 1
+    failed += qa.check_variants(args, variants, selected)
     results = [[] for _ in cases]
     for v in variants:
-        for i, r in enumerate(qa.run_tool([], args.tool, cases, v, THREADS)):
+        for i, r in enumerate(qa.run_tool(prefix, args.tool, cases, v, THREADS)):
             results[i].append((v, r))
     for case, runs in zip(cases, results):
         status, arena = runs[0][1][0]

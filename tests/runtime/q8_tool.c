@@ -41,6 +41,9 @@ static const variant k_variants[] = {
     {"avx512vbmi", carve_q8_pool__avx512vbmi, carve_q8_pool_vbmi_ready},
     {"avx2", carve_q8_pool__avx2, carve_q8_pool_avx2_ready},
 #endif
+#ifdef CARVE_HAVE_NEON
+    {"neon", carve_q8_pool__neon, always},
+#endif
 };
 
 static int fail(const char* what) {

@@ -2,7 +2,7 @@
 """Compare carve_q8_run (runtime/carve_q8.c) and every variant of carve_q8_run_pool this CPU runs
 (runtime/carve_q8_pool.h: portable, avx512, avx512vbmi, avx2) with generator/carve/quant/arith.py, bit for bit.
 
-Usage: q8_vs_arith.py [--exec "PREFIX ..."] PATH/TO/q8_tool
+Usage: q8_vs_arith.py [--exec "PREFIX ..."] [--expect NAME,...] [--expect-selected NAME] PATH/TO/q8_tool
 
 Every kind on random int8 / float32 inputs with realistic quantization parameters, as the generator will make
 them: weights through arith.quantize_weights, biases through arith.quantize_bias, the output ranges calibrated on
@@ -27,6 +27,8 @@ a CPU with AVX-512 F, BW and VL (as /proc/cpuinfo says) must run the avx512 vari
 one with AVX2 and FMA the avx2 variant.
 
 --exec runs the tool through a prefix (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" for a cross-compiled one).
+--expect: the variants the tool must run (in its order; default: expected_variants() of this machine, none checked
+with --exec), --expect-selected: the one carve_q8_pool_select must pick.
 """
 
 from __future__ import annotations
@@ -567,6 +569,27 @@ def cpu_flags() -> set:
     return set(m.group(1).split()) if m else set()
 
 
+def add_variant_args(ap) -> None:
+    """--exec, --expect and --expect-selected (q8_vs_arith.py and q8_pool_vs_run.py)."""
+    ap.add_argument("--exec", default="", help="prefix to run the tool with (e.g. qemu-aarch64 -L ...)")
+    ap.add_argument("--expect", default="", help="comma-separated variants the tool must run, in order")
+    ap.add_argument("--expect-selected", default="", help="the variant carve_q8_pool_select must pick")
+
+
+def check_variants(args, variants: list, selected: str) -> int:
+    """Failures: the variants run against --expect (or, without --exec, expected_variants()), the selected one
+    against --expect-selected."""
+    failed = 0
+    want = args.expect.split(",") if args.expect else (None if args.exec else expected_variants())
+    if want is not None and variants != want:
+        print(f"FAIL this CPU should run the variants {want}, the tool runs {variants}")
+        failed += 1
+    if args.expect_selected and selected != args.expect_selected:
+        print(f"FAIL carve_q8_pool_select should pick {args.expect_selected}, it picks {selected}")
+        failed += 1
+    return failed
+
+
 def expected_variants() -> list:
     """The variants a tool built for this machine must run: portable; avx512 where the CPU has AVX-512 F, BW, VL;
     avx512vbmi with VBMI too; avx2 where it has AVX2 and FMA (x86-64 only: a cross-compiled tool under qemu runs
@@ -639,17 +662,14 @@ def check(case: Case, status: int, arena: bytes) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tool")
-    ap.add_argument("--exec", default="", help="prefix to run the tool with (e.g. qemu-aarch64 -L ...)")
+    add_variant_args(ap)
     args = ap.parse_args()
     rng = np.random.default_rng(19)
     cases = all_cases(rng)
     prefix = shlex.split(args.exec)
     variants, selected = tool_variants(prefix, args.tool)
-    failed = 0
     print(f"  carve_q8_run_pool variants run: {', '.join(variants)} (a package on this CPU selects {selected})")
-    if not args.exec and variants != expected_variants():
-        print(f"FAIL this CPU should run the variants {expected_variants()}, the tool runs {variants}")
-        failed += 1
+    failed = check_variants(args, variants, selected)
     results = [[] for _ in cases]
     for v in variants:
         for i, r in enumerate(run_tool(prefix, args.tool, cases, v, (0,))):

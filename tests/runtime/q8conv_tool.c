@@ -6,8 +6,8 @@
 //   q8conv_tool --sizes KH KW CIN COUT   "kp coutp record_bytes slot_bytes" from the header's macros
 //   q8conv_tool VARIANT THREADS SLOTS CASES.bin RESULTS.bin
 //
-// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi, amx_packed, amx_implicit, avx2, avxvnni
-// (runtime/carve_q8conv_isa.h) or select.
+// VARIANT: portable, avx512vnni, avx512vnni_novbmi, amx, amx_novbmi, amx_packed, amx_implicit, avx2, avxvnni, neon,
+// neondot (runtime/carve_q8conv_isa.h) or select.
 // THREADS: the pool's threads (1: no pool, NULL); SLOTS: the scratch slots the work is split into.
 // CASES.bin (little-endian): "Q8V1", uint32 layout (the CARVE_Q8CONV_LAYOUT the script's records are packed in),
 // uint32 number of cases, then per case: int64 fields[26] (carve_q8_desc, in the order of q8_tool.c's read_desc),
@@ -59,6 +59,12 @@ static const variant k_variants[] = {
     {"avx2", carve_q8conv__avx2, carve_q8conv_avx2_ready},
 #ifdef CARVE_Q8CONV_HAVE_AVXVNNI
     {"avxvnni", carve_q8conv__avxvnni, carve_q8conv_avxvnni_ready},
+#endif
+#endif
+#ifdef CARVE_HAVE_NEON
+    {"neon", carve_q8conv__neon, always},
+#ifdef CARVE_Q8CONV_HAVE_NEONDOT
+    {"neondot", carve_q8conv__neondot, carve_q8conv_neondot_ready},
 #endif
 #endif
 };

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Compare every variant of carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, portable) with
-generator/carve/quant/arith.py's qconv2d, bit for bit, on 1, 2 and 5 threads.
+"""Compare every variant of carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON, NEON
+dot product, portable) with generator/carve/quant/arith.py's qconv2d, bit for bit, on 1, 2 and 5 threads.
 
-Usage: q8conv_vs_arith.py [--quick] PATH/TO/q8conv_tool
+Usage: q8conv_vs_arith.py [--quick] [--exec "PREFIX ..."] [--expect NAME,...] [--expect-selected NAME]
+                          PATH/TO/q8conv_tool
 
 The cases are q8_vs_arith.py's conv_case (realistic parameters: weights through arith.quantize_weights, biases
 through quantize_bias, output ranges calibrated on the case's own accumulators so that some values clamp,
@@ -26,11 +27,15 @@ allow it, amx_implicit, not only where amx_plan estimates that it pays) runs eve
 threads with 2 slots and 5 threads with 7 slots: every run must give arith's bytes (so the runs are bit-identical
 to each other).
 --quick: one thread configuration (1 thread, 3 slots), for the sanitizer build.
+--exec runs the tool through a prefix (e.g. "qemu-aarch64 -L /usr/aarch64-linux-gnu" for a cross-compiled one:
+q8_build.py q8conv-aarch64). --expect: the variants the tool must list (in its order), --expect-selected: the one
+carve_q8conv_select must pick; a difference fails (so a variant that silently drops out of a build is seen).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import struct
 import subprocess
 import sys
@@ -238,12 +243,15 @@ def conv_cases_one(rng) -> qa.Case:
 
 # ---- Run and compare ----------------------------------------------------------------------------------------
 
-def run_tool(tool: str, variant: str, threads: int, slots: int, cases: list) -> list:
+def run_tool(tool, variant: str, threads: int, slots: int, cases: list) -> list:
+    """[(status, arena)] per case of the variant's run; tool: the tool's path, or [prefix ..., path] (--exec);
+    None when the tool fails."""
+    tool = [str(tool)] if isinstance(tool, (str, Path)) else tool
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp, "cases.bin"), Path(tmp, "results.bin")
         src.write_bytes(b"Q8V1" + struct.pack("<II", q8conv_pack.PACKS_LAYOUT, len(cases)) +
                         b"".join(c.pack() for c in cases))
-        r = subprocess.run([tool, variant, str(threads), str(slots), str(src), str(dst)])
+        r = subprocess.run([*tool, variant, str(threads), str(slots), str(src), str(dst)])
         if r.returncode != 0:  # e.g. a fault on a guard page (q8conv_tool.c): a read or write out of bounds
             return None
         data = dst.read_bytes()
@@ -257,12 +265,12 @@ def run_tool(tool: str, variant: str, threads: int, slots: int, cases: list) -> 
     return out
 
 
-def check_sizes(tool: str) -> int:
+def check_sizes(tool: list) -> int:
     """The C macros (CARVE_Q8CONV_KP, _COUTP, _RECORD_BYTES, _SLOT_BYTES) against q8conv_pack's functions."""
     failed = 0
     for kh, kw, cin, cout in ((1, 1, 16, 32), (3, 3, 3, 16), (3, 3, 128, 256), (1, 1, 200, 9), (5, 5, 4, 6),
                               (1, 1, 64, 64), (3, 3, 256, 16)):
-        got = tuple(int(v) for v in subprocess.run([tool, "--sizes", str(kh), str(kw), str(cin), str(cout)],
+        got = tuple(int(v) for v in subprocess.run([*tool, "--sizes", str(kh), str(kw), str(cin), str(cout)],
                                                    check=True, capture_output=True, text=True).stdout.split())
         want = (q8conv_pack.kp(kh, kw, cin), q8conv_pack.coutp(cout), q8conv_pack.record_bytes(kh, kw, cin, cout),
                 q8conv_pack.slot_bytes(kh, kw, cin))
@@ -276,12 +284,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("tool")
     ap.add_argument("--quick", action="store_true", help="one thread configuration (1 thread, 3 slots)")
+    ap.add_argument("--exec", default="", help="prefix to run the tool with (e.g. qemu-aarch64 -L ...)")
+    ap.add_argument("--expect", default="", help="comma-separated variants the tool must list, in order")
+    ap.add_argument("--expect-selected", default="", help="the variant carve_q8conv_select must pick")
     args = ap.parse_args()
-    lines = subprocess.run([args.tool, "--variants"], check=True, capture_output=True, text=True).stdout.split("\n")
+    tool = [*shlex.split(args.exec), args.tool]
+    lines = subprocess.run([*tool, "--variants"], check=True, capture_output=True, text=True).stdout.split("\n")
     variants = [v for v in lines if v and not v.startswith("selected ")]
     selected = next(v.split()[1] for v in lines if v.startswith("selected "))
     print(f"  variants on this CPU: {', '.join(variants)}; carve_q8conv_select picks {selected}")
-    failed = check_sizes(args.tool)
+    failed = check_sizes(tool)
+    if args.expect and variants != args.expect.split(","):
+        print(f"FAIL the tool should run the variants {args.expect.split(',')}, it runs {variants}")
+        failed += 1
+    if args.expect_selected and selected != args.expect_selected:
+        print(f"FAIL carve_q8conv_select should pick {args.expect_selected}, it picks {selected}")
+        failed += 1
     rng = np.random.default_rng(1908)
     cases = conv_cases(rng) + edge_cases(rng) + trained_cases(rng) + refusal_cases(rng)
     configs = ((1, 3),) if args.quick else THREADS
@@ -291,7 +309,7 @@ def main() -> int:
             values.append(np.asarray(case.expect).ravel())
     for variant in variants:
         for threads, slots in configs:
-            results = run_tool(args.tool, variant, threads, slots, cases)
+            results = run_tool(tool, variant, threads, slots, cases)
             if results is None:
                 print(f"FAIL {variant} t{threads} s{slots}: q8conv_tool failed (a negative code is a signal: a "
                       "fault on a guard page is an access past a buffer's end; an abort in the AddressSanitizer "
@@ -315,8 +333,8 @@ def main() -> int:
     if len(hit) < 2:
         print("FAIL: the outputs never reach both ends of int8: clamping is not exercised")
         failed += 1
-    if "amx" not in variants and "avx512vnni" not in variants:
-        print("  (no AVX-512 VNNI or AMX on this CPU: only the portable variant was checked)")
+    if len(variants) == 1:
+        print("  (no SIMD variant on this CPU: only the portable variant was checked)")
     if failed:
         print(f"q8conv_vs_arith: {failed} FAILED")
         return 1

@@ -245,7 +245,7 @@ static void check_pixel_kinds(void) {
 }
 
 // carve_q8_pool_select: for AVX-512 the best AVX-512 variant this CPU runs, else (and for AVX2) the AVX2 one where
-// the CPU has AVX2 + FMA; the portable variant for the others.
+// the CPU has AVX2 + FMA; for NEON the neon one (aarch64 builds); the portable variant for the others.
 static void check_select(void) {
   for (int isa = 0; isa < CARVE_TEST_ISAS; isa++) {
     const carve_q8_pool_fn fn = carve_q8_pool_select((carve_isa)isa);
@@ -256,6 +256,11 @@ static void check_select(void) {
     }
     if (isa == CARVE_ISA_AVX512 && carve_q8_pool_avx512_ready()) {
       want = carve_q8_pool_vbmi_ready() ? carve_q8_pool__avx512vbmi : carve_q8_pool__avx512;
+    }
+#endif
+#ifdef CARVE_HAVE_NEON
+    if (isa == CARVE_ISA_NEON) {
+      want = carve_q8_pool__neon;
     }
 #endif
     CHECK_MSG(fn == want, "carve_q8_pool_select(%s) is %s", carve_isa_name((carve_isa)isa), carve_q8_pool_name(fn));

@@ -234,6 +234,12 @@ int main(void) {
       {"avxvnni", carve_q8conv__avxvnni, carve_q8conv_avxvnni_ready()},
 #endif
 #endif
+#ifdef CARVE_HAVE_NEON
+      {"neon", carve_q8conv__neon, 1},
+#ifdef CARVE_Q8CONV_HAVE_NEONDOT
+      {"neondot", carve_q8conv__neondot, carve_q8conv_neondot_ready()},
+#endif
+#endif
   };
   pthreadpool_t pool = make_pool2();
   int ran = 0;
@@ -249,8 +255,18 @@ int main(void) {
   }
   pthreadpool_destroy(pool);
   // The selector: for AVX2, AVX-VNNI where ready, else AVX2 where ready, else portable; for AVX-512, AMX where
-  // ready, else AVX-512 VNNI where ready, else AVX2's choice; portable for the others.
+  // ready, else AVX-512 VNNI where ready, else AVX2's choice; for NEON (aarch64 builds) the dot-product variant
+  // where ready, else NEON's; portable for the others.
   carve_q8conv_fn want2 = carve_q8conv__portable, want512 = carve_q8conv__portable;
+  carve_q8conv_fn want_neon = carve_q8conv__portable;
+#ifdef CARVE_HAVE_NEON
+  want_neon = carve_q8conv__neon;
+  CHECK(strcmp(carve_q8conv_name(carve_q8conv__neon), "neon") == 0);
+#ifdef CARVE_Q8CONV_HAVE_NEONDOT
+  want_neon = carve_q8conv_neondot_ready() ? carve_q8conv__neondot : want_neon;
+  CHECK(strcmp(carve_q8conv_name(carve_q8conv__neondot), "neondot") == 0);
+#endif
+#endif
 #ifdef CARVE_HAVE_X86_SIMD
   want2 = carve_q8conv_avx2_ready() ? carve_q8conv__avx2 : carve_q8conv__portable;
 #ifdef CARVE_Q8CONV_HAVE_AVXVNNI
@@ -265,7 +281,7 @@ int main(void) {
   CHECK(carve_q8conv_select(CARVE_ISA_AVX512) == want512);
   CHECK(carve_q8conv_select(CARVE_ISA_AVX2) == want2);
   CHECK(carve_q8conv_select(CARVE_ISA_PORTABLE) == carve_q8conv__portable);
-  CHECK(carve_q8conv_select(CARVE_ISA_NEON) == carve_q8conv__portable);
+  CHECK(carve_q8conv_select(CARVE_ISA_NEON) == want_neon);
   CHECK(strcmp(carve_q8conv_name(carve_q8conv__portable), "portable") == 0);
   CHECK(strcmp(carve_q8conv_name(NULL), "unknown") == 0);
   printf("test_q8conv: ok (%d variants; selected for this CPU: %s)\n", ran,

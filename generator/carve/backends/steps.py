@@ -50,7 +50,7 @@ RUNTIME_FAMILIES = {
     "portable": "carve_portable.h",   # carve_pt_run
     "q8": "carve_q8.h",               # carve_q8_run(_pool): the int8 kernels (--precision int8)
     "q8_pool": "carve_q8_pool.h",     # carve_q8_run_pool's AVX-512 variants (xnnpack int8 packages)
-    "q8conv": "carve_q8conv.h",       # the dense int8 convolution on AMX / AVX-512 VNNI / AVX2 (xnnpack int8)
+    "q8conv": "carve_q8conv.h",       # the dense int8 convolution on AMX / AVX-512 VNNI / AVX2 / NEON (xnnpack int8)
     "cuda": "carve_cuda.h",           # the device runtime's contract (host side)
     "cuda_ops": "carve_cuda_ops.cu",  # device convolutions, pooling, attention, context, f16 widening
     "cuda_topk": "carve_cuda_topk.cu",  # device top-k and end-to-end post-processing
@@ -249,8 +249,9 @@ class Q8PoolOp(Q8Op):
 @dataclass(kw_only=True)
 class Q8Conv(Step):
     """A dense (groups 1) int8 convolution run by carve's own kernel, carve_q8conv (AMX, AVX-512 VNNI, AVX-VNNI,
-    AVX2 or portable C, chosen once at create), on the thread pool with the package's task scratch slots: the descriptor
-    k_q8_ops[index] (its record in backends/q8conv_pack.py's layout), bit for bit arith.qconv2d."""
+    AVX2, NEON (with or without the dot product) or portable C, chosen once at create), on the thread pool with the
+    package's task scratch slots: the descriptor k_q8_ops[index] (its record in backends/q8conv_pack.py's layout),
+    bit for bit arith.qconv2d."""
 
     index: int
     kh: int

@@ -4,8 +4,8 @@ What runs where (docs/backends/xnnpack.md, "int8 packages"): every int8 op on ca
 generator/carve/quant/arith.py, on the package's thread pool, so that an xnnpack int8 package computes the same
 bytes as the portable one:
 
-* a dense ``qconv2d`` (groups 1): carve_q8conv (AMX / AVX-512 VNNI / AVX-VNNI / AVX2 / portable, chosen once at
-  create; the SiLU table applied before the store), a ``Q8Conv`` step;
+* a dense ``qconv2d`` (groups 1): carve_q8conv (AMX / AVX-512 VNNI / AVX-VNNI / AVX2 / NEON with or without the
+  dot product / portable, chosen once at create; the SiLU table applied before the store), a ``Q8Conv`` step;
 * everything else (depthwise and grouped ``qconv2d``, ``qadd``, ``quantize``, ``dequantize``, the int8 max pool,
   upsample and concat copies): carve_q8's kinds with ``carve_q8_run_pool`` (``Q8PoolOp``, the backend's step class
   of role "q8"), lowered by backends/q8.py as for the portable backend.
@@ -23,7 +23,7 @@ from .steps import Q8Conv
 
 
 def lower_q8conv(lw: Lowering, op) -> list:
-    """A dense qconv2d on carve's own int8 convolution (carve_q8conv: AMX / AVX-512 VNNI / AVX-VNNI / AVX2 /
+    """A dense qconv2d on carve's own int8 convolution (carve_q8conv: AMX / AVX-512 VNNI / AVX-VNNI / AVX2 / NEON /
     portable, chosen at create; the SiLU table applied before the store), bit for bit arith.qconv2d."""
     a, g, p = op.attrs, lw.graph.weights, op.params
     record = q8conv_pack.conv_record(g[p["weight"]], g[p["bias"]], g[p["mul"]], g[p["shift"]])
