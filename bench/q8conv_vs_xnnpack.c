@@ -7,7 +7,7 @@
 // head 1x1 and 3x3 convolutions). Not part of the package or the tests (tests/runtime/q8conv_vs_arith.py checks
 // the kernel). Timings on a shared machine are indicative only.
 //
-//   cc -std=c11 -O3 -Iruntime bench/q8conv_vs_xnnpack.c runtime/carve_q8conv.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c runtime/carve_epilogue.c runtime/carve_winograd.c runtime/carve_stem.c -o /tmp/q8conv_bench -lXNNPACK -lm -lpthread
+//   cc -std=c11 -O3 -Iruntime bench/q8conv_vs_xnnpack.c runtime/carve_q8conv*.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c runtime/carve_epilogue.c runtime/carve_winograd.c runtime/carve_stem.c -o /tmp/q8conv_bench -lXNNPACK -lm -lpthread
 //   /tmp/q8conv_bench [--threads N] [--runs R] [--layer NAME] [--variants amx,amx_packed,amx_implicit,avx512vnni,avxvnni,avx2,portable] [--no-fp32] [--cpu] [--in-stride-x2]
 //
 // Per layer: the median of R runs (default 9) of each system, alternating (run r starts with system r mod the number

@@ -93,7 +93,7 @@ Q8P_AVX512 Q8P_INLINE q8p_rq rq_make(__m512i bias, __m512i m, __m512i n) {
 
 // zy + (((acc + bias) m + 2^(n-1)) >> n) of 16 int32 sums, as int32 that saturate to the right int8 (the int64
 // path clamps to [-128, 127] itself). With P = (acc + bias) m = H 2^32 + L (0 <= L < 2^32) and n >= 33, t = n - 32:
-// floor((P + 2^(n-1)) / 2^n) = (H + 2^(t-1)) >> t exactly (carve_q8conv.c's rq16_apply, "narrow"); |H| <= 2^30.
+// floor((P + 2^(n-1)) / 2^n) = (H + 2^(t-1)) >> t exactly (carve_q8conv_avx512.c's rq16_apply, "narrow"); |H| <= 2^30.
 Q8P_AVX512 Q8P_INLINE __m512i rq_apply(const q8p_rq* r, __m512i acc, __m512i zy32, __m512i zy64, const int narrow) {
   const __m512i v = _mm512_add_epi32(acc, r->bias);  // within int32: carve_q8.h's accumulator precondition
   __m512i lo = _mm512_mul_epi32(v, r->m);
@@ -113,7 +113,7 @@ Q8P_AVX512 Q8P_INLINE __m512i rq_apply(const q8p_rq* r, __m512i acc, __m512i zy3
 // ---- The table ------------------------------------------------------------------------------------------------
 
 // lut[q + 128] of 32 int8 by VPERMI2B: bits 0-6 of q + 128 index a 128-byte half, bit 7 picks the half. Called only
-// from the VBMI instances (the others' branch is dead; carve_q8conv.c's lut16_vbmi does the same).
+// from the VBMI instances (the others' branch is dead; carve_q8conv_avx512.c's lut16_vbmi does the same).
 Q8P_VBMI static inline __m256i lut32_vbmi(const __m512i t[4], __m256i q) {
   const __m512i idx = _mm512_castsi256_si512(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)));
   const __m512i lo = _mm512_permutex2var_epi8(t[0], idx, t[1]);
@@ -806,7 +806,7 @@ carve_status carve_q8_pool__avx2(const carve_q8_desc* d, const uint8_t* blob, ui
 // The same ops on aarch64's NEON, 16 channels or elements at a time; every operation is carve_q8.c's, exact:
 //   CONV (depthwise): per output pixel and block of 16 channels, each in-image tap's x - zx (SSUBL: int8 - int8
 //     into int16, in [-255, 255]) times the tap's weights widened to int16 (SMLAL / SMLAL2 into 4 int32x4: each
-//     product within +-32640, the sums exact); the requantization carve_q8conv.c's NEON one (SMULL by m into int64,
+//     product within +-32640, the sums exact); the requantization carve_q8conv_neon.c's one (SMULL by m into int64,
 //     + 2^(n-1), SSHL by -n, + zy, the saturating narrowings SQXTN int64 -> int32 -> int16 -> int8 as the clamp), then
 //     the table by TBL / TBX over its four 64-byte quarters.
 //   ADD: carve_q8.c's add_i32 on int32 lanes: a' = a - za, b' = b - zb (int16), p = a' mah + b' mbh and q = a' mal +

@@ -12,7 +12,7 @@ deterministic, tests/int8/regenerate.py; emitting a graph is the command's own p
 
 How the xnnpack backend runs an int8 graph (generator/carve/backends/xnn_q8.py) and what is asserted of each:
 
-* dense (groups 1) qconv2d: carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON or
+* dense (groups 1) qconv2d: carve_q8conv (runtime/carve_q8conv*.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON or
   portable C, the variant carve_q8conv_select picks at create), integer arithmetic bit for bit arith.py's, as the portable
   package's carve_q8_run;
 * every other int8 op (depthwise qconv2d, qadd, quantize, dequantize, the int8 max pool / upsample / concat

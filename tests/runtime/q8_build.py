@@ -22,10 +22,10 @@
                             test_q8.c (argument checks, refusals, the selector).
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
     q8_build.py q8conv-aarch64
-                            carve_q8conv.c (its NEON variants) for aarch64: clang --target=aarch64-linux-gnu
+                            carve_q8conv_neon.c (the NEON variants) for aarch64: clang --target=aarch64-linux-gnu
                             -fsyntax-only -Werror (carve_q8_pool.c too) without and with the dot product (if
                             clang is there); then
-                            q8conv_tool.c + carve_q8conv.c + carve_isa.c + carve_rt.c + carve_pool.c built with
+                            q8conv_tool.c + carve_q8conv*.c + carve_isa.c + carve_rt.c + carve_pool.c built with
                             aarch64-linux-gnu-gcc -O2 -Werror and run under qemu-aarch64 by q8conv_vs_arith.py:
                             on qemu's default CPU ("max", which has the dot product) the variants portable, neon
                             and neondot on 1 / 2 / 5 threads, carve_q8conv_select picking neondot; on -cpu
@@ -46,7 +46,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SRC = REPO / "runtime" / "carve_q8.c"
-POOL_SRC = REPO / "runtime" / "carve_q8_pool.c"  # carve_q8_run_pool's instruction-set variants (xnnpack packages)
+POOL_SRC = REPO / "runtime" / "carve_q8_pool.c"
+# carve_q8conv: the driver and portable C, and one file per instruction-set family (runtime/carve_q8conv_impl.h)
+Q8CONV_SRCS = [REPO / "runtime" / f"carve_q8conv{s}.c" for s in ("", "_avx512", "_avx2", "_neon")]  # carve_q8_run_pool's instruction-set variants (xnnpack packages)
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DCARVE_RT_NO_THREADS", f"-I{REPO / 'runtime'}"]
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
 AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")
@@ -209,9 +211,9 @@ def q8conv_aarch64() -> int:
     if shutil.which("clang") is not None:
         for extra in ([], ["-march=armv8.2-a+dotprod"]):
             p = subprocess.run(["clang", "--target=aarch64-linux-gnu", *extra, "-std=c11", "-Wall", "-Wextra",
-                                "-Werror", "-fsyntax-only", f"-I{rt}", str(rt / "carve_q8conv.c"),
+                                "-Werror", "-fsyntax-only", f"-I{rt}", *map(str, Q8CONV_SRCS),
                                 str(POOL_SRC)], capture_output=True, text=True)
-            label = " ".join(["clang --target=aarch64-linux-gnu", *extra, "carve_q8conv.c carve_q8_pool.c"])
+            label = " ".join(["clang --target=aarch64-linux-gnu", *extra, "carve_q8conv*.c carve_q8_pool.c"])
             print(f"  {label}: {'clean' if p.returncode == 0 else 'FAILED'}")
             if p.returncode != 0:
                 print(p.stderr.strip())
@@ -221,11 +223,11 @@ def q8conv_aarch64() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8conv_tool")
         subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{rt}", str(HERE / "q8conv_tool.c"),
-                        str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"), str(rt / "carve_rt.c"),
+                        *map(str, Q8CONV_SRCS), str(rt / "carve_isa.c"), str(rt / "carve_rt.c"),
                         str(rt / "carve_pool.c"), "-o", str(exe), "-pthread", "-lm"], check=True)
         test = Path(tmp, "test_q8conv")  # the hand-written record, refusals, the selector and the names
         subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-UNDEBUG", f"-I{rt}",
-                        str(HERE / "test_q8conv.c"), str(rt / "carve_q8conv.c"), str(rt / "carve_isa.c"),
+                        str(HERE / "test_q8conv.c"), *map(str, Q8CONV_SRCS), str(rt / "carve_isa.c"),
                         str(rt / "carve_rt.c"), str(rt / "carve_pool.c"), "-o", str(test), "-pthread", "-lm"],
                        check=True)
         for cpu in ("max", "cortex-a53"):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare every variant of carve_q8conv (runtime/carve_q8conv.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON, NEON
+"""Compare every variant of carve_q8conv (runtime/carve_q8conv*.c: AMX, AVX-512 VNNI, AVX-VNNI, AVX2, NEON, NEON
 dot product, portable) with generator/carve/quant/arith.py's qconv2d, bit for bit, on 1, 2 and 5 threads.
 
 Usage: q8conv_vs_arith.py [--quick] [--exec "PREFIX ..."] [--expect NAME,...] [--expect-selected NAME]
