@@ -70,11 +70,10 @@ Q8C_AVX512 static void pack_block_avx512(const q8c_ctx* c, size_t m0, size_t row
     size_t kx0, kx1;
     tap_cols(c, ox, &kx0, &kx1);
     for (size_t ky = 0; ky < c->kh && kx0 < kx1; ky++) {
-      const size_t iy = oy * c->stride + ky;  // plus pad
-      if (iy < c->pad || iy - c->pad >= c->h) {
+      const uint8_t* s = tap_row(c, oy, ox, ky, kx0);
+      if (s == NULL) {
         continue;
       }
-      const uint8_t* s = (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * xs;
       uint8_t* d = a + ky * row + kx0 * cin;
       if (packed) {
         copy_flip(d, s, (kx1 - kx0) * cin, vflip, x_end);

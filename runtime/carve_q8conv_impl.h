@@ -105,6 +105,16 @@ static inline const uint8_t* tap_pixel(const q8c_ctx* c, size_t oy, size_t ox, s
   return (const uint8_t*)c->x + ((iy - c->pad) * c->w + (ix - c->pad)) * c->x_stride;
 }
 
+// The first input byte of the taps [kx0, ...) of kernel row ky of output pixel (oy, ox) (kx0 from tap_cols: its
+// column inside the image), or NULL when that kernel row lies above or below the image.
+static inline const uint8_t* tap_row(const q8c_ctx* c, size_t oy, size_t ox, size_t ky, size_t kx0) {
+  const size_t iy = oy * c->stride + ky;  // plus pad
+  if (iy < c->pad || iy - c->pad >= c->h) {
+    return NULL;
+  }
+  return (const uint8_t*)c->x + ((iy - c->pad) * c->w + ox * c->stride + kx0 - c->pad) * c->x_stride;
+}
+
 // The taps kx of output column ox whose input column ox * stride + kx - pad lies inside the image: [kx0, kx1)
 // (kx0 == kx1: none).
 static inline void tap_cols(const q8c_ctx* c, size_t ox, size_t* kx0, size_t* kx1) {
