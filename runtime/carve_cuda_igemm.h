@@ -117,21 +117,28 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
     for (int i = 0; i < 2; i++) {
       for (int j = 0; j < 2; j++) wm::fill_fragment(acc[i][j], 0.0f);
     }
+    // The block's rows: the input position of tap (0, 0) of output pixel m0 + r (the divisions by ow once
+    // per block, not per element and step); a row past the pixels reads as above the image.
+    __shared__ long long row_y0[BM], row_x0[BM];
+    for (int r = (int)t; r < BM; r += CARVE_CU_IGEMM_THREADS) {
+      const uint32_t p = m0 + (uint32_t)r;
+      row_y0[r] = p < pixels ? (long long)(p / ow) * stride - pad : -(long long)kh - 1;
+      row_x0[r] = p < pixels ? (long long)(p % ow) * stride - pad : 0;
+    }
+    __syncthreads();
+    static_assert(CARVE_CU_IGEMM_THREADS % BK == 0, "a thread fills one column of A every step");
     for (size_t k0 = 0; k0 < k_total; k0 += BK) {
       // A: thread t fills column t % BK of rows t / BK, + 4, ...: consecutive threads, consecutive k
-      // (consecutive input channels of one tap: coalesced).
-      for (int e = (int)t; e < BM * BK; e += CARVE_CU_IGEMM_THREADS) {
-        const int r = e / BK, c = e % BK;
-        const size_t k = k0 + (size_t)c;
-        const uint32_t p = m0 + (uint32_t)r;
+      // (consecutive input channels of one tap: coalesced). Its k, so its tap and channel, is one per step.
+      const int c = (int)(t % BK);
+      const size_t k = k0 + (size_t)c;
+      const uint32_t tap = k < k_total ? (uint32_t)(k / cin) : 0, i = k < k_total ? (uint32_t)(k % cin) : 0;
+      const long long ky = tap / kw, kx = tap % kw;
+      for (int r = (int)(t / BK); r < BM; r += CARVE_CU_IGEMM_THREADS / BK) {
         T v = tr::zero();
-        if (p < pixels && k < k_total) {
-          const uint32_t tap = (uint32_t)(k / cin), i = (uint32_t)(k % cin);
-          const long long iy = (long long)(p / ow) * stride - pad + tap / kw;
-          const long long ix = (long long)(p % ow) * stride - pad + tap % kw;
-          if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-            v = tr::to_op(x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
-          }
+        const long long iy = row_y0[r] + ky, ix = row_x0[r] + kx;
+        if (k < k_total && iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
+          v = tr::to_op(x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
         }
         a_tile[r * LD + c] = v;
       }
