@@ -1,25 +1,40 @@
 #!/bin/sh
 # Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms, test_f16, test_igemm) with nvcc for the
 # GPU of this machine and runs them: the same tests ctest runs under the emulation header,
-# here on real hardware. Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI.
+# here on real hardware. Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI. The builds run in parallel, the
+# tests one after the other; exits non-zero if a build or a test fails.
 #   sh tests/cuda/gpu_kernel_tests.sh [build dir (default build/cuda-gpu)]
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/build/cuda-gpu}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 arch=${CARVE_CUDA_ARCH:-native}
+tests="topk ops pre nms f16 igemm"
 mkdir -p "$out"
 rt="$root/runtime"
-for t in topk ops pre nms f16 igemm; do
-  echo "== test_$t (nvcc -arch=$arch)"
-  "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
-    "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \
-    "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_nms.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
-    "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
-    -lcublas -o "$out/test_$t"
-  if ! nvidia-smi -L >/dev/null 2>&1; then
-    echo "no NVIDIA GPU here (nvidia-smi -L failed): built $out/test_$t, not run" >&2
-    continue
-  fi
-  "$out/test_$t"
+for t in $tests; do
+  ( "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
+      "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu \
+      "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \
+      "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_nms.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
+      "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
+      -lcublas -o "$out/test_$t" > "$out/test_$t.log" 2>&1
+    echo $? > "$out/test_$t.rc" ) &
 done
+wait
+failed=0
+for t in $tests; do
+  if [ "$(cat "$out/test_$t.rc")" != 0 ]; then
+    echo "== test_$t: the build (nvcc -arch=$arch) failed:"; cat "$out/test_$t.log"; failed=1
+  fi
+done
+[ $failed = 0 ] || exit 1
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "no NVIDIA GPU here (nvidia-smi -L failed): built $(echo $tests | sed 's/[a-z0-9]*/test_&/g') in $out, not run" >&2
+  exit 0
+fi
+for t in $tests; do
+  echo "== test_$t (nvcc -arch=$arch)"
+  "$out/test_$t" || { echo "== test_$t: FAILED"; failed=1; }
+done
+exit $failed

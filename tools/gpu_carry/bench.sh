@@ -9,11 +9,13 @@
 # (2) bench_main for each (TF32 packages three times: TF32, --strict-fp32, TF32 with --fused-conv; fp16 packages
 # twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"); (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
-# Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed.
+# Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed; $OUT/profile.jsonl (each carve
+# configuration's per-layer device times, without the graph) and $OUT/rows.tar (each configuration's raw rows of
+# image 0, for tools/gpu_carry/rows.py).
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$D/out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export CPATH=$D/stb/include LIBRARY_PATH=$D/stb/lib LD_LIBRARY_PATH=$D/stb/lib PATH=$PATH:/usr/local/cuda/bin
 export PYTHONPATH=$D/py${PYTHONPATH:+:$PYTHONPATH} YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo-config
 IMGSZ=$(cat "$D/imgsz") FIRST=$(cat "$D/first_batch")
@@ -25,6 +27,9 @@ if [ -z "$EMULATE" ]; then
   nvcc --version | tail -1
 fi
 : > "$OUT/bench.jsonl"
+: > "$OUT/profile.jsonl"
+rows=/tmp/bench-rows
+rm -rf "$rows" && mkdir -p "$rows"
 t0=$(date +%s)
 
 # (1) build: a wrapper project per package (the package as a subdirectory + bench_main)
@@ -45,7 +50,7 @@ add_subdirectory($dir pkg)
 add_executable(bench_main $D/bench_main.cu $dir/runtime/carve_io.c)
 carve_cuda_sources(bench_main $D/bench_main.cu)
 set_target_properties(bench_main PROPERTIES CXX_STANDARD 17 CUDA_STANDARD 17)
-find_library(STB_LIBRARY NAMES stb REQUIRED)
+find_library(STB_LIBRARY NAMES stb HINTS $D/stb/lib REQUIRED)
 target_link_libraries(bench_main PRIVATE yolo26n \${STB_LIBRARY})
 CM
   ( if [ -n "$EMULATE" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=$ARCH"; fi
@@ -57,7 +62,7 @@ wait
 for dir in "$D"/pkgs/*/; do
   p=$(basename "$dir")
   if [ "$(cat /tmp/bench-$p/rc)" != 0 ]; then
-    echo "build of $p failed:"; tail -30 /tmp/bench-$p/cmake.log /tmp/bench-$p/build.log; exit 1
+    echo "build of $p failed:"; tail -n 30 /tmp/bench-$p/cmake.log /tmp/bench-$p/build.log; exit 1
   fi
 done
 echo "built $(ls "$D/pkgs" | paste -sd' ' -) in $(( $(date +%s) - t0 )) s"
@@ -72,10 +77,13 @@ for dir in "$D"/pkgs/*/; do
     label="carve $prec"
     [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
     [ "$m" = --fused-conv ] && label="carve $prec fused"
-    /tmp/bench-$p/build/bench_main "$D/bus.png" --runs "$RUNS" --label "$label" $m | tee -a "$OUT/bench.jsonl" ||
+    tag=$(echo "$label-b${p##*-b}" | tr ' ' '_')
+    /tmp/bench-$p/build/bench_main "$D/bus.png" --runs "$RUNS" --label "$label" $m --profile "$OUT/profile.jsonl" \
+      --rows "$rows/$tag.f32" | tee -a "$OUT/bench.jsonl" ||
       echo "{\"system\": \"$label\", \"batch\": ${p##*-b}, \"error\": \"bench_main failed\"}" >> "$OUT/bench.jsonl"
   done
 done
+(cd "$rows" && tar cf "$OUT/rows.tar" ./*.f32)
 echo "carve done at $(( $(date +%s) - t0 )) s"
 
 # (3) PyTorch

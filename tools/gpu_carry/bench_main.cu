@@ -1,7 +1,7 @@
 // Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
-//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -15,6 +15,12 @@
 // plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). --fused-conv sets
 // options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each). The first two runs of
 // each kind (eager, graph capture) are warm-up and not timed.
+//   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
+//                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
+//                   layer's type, device ms of the last run and GFLOP/s
+//   --runs 0        one run_images, --rows written, nothing timed (the emulated reference rows)
+//   --rows FILE     image 0's raw end-to-end rows of the last run_images (ROWS_PER_IMAGE x ROW_LEN float32,
+//                   little-endian): the configurations' outputs compared on the host (tools/gpu_carry/rows.py)
 
 #include <algorithm>
 #include <chrono>
@@ -58,6 +64,8 @@ static double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   const char* image = nullptr;
   const char* label = "carve";
+  const char* profile = nullptr;
+  const char* rows_out = nullptr;
   int runs = 100, strict = 0, fused = 0;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
@@ -68,15 +76,19 @@ int main(int argc, char** argv) {
       fused = 1;
     } else if (!std::strcmp(argv[i], "--label") && i + 1 < argc) {
       label = argv[++i];
+    } else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) {
+      profile = argv[++i];
+    } else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
+      rows_out = argv[++i];
     } else if (argv[i][0] != '-' && image == nullptr) {
       image = argv[i];
     } else {
-      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
       return 2;
     }
   }
-  if (image == nullptr || runs < 1) {
-    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT]\n", argv[0]);
+  if (image == nullptr || runs < 0 || (runs == 0 && rows_out == nullptr)) {
+    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
     return 2;
   }
   uint8_t* rgb = nullptr;
@@ -106,13 +118,28 @@ int main(int argc, char** argv) {
   std::vector<double> t;
 
   // run_images from host memory.
-  for (int r = 0; r < runs + 2; r++) {
+  for (int r = 0; r < (runs ? runs + 2 : 1); r++) {
     t0 = now_ms();
     TRY(yolo26n_run_images(m, host.data(), 0.25f, dets.data(), YOLO26N_MAX_DETECTIONS, counts.data()));
     if (r >= 2) t.push_back(now_ms() - t0);
   }
   const double run_image_ms = median(t);
   const size_t detections0 = counts[0];
+  if (rows_out != nullptr) {
+    size_t rows = 0;
+    const float* r0 = yolo26n_batch_rows(m, 0, &rows);
+    FILE* f = std::fopen(rows_out, "wb");
+    if (r0 == nullptr || f == nullptr ||
+        std::fwrite(r0, sizeof(float) * YOLO26N_ROW_LEN, rows, f) != rows || std::fclose(f) != 0) {
+      std::fprintf(stderr, "bench_main: --rows %s: cannot write the rows\n", rows_out);
+      return 1;
+    }
+    if (runs == 0) {
+      yolo26n_destroy(m);
+      carve_image_free(rgb);
+      return 0;
+    }
+  }
 
   // Device-resident inputs on a stream of ours.
   cudaStream_t stream = nullptr;
@@ -165,6 +192,26 @@ int main(int argc, char** argv) {
               label, n, strict ? "false" : "true", fused ? "true" : "false", runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
               throughput, yolo26n_graph_nodes(m), detections0);
   yolo26n_destroy(m);
+  if (profile != nullptr) {
+    opt.use_graph = 0;
+    TRY(yolo26n_create(&opt, &m));
+    for (int r = 0; r < 5; r++)
+      TRY(yolo26n_run_images(m, host.data(), 0.25f, dets.data(), YOLO26N_MAX_DETECTIONS, counts.data()));
+    const double* ms = yolo26n_layer_ms(m);
+    FILE* f = std::fopen(profile, "a");
+    if (ms == nullptr || f == nullptr) {
+      std::fprintf(stderr, "bench_main: --profile %s: no per-layer times\n", profile);
+      return 1;
+    }
+    std::fprintf(f, "{\"system\": \"%s\", \"batch\": %d, \"graph_nodes\": %zu, \"layers\": [", label, n,
+                 yolo26n_graph_nodes(m));
+    for (int l = 0; l < YOLO26N_NUM_LAYERS; l++)
+      std::fprintf(f, "%s[\"%s\", %.5f, %.1f]", l ? ", " : "", yolo26n_layer_type(l), ms[l],
+                   ms[l] > 0 ? yolo26n_layer_flops(l) / (ms[l] * 1e6) : 0.0);
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+    yolo26n_destroy(m);
+  }
   cudaFree(dimg);
   cudaFree(dtensor);
   cudaStreamDestroy(stream);
