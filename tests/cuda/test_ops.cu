@@ -103,7 +103,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
   CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p, scratch.p));
   t.sync();
 
-  std::vector<double> want(oh * ow * cc.cout), tol(want.size()), exact;
+  std::vector<double> want(oh * ow * cc.cout), tol(want.size()), tol_check(want.size()), exact;
   for (size_t oy = 0; oy < oh; oy++) {
     for (size_t ox = 0; ox < ow; ox++) {
       for (size_t o = 0; o < cc.cout; o++) {
@@ -135,6 +135,10 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
         }
         want[p * cc.cout + o] = s;
         tol[p * cc.cout + o] = 2e-6 * (mag + 1.0) * std::sqrt((double)cpg * cc.kh * cc.kh + 1);
+        // CUBLAS_COMPUTE_32F_FAST_TF32 allows TF32 but does not oblige cuBLAS to use it: for small GEMMs it may
+        // pick a float32 kernel (an H100 did for the one-pixel 1x1 case). The check accepts either result; the
+        // count below (g_tf32_far, strict bound) still requires the emulated GEMM to round.
+        tol_check[p * cc.cout + o] = tol[p * cc.cout + o] + (g_tf32 ? std::fabs(s - s_exact) : 0.0);
         exact.push_back(s_exact);
       }
     }
@@ -144,7 +148,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
                 cc.groups, cc.cin, cc.cout, cc.h, cc.w, cc.act == CARVE_CU_ACT_SILU ? " silu" : "",
                 cc.residual ? " +res" : "");
   const std::vector<float> got = dy.download();
-  check_view(got, c.out_stride, want, tol, oh * ow, cc.cout, what);
+  check_view(got, c.out_stride, want, tol_check, oh * ow, cc.cout, what);
   for (size_t p = 0; p < oh * ow; p++) {
     for (size_t o = 0; o < cc.cout; o++) {
       g_tf32_far += g_tf32 && !near_float(got[p * c.out_stride + o], exact[p * cc.cout + o], tol[p * cc.cout + o]);
