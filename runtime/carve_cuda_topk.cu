@@ -20,6 +20,11 @@
 //      those of the lowest indices, deterministically.
 //   4. sort: the k' composites descending, a bitonic sort (one block in shared memory up
 //      to CARVE_CU_SORT_BLOCK items, otherwise a global bitonic network).
+// That is 14 launches for the head's sizes. Up to CARVE_CU_TOPK_ONE_BLOCK_N values and
+// CARVE_CU_SORT_BLOCK results, one block of 1024 threads does all four steps in one launch
+// (carve_cu_topk_one_block_kernel: the same keys, passes, tie rule and sort, so the same
+// result; the values are read five times from global memory, L2-resident at these sizes).
+// The launches, not the arithmetic, are what the head's top-k costs on a GPU.
 // Every launch is checked; nothing is allocated; nothing synchronises with the host.
 
 #include "carve_cuda_impl.h"
@@ -30,6 +35,8 @@
 #define CARVE_CU_SORT_BLOCK 2048  // composites a one-block sort holds (16 KB of shared memory)
 #define CARVE_CU_SCAN_THREADS 1024
 #define CARVE_CU_MAX_LEVELS 8
+#define CARVE_CU_TOPK_ONE_BLOCK_N 65536  // up to this many values: the one-launch top-k
+#define CARVE_CU_TOPK_ONE_BLOCK_THREADS 1024
 
 // ---- Keys ------------------------------------------------------------------------------
 
@@ -312,6 +319,119 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
   }
 }
 
+// ---- One launch ----------------------------------------------------------------------------
+
+// The whole top-k of vals[0 .. n) in one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads, for
+// kk <= CARVE_CU_SORT_BLOCK (p = the power of two >= kk): steps 1-4 above with the state, the
+// histogram and the composites in shared memory. The keys > T take the slots [0, kk - k_rem) in
+// any order (atomic positions): the composites are distinct and sorted afterwards. The keys == T
+// are ranked in index order (tiles of 1024 values: a ballot per warp and the warps' counts), and
+// those ranked below k_rem take [kk - k_rem, kk): the lowest indices, as the multi-launch path.
+__global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
+    carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk, uint32_t p,
+                                   int32_t* __restrict__ idx, float* __restrict__ val) {
+  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
+  __shared__ uint32_t prefix, mask, k_rem, n_gt, eq_before;
+  const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
+  const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
+  if (t == 0) {
+    prefix = 0;
+    mask = 0;
+    k_rem = kk;
+    n_gt = 0;
+    eq_before = 0;
+  }
+  // 2. radix select, four passes of 8 bits.
+  for (int pass = 0; pass < 4; pass++) {
+    const uint32_t shift = 24u - 8u * (uint32_t)pass;
+    for (unsigned d = t; d < 256; d += threads) {
+      hist[d] = 0;
+    }
+    __syncthreads();
+    const uint32_t pre = prefix, msk = mask;
+    for (uint32_t i = t; i < n; i += threads) {
+      const uint32_t key = carve_cu_order_key(vals[i]);
+      if ((key & msk) == pre) {
+        atomicAdd(&hist[(key >> shift) & 255u], 1u);
+      }
+    }
+    __syncthreads();
+    if (t == 0) {  // as carve_cu_topk_digit_kernel
+      uint32_t above = 0;
+      int digit = 0;
+      for (int d = 255; d >= 0; d--) {
+        if (above + hist[d] >= k_rem) {
+          digit = d;
+          break;
+        }
+        above += hist[d];
+      }
+      prefix |= (uint32_t)digit << shift;
+      mask |= 255u << shift;
+      k_rem -= above;
+    }
+    __syncthreads();
+  }
+  // 3. compaction: every thread runs the same number of tiles (the barriers are uniform).
+  const uint32_t thr = prefix, rem = k_rem;
+  for (uint32_t base = 0; base < n; base += threads) {
+    const uint32_t i = base + t;
+    const uint32_t key = i < n ? carve_cu_order_key(vals[i]) : 0u;
+    const uint64_t comp = ((uint64_t)key << 32) | (uint64_t)(0xFFFFFFFFu - i);
+    const bool gt = i < n && key > thr, eq = i < n && key == thr;
+    if (gt) {
+      s[atomicAdd(&n_gt, 1u)] = comp;
+    }
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, eq);
+    if (lane == 0) {
+      warp_eq[warp] = (uint32_t)__popc(ballot);
+    }
+    __syncthreads();
+    uint32_t rank = eq_before + (uint32_t)__popc(ballot & ((1u << lane) - 1u));
+    for (unsigned w = 0; w < warp; w++) {
+      rank += warp_eq[w];
+    }
+    if (eq && rank < rem) {
+      s[(kk - rem) + rank] = comp;
+    }
+    __syncthreads();
+    if (t == 0) {
+      for (unsigned w = 0; w < threads / 32; w++) {
+        eq_before += warp_eq[w];
+      }
+    }
+    __syncthreads();
+  }
+  // 4. sort: pad [kk, p) with 0 (below every composite), then the descending bitonic network.
+  for (uint32_t i = kk + t; i < p; i += threads) {
+    s[i] = 0;
+  }
+  __syncthreads();
+  for (uint32_t size = 2; size <= p; size *= 2) {
+    for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
+      if (t < p / 2) {
+        const uint32_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
+        const uint64_t x = s[i], y = s[j];
+        const int desc = (i & size) == 0;
+        if (desc ? x < y : x > y) {
+          s[i] = y;
+          s[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (uint32_t i = t; i < kk; i += threads) {
+    const uint32_t index = 0xFFFFFFFFu - (uint32_t)s[i];
+    idx[i] = (int32_t)index;
+    if (val != NULL) {
+      val[i] = vals[index];
+    }
+  }
+}
+
 // idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
 __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, const float* vals, int32_t* idx,
                                             float* val) {
@@ -328,6 +448,12 @@ __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, con
 static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, size_t kk, int32_t* idx, float* val,
                              void* scratch) {
   const size_t p = pow2_at_least(kk);
+  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK) {
+    CARVE_LAUNCH(carve_cu_topk_one_block_kernel, 1, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals, (uint32_t)n,
+                 (uint32_t)kk, (uint32_t)p, idx, val);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
   uint64_t* cand = (uint64_t*)scratch;                 // (p) composites
   topk_state* st = (topk_state*)(cand + p);            // radix-select state
   uint32_t* hist = (uint32_t*)(st + 1);                // (256) digit histogram

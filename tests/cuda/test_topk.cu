@@ -273,6 +273,11 @@ static void test_e2e(TestCtx& t) {
     CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), dl.size(), head.nc, head.extra, k, CARVE_E2E_OBB,
                                            scratch.get(), drows.p));
     CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+    // Five launches: anchor scores, the one-block top-k, class scores, top-k, rows (the top-k of up to
+    // 65536 values is one launch; a GPU pays per launch, not for these kernels' arithmetic).
+    size_t nodes = 0;
+    CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+    CHECK_MSG(nodes == 5, "e2e post-processing: %zu graph nodes, want 5", nodes);
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     for (int r = 0; r < 3; r++) {
       head.fill(rng, false);
