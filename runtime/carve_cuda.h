@@ -58,10 +58,45 @@
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
 #define CARVE_CUDA_ABI 3
 
-// Launch a kernel: nvcc expands to kernel<<<grid, block, 0, stream>>>(args...);
-// the emulation header defines CARVE_LAUNCH itself.
+// Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
+// (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
+// graph edge): on sm_90 and newer the GPU may start launching a kernel while the kernel before it
+// on the stream still runs, and the kernel waits for that one's completion and memory at its first
+// statement, CARVE_CU_KERNEL_ENTRY(), which every carve kernel begins with (tests/cuda/
+// check_kernel_entry.py checks). What overlaps is the launch latency (a few microseconds per kernel,
+// most of a small network's time on a large GPU), never the work. Older GPUs ignore the attribute.
+// -DCARVE_CUDA_NO_PDL: plain kernel<<<grid, block, 0, stream>>>(args...) launches. The emulation
+// header defines CARVE_LAUNCH itself (its launches run in order).
 #ifndef CARVE_LAUNCH
+#if defined(__CUDACC__) && !defined(CARVE_CUDA_NO_PDL)
+template <typename... P, typename... A>
+static inline void carve_cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t stream, A&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&cfg, kernel, static_cast<A&&>(args)...);  // errors: cudaGetLastError, as <<< >>>
+}
+#define CARVE_LAUNCH(kernel, grid, block, stream, ...) carve_cu_launch(kernel, (grid), (block), (stream), __VA_ARGS__)
+#else
 #define CARVE_LAUNCH(kernel, grid, block, stream, ...) kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+#endif
+
+// The first statement of every carve kernel: on sm_90+, wait until the kernel before it on the
+// stream has completed and its writes are visible (griddepcontrol.wait; immediate when it was not
+// launched as a programmatic dependent), then let the next kernel start launching
+// (griddepcontrol.launch_dependents). Nothing before it may read or write global memory.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CARVE_CUDA_NO_PDL)
+#define CARVE_CU_KERNEL_ENTRY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define CARVE_CU_KERNEL_ENTRY() ((void)0)
 #endif
 
 #ifdef __cplusplus

@@ -120,6 +120,7 @@ template <typename T>
 __global__ void carve_cu_im2col_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                        uint32_t cin, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
                                        size_t ow, size_t first, size_t count, T* __restrict__ col) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t k = (size_t)kh * kw * cin;
   CARVE_CU_FOR(e, count * k) {
     const size_t q = e / k, r = e % k;
@@ -153,6 +154,7 @@ template <typename T>
 __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, const T* __restrict__ bias,
                                          const T* __restrict__ residual, size_t r_stride, size_t pixels,
                                          uint32_t cout, int silu) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, pixels * cout) {
     const size_t p = e / cout, o = e % cout;
     carve_cu_store_act(y, p * y_stride + o, carve_cu_ld(y, p * y_stride + o) + carve_cu_ld(bias, o), silu, residual,
@@ -168,6 +170,7 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
                                           size_t oh, size_t ow, const T* __restrict__ weight,
                                           const T* __restrict__ bias, const T* __restrict__ residual,
                                           size_t res_stride, int silu, T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, oh * ow * c) {
     const size_t p = e / c, ch = e % c;
     const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
@@ -246,6 +249,7 @@ template <typename T>
 __global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                         uint32_t c, uint32_t k, uint32_t stride, uint32_t pad, size_t oh, size_t ow,
                                         T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, oh * ow * c) {
     const size_t p = e / c, ch = e % c;
     const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
@@ -277,6 +281,7 @@ static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t h, ui
 template <typename T>
 __global__ void carve_cu_upsample2x_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                            uint32_t c, T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t ow = (size_t)w * 2;
   CARVE_CU_FOR(e, (size_t)h * 2 * ow * c) {
     const size_t p = e / c, ch = e % c;
@@ -301,6 +306,7 @@ static carve_status carve_cu_upsample2x_t(const carve_cu_ctx* ctx, uint32_t h, u
 template <typename T>
 __global__ void carve_cu_copy_kernel(size_t pixels, uint32_t c, const T* __restrict__ x, size_t in_stride,
                                      T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, pixels * c) {
     const size_t p = e / c, ch = e % c;
     y[p * out_stride + ch] = x[p * in_stride + ch];
@@ -326,6 +332,7 @@ static carve_status carve_cu_copy_t(const carve_cu_ctx* ctx, size_t pixels, uint
 template <typename T>
 __global__ void carve_cu_add_kernel(size_t pixels, uint32_t c, const T* a, size_t a_stride, const T* b,
                                     size_t b_stride, T* y, size_t y_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, pixels * c) {
     const size_t p = e / c, ch = e % c;
     carve_cu_st(y, p * y_stride + ch, carve_cu_ld(a, p * a_stride + ch) + carve_cu_ld(b, p * b_stride + ch));
@@ -363,6 +370,7 @@ static __device__ __forceinline__ float carve_cu_max_nan(float a, float b) {
 // the last pass (the same float), so that nothing but the result is stored (one rounding for half).
 template <typename T>
 __global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_stride, T* y) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ float red_f[CARVE_CU_SOFTMAX_THREADS];
   __shared__ double red_d[CARVE_CU_SOFTMAX_THREADS];
   const unsigned t = threadIdx.x;
@@ -404,6 +412,7 @@ template <typename T>
 __global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t heads,
                                          uint32_t key_dim, uint32_t head_dim, T* __restrict__ v_out,
                                          size_t v_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t c = (size_t)heads * head_dim;
   CARVE_CU_FOR(e, (size_t)n * c) {
     const size_t i = e / c, ch = e % c, h = ch / head_dim, d = ch % head_dim;

@@ -23,6 +23,7 @@ carve_status carve_cu_ctx_f16_math(carve_cu_ctx* ctx) {
 // ---- Casts ----------------------------------------------------------------------------------
 
 __global__ void carve_cu_h_from_f32_kernel(const float* __restrict__ x, __half* __restrict__ y, size_t n) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, n) { carve_cu_st(y, i, x[i]); }
 }
 
@@ -40,6 +41,7 @@ carve_status carve_cu_f32_to_f16(const carve_cu_ctx* ctx, const float* x, __half
 
 __global__ void carve_cu_h_to_f32_view_kernel(size_t pixels, uint32_t c, const __half* __restrict__ x,
                                               size_t in_stride, float* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, pixels * c) {
     const size_t p = e / c, ch = e % c;
     y[p * out_stride + ch] = carve_cu_ld(x, p * in_stride + ch);

@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
                           uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
                           size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   typedef carve_cu_igemm_traits<T> tr;
   if constexpr (tr::ok) {
     namespace wm = nvcuda::wmma;

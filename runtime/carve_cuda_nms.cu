@@ -148,6 +148,7 @@ static __device__ __forceinline__ float nms_probiou(const float* p, const float*
 // s[a] = sigmoid(max logit) if it is > *conf (and some logit is a number), else NaN.
 __global__ void carve_cu_nms_scores_kernel(nms_levels L, size_t anchors, size_t nc, const float* __restrict__ conf,
                                            float* __restrict__ s) {
+  CARVE_CU_KERNEL_ENTRY();
   const float thr = *conf;
   CARVE_CU_FOR(a, anchors) {
     size_t pixel;
@@ -200,6 +201,7 @@ __global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
 carve_cu_nms_suppress_kernel(nms_levels L, size_t nc, int task, int agnostic, double iou, const float* __restrict__ s,
                              const int32_t* __restrict__ order, uint32_t n, uint32_t max_det, float* __restrict__ boxes,
                              int32_t* __restrict__ keep, uint32_t* __restrict__ num_rows) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ float cand[5];
   __shared__ int suppressed;
   __shared__ uint32_t kept;
@@ -260,6 +262,7 @@ carve_cu_nms_suppress_kernel(nms_levels L, size_t nc, int task, int agnostic, do
 __global__ void carve_cu_nms_rows_kernel(nms_levels L, size_t nc, size_t extra_channels, int task, int agnostic,
                                          const int32_t* __restrict__ keep, const uint32_t* __restrict__ num_rows,
                                          size_t cap, float* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t n = *num_rows;
   const size_t width = 6 + extra_channels;
   CARVE_CU_FOR(r, cap) {

@@ -166,6 +166,7 @@ static __device__ __forceinline__ uint32_t carve_cu_half_bits(uint32_t h) {
 
 // dst[i] = half src[i] as float32.
 __global__ void carve_cu_f16_to_f32_kernel(const uint16_t* __restrict__ src, float* __restrict__ dst, size_t count) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, count) { dst[i] = __uint_as_float(carve_cu_half_bits(src[i])); }
 }
 
@@ -244,6 +245,7 @@ extern "C" size_t carve_cu_deconv2d_scratch_floats(uint32_t h, uint32_t w, uint3
 __global__ void carve_cu_deconv_gather_kernel(const float* __restrict__ t, uint32_t h, uint32_t w, uint32_t k,
                                               uint32_t cout, const float* __restrict__ bias, int silu,
                                               float* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t ow = (size_t)w * k;
   const size_t row = (size_t)cout * k * k;
   CARVE_CU_FOR(e, (size_t)h * k * ow * cout) {
@@ -306,6 +308,7 @@ extern "C" carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uin
 // consecutive threads reading consecutive channels of a pixel.
 __global__ void carve_cu_gap_kernel(const float* __restrict__ x, size_t in_stride, size_t pixels, uint32_t c,
                                     float* __restrict__ y) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(ch, c) {
     double s = 0.0;
     for (size_t p = 0; p < pixels; p++) {
@@ -330,6 +333,7 @@ extern "C" carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_
 
 // y[o] += b[o].
 __global__ void carve_cu_bias_kernel(float* __restrict__ y, const float* __restrict__ b, uint32_t n) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, n) { y[i] += b[i]; }
 }
 

@@ -26,6 +26,7 @@ extern "C" size_t carve_cu_letterbox_scratch_bytes(int src_w, int src_h, int out
 // (f not reset at the borders, the vertical pass' rule).
 __global__ void carve_cu_letterbox_plan_kernel(int src_w, int src_h, int new_w, int new_h, int32_t* __restrict__ cols,
                                                int32_t* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
   const double scale_x = carve_pre_resize_scale(src_w, new_w);
   const double scale_y = carve_pre_resize_scale(src_h, new_h);
   CARVE_CU_FOR(i, (size_t)new_w + (size_t)new_h) {
@@ -47,6 +48,7 @@ __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int s
                                           int new_h, int left, int top, int resize, int out_w, int out_h,
                                           const int32_t* __restrict__ cols, const int32_t* __restrict__ rows,
                                           float* __restrict__ out) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, (size_t)out_w * out_h * 3) {
     const size_t p = e / 3, ch = e % 3;
     const int y = (int)(p / (size_t)out_w), x = (int)(p % (size_t)out_w);
@@ -114,6 +116,7 @@ extern "C" size_t carve_cu_classify_scratch_bytes(int w, int h, int out) {
 //   w_x = tri(((xmin + x) - center + 0.5) / filterscale) / sum, as (int)(w 2^22 +- 0.5).
 __global__ void carve_cu_pil_coeffs_kernel(int in, int out, int first, int count, int ksize, int32_t* __restrict__ bounds,
                                            int32_t* __restrict__ kk) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, (size_t)count) {
     carve_pre_pil_coeffs(in, out, first + (int)i, bounds + 2 * i, kk + i * (size_t)ksize);
   }
@@ -126,6 +129,7 @@ __global__ void carve_cu_pil_hpass_kernel(const uint8_t* __restrict__ rgb, size_
                                           int resize_y, int top, const int32_t* __restrict__ xb,
                                           const int32_t* __restrict__ xk, int ksize_x, const int32_t* __restrict__ yb,
                                           uint8_t* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
   const int y_lo = resize_y ? yb[0] : top;
   const int y_hi = resize_y ? yb[2 * (size_t)(out - 1)] + yb[2 * (size_t)(out - 1) + 1] : top + out;
   CARVE_CU_FOR(e, (size_t)h * out) {
@@ -143,6 +147,7 @@ __global__ void carve_cu_pil_hpass_kernel(const uint8_t* __restrict__ rgb, size_
 __global__ void carve_cu_pil_vpass_kernel(const uint8_t* __restrict__ src, size_t src_stride, size_t src_x, int out,
                                           int resize_y, int top, const int32_t* __restrict__ yb,
                                           const int32_t* __restrict__ yk, int ksize_y, float* __restrict__ o) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t row = (size_t)out * 3;
   CARVE_CU_FOR(e, (size_t)out * row) {
     const size_t yy = e / row, i = e % row;
@@ -203,6 +208,7 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
 // y[(i * w + j) * c + ch] = x[(ch * h + i) * w + j], one thread per output element.
 __global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw,
                                              float* __restrict__ y) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, hw * c) {
     const size_t p = e / c, ch = e % c;
     y[e] = x[ch * hw + p];

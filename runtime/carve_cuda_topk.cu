@@ -83,6 +83,7 @@ extern "C" size_t carve_cu_topk_scratch_bytes(size_t n, size_t k) {
 // ---- Radix select ----------------------------------------------------------------------
 
 __global__ void carve_cu_topk_init_kernel(topk_state* st, uint32_t* hist, uint32_t kk) {
+  CARVE_CU_KERNEL_ENTRY();
   const unsigned t = threadIdx.x;
   hist[t] = 0;
   if (t == 0) {
@@ -96,6 +97,7 @@ __global__ void carve_cu_topk_init_kernel(topk_state* st, uint32_t* hist, uint32
 // hist[d] += #{i : (key_i & mask) == prefix, digit(key_i, shift) == d}.
 __global__ void carve_cu_topk_hist_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
                                           uint32_t* hist, uint32_t shift) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t local[256];
   const unsigned t = threadIdx.x;
   local[t] = 0;
@@ -116,6 +118,7 @@ __global__ void carve_cu_topk_hist_kernel(const float* __restrict__ vals, size_t
 // Fixes the digit at `shift`: the largest d with #{matching keys with digit >= d} >= k_rem.
 // One thread; clears the histogram for the next pass.
 __global__ void carve_cu_topk_digit_kernel(topk_state* st, uint32_t* hist, uint32_t shift) {
+  CARVE_CU_KERNEL_ENTRY();
   uint32_t above = 0;  // matching keys with a larger digit
   int digit = 0;
   for (int d = 255; d >= 0; d--) {
@@ -176,6 +179,7 @@ static __device__ uint32_t carve_cu_block_scan(uint32_t v, uint32_t* sh, uint32_
 // gt[b], eq[b] = #{key > T}, #{key == T} over chunk b (after the last pass T = prefix).
 __global__ void carve_cu_topk_count_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
                                            uint32_t* gt, uint32_t* eq) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t sh[CARVE_CU_TOPK_THREADS];
   __shared__ uint32_t warp_sh[CARVE_CU_TOPK_THREADS / 32 + 1];
   const uint32_t thr = st->prefix;
@@ -199,6 +203,7 @@ __global__ void carve_cu_topk_count_kernel(const float* __restrict__ vals, size_
 
 // In place: gt[b] = sum_{b' < b} gt[b'] and likewise eq (one block, tiles of 1024).
 __global__ void carve_cu_topk_scan_kernel(uint32_t* gt, uint32_t* eq, size_t chunks) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t sg[CARVE_CU_SCAN_THREADS], se[CARVE_CU_SCAN_THREADS];
   const unsigned t = threadIdx.x;
   uint32_t carry_g = 0, carry_e = 0;
@@ -231,6 +236,7 @@ __global__ void carve_cu_topk_scan_kernel(uint32_t* gt, uint32_t* eq, size_t chu
 __global__ void carve_cu_topk_compact_kernel(const float* __restrict__ vals, size_t n, const topk_state* st,
                                              const uint32_t* gt, const uint32_t* eq, uint32_t kk,
                                              uint64_t* __restrict__ cand) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t sh[CARVE_CU_TOPK_THREADS];
   __shared__ uint32_t warp_sh[CARVE_CU_TOPK_THREADS / 32 + 1];
   const uint32_t thr = st->prefix, k_rem = st->k_rem;
@@ -273,6 +279,7 @@ __global__ void carve_cu_topk_compact_kernel(const float* __restrict__ vals, siz
 
 // cand[kk .. p) = 0 (below every real composite: key 0 with index 2^32 - 1).
 __global__ void carve_cu_topk_pad_kernel(uint64_t* cand, size_t kk, size_t p) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, p - kk) { cand[kk + i] = 0; }
 }
 
@@ -280,6 +287,7 @@ __global__ void carve_cu_topk_pad_kernel(uint64_t* cand, size_t kk, size_t p) {
 // inside blocks of `size`; blocks with (i & size) == 0 sort descending, the others
 // ascending (at size == p every block is descending).
 __global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size, size_t stride) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(t, p / 2) {
     const size_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
     const uint64_t x = a[i], y = a[j];
@@ -294,6 +302,7 @@ __global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size,
 // The same network on p <= CARVE_CU_SORT_BLOCK items in shared memory, one block of
 // CARVE_CU_SORT_BLOCK / 2 threads (each owns one pair per step); pads with 0 itself.
 __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
   const unsigned t = threadIdx.x;
   for (unsigned i = t; i < p; i += blockDim.x) {
@@ -330,6 +339,7 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
 __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk, uint32_t p,
                                    int32_t* __restrict__ idx, float* __restrict__ val) {
+  CARVE_CU_KERNEL_ENTRY();
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
@@ -435,6 +445,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
 // idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
 __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, const float* vals, int32_t* idx,
                                             float* val) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(i, kk) {
     const uint32_t index = 0xFFFFFFFFu - (uint32_t)cand[i];
     idx[i] = (int32_t)index;
@@ -519,6 +530,7 @@ extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals
 // rows[i][ch] = src[idx[i]][ch].
 __global__ void carve_cu_gather_rows_kernel(const float* __restrict__ src, size_t src_stride, uint32_t c,
                                             const int32_t* __restrict__ idx, size_t n, float* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, n * c) {
     const size_t i = e / c, ch = e % c;
     rows[e] = src[(size_t)idx[i] * src_stride + ch];
@@ -571,6 +583,7 @@ static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const float* x
 
 // Step 1 scores: s[a] = sigmoid(max_c logit[a][c]) (= max_c sigmoid, sigmoid being monotonic).
 __global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, size_t nc, float* __restrict__ s) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(a, anchors) {
     size_t pixel;
     const carve_level* lv = carve_cu_locate(&L, a, &pixel);
@@ -581,6 +594,7 @@ __global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, 
 // Step 2 scores: s[r nc + c] = sigmoid(logit[ori[r]][c]) for the k' chosen anchors.
 __global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __restrict__ ori, size_t kk, size_t nc,
                                                  float* __restrict__ s) {
+  CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, kk * nc) {
     const size_t r = e / nc, c = e % nc;
     size_t pixel;
@@ -596,6 +610,7 @@ __global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __
 __global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict__ ori,
                                          const int32_t* __restrict__ best, size_t kk, size_t nc, size_t extra_channels,
                                          int task, float* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
   const size_t width = 6 + extra_channels;
   CARVE_CU_FOR(i, kk) {
     const size_t flat = (size_t)best[i];

@@ -59,6 +59,9 @@ carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess 
 carve_cuda_kernel_test(f16)   # --precision fp16: half conversions, casts, conv / moves / add / attention vs double loops
 carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 + epilogue, one launch) vs double loops
 
+# Every kernel begins with CARVE_CU_KERNEL_ENTRY() (programmatic dependent launch: runtime/carve_cuda.h).
+add_test(NAME cuda_kernel_entry COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/check_kernel_entry.py)
+
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
 # with a message, where nvcc is not installed).
 string(REPLACE ";" " " carve_cuda_archs "${CARVE_CUDA_ARCHITECTURES}")

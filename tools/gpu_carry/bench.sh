@@ -5,7 +5,10 @@
 #   EMULATE=/path/to/tests/cuda/cuda_emu.h bash DIR/bench.sh
 #                                          no GPU: the packages built with the emulation header, 2 runs, PyTorch
 #                                          on the CPU (tools/gpu_carry/test_bench.sh runs this)
-# Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel;
+#   RUNS_BATCH=30                          runs per figure of the packages of more than one image
+# Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel, and the
+# first batch's packages once more with -DCARVE_CUDA_NO_PDL (rows "carve <prec> no-PDL": plain launches instead of
+# programmatic dependent launch, runtime/carve_cuda.h);
 # (2) bench_main for each (TF32 packages three times: TF32, --strict-fp32, TF32 with --fused-conv; fp16 packages
 # twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"); (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
@@ -19,8 +22,8 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export CPATH=$D/stb/include LIBRARY_PATH=$D/stb/lib LD_LIBRARY_PATH=$D/stb/lib PATH=$PATH:/usr/local/cuda/bin
 export PYTHONPATH=$D/py${PYTHONPATH:+:$PYTHONPATH} YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo-config
 IMGSZ=$(cat "$D/imgsz") FIRST=$(cat "$D/first_batch")
-RUNS=${RUNS:-100} ARCH=${CUDA_ARCH:-90} EMULATE=${EMULATE:-}
-[ -n "$EMULATE" ] && RUNS=2
+RUNS=${RUNS:-100} RUNS_BATCH=${RUNS_BATCH:-30} ARCH=${CUDA_ARCH:-90} EMULATE=${EMULATE:-}
+[ -n "$EMULATE" ] && RUNS=2 RUNS_BATCH=2
 BATCHES=$(ls "$D/pkgs" | sed -n 's/^tf32-b//p' | sort -n | paste -sd, -)
 if [ -z "$EMULATE" ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -32,10 +35,10 @@ rows=/tmp/bench-rows
 rm -rf "$rows" && mkdir -p "$rows"
 t0=$(date +%s)
 
-# (1) build: a wrapper project per package (the package as a subdirectory + bench_main)
-for dir in "$D"/pkgs/*/; do
-  p=$(basename "$dir")
-  [ -f "$dir/yolo26n_weights.bin" ] || cp "$D/pkgs/${p%-b*}-b$FIRST/yolo26n_weights.bin" "$dir/"
+# (1) build: a wrapper project per package (the package as a subdirectory + bench_main); the first batch's
+# packages also as "<name>-nopdl", compiled with -DCARVE_CUDA_NO_PDL (plain launches: rows "carve <prec> no-PDL")
+build() {  # build NAME PACKAGE_DIR [extra CUDA flags]
+  local p=$1 dir=$2 flags=${3:-} w
   w=/tmp/bench-$p
   mkdir -p "$w"
   cat > "$w/CMakeLists.txt" <<CM
@@ -54,18 +57,29 @@ find_library(STB_LIBRARY NAMES stb HINTS $D/stb/lib REQUIRED)
 target_link_libraries(bench_main PRIVATE yolo26n \${STB_LIBRARY})
 CM
   ( if [ -n "$EMULATE" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=$ARCH"; fi
-    cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs > "$w/cmake.log" 2>&1 &&
+    cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs ${flags:+"-DCMAKE_CUDA_FLAGS=$flags"} \
+      > "$w/cmake.log" 2>&1 &&
     cmake --build "$w/build" -j "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" > "$w/build.log" 2>&1
     echo $? > "$w/rc" ) &
-done
-wait
+}
+builds=""
 for dir in "$D"/pkgs/*/; do
   p=$(basename "$dir")
+  [ -f "$dir/yolo26n_weights.bin" ] || cp "$D/pkgs/${p%-b*}-b$FIRST/yolo26n_weights.bin" "$dir/"
+  build "$p" "$dir"
+  builds="$builds $p"
+  if [ "${p##*-b}" = "$FIRST" ]; then
+    build "$p-nopdl" "$dir" -DCARVE_CUDA_NO_PDL
+    builds="$builds $p-nopdl"
+  fi
+done
+wait
+for p in $builds; do
   if [ "$(cat /tmp/bench-$p/rc)" != 0 ]; then
     echo "build of $p failed:"; tail -n 30 /tmp/bench-$p/cmake.log /tmp/bench-$p/build.log; exit 1
   fi
 done
-echo "built $(ls "$D/pkgs" | paste -sd' ' -) in $(( $(date +%s) - t0 )) s"
+echo "built$builds in $(( $(date +%s) - t0 )) s"
 
 # (2) carve
 for dir in "$D"/pkgs/*/; do
@@ -73,12 +87,17 @@ for dir in "$D"/pkgs/*/; do
   prec=${p%-b*}
   modes=("" "--fused-conv")
   [ "$prec" = tf32 ] && modes=("" "--strict-fp32" "--fused-conv")
+  [ -x "/tmp/bench-$p-nopdl/build/bench_main" ] && modes+=("--no-pdl")
   for m in "${modes[@]}"; do
     label="carve $prec"
+    exe=/tmp/bench-$p/build/bench_main
+    if [ "$m" = --no-pdl ]; then label="carve $prec no-PDL"; exe=/tmp/bench-$p-nopdl/build/bench_main; m=""; fi
     [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
     [ "$m" = --fused-conv ] && label="carve $prec fused"
     tag=$(echo "$label-b${p##*-b}" | tr ' ' '_')
-    /tmp/bench-$p/build/bench_main "$D/bus.png" --runs "$RUNS" --label "$label" $m --profile "$OUT/profile.jsonl" \
+    runs=$RUNS
+    [ "${p##*-b}" = 1 ] || runs=$RUNS_BATCH
+    "$exe" "$D/bus.png" --runs "$runs" --label "$label" $m --profile "$OUT/profile.jsonl" \
       --rows "$rows/$tag.f32" | tee -a "$OUT/bench.jsonl" ||
       echo "{\"system\": \"$label\", \"batch\": ${p##*-b}, \"error\": \"bench_main failed\"}" >> "$OUT/bench.jsonl"
   done
