@@ -149,6 +149,52 @@ static __device__ __forceinline__ void carve_cu_store_act(T* y, size_t yi, float
   carve_cu_st(y, yi, v);
 }
 
+// ---- 16-byte vectors --------------------------------------------------------------------------
+//
+// The element-wise kernels' fast variants move CARVE_CU_VEC(T) consecutive channels (16 bytes: 4 floats
+// or 8 halves) per thread with one load / store each, and index in 32 bits (64-bit division is a long
+// software sequence on a GPU; the generic kernels divide size_t per element). Each element gets the
+// same float arithmetic and the same one rounding as in the generic kernel, so the results are the
+// same bits. carve_cu_vec_ok says whether a launch can take them: every pointer 16-byte aligned, every
+// channel count and pixel stride a multiple of the vector, the index range below 2^32.
+#define CARVE_CU_VEC(T) ((uint32_t)(16 / sizeof(T)))
+
+struct alignas(16) carve_cu_v16 {
+  uint32_t w[4];
+};
+
+template <typename T>
+struct carve_cu_pack {
+  T e[16 / sizeof(T)];
+};
+
+template <typename T>
+static __device__ __forceinline__ carve_cu_pack<T> carve_cu_ld16(const T* p) {
+  const carve_cu_v16 v = *reinterpret_cast<const carve_cu_v16*>(p);
+  carve_cu_pack<T> r;
+  memcpy(&r, &v, sizeof r);
+  return r;
+}
+
+template <typename T>
+static __device__ __forceinline__ void carve_cu_st16(T* p, const carve_cu_pack<T>& r) {
+  carve_cu_v16 v;
+  memcpy(&v, &r, sizeof v);
+  *reinterpret_cast<carve_cu_v16*>(p) = v;
+}
+
+static inline int carve_cu_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+template <typename T>
+static inline int carve_cu_vec_ok(size_t items, size_t a, size_t b, size_t c) {
+  const size_t v = CARVE_CU_VEC(T);
+  return items / v < ((size_t)1 << 32) && a % v == 0 && b % v == 0 && c % v == 0;
+}
+
+// Blocks for a 32-bit grid-stride launch over n items (n < 2^32).
+#define CARVE_CU_FOR32(i, n)                                                                   \
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (uint32_t)(n); i += gridDim.x * blockDim.x)
+
 // y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout).
 template <typename T>
 __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, const T* __restrict__ bias,
@@ -159,6 +205,62 @@ __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, con
     const size_t p = e / cout, o = e % cout;
     carve_cu_store_act(y, p * y_stride + o, carve_cu_ld(y, p * y_stride + o) + carve_cu_ld(bias, o), silu, residual,
                        p * r_stride + o);
+  }
+}
+
+// carve_cu_epilogue_kernel, CARVE_CU_VEC(T) channels per thread (carve_cu_vec_ok: cout, the strides and
+// the pointers in whole vectors); cv = cout / VEC, `items` = pixels cv.
+template <typename T>
+__global__ void carve_cu_epilogue_vec_kernel(T* __restrict__ y, uint32_t y_stride, const T* __restrict__ bias,
+                                             const T* __restrict__ residual, uint32_t r_stride, uint32_t items,
+                                             uint32_t cv, int silu) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  CARVE_CU_FOR32(e, items) {
+    const uint32_t p = e / cv, o = (e - p * cv) * V;
+    carve_cu_pack<T> v = carve_cu_ld16(y + (size_t)p * y_stride + o);
+    const carve_cu_pack<T> b = carve_cu_ld16(bias + o);
+    carve_cu_pack<T> r = b;  // (unused without a residual)
+    if (residual != NULL) {
+      r = carve_cu_ld16(residual + (size_t)p * r_stride + o);
+    }
+    for (uint32_t j = 0; j < V; j++) {
+      float a = carve_cu_ld(v.e, j) + carve_cu_ld(b.e, j);
+      if (silu) {
+        a = carve_cu_silu(a);
+      }
+      if (residual != NULL) {
+        a += carve_cu_ld(r.e, j);
+      }
+      carve_cu_st(v.e, j, a);
+    }
+    carve_cu_st16(y + (size_t)p * y_stride + o, v);
+  }
+}
+
+// carve_cu_im2col_kernel, CARVE_CU_VEC(T) input channels per thread (cin, in_stride and x in whole
+// vectors); kv = kh kw cin / VEC per output pixel, `items` = count kv.
+template <typename T>
+__global__ void carve_cu_im2col_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
+                                           uint32_t cin, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow,
+                                           uint32_t first, uint32_t items, uint32_t kv, T* __restrict__ col) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  const uint32_t civ = cin / V;
+  CARVE_CU_FOR32(e, items) {
+    const uint32_t q = e / kv, r = e - q * kv;
+    const uint32_t tap = r / civ, i = (r - tap * civ) * V;
+    const uint32_t p = first + q, oy = p / ow, ox = p - oy * ow, ky = tap / kw, kx = tap - ky * kw;
+    const long long iy = (long long)oy * stride - pad + ky, ix = (long long)ox * stride - pad + kx;
+    carve_cu_pack<T> v;
+    if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
+      v = carve_cu_ld16(x + ((size_t)iy * w + (size_t)ix) * in_stride + i);
+    } else {
+      for (uint32_t j = 0; j < V; j++) {
+        carve_cu_st(v.e, j, 0.0f);
+      }
+    }
+    carve_cu_st16(col + (size_t)e * V, v);
   }
 }
 
@@ -226,8 +328,16 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
     st = CARVE_OK;
     for (size_t first = 0; first < pixels && st == CARVE_OK; first += chunk) {
       const size_t count = pixels - first < chunk ? pixels - first : chunk;
-      CARVE_LAUNCH(carve_cu_im2col_kernel<T>, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
-                   c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, col);
+      if (carve_cu_vec_ok<T>(count * k, c->cin, c->in_stride, 0) && first + count < ((size_t)1 << 32) &&
+          carve_cu_aligned16(x) && carve_cu_aligned16(col)) {
+        const size_t items = count * k / CARVE_CU_VEC(T);
+        CARVE_LAUNCH(carve_cu_im2col_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
+                     (uint32_t)c->in_stride, c->h, c->w, c->cin, c->kw, c->stride, c->pad, (uint32_t)ow,
+                     (uint32_t)first, (uint32_t)items, (uint32_t)(k / CARVE_CU_VEC(T)), col);
+      } else {
+        CARVE_LAUNCH(carve_cu_im2col_kernel<T>, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
+                     c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, col);
+      }
       CARVE_CU_CHECK_LAUNCH();
       st = gemm(ctx, c->cout, count, k, weight, k, col, k, y + first * c->out_stride, c->out_stride);
     }
@@ -235,8 +345,17 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   if (st != CARVE_OK) {
     return st;
   }
-  CARVE_LAUNCH(carve_cu_epilogue_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, y,
-               c->out_stride, bias, residual, c->res_stride, pixels, c->cout, silu);
+  if (carve_cu_vec_ok<T>(pixels * c->cout, c->cout, c->out_stride, residual != NULL ? c->res_stride : 0) &&
+      c->out_stride < ((size_t)1 << 32) && c->res_stride < ((size_t)1 << 32) && carve_cu_aligned16(y) &&
+      carve_cu_aligned16(bias) && (residual == NULL || carve_cu_aligned16(residual))) {
+    const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
+    CARVE_LAUNCH(carve_cu_epilogue_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, y,
+                 (uint32_t)c->out_stride, bias, residual, (uint32_t)c->res_stride, (uint32_t)items,
+                 c->cout / CARVE_CU_VEC(T), silu);
+  } else {
+    CARVE_LAUNCH(carve_cu_epilogue_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, y,
+                 c->out_stride, bias, residual, c->res_stride, pixels, c->cout, silu);
+  }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

@@ -126,11 +126,13 @@ struct Case {
   uint32_t k, stride, pad, groups, cin, cout, h, w;
   bool residual;
   carve_cu_act act;
+  bool dense = false;  // strides = channels (multiples of 8 here): the 16-byte im2col / epilogue kernels
 };
 
 static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
   TestRng rng(seed);
-  const size_t in_stride = cs.cin + 3, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
+  const size_t in_stride = cs.cin + (cs.dense ? 0 : 3), out_stride = cs.cout + (cs.dense ? 0 : 2),
+               res_stride = cs.cout + (cs.dense ? 0 : 1);
   const size_t oh = (cs.h + 2 * cs.pad - cs.k) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.k) / cs.stride + 1;
   const size_t cin_g = cs.groups == 1 ? cs.cin : 1;
   const size_t kk = (size_t)cs.k * cs.k * cin_g;
@@ -194,6 +196,9 @@ static void test_conv(TestCtx& t) {
       {3, 1, 1, 1, 1536, 4, 40, 40, false, CARVE_CU_ACT_NONE},  // im2col in several chunks
       {3, 1, 1, 9, 9, 9, 7, 6, true, CARVE_CU_ACT_SILU},       // depthwise
       {7, 2, 3, 5, 5, 5, 12, 9, false, CARVE_CU_ACT_NONE},     // depthwise 7x7 / 2
+      {3, 1, 1, 1, 16, 16, 9, 8, true, CARVE_CU_ACT_SILU, true},  // 8-half vectors: im2col, epilogue + residual
+      {3, 2, 1, 1, 8, 24, 11, 10, false, CARVE_CU_ACT_NONE, true},  // vectors, strided im2col
+      {1, 1, 0, 1, 32, 40, 5, 7, false, CARVE_CU_ACT_SILU, true},  // vector epilogue after one GEMM
   };
   uint64_t seed = 100;
   for (const Case& cs : cases) test_conv_case(t, cs, seed++);
