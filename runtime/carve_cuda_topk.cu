@@ -37,6 +37,7 @@
 #define CARVE_CU_MAX_LEVELS 8
 #define CARVE_CU_TOPK_ONE_BLOCK_N 65536  // up to this many values: the one-launch top-k
 #define CARVE_CU_TOPK_ONE_BLOCK_THREADS 1024
+#define CARVE_CU_TOPK_UNROLL 4  // the one-block kernel's loads in flight per thread and pass
 
 // ---- Keys ------------------------------------------------------------------------------
 
@@ -361,10 +362,33 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     }
     __syncthreads();
     const uint32_t pre = prefix, msk = mask;
-    for (uint32_t i = t; i < n; i += threads) {
-      const uint32_t key = carve_cu_order_key(vals[i]);
-      if ((key & msk) == pre) {
-        atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram. Keys that
+    // share their leading digits share a bin (the first pass: scores of one sign and similar size),
+    // and one bin taking every lane's atomicAdd serialises the warp: the lanes with the bin of the
+    // warp's first matching lane add once, with their count (the loop bound is warp-uniform, so
+    // every lane takes part in the ballots).
+    for (uint32_t i0 = t - lane; i0 < n; i0 += threads * CARVE_CU_TOPK_UNROLL) {
+      uint32_t key[CARVE_CU_TOPK_UNROLL];
+      for (int j = 0; j < CARVE_CU_TOPK_UNROLL; j++) {
+        const uint32_t i = i0 + (uint32_t)j * threads + lane;
+        key[j] = i < n ? carve_cu_order_key(vals[i]) : 0u;
+      }
+      for (int j = 0; j < CARVE_CU_TOPK_UNROLL; j++) {
+        const uint32_t i = i0 + (uint32_t)j * threads + lane;
+        const bool match = i < n && (key[j] & msk) == pre;
+        const uint32_t bin = (key[j] >> shift) & 255u;
+        const unsigned active = __ballot_sync(0xFFFFFFFFu, match);
+        if (active == 0) {
+          continue;
+        }
+        const int leader = __ffs((int)active) - 1;
+        const uint32_t lead_bin = __shfl_sync(0xFFFFFFFFu, bin, leader);
+        const unsigned same = __ballot_sync(0xFFFFFFFFu, match && bin == lead_bin);
+        if ((int)lane == leader) {
+          atomicAdd(&hist[lead_bin], (uint32_t)__popc(same));
+        } else if (match && bin != lead_bin) {
+          atomicAdd(&hist[bin], 1u);
+        }
       }
     }
     __syncthreads();
@@ -386,9 +410,11 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   }
   // 3. compaction: every thread runs the same number of tiles (the barriers are uniform).
   const uint32_t thr = prefix, rem = k_rem;
+  uint32_t next = t < n ? carve_cu_order_key(vals[t]) : 0u;  // each tile's key loaded one tile ahead
   for (uint32_t base = 0; base < n; base += threads) {
     const uint32_t i = base + t;
-    const uint32_t key = i < n ? carve_cu_order_key(vals[i]) : 0u;
+    const uint32_t key = next;
+    next = i + threads < n ? carve_cu_order_key(vals[i + threads]) : 0u;
     const uint64_t comp = ((uint64_t)key << 32) | (uint64_t)(0xFFFFFFFFu - i);
     const bool gt = i < n && key > thr, eq = i < n && key == thr;
     if (gt) {

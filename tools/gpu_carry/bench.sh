@@ -6,6 +6,7 @@
 #                                          no GPU: the packages built with the emulation header, 2 runs, PyTorch
 #                                          on the CPU (tools/gpu_carry/test_bench.sh runs this)
 #   RUNS_BATCH=30                          runs per figure of the packages of more than one image
+#   TORCH=0                                carve only (no PyTorch rows)
 # Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel, and the
 # first batch's packages once more with -DCARVE_CUDA_NO_PDL (rows "carve <prec> no-PDL": plain launches instead of
 # programmatic dependent launch, runtime/carve_cuda.h);
@@ -23,7 +24,7 @@ export CPATH=$D/stb/include LIBRARY_PATH=$D/stb/lib LD_LIBRARY_PATH=$D/stb/lib P
 export PYTHONPATH=$D/py${PYTHONPATH:+:$PYTHONPATH} YOLO_OFFLINE=1 YOLO_CONFIG_DIR=/tmp/yolo-config
 IMGSZ=$(cat "$D/imgsz") FIRST=$(cat "$D/first_batch")
 RUNS=${RUNS:-100} RUNS_BATCH=${RUNS_BATCH:-30} ARCH=${CUDA_ARCH:-90} EMULATE=${EMULATE:-}
-[ -n "$EMULATE" ] && RUNS=2 RUNS_BATCH=2
+[ -n "$EMULATE" ] && RUNS=${EMU_RUNS:-2} RUNS_BATCH=${EMU_RUNS:-2}  # EMU_RUNS=0: only the rows (--runs 0)
 BATCHES=$(ls "$D/pkgs" | sed -n 's/^tf32-b//p' | sort -n | paste -sd, -)
 if [ -z "$EMULATE" ]; then
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
@@ -105,11 +106,13 @@ done
 (cd "$rows" && tar cf "$OUT/rows.tar" ./*.f32)
 echo "carve done at $(( $(date +%s) - t0 )) s"
 
-# (3) PyTorch
-if [ -n "$EMULATE" ]; then torch_args="--dry-run"; else torch_args=""; fi
-python3 "$D/torch_bench.py" --weights "$D/yolo26n.pt" --imgsz "$IMGSZ" --batches "$BATCHES" --runs "$RUNS" \
-  $torch_args | tee -a "$OUT/bench.jsonl"
-echo "pytorch done at $(( $(date +%s) - t0 )) s"
+# (3) PyTorch (TORCH=0: not run)
+if [ "${TORCH:-1}" != 0 ]; then
+  if [ -n "$EMULATE" ]; then torch_args="--dry-run"; else torch_args=""; fi
+  python3 "$D/torch_bench.py" --weights "$D/yolo26n.pt" --imgsz "$IMGSZ" --batches "$BATCHES" --runs "$RUNS" \
+    $torch_args | tee -a "$OUT/bench.jsonl"
+  echo "pytorch done at $(( $(date +%s) - t0 )) s"
+fi
 
 # (4) the table
 python3 "$D/bench_table.py" "$OUT/bench.jsonl" | tee "$OUT/table.md"
