@@ -6,7 +6,7 @@
 // dequantizes). Not part of the package or the tests (tests/runtime/q8_pool_vs_run.py checks the kernels).
 // Timings on a shared machine are indicative only.
 //
-//   cc -std=c11 -O3 -Iruntime bench/q8pool_vs_xnnpack.c runtime/carve_q8.c runtime/carve_q8_pool.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c -o /tmp/q8pool_bench -lXNNPACK -lm -lpthread
+//   cc -std=c11 -O3 -Iruntime bench/q8pool_vs_xnnpack.c runtime/carve_q8.c runtime/carve_q8_pool*.c runtime/carve_isa.c runtime/carve_rt.c runtime/carve_pool.c -o /tmp/q8pool_bench -lXNNPACK -lm -lpthread
 //   /tmp/q8pool_bench [--threads N] [--runs R] [--op NAME] [--cpu] [--isa portable|avx2|avx512|avx512vbmi]
 //
 // Systems, per op: "q8 run" carve_q8_run on the calling thread (what xnnpack int8 packages ran these element-wise

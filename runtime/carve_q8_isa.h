@@ -1,5 +1,5 @@
 // carve runtime, internal: what carve_q8.c shares with the instruction-set variants of carve_q8_run_pool
-// (carve_q8_pool.c): an op's resolved views (carve_q8_task) and the entry that runs an op on the pool with a
+// (carve_q8_pool*.c): an op's resolved views (carve_q8_task) and the entry that runs an op on the pool with a
 // variant's item loops for the kinds it takes, carve_q8.c's own for the rest. Not part of the package's API.
 //
 // Plain C11, no instruction set of its own: carve_q8.c (every int8 package, the Cortex-M firmware included)

@@ -8,6 +8,9 @@
 #define CARVE_Q8_POOL_ISA_H
 
 #include "carve_q8_pool.h"
+#include "carve_q8_pool_avx2.h"    // one header per variant file: the include closure of a package
+#include "carve_q8_pool_avx512.h"  // (generator/carve/backends/emit_c.py, runtime_closure) brings each
+#include "carve_q8_pool_neon.h"    // one's source, whatever the target
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,24 +18,6 @@ extern "C" {
 
 carve_status carve_q8_pool__portable(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
                                      pthreadpool_t pool);
-#ifdef CARVE_HAVE_X86_SIMD
-carve_status carve_q8_pool__avx512(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
-carve_status carve_q8_pool__avx512vbmi(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena,
-                                       pthreadpool_t pool);
-// AVX2 + FMA (CPUs without AVX-512).
-carve_status carve_q8_pool__avx2(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
-#endif
-#ifdef CARVE_HAVE_NEON
-// aarch64 NEON (every aarch64 CPU).
-carve_status carve_q8_pool__neon(const carve_q8_desc* d, const uint8_t* blob, uint8_t* arena, pthreadpool_t pool);
-#endif
-
-// 1 where this CPU and build run the avx512 variant (AVX-512 F, BW and VL), and the avx512vbmi one (those and
-// VBMI).
-int carve_q8_pool_avx512_ready(void);
-int carve_q8_pool_vbmi_ready(void);
-// 1 where this CPU and build run the avx2 variant (AVX2 + FMA).
-int carve_q8_pool_avx2_ready(void);
 
 #ifdef __cplusplus
 }  // extern "C"

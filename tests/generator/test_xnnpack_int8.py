@@ -166,7 +166,7 @@ def test_portable_keeps_carve_q8(graphs):
 def test_package_generates(graphs):
     """The whole xnnpack package renders from the quantized graph: the int8 steps call carve_q8_run_pool's
     variant chosen at create (m->k.q8_pool, runtime/carve_q8_pool.h) and carve_q8conv, none carve_q8_run (one
-    thread); the runtime carries carve_q8.c, carve_q8_pool.c and carve_q8conv.c with its instruction-set files."""
+    thread); the runtime carries carve_q8.c, carve_q8_pool.c and carve_q8conv.c with their instruction-set files."""
     _, qg = graphs
     files = compile_model(str(MANIFEST), "xnnpack", str(WEIGHTS), IMGSZ, graph_hook=lambda g: qg).files
     src = files["yolo26n_shapes.c"].decode()
@@ -175,6 +175,8 @@ def test_package_generates(graphs):
     assert "m->k.q8conv(" in src and "m->k.q8conv = carve_q8conv_select(isa);" in src
     assert all(f"runtime/{f}" in files for f in ("carve_q8.c", "carve_q8_pool.c", "carve_q8_isa.h", "carve_q8conv.c"))
     assert all(f"runtime/carve_q8conv{s}.c" in files for s in ("_avx512", "_avx2", "_neon"))
+    assert all(f"runtime/carve_q8_pool{s}" in files
+               for s in ("_avx512.c", "_avx2.c", "_neon.c", "_avx512.h", "_avx2.h", "_neon.h", "_impl.h"))
 
 
 def test_int8_input_has_no_float32_copy(graphs):

@@ -3,7 +3,7 @@
 
     q8_build.py compile     -std=c11 -Wall -Wextra -Werror with gcc (x86-64: baseline, AVX2, AVX-512), clang,
                             arm-none-eabi-gcc for a Cortex-M7 (tests/firmware/cross.py's flags) and a
-                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3 (carve_q8_pool.c,
+                            Cortex-M55 (Helium), and aarch64-linux-gnu-gcc, at -O2 and -O3 (carve_q8_pool*.c,
                             carve_q8_run_pool's variants, too: compiles with -Werror); prints the loops
                             each vectorised (GCC's
                             -fopt-info-vec, Clang's -Rpass=loop-vectorize) by function, and checks:
@@ -14,8 +14,8 @@
                                 else).
                             A cross compiler that is not installed is skipped with a message (tools/install.sh
                             --test installs them); gcc must be there.
-    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool.c + carve_isa.c + carve_rt.c for aarch64 Linux
-                            (GCC vectorises carve_q8.c for NEON; carve_q8_pool.c's neon variant), run under
+    q8_build.py aarch64     q8_tool.c + carve_q8.c + carve_q8_pool*.c + carve_isa.c + carve_rt.c for aarch64 Linux
+                            (GCC vectorises carve_q8.c for NEON; carve_q8_pool_neon.c's neon variant), run under
                             qemu-aarch64 by q8_vs_arith.py: the same bit-exact comparison with arith.py, the
                             variants portable and neon, select picking neon; then a build with carve_pool.c run
                             by q8_pool_vs_run.py (the variants on 0 to 7 threads against carve_q8_run), and
@@ -23,7 +23,7 @@
                             Exit 77 (skipped) without aarch64-linux-gnu-gcc or qemu-aarch64.
     q8_build.py q8conv-aarch64
                             carve_q8conv_neon.c (the NEON variants) for aarch64: clang --target=aarch64-linux-gnu
-                            -fsyntax-only -Werror (carve_q8_pool.c too) without and with the dot product (if
+                            -fsyntax-only -Werror (carve_q8_pool*.c too) without and with the dot product (if
                             clang is there); then
                             q8conv_tool.c + carve_q8conv*.c + carve_isa.c + carve_rt.c + carve_pool.c built with
                             aarch64-linux-gnu-gcc -O2 -Werror and run under qemu-aarch64 by q8conv_vs_arith.py:
@@ -46,9 +46,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 SRC = REPO / "runtime" / "carve_q8.c"
-POOL_SRC = REPO / "runtime" / "carve_q8_pool.c"
+# carve_q8_run_pool's instruction-set variants (xnnpack packages): portable C and the selection, and one file per
+# instruction-set family (runtime/carve_q8_pool_impl.h)
+POOL_SRCS = [REPO / "runtime" / f"carve_q8_pool{s}.c" for s in ("", "_avx512", "_avx2", "_neon")]
 # carve_q8conv: the driver and portable C, and one file per instruction-set family (runtime/carve_q8conv_impl.h)
-Q8CONV_SRCS = [REPO / "runtime" / f"carve_q8conv{s}.c" for s in ("", "_avx512", "_avx2", "_neon")]  # carve_q8_run_pool's instruction-set variants (xnnpack packages)
+Q8CONV_SRCS = [REPO / "runtime" / f"carve_q8conv{s}.c" for s in ("", "_avx512", "_avx2", "_neon")]
 WARN = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-DCARVE_RT_NO_THREADS", f"-I{REPO / 'runtime'}"]
 M7 = ["-mcpu=cortex-m7", "-mfpu=fpv5-d16", "-mfloat-abi=hard", "-mthumb", "-DCARVE_RT_NO_FILE", "-DCARVE_RT_NO_HEAP"]
 AARCH64_LIBC = Path("/usr/aarch64-linux-gnu")
@@ -147,16 +149,19 @@ def compile_all() -> int:
             if missing:
                 print(f"FAIL {label}: the inner loops of {', '.join(missing)} are not vectorised")
                 failed += 1
-            # carve_q8_run_pool's variants (carve_q8_pool.c): their AVX-512 target functions on x86-64, the portable
-            # variant and the selector elsewhere; -Werror everywhere
-            pool_obj = obj.with_name(obj.stem + "_pool.o")
-            pp = subprocess.run([cc, *WARN, *flags, "-c", str(POOL_SRC), "-o", str(pool_obj)], capture_output=True,
-                                text=True)
-            if pp.returncode != 0:
-                print(f"FAIL {label}: carve_q8_pool.c does not compile with -Werror:\n{pp.stderr.strip()}")
-                failed += 1
-            else:
-                print(f"  {label}: carve_q8_pool.c compiles")
+            # carve_q8_run_pool's variants (carve_q8_pool*.c): their AVX-512 and AVX2 target functions on x86-64,
+            # NEON on aarch64, the portable variant and the selector everywhere; -Werror everywhere
+            pool_ok = True
+            for pool_src in POOL_SRCS:
+                pool_obj = obj.with_name(obj.stem + "_" + pool_src.stem + ".o")
+                pp = subprocess.run([cc, *WARN, *flags, "-c", str(pool_src), "-o", str(pool_obj)],
+                                    capture_output=True, text=True)
+                if pp.returncode != 0:
+                    print(f"FAIL {label}: {pool_src.name} does not compile with -Werror:\n{pp.stderr.strip()}")
+                    failed += 1
+                    pool_ok = False
+            if pool_ok:
+                print(f"  {label}: carve_q8_pool*.c compile")
             if cc == "arm-none-eabi-gcc" and "cortex-m7" in label:
                 problems = m7_float_check(obj)
                 for p in problems[:10]:
@@ -176,7 +181,8 @@ def aarch64() -> int:
             print(f"q8_build aarch64: SKIPPED: {tool} not installed (sh tools/install.sh --test)")
             return SKIP
     rt = REPO / "runtime"
-    sources = [str(HERE / "q8_tool.c"), str(SRC), str(POOL_SRC), str(rt / "carve_isa.c"), str(rt / "carve_rt.c")]
+    sources = [str(HERE / "q8_tool.c"), str(SRC), *map(str, POOL_SRCS), str(rt / "carve_isa.c"),
+               str(rt / "carve_rt.c")]
     expect = ["--exec", f"qemu-aarch64 -L {AARCH64_LIBC}", "--expect", "portable,neon", "--expect-selected", "neon"]
     with tempfile.TemporaryDirectory() as tmp:
         exe = Path(tmp, "q8_tool")
@@ -212,8 +218,8 @@ def q8conv_aarch64() -> int:
         for extra in ([], ["-march=armv8.2-a+dotprod"]):
             p = subprocess.run(["clang", "--target=aarch64-linux-gnu", *extra, "-std=c11", "-Wall", "-Wextra",
                                 "-Werror", "-fsyntax-only", f"-I{rt}", *map(str, Q8CONV_SRCS),
-                                str(POOL_SRC)], capture_output=True, text=True)
-            label = " ".join(["clang --target=aarch64-linux-gnu", *extra, "carve_q8conv*.c carve_q8_pool.c"])
+                                *map(str, POOL_SRCS)], capture_output=True, text=True)
+            label = " ".join(["clang --target=aarch64-linux-gnu", *extra, "carve_q8conv*.c carve_q8_pool*.c"])
             print(f"  {label}: {'clean' if p.returncode == 0 else 'FAILED'}")
             if p.returncode != 0:
                 print(p.stderr.strip())

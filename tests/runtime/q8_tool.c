@@ -12,7 +12,7 @@
 // with). The runs: carve_q8_run, then the variant (default "portable": carve_q8_run_pool itself) once per THREADS
 // argument (0: a NULL pool, n: a pool of n threads), each on a fresh copy of the case's arena. The blob and arena
 // are copied into malloc'd buffers (aligned for any type), so the offsets set the alignment the kernels see. Only
-// carve_q8.c, carve_q8_pool.c, carve_isa.c, carve_rt.c and libc (and carve_pool.c unless built with
+// carve_q8.c, carve_q8_pool*.c, carve_isa.c, carve_rt.c and libc (and carve_pool.c unless built with
 // CARVE_RT_NO_THREADS, which allows only THREADS 0): it also runs cross-compiled (qemu-aarch64).
 
 #include <stdio.h>

@@ -468,7 +468,7 @@ def quantize_cases(rng):
         p2 = np.float32(2.0 ** int(rng.integers(-10, 3)))
         halves = ((np.arange(-600, 601) + 0.5) * p2).astype(np.float32)
         cases.append(quantize_case(rng, f"halves scale {p2} zp {zp}", halves.reshape(-1, 1), float(p2), zp))
-    # near the ties, x / scale within 2^-24 .. 2^-8 of a half-integer on both sides (carve_q8_pool.c's quantize
+    # near the ties, x / scale within 2^-24 .. 2^-8 of a half-integer on both sides (carve_q8_pool_avx512.c's quantize
     # multiplies by 1 / scale unless within 2^-12 of one), with scales whose reciprocal is inexact, and scales
     # whose reciprocal is not a normal float (the division throughout)
     k = np.arange(-540, 541) + 0.5
