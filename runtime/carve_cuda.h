@@ -56,7 +56,8 @@
 // ABI of the CUDA runtime, checked by generated code like CARVE_RT_ABI.
 // 2: carve_cu_ctx_init_with (caller-owned cuBLAS workspace / handle), carve_cu_f16_to_f32.
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
-#define CARVE_CUDA_ABI 3
+// 4: carve_cu_ctx.sm_count (the fused convolution's tile choice).
+#define CARVE_CUDA_ABI 4
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -121,6 +122,7 @@ typedef struct carve_cu_ctx {
   int owns_workspace;    // 1: blas_workspace was cudaMalloc'ed here: destroy frees it
   int conv_tf32;         // 1: the convolutions' GEMMs use TF32 tensor cores (carve_cu_ctx_set_conv_math)
   int conv_fused;        // 1: groups-1 convs run as carve's fused implicit-GEMM kernel (carve_cu_ctx_set_conv_impl)
+  int sm_count;          // the device's SMs (init reads them): the fused convolution's tile choice
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.

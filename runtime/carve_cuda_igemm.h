@@ -11,14 +11,24 @@
 // matrix as stored and the input tile is gathered from the NHWC input directly (no im2col buffer):
 //   A[p][k] = x[oy s - pad + ky][ox s - pad + kx][i]  (0 outside the input: padding),
 //   B[k][o] = W[o][k].
-// One block of CARVE_CU_IGEMM_THREADS (4 warps, 2 x 2) computes a BM x BN = 64 x 64 tile of Y; each warp
-// a 32 x 32 quarter as 2 x 2 wmma accumulators of 16 x 16. Per step of BK = 32 along K, the threads copy
-// A (64 x 32) and B (32 x 64, stored as W's rows: matrix_b col_major) into shared memory, zero-filling
-// rows past the pixels, columns past cout and k past K and the padding taps, so that every fragment is
-// whole; TF32 operands are rounded there once (wmma::__float_to_tf32: cvt.rna, as cuBLAS' TF32 kernels
-// convert theirs). After the last step the accumulators go to a shared 64 x 64 float tile and the
-// epilogue reads it: v = acc + b[o], SiLU, + residual, one store of T per output (one rounding for
-// __half: the cuBLAS path rounds the GEMM's result to half before the epilogue, this one does not).
+// One block of CARVE_CU_IGEMM_THREADS (4 warps, 2 x 2) computes a BM x BN tile of Y, each warp a
+// BM/2 x BN/2 part as 16 x 16 wmma accumulators. The tile is chosen per convolution at launch
+// (carve_cu_igemm_tile, runtime/carve_cuda_igemm_tile.h): 64 x 64, 64 x 32, 32 x 64 or 32 x 32, the
+// largest that still gives the device's SMs a block each, so that small-pixel layers (20 x 20, 40 x 40)
+// run on many SMs instead of a few. Per step of BK along K (128 bytes of operands per row; 256 for
+// 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
+// rows: matrix_b col_major) in 16-byte chunks (4 floats / 8 halves of consecutive k), zero-filling rows
+// past the pixels, columns past cout, k past K and the padding taps, so that every fragment is whole.
+// The steps are software-pipelined through registers and two shared stages: the chunks of step s + 1
+// are loaded into registers before the tensor cores work on stage s, stored to the other stage after,
+// one __syncthreads per step. A chunk is one 16-byte load (the VEC kernels) when cin and the input's
+// pixel stride are multiples of the chunk and both x and W are 16-byte aligned (so the 4 / 8 k of a
+// chunk are one tap's consecutive channels, and a weight row's chunks aligned); otherwise element by
+// element (the stem's 3 channels). TF32 operands are rounded once, where a chunk is stored to shared
+// memory (wmma::__float_to_tf32: cvt.rna, as cuBLAS' TF32 kernels convert theirs). After the last step
+// the accumulators go to a shared BM x BN float tile (over the operand stages) and the epilogue reads
+// it: v = acc + b[o], SiLU, + residual, one store of T per output (one rounding for __half: the cuBLAS
+// path rounds the GEMM's result to half before the epilogue, this one does not).
 //
 // Builds with nvcc for every architecture of tests/cuda/tests.cmake: the TF32 kernel's body needs
 // sm_80 (wmma::precision::tf32) and is empty below (never launched there: carve_cu_ctx_set_conv_math
@@ -28,6 +38,7 @@
 #ifndef CARVE_CUDA_IGEMM_H
 #define CARVE_CUDA_IGEMM_H
 
+#include "carve_cuda_igemm_tile.h"
 #include "carve_cuda_impl.h"
 
 #ifndef CARVE_CUDA_EMULATION
@@ -35,11 +46,10 @@
 #include <mma.h>
 #endif
 
-#define CARVE_CU_IGEMM_BM 64       // output pixels per block
-#define CARVE_CU_IGEMM_BN 64       // output channels per block
-#define CARVE_CU_IGEMM_BK 32       // reduction step
-#define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the 64 x 64 tile
-#define CARVE_CU_IGEMM_CLD (CARVE_CU_IGEMM_BN + 4)  // the float result tile's row pitch (16-byte multiple)
+#define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the tile
+// Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
+// <= 36 KB a block, allows as many on sm_80+). Also keeps ptxas from a spill it otherwise chooses.
+#define CARVE_CU_IGEMM_MIN_BLOCKS 4
 
 // Whether TF32 wmma operands exist for the architecture being compiled (always on the host pass and
 // under emulation, where only the runtime checks decide). Half operands need sm_70, below every
@@ -53,9 +63,45 @@
 #error "carve_cuda_igemm.h: the wmma convolution needs sm_70 or newer (carve compiles for sm_75 and newer)"
 #endif
 
+// 16 bytes of operands (4 floats or 8 halves, element e in the bytes 16 / VW e on), the unit of the
+// global loads and shared stores.
+struct alignas(16) carve_cu_igemm_chunk {
+  uint32_t w[4];
+};
+
+static __device__ __forceinline__ carve_cu_igemm_chunk carve_cu_igemm_zero_chunk() {
+  carve_cu_igemm_chunk c;
+  for (int i = 0; i < 4; i++) c.w[i] = 0u;  // +0.0 in both types
+  return c;
+}
+
+// One 16-byte load (p 16-byte aligned; read-only for the kernel's life) and one 16-byte shared store.
+static __device__ __forceinline__ carve_cu_igemm_chunk carve_cu_igemm_ld16(const void* p) {
+  carve_cu_igemm_chunk c;
+#ifdef CARVE_CUDA_EMULATION
+  std::memcpy(&c, p, 16);
+#else
+  const uint4 u = __ldg(static_cast<const uint4*>(p));
+  c.w[0] = u.x;
+  c.w[1] = u.y;
+  c.w[2] = u.z;
+  c.w[3] = u.w;
+#endif
+  return c;
+}
+
+static __device__ __forceinline__ void carve_cu_igemm_st16(void* p, const carve_cu_igemm_chunk& c) {
+#ifdef CARVE_CUDA_EMULATION
+  std::memcpy(p, &c, 16);
+#else
+  *static_cast<uint4*>(p) = make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
+#endif
+}
+
 // The wmma shape and operand type of each storage type T: `ok` whether the kernel exists for the
-// architecture compiled; kstep the wmma k; `pad` keeps a shared row a multiple of 16 bytes (wmma's
-// ldm) and staggers rows across banks; to_op the operand as the tensor cores take it.
+// architecture compiled; kstep the wmma k; vw the elements of a 16-byte chunk; put(c, e, v) sets
+// element e of a chunk (zero-initialised); to_op(c) converts a chunk's operands as the tensor cores
+// take them (TF32: cvt.rna per float; halves as they are).
 template <typename T>
 struct carve_cu_igemm_traits;
 
@@ -69,14 +115,13 @@ struct carve_cu_igemm_traits<float> {
   typedef float op;  // unused: no TF32 before sm_80
 #endif
   static constexpr int kstep = 8;  // m16n16k8
-  static constexpr int pad = 4;
-  static __device__ __forceinline__ float zero() { return 0.0f; }
-  static __device__ __forceinline__ float to_op(float v) {
+  static constexpr int vw = 4;
+  static __device__ __forceinline__ void put(carve_cu_igemm_chunk& c, int e, float v) { c.w[e] = __float_as_uint(v); }
+  static __device__ __forceinline__ carve_cu_igemm_chunk to_op(carve_cu_igemm_chunk c) {
 #if CARVE_CU_IGEMM_HAS_TF32
-    return nvcuda::wmma::__float_to_tf32(v);  // cvt.rna
-#else
-    return v;
+    for (int i = 0; i < 4; i++) c.w[i] = __float_as_uint(nvcuda::wmma::__float_to_tf32(__uint_as_float(c.w[i])));
 #endif
+    return c;
   }
 };
 
@@ -85,15 +130,18 @@ struct carve_cu_igemm_traits<__half> {
   static constexpr bool ok = true;
   typedef __half op;
   static constexpr int kstep = 16;  // m16n16k16
-  static constexpr int pad = 8;
-  static __device__ __forceinline__ __half zero() { return __float2half_rn(0.0f); }
-  static __device__ __forceinline__ __half to_op(__half v) { return v; }
+  static constexpr int vw = 8;
+  static __device__ __forceinline__ void put(carve_cu_igemm_chunk& c, int e, __half v) {
+    c.w[e / 2] |= (uint32_t)__half_as_ushort(v) << (16 * (e % 2));  // little-endian: element 2j the low half
+  }
+  static __device__ __forceinline__ carve_cu_igemm_chunk to_op(carve_cu_igemm_chunk c) { return c; }
 };
 
-// The 64 x 64 tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue. (An empty kernel where
-// traits<T>::ok is false: never launched, carve_cu_igemm_applies.)
-template <typename T>
-__global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
+// The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
+// (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
+// carve_cu_igemm_vec). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_applies.)
+template <typename T, int BM, int BN, int BK, bool VEC>
+__global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLOCKS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t pixels,
                           uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -104,74 +152,126 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
   if constexpr (tr::ok) {
     namespace wm = nvcuda::wmma;
     typedef typename tr::op op;
-    constexpr int BM = CARVE_CU_IGEMM_BM, BN = CARVE_CU_IGEMM_BN, BK = CARVE_CU_IGEMM_BK;
-    constexpr int LD = BK + tr::pad;  // row pitch of the operand tiles, in T
-    constexpr int CLD = CARVE_CU_IGEMM_CLD;
-    alignas(32) __shared__ T a_tile[BM * LD];  // A[p][k] of the step: row p, pitch LD
-    alignas(32) __shared__ T b_tile[BN * LD];  // W[o][k] of the step: row o (matrix_b col_major)
-    alignas(32) __shared__ float c_tile[BM * CLD];
-    const unsigned t = threadIdx.x;
+    constexpr int NT = CARVE_CU_IGEMM_THREADS;
+    constexpr int VW = tr::vw;                      // elements per chunk
+    constexpr int CPR = BK / VW;                    // chunks per tile row and step
+    constexpr int RSTEP = NT / CPR;                 // rows between a thread's chunks
+    constexpr int AJ = BM / RSTEP, BJ = BN / RSTEP;  // a thread's chunks of A and of B per step
+    constexpr int LD = BK + VW;                     // row pitch of the operand tiles, in T (16-byte pad: banks)
+    constexpr int STAGE = (BM + BN) * LD;           // one stage: A rows, then B rows
+    constexpr int CLD = BN + 4;                     // the float result tile's row pitch
+    constexpr int WM = BM / 2, WN = BN / 2, FM = WM / 16, FN = WN / 16;  // a warp's part, in fragments
+    constexpr int OPS = 2 * STAGE, RES = (int)(BM * CLD * sizeof(float) / sizeof(T));
+    static_assert(BK % VW == 0 && BK % tr::kstep == 0 && NT % CPR == 0, "step");
+    static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && AJ >= 1 && BJ >= 1, "chunks per thread");
+    static_assert(FM >= 1 && FN >= 1 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
+    static_assert((16 * LD * sizeof(T)) % 32 == 0 && (BM * LD * sizeof(T)) % 32 == 0 &&
+                      (STAGE * sizeof(T)) % 32 == 0 && (tr::kstep * sizeof(T)) % 32 == 0,
+                  "wmma pointers 32-byte aligned");
+    static_assert((OPS > RES ? OPS : RES) * sizeof(T) <= 48 * 1024, "static shared memory");
+    // Two operand stages; after the loop the result tile over them.
+    alignas(32) __shared__ T smem[OPS > RES ? OPS : RES];
+    float* const c_tile = reinterpret_cast<float*>(smem);
+
+    const int t = (int)threadIdx.x, cc = t % CPR, r0 = t / CPR;  // the thread's chunk column and first row
     const uint32_t m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const size_t k_total = (size_t)kh * kw * cin;
-    const unsigned warp = t / 32, wm0 = (warp / 2) * 32, wn0 = (warp % 2) * 32;  // the warp's 32 x 32 quarter
-    wm::fragment<wm::accumulator, 16, 16, tr::kstep, float> acc[2][2];
-    for (int i = 0; i < 2; i++) {
-      for (int j = 0; j < 2; j++) wm::fill_fragment(acc[i][j], 0.0f);
+    const uint32_t k_total = kh * kw * cin;  // < 2^31 (carve_cu_igemm_applies)
+    const int warp = t / 32, wm0 = (warp / 2) * WM, wn0 = (warp % 2) * WN;
+
+    // The thread's rows of A: the input position of tap (0, 0) of output pixel m0 + r0 + j RSTEP (the
+    // divisions by ow once per block); a row past the pixels reads as far above the image.
+    int iy0[AJ], ix0[AJ];
+    for (int j = 0; j < AJ; j++) {
+      const uint32_t p = m0 + (uint32_t)(r0 + j * RSTEP);
+      iy0[j] = p < pixels ? (int)((p / ow) * stride) - (int)pad : -0x40000000;
+      ix0[j] = p < pixels ? (int)((p % ow) * stride) - (int)pad : 0;
     }
-    // The block's rows: the input position of tap (0, 0) of output pixel m0 + r (the divisions by ow once
-    // per block, not per element and step); a row past the pixels reads as above the image.
-    __shared__ long long row_y0[BM], row_x0[BM];
-    for (int r = (int)t; r < BM; r += CARVE_CU_IGEMM_THREADS) {
-      const uint32_t p = m0 + (uint32_t)r;
-      row_y0[r] = p < pixels ? (long long)(p / ow) * stride - pad : -(long long)kh - 1;
-      row_x0[r] = p < pixels ? (long long)(p % ow) * stride - pad : 0;
+
+    carve_cu_igemm_chunk ra[AJ], rb[BJ];
+    // The thread's chunks of step k0 into ra / rb. A: row r0 + j RSTEP, k0 + cc VW ..: consecutive threads,
+    // consecutive chunks of one pixel's channels (coalesced); B: W's row n0 + r0 + j RSTEP, the same k.
+    auto load = [&](uint32_t k0) {
+      const uint32_t k = k0 + (uint32_t)(cc * VW);
+      if constexpr (VEC) {
+        // The chunk's VW k are one tap's channels i .. i + VW - 1 (cin % VW == 0), all in K or none.
+        const bool kin = k < k_total;
+        const uint32_t tap = kin ? k / cin : 0, i = k - tap * cin;
+        const int ky = (int)(tap / kw), kx = (int)(tap % kw);
+        for (int j = 0; j < AJ; j++) {
+          const int iy = iy0[j] + ky, ix = ix0[j] + kx;
+          ra[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
+                      ? carve_cu_igemm_ld16(x + ((size_t)iy * w + (size_t)ix) * in_stride + i)
+                      : carve_cu_igemm_zero_chunk();
+        }
+        for (int j = 0; j < BJ; j++) {
+          const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
+          rb[j] = kin && o < cout ? carve_cu_igemm_ld16(weight + (size_t)o * k_total + k)
+                                  : carve_cu_igemm_zero_chunk();
+        }
+      } else {
+        for (int j = 0; j < AJ; j++) ra[j] = carve_cu_igemm_zero_chunk();
+        for (int j = 0; j < BJ; j++) rb[j] = carve_cu_igemm_zero_chunk();
+        for (int e = 0; e < VW; e++) {
+          const uint32_t ke = k + (uint32_t)e;
+          if (ke >= k_total) break;
+          const uint32_t tap = ke / cin, i = ke - tap * cin;
+          const int ky = (int)(tap / kw), kx = (int)(tap % kw);
+          for (int j = 0; j < AJ; j++) {
+            const int iy = iy0[j] + ky, ix = ix0[j] + kx;
+            if (iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w) {
+              tr::put(ra[j], e, x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
+            }
+          }
+          for (int j = 0; j < BJ; j++) {
+            const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
+            if (o < cout) tr::put(rb[j], e, weight[(size_t)o * k_total + ke]);
+          }
+        }
+      }
+    };
+    // The registers to a stage, as the tensor cores take the operands.
+    auto store = [&](T* stage) {
+      for (int j = 0; j < AJ; j++) carve_cu_igemm_st16(stage + (r0 + j * RSTEP) * LD + cc * VW, tr::to_op(ra[j]));
+      for (int j = 0; j < BJ; j++) {
+        carve_cu_igemm_st16(stage + (BM + r0 + j * RSTEP) * LD + cc * VW, tr::to_op(rb[j]));
+      }
+    };
+
+    wm::fragment<wm::accumulator, 16, 16, tr::kstep, float> acc[FM][FN];
+    for (int i = 0; i < FM; i++) {
+      for (int j = 0; j < FN; j++) wm::fill_fragment(acc[i][j], 0.0f);
     }
+    const uint32_t steps = (k_total + BK - 1) / BK;
+    load(0);
+    store(smem);
     __syncthreads();
-    static_assert(CARVE_CU_IGEMM_THREADS % BK == 0, "a thread fills one column of A every step");
-    for (size_t k0 = 0; k0 < k_total; k0 += BK) {
-      // A: thread t fills column t % BK of rows t / BK, + 4, ...: consecutive threads, consecutive k
-      // (consecutive input channels of one tap: coalesced). Its k, so its tap and channel, is one per step.
-      const int c = (int)(t % BK);
-      const size_t k = k0 + (size_t)c;
-      const uint32_t tap = k < k_total ? (uint32_t)(k / cin) : 0, i = k < k_total ? (uint32_t)(k % cin) : 0;
-      const long long ky = tap / kw, kx = tap % kw;
-      for (int r = (int)(t / BK); r < BM; r += CARVE_CU_IGEMM_THREADS / BK) {
-        T v = tr::zero();
-        const long long iy = row_y0[r] + ky, ix = row_x0[r] + kx;
-        if (k < k_total && iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-          v = tr::to_op(x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
+    for (uint32_t s = 0; s < steps; s++) {
+      const uint32_t k0 = s * BK;
+      const T* const a_tile = smem + (s % 2) * STAGE;
+      const T* const b_tile = a_tile + BM * LD;
+      if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
+      for (int kk = 0; kk < BK && k0 + (uint32_t)kk < k_total; kk += tr::kstep) {
+        wm::fragment<wm::matrix_a, 16, 16, tr::kstep, op, wm::row_major> fa[FM];
+        wm::fragment<wm::matrix_b, 16, 16, tr::kstep, op, wm::col_major> fb[FN];
+        for (int i = 0; i < FM; i++) wm::load_matrix_sync(fa[i], a_tile + (wm0 + 16 * i) * LD + kk, LD);
+        for (int j = 0; j < FN; j++) wm::load_matrix_sync(fb[j], b_tile + (wn0 + 16 * j) * LD + kk, LD);
+        for (int i = 0; i < FM; i++) {
+          for (int j = 0; j < FN; j++) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
-        a_tile[r * LD + c] = v;
       }
-      // B: W's rows n0 .. n0 + BN, columns k0 .. k0 + BK (consecutive threads, consecutive k).
-      for (int e = (int)t; e < BN * BK; e += CARVE_CU_IGEMM_THREADS) {
-        const int r = e / BK, c = e % BK;
-        const size_t k = k0 + (size_t)c;
-        const uint32_t o = n0 + (uint32_t)r;
-        b_tile[r * LD + c] = o < cout && k < k_total ? tr::to_op(weight[(size_t)o * k_total + k]) : tr::zero();
-      }
+      // The other stage was last read in step s - 1, before the barrier that ended it.
+      if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
       __syncthreads();
-      for (int kk = 0; kk < BK; kk += tr::kstep) {
-        wm::fragment<wm::matrix_a, 16, 16, tr::kstep, op, wm::row_major> fa[2];
-        wm::fragment<wm::matrix_b, 16, 16, tr::kstep, op, wm::col_major> fb[2];
-        for (int i = 0; i < 2; i++) {
-          wm::load_matrix_sync(fa[i], a_tile + (wm0 + 16 * i) * LD + kk, LD);
-          wm::load_matrix_sync(fb[i], b_tile + (wn0 + 16 * i) * LD + kk, LD);
-        }
-        for (int i = 0; i < 2; i++) {
-          for (int j = 0; j < 2; j++) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-        }
-      }
-      __syncthreads();  // the tiles are refilled next step
     }
-    for (int i = 0; i < 2; i++) {
-      for (int j = 0; j < 2; j++) {
+    // The result tile over the stages (every read of them ended at the loop's last barrier).
+    for (int i = 0; i < FM; i++) {
+      for (int j = 0; j < FN; j++) {
         wm::store_matrix_sync(c_tile + (wm0 + 16 * i) * CLD + wn0 + 16 * j, acc[i][j], CLD, wm::mem_row_major);
       }
     }
     __syncthreads();
     // Epilogue: consecutive threads, consecutive output channels of a pixel.
-    for (int e = (int)t; e < BM * BN; e += CARVE_CU_IGEMM_THREADS) {
+    for (int e = t; e < BM * BN; e += NT) {
       const int r = e / BN, c = e % BN;
       const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
       if (p < pixels && o < cout) {
@@ -184,24 +284,69 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
 
 // Whether carve_cu_conv2d_t takes the fused kernel for this convolution: groups 1, the context asks for
 // it (carve_cu_ctx_set_conv_impl) and its math has tensor cores for T (float: TF32 on, sm_80+; half:
-// the request alone, set only on sm_70+), the sizes fit the kernel's 32-bit pixel and channel indices.
+// the request alone, set only on sm_70+), the sizes fit the kernel's 32-bit indices (pixels, channels, K,
+// and the input's rows and columns as int with the padding).
 template <typename T>
 static inline int carve_cu_igemm_applies(const carve_cu_ctx* ctx, const carve_cu_conv* c, size_t pixels) {
   const int math = sizeof(T) == 2 ? 1 : ctx->conv_tf32;
+  const size_t k = (size_t)c->kh * c->kw * c->cin;
   return ctx->conv_fused && math && c->groups == 1 && pixels <= 0x7FFFFFFFu && c->cout <= 0x7FFFFFFFu &&
-         (pixels + CARVE_CU_IGEMM_BM - 1) / CARVE_CU_IGEMM_BM <= 0x7FFFFFFFu &&
-         (c->cout + CARVE_CU_IGEMM_BN - 1) / CARVE_CU_IGEMM_BN <= 65535u;
+         k <= 0x7FFFFFFFu && c->h < 0x20000000u && c->w < 0x20000000u && c->pad < 0x10000000u &&
+         c->kh < 0x10000000u && c->kw < 0x10000000u && (c->cout + 31) / 32 <= 65535u;
+}
+
+// Whether every 16-byte chunk of the operands is one aligned load: cin and the input's pixel stride whole
+// chunks (so a chunk is one tap's consecutive channels, K a whole number of chunks) and x, W 16-byte aligned.
+template <typename T>
+static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T* weight) {
+  const size_t vw = 16 / sizeof(T);
+  return c->cin % vw == 0 && c->in_stride % vw == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)weight % 16 == 0;
+}
+
+template <typename T, int BM, int BN, int BK, bool VEC>
+static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
+                                  const T* bias, const T* residual, T* y, size_t ow, size_t pixels) {
+  const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN));
+  void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
+                       uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*, size_t) =
+      carve_cu_igemm_kernel<T, BM, BN, BK, VEC>;
+  CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS, ctx->stream, x,
+               c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)pixels,
+               c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+}
+
+// The tile (carve_cu_igemm_tile) and the loads (carve_cu_igemm_vec) of one convolution.
+template <typename T, bool VEC>
+static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x,
+                                       const T* weight, const T* bias, const T* residual, T* y, size_t ow,
+                                       size_t pixels) {
+  constexpr int BK = 128 / (int)sizeof(T);  // 128 bytes per row and step; 256 for 32 x 32
+  switch (tile) {
+    case CARVE_CU_IGEMM_TILE_64X64:
+      carve_cu_igemm_launch<T, 64, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      break;
+    case CARVE_CU_IGEMM_TILE_64X32:
+      carve_cu_igemm_launch<T, 64, 32, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      break;
+    case CARVE_CU_IGEMM_TILE_32X64:
+      carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      break;
+    default:
+      carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      break;
+  }
 }
 
 // One launch: the whole convolution with its epilogue (arguments checked by the caller).
 template <typename T>
 static carve_status carve_cu_igemm_conv(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
                                         const T* bias, const T* residual, T* y, size_t ow, size_t pixels) {
-  const dim3 grid((unsigned)((pixels + CARVE_CU_IGEMM_BM - 1) / CARVE_CU_IGEMM_BM),
-                  (unsigned)((c->cout + CARVE_CU_IGEMM_BN - 1) / CARVE_CU_IGEMM_BN));
-  CARVE_LAUNCH(carve_cu_igemm_kernel<T>, grid, CARVE_CU_IGEMM_THREADS, ctx->stream, x, c->in_stride, c->h, c->w,
-               c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)pixels, c->cout, weight, bias,
-               residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+  const int tile = carve_cu_igemm_tile(ctx->sm_count, pixels, c->cout);
+  if (carve_cu_igemm_vec(c, x, weight)) {
+    carve_cu_igemm_launch_tile<T, true>(tile, ctx, c, x, weight, bias, residual, y, ow, pixels);
+  } else {
+    carve_cu_igemm_launch_tile<T, false>(tile, ctx, c, x, weight, bias, residual, y, ow, pixels);
+  }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

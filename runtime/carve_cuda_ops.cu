@@ -53,6 +53,18 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->owns_workspace = 0;
   ctx->conv_tf32 = 0;
   ctx->conv_fused = 0;
+  ctx->sm_count = 1;
+}
+
+// The device's SM count into ctx->sm_count (the fused convolution's tile choice, carve_cuda_igemm_tile.h).
+static carve_status read_sm_count(carve_cu_ctx* ctx) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms < 1) {
+    return CARVE_ERR_BACKEND;
+  }
+  ctx->sm_count = sms;
+  return CARVE_OK;
 }
 
 extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream) {
@@ -61,7 +73,7 @@ extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream
   }
   ctx_clear(ctx, stream);
   const size_t workspace = carve_cu_blas_workspace_bytes();
-  if (workspace == 0) {
+  if (workspace == 0 || read_sm_count(ctx) != CARVE_OK) {
     return CARVE_ERR_BACKEND;
   }
   if (cudaMalloc(&ctx->blas_workspace, workspace) != cudaSuccess) {
@@ -83,7 +95,7 @@ extern "C" carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t s
   }
   ctx_clear(ctx, stream);
   const size_t need = carve_cu_blas_workspace_bytes();
-  if (need == 0) {
+  if (need == 0 || read_sm_count(ctx) != CARVE_OK) {
     return CARVE_ERR_BACKEND;
   }
   if (workspace == NULL || workspace_bytes < need) {

@@ -7,24 +7,51 @@
 //   * fp16 (__half storage): against a double loop over the same halves, within the float accumulation
 //     and the one rounding of the store;
 // on shapes that spread: 1x1 stride 1 and 2, 3x3 stride 1 and 2, the stem's 3-channel 3x3 / 2, a 3x1
-// kernel, odd sizes, K below one step and over many, cout not a multiple of 16 and over one 64-wide
-// tile, pixels over several tiles; residual and none, SiLU and none; strided input, output and residual
-// views (what lies between the output's channels never written). Each output varies (not flat).
+// kernel, odd sizes, K below one step and over many (yolo26n's 20 x 20 stage: 128 -> 256, K 1152), cout
+// not a multiple of 16 and over one tile, pixels over several tiles; residual and none, SiLU and none;
+// strided input, output and residual views (what lies between the output's channels never written); every
+// tile of carve_cuda_igemm_tile.h (the case's SM count picks it) with the 16-byte loads (channels and
+// pixel stride whole chunks, aligned) and without (odd channels, cin 12 in halves, x misaligned). Each
+// output varies (not flat). Each case prints its worst error against its tolerance.
 //   * one launch per convolution (a stream capture's node count), against 2-3 for the cuBLAS path;
 //   * strict float32 (conv_tf32 = 0) with the fused request keeps the cuBLAS path and its float32 results;
 //   * argument errors of carve_cu_ctx_set_conv_impl.
 // Runs under the emulation (ctest cuda_igemm) and on a GPU (tests/cuda/gpu_kernel_tests.sh, sm_80+).
 
+#include <set>
+#include <utility>
+
 #include "carve_cuda_f16.h"
+#include "carve_cuda_igemm_tile.h"
 #include "cuda_test.h"
 
-// The float accumulation, relative to the sum of |products|: the emulation sums in float32 in k order;
-// tensor cores align partial sums their own way (looser, on a GPU).
-#ifdef CARVE_CUDA_EMULATION
-static const double kAcc = 0x1p-21;
+// The accumulation error, relative to the sum of |products| (mag) of an output.
+// Emulation: the products are exact and summed in float32 in k order (cuda_emu.h's wmma; its host GEMM for
+// the cuBLAS path): a few float32 roundings of sums below mag, far under 2^-21 mag on these shapes.
+// GPU, the fused kernel: one mma k-step adds kstep exact products (11 x 11 significant bits) to the
+// accumulator c; the tensor cores align those kstep + 1 terms to the largest exponent among them and keep a
+// fixed number of bits (about fp32's 24, with truncation: Fasi et al., "Numerical behavior of NVIDIA tensor
+// cores", 2021), so a term loses below one unit of the 24th bit of that largest term, <= 2^-23 mag (every
+// term and every partial sum is <= mag); with the result's normalisation, (kstep + 1) 2^-22 mag per k-step
+// at most, ceil(K / kstep) k-steps. Not IEEE float32 per add: the same K can round differently from the
+// emulation's order, a few units of 2^-24 more per step, which this bound covers (a wrong tap, channel or a
+// missing bias changes an output by about mag / K or more, and K^2 2^-22 < 1 for K <= 2048).
+// GPU, the cuBLAS path (TF32): its kernels' conversion of the float32 operands to TF32 is not specified
+// (rounded or truncated): each operand within one TF32 unit (2^-10 relative) of the rounded value the
+// reference uses, so each product within (2^-9 + 2^-20) of it, and the same accumulation bound.
+// (CARVE_TEST_GPU_TOLERANCE: the GPU's bounds under the emulation too, to check that they still fail a
+// broken kernel.)
+static double acc_tol(size_t k, int kstep, bool fused) {
+#if defined(CARVE_CUDA_EMULATION) && !defined(CARVE_TEST_GPU_TOLERANCE)
+  (void)k;
+  (void)kstep;
+  (void)fused;
+  return 0x1p-21;
 #else
-static const double kAcc = 0x1p-16;
+  const double steps = (double)((k + (size_t)kstep - 1) / (size_t)kstep);
+  return steps * (kstep + 1) * 0x1p-22 + (fused ? 0.0 : 0x1p-9 + 0x1p-20);
 #endif
+}
 static const double kF32 = 0x1p-21;  // a few float32 roundings (bias add, expf, residual add, store)
 static const double kU16 = 0x1p-11;  // fp16's unit roundoff: the store of a half result
 
@@ -41,6 +68,7 @@ static float rna_tf32(float v) {
 struct F32 {
   typedef float T;
   static constexpr const char* name = "tf32";
+  static constexpr int kstep = 8;  // wmma m16n16k8
   static T make(float v) { return v; }
   static double val(T v) { return v; }
   static double op(T v) { return rna_tf32(v); }
@@ -52,6 +80,7 @@ struct F32 {
 struct F16 {
   typedef __half T;
   static constexpr const char* name = "fp16";
+  static constexpr int kstep = 16;  // wmma m16n16k16
   static T make(float v) { return __float2half(v); }
   static double val(T v) { return __half2float(v); }
   static double op(T v) { return __half2float(v); }
@@ -60,21 +89,35 @@ struct F16 {
   static double store_tol(double want) { return kU16 * std::fabs(want) + 0x1p-24; }
 };
 
+// xpad: elements between input pixels beyond cin (in_stride = cin + xpad); xoff: x starts that many
+// elements into its buffer (xoff 1: not 16-byte aligned); sms: the context's SM count for the case, which
+// picks the tile (carve_cu_igemm_tile): together the cases reach every tile with and without the 16-byte
+// loads, in both types (checked: test_fused).
 struct Case {
   uint32_t kh, kw, stride, pad, cin, cout, h, w;
   bool residual;
   carve_cu_act act;
+  uint32_t xpad, xoff;
+  int sms;
 };
 
 static const Case kCases[] = {
-    {1, 1, 1, 0, 19, 13, 7, 9, false, CARVE_CU_ACT_SILU},   // 1x1, K below one step, cout < 16
-    {1, 1, 1, 0, 8, 24, 5, 3, true, CARVE_CU_ACT_NONE},     // 1x1 + residual, cout 24
-    {1, 1, 2, 0, 16, 33, 9, 9, false, CARVE_CU_ACT_SILU},   // 1x1 stride 2
-    {3, 3, 1, 1, 11, 10, 9, 8, true, CARVE_CU_ACT_SILU},    // 3x3 / 1, padding, residual
-    {3, 3, 2, 1, 6, 7, 11, 10, false, CARVE_CU_ACT_SILU},   // 3x3 / 2, odd sizes
-    {3, 3, 2, 1, 3, 16, 17, 15, false, CARVE_CU_ACT_SILU},  // the stem: 3 channels, 3x3 / 2
-    {3, 3, 1, 1, 40, 70, 13, 11, true, CARVE_CU_ACT_NONE},  // K 360 (12 steps), 2 x 3 tiles
-    {3, 1, 1, 1, 5, 9, 6, 4, false, CARVE_CU_ACT_NONE},     // 3x1 kernel (pad on all four sides)
+    {1, 1, 1, 0, 19, 13, 7, 9, false, CARVE_CU_ACT_SILU, 3, 0, 1},   // 1x1, K below one step, cout < 16: 64x32
+    {1, 1, 1, 0, 8, 24, 5, 3, true, CARVE_CU_ACT_NONE, 3, 0, 1},     // 1x1 + residual, cout 24
+    {1, 1, 2, 0, 16, 33, 9, 9, false, CARVE_CU_ACT_SILU, 3, 0, 1},   // 1x1 stride 2: 64x64
+    {3, 3, 1, 1, 11, 10, 9, 8, true, CARVE_CU_ACT_SILU, 3, 0, 3},    // 3x3 / 1, padding, residual: 32x32
+    {3, 3, 2, 1, 6, 7, 11, 10, false, CARVE_CU_ACT_SILU, 3, 0, 1},   // 3x3 / 2, odd sizes
+    {3, 3, 2, 1, 3, 16, 17, 15, false, CARVE_CU_ACT_SILU, 3, 0, 132},  // the stem: 3 channels, 3x3 / 2: 32x32
+    {3, 3, 1, 1, 40, 70, 13, 11, true, CARVE_CU_ACT_NONE, 3, 0, 8},  // K 360, 5 x 2 tiles of 32x64
+    {3, 1, 1, 1, 5, 9, 6, 4, false, CARVE_CU_ACT_NONE, 3, 0, 1},     // 3x1 kernel (pad on all four sides)
+    // 16-byte loads (cin and in_stride multiples of 8 halves / 4 floats):
+    {1, 1, 1, 0, 32, 48, 12, 10, true, CARVE_CU_ACT_SILU, 8, 0, 1},  // 1x1 + residual: 64x64
+    {3, 3, 1, 1, 16, 40, 9, 7, false, CARVE_CU_ACT_SILU, 8, 0, 2},   // K 144 (a partial last step): 32x64
+    {3, 3, 2, 1, 24, 20, 15, 13, false, CARVE_CU_ACT_NONE, 8, 0, 1}, // 3x3 / 2, cout 20: 64x32
+    // yolo26n's 20 x 20 stage (layer 7: 128 -> 256, 3x3 / 2 from 40 x 40; K 1152): 32x32 on an H100's 132 SMs
+    {3, 3, 2, 1, 128, 256, 40, 40, true, CARVE_CU_ACT_SILU, 8, 0, 132},
+    {1, 1, 1, 0, 32, 24, 6, 5, false, CARVE_CU_ACT_SILU, 8, 1, 1},   // channels of whole chunks, x misaligned
+    {3, 3, 1, 1, 12, 36, 7, 6, true, CARVE_CU_ACT_SILU, 8, 0, 1},    // cin 12: whole float chunks, not half ones
 };
 
 // Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
@@ -91,13 +134,17 @@ static size_t captured_nodes(TestCtx& t, F&& launch) {
   return nodes;
 }
 
-// Runs one case with the context's current settings; checks it against the double reference (over the
-// operands as TF32 rounds them when tf32_operands, else as stored) and returns the nodes its capture records.
+// Runs one case with the context's current settings (its SM count set to the case's); checks it against the
+// double reference (over the operands as TF32 rounds them when tf32_operands, else as stored) and returns
+// the nodes its capture records. Prints the largest error against its tolerance (what a GPU's tensor cores
+// or cuBLAS kernels actually do, for the record), then fails on the worst output out of tolerance.
 template <typename E>
 static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_operands) {
   typedef typename E::T T;
   TestRng rng(seed);
-  const size_t in_stride = cs.cin + 3, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
+  const bool fused = t.ctx.conv_fused != 0;
+  const char* path = fused ? "fused" : "cublas";
+  const size_t in_stride = cs.cin + cs.xpad, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
   const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
   const size_t kk = (size_t)cs.kh * cs.kw * cs.cin;
   auto random = [&](size_t n, float scale) {
@@ -105,7 +152,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
     for (auto& e : v) e = E::make(rng.normal() * scale);
     return v;
   };
-  const std::vector<T> x = random((size_t)cs.h * cs.w * in_stride, 1.0f);
+  const std::vector<T> x = random(cs.xoff + (size_t)cs.h * cs.w * in_stride, 1.0f);
   const std::vector<T> wt = random(cs.cout * kk, 1.5f / std::sqrt((float)kk));
   const std::vector<T> b = random(cs.cout, 0.5f);
   const std::vector<T> r = random(oh * ow * res_stride, 1.0f);
@@ -114,15 +161,19 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
                            in_stride, out_stride, res_stride, cs.act};
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
+  const int sms = t.ctx.sm_count;
+  t.ctx.sm_count = cs.sms;
   const size_t nodes = captured_nodes(t, [&]() {
-    return carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p);
+    return carve_cu_conv2d(&t.ctx, &c, dx.p + cs.xoff, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p);
   });
-  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
+  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p + cs.xoff, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
+  t.ctx.sm_count = sms;
   t.sync();
   const std::vector<T> y = dy.download();
   auto opv = [&](T v) { return tf32_operands ? E::op(v) : E::val(v); };
-  double sum = 0.0, sum2 = 0.0;
-  size_t n = 0;
+  const double acc = tf32_operands || sizeof(T) == 2 ? acc_tol(kk, E::kstep, fused) : 0x1p-21;
+  double sum = 0.0, sum2 = 0.0, worst = -1.0, worst_got = 0.0, worst_want = 0.0, worst_tol = 0.0, max_rel = 0.0;
+  size_t n = 0, worst_p = 0, worst_o = 0;
   for (size_t oy = 0; oy < oh; oy++) {
     for (size_t ox = 0; ox < ow; ox++) {
       const size_t p = oy * ow + ox;
@@ -139,7 +190,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
             const long long ix = (long long)(ox * cs.stride + kx) - cs.pad;
             if (iy < 0 || ix < 0 || iy >= cs.h || ix >= cs.w) continue;
             for (size_t i = 0; i < cs.cin; i++) {
-              const double v = opv(x[((size_t)iy * cs.w + (size_t)ix) * in_stride + i]) *
+              const double v = opv(x[cs.xoff + ((size_t)iy * cs.w + (size_t)ix) * in_stride + i]) *
                                opv(wt[o * kk + ((size_t)ky * cs.kw + kx) * cs.cin + i]);
               s += v;
               mag += std::fabs(v);
@@ -151,27 +202,52 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
         const double rr = cs.residual ? E::val(r[p * res_stride + o]) : 0.0;
         const double want = v + rr;
         // float accumulation (SiLU's slope <= 1.1), the epilogue's float steps, the store's rounding
-        const double tol = 1.1 * kAcc * mag + kF32 * (std::fabs(v) + std::fabs(rr)) + E::store_tol(want) + 1e-7;
+        const double tol = 1.1 * acc * mag + kF32 * (std::fabs(v) + std::fabs(rr)) + E::store_tol(want) + 1e-7;
         const double got = E::val(got_t);
-        CHECK_MSG(near_float(got, want, tol),
-                  "%s conv %ux%u/%u %u->%u %ux%u: pixel %zu channel %zu: %.9g vs %.9g (tol %.3g, err %.3g)", E::name,
-                  cs.kh, cs.kw, cs.stride, cs.cin, cs.cout, cs.h, cs.w, p, o, got, want, tol, std::fabs(got - want));
+        const double err = std::fabs(got - want), ratio = near_float(got, want, tol) ? err / tol : 1e300;
+        if (ratio > worst) {
+          worst = ratio;
+          worst_got = got;
+          worst_want = want;
+          worst_tol = tol;
+          worst_p = p;
+          worst_o = o;
+        }
+        if (mag > 0.0) max_rel = std::max(max_rel, err / mag);
         sum += got;
         sum2 += got * got;
         n++;
       }
     }
   }
+  std::printf("%s %s conv %ux%u/%u %u->%u %ux%u: worst err / tol %.3g, max err / mag %.3g (2^%.1f)\n", E::name, path,
+              cs.kh, cs.kw, cs.stride, cs.cin, cs.cout, cs.h, cs.w, worst, max_rel,
+              max_rel > 0.0 ? std::log2(max_rel) : -999.0);
+  CHECK_MSG(worst <= 1.0,
+            "%s %s conv %ux%u/%u %u->%u %ux%u: pixel %zu channel %zu: %.9g vs %.9g (tol %.3g, err %.3g)", E::name, path,
+            cs.kh, cs.kw, cs.stride, cs.cin, cs.cout, cs.h, cs.w, worst_p, worst_o, worst_got, worst_want, worst_tol,
+            std::fabs(worst_got - worst_want));
   const double mean = sum / (double)n, sd = std::sqrt(std::max(0.0, sum2 / (double)n - mean * mean));
   CHECK_MSG(sd > 0.1, "%s conv %ux%u %u->%u: outputs flat (sd %.3g)", E::name, cs.kh, cs.kw, cs.cin, cs.cout, sd);
   return nodes;
+}
+
+// Whether the fused kernel reads the case's operands as 16-byte chunks (carve_cuda_igemm.h: cin and the
+// input's pixel stride whole chunks of 4 floats / 8 halves, x and W 16-byte aligned; W is cudaMalloc'ed).
+template <typename E>
+static bool vec_loads(const Case& cs) {
+  const size_t vw = 16 / sizeof(typename E::T);
+  return cs.cin % vw == 0 && (cs.cin + cs.xpad) % vw == 0 && (cs.xoff * sizeof(typename E::T)) % 16 == 0;
 }
 
 template <typename E>
 static void test_fused(TestCtx& t, bool tf32) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
   uint64_t seed = 500;
+  std::set<std::pair<int, bool>> reached;  // (tile, 16-byte loads) of the fused launches
   for (const Case& cs : kCases) {
+    const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
+    reached.insert({carve_cu_igemm_tile(cs.sms, oh * ow, cs.cout), vec_loads<E>(cs)});
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
     CHECK(t.ctx.conv_fused == 1);
     const size_t fused = run_case<E>(t, cs, seed, tf32);
@@ -188,6 +264,8 @@ static void test_fused(TestCtx& t, bool tf32) {
     }
     seed++;
   }
+  CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES, "%s: the cases reach %zu of the %d kernels", E::name,
+            reached.size(), 2 * CARVE_CU_IGEMM_TILES);
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
@@ -206,7 +284,21 @@ static void test_args(TestCtx& t) {
   carve_cu_ctx fresh;
   CHECK_OK(carve_cu_ctx_init(&fresh, t.stream));
   CHECK(fresh.conv_fused == 0);  // the default: the cuBLAS path
+  CHECK(fresh.sm_count >= 1);    // read at init (the emulated device has 1 SM)
   carve_cu_ctx_destroy(&fresh);
+}
+
+// The tile policy (carve_cuda_igemm_tile.h) on yolo26n 640's shapes with an H100's 132 SMs, and its edges.
+static void test_tile() {
+  CHECK(carve_cu_igemm_tile(132, 400, 256) == CARVE_CU_IGEMM_TILE_32X32);    // 20 x 20, 256 ch: 104 blocks
+  CHECK(carve_cu_igemm_tile(132, 1600, 128) == CARVE_CU_IGEMM_TILE_32X32);   // 40 x 40, 128 ch: 200 blocks
+  CHECK(carve_cu_igemm_tile(132, 6400, 64) == CARVE_CU_IGEMM_TILE_32X64);    // 80 x 80, 64 ch: 200 blocks
+  CHECK(carve_cu_igemm_tile(132, 25600, 32) == CARVE_CU_IGEMM_TILE_64X32);   // 160 x 160, 32 ch: 400 blocks
+  CHECK(carve_cu_igemm_tile(132, 25600, 64) == CARVE_CU_IGEMM_TILE_64X64);
+  CHECK(carve_cu_igemm_tile(132, 102400, 16) == CARVE_CU_IGEMM_TILE_64X32);  // the stem
+  CHECK(carve_cu_igemm_tile(0, 1, 1) == CARVE_CU_IGEMM_TILE_64X32);          // below 1 SM: as 1
+  CHECK(carve_cu_igemm_tile(1, 1, 33) == CARVE_CU_IGEMM_TILE_64X64);
+  CHECK(carve_cu_igemm_tile(1 << 30, 1, 33) == CARVE_CU_IGEMM_TILE_32X32);
 }
 
 int main() {
@@ -215,6 +307,7 @@ int main() {
   CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   TestCtx t;
   test_args(t);
+  test_tile();
   if (major >= 8) {
     test_fused<F32>(t, true);
   } else {

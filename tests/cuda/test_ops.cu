@@ -497,7 +497,7 @@ static void test_errors(TestCtx& t) {
   CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
-  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0, 0, 0};
+  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0, 0, 0, 0};
   CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx_destroy(nullptr);
