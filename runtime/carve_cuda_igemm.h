@@ -6,7 +6,7 @@
 // carve_cu_ctx_set_conv_impl (CARVE_CU_CONV_FUSED); the default stays the cuBLAS path (im2col + GEMM +
 // epilogue) until a GPU has timed both (docs/backends/cuda.md, "The fused convolution").
 //
-// The GEMM: rows are output pixels (M = oh ow), columns output channels (N = cout), the reduction runs
+// The GEMM: rows are output pixels (M = batch oh ow), columns output channels (N = cout), the reduction runs
 // over k = (ky kw + kx) cin + i (K = kh kw cin), the OHWI weights' order, so W is the (N, K) row-major
 // matrix as stored and the input tile is gathered from the NHWC input directly (no im2col buffer):
 //   A[p][k] = x[oy s - pad + ky][ox s - pad + kx][i]  (0 outside the input: padding),
@@ -95,8 +95,8 @@ struct carve_cu_igemm_traits<__half> {
 template <typename T>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
-                          uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t pixels,
-                          uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
+                          uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
+                          uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
                           size_t out_stride) {
   typedef carve_cu_igemm_traits<T> tr;
@@ -118,12 +118,15 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
       for (int j = 0; j < 2; j++) wm::fill_fragment(acc[i][j], 0.0f);
     }
     // The block's rows: the input position of tap (0, 0) of output pixel m0 + r (the divisions by ow once
-    // per block, not per element and step); a row past the pixels reads as above the image.
+    // per block, not per element and step); a row past the pixels reads as above the image. Batches: row p
+    // is pixel p % opix of image p / opix, whose input starts row_img[r] elements into x.
     __shared__ long long row_y0[BM], row_x0[BM];
+    __shared__ size_t row_img[BM];
     for (int r = (int)t; r < BM; r += CARVE_CU_IGEMM_THREADS) {
-      const uint32_t p = m0 + (uint32_t)r;
-      row_y0[r] = p < pixels ? (long long)(p / ow) * stride - pad : -(long long)kh - 1;
-      row_x0[r] = p < pixels ? (long long)(p % ow) * stride - pad : 0;
+      const uint32_t p = (m0 + (uint32_t)r) % opix;
+      row_img[r] = (size_t)((m0 + (uint32_t)r) / opix) * h * w * in_stride;
+      row_y0[r] = m0 + (uint32_t)r < pixels ? (long long)(p / ow) * stride - pad : -(long long)kh - 1;
+      row_x0[r] = m0 + (uint32_t)r < pixels ? (long long)(p % ow) * stride - pad : 0;
     }
     __syncthreads();
     static_assert(CARVE_CU_IGEMM_THREADS % BK == 0, "a thread fills one column of A every step");
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS)
         T v = tr::zero();
         const long long iy = row_y0[r] + ky, ix = row_x0[r] + kx;
         if (k < k_total && iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-          v = tr::to_op(x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
+          v = tr::to_op(x[row_img[r] + ((size_t)iy * w + (size_t)ix) * in_stride + i]);
         }
         a_tile[r * LD + c] = v;
       }
@@ -192,15 +195,17 @@ static inline int carve_cu_igemm_applies(const carve_cu_ctx* ctx, const carve_cu
          (c->cout + CARVE_CU_IGEMM_BN - 1) / CARVE_CU_IGEMM_BN <= 65535u;
 }
 
-// One launch: the whole convolution with its epilogue (arguments checked by the caller).
+// One launch: the whole convolution with its epilogue (arguments checked by the caller); `pixels` the
+// output pixels of the batch, opix those of one image.
 template <typename T>
 static carve_status carve_cu_igemm_conv(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                        const T* bias, const T* residual, T* y, size_t ow, size_t pixels) {
+                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix,
+                                        size_t pixels) {
   const dim3 grid((unsigned)((pixels + CARVE_CU_IGEMM_BM - 1) / CARVE_CU_IGEMM_BM),
                   (unsigned)((c->cout + CARVE_CU_IGEMM_BN - 1) / CARVE_CU_IGEMM_BN));
   CARVE_LAUNCH(carve_cu_igemm_kernel<T>, grid, CARVE_CU_IGEMM_THREADS, ctx->stream, x, c->in_stride, c->h, c->w,
-               c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)pixels, c->cout, weight, bias,
-               residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+               c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix, (uint32_t)pixels, c->cout,
+               weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

@@ -112,7 +112,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   std::vector<T> y0(oh * ow * out_stride, E::canary());
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act};
+                           in_stride, out_stride, res_stride, cs.act, 1};
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const size_t nodes = captured_nodes(t, [&]() {
     return carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p);
