@@ -3,9 +3,10 @@
 
     cuda_batch.py --work build/work [--imgsz 64] [--keep]
 
-1. yolo26n (the random checkpoint the other cuda tests share) generated with --backend cuda at --imgsz, once with
-   --batch 2 and once with --batch 1; both built with tests/cuda/cuda_emu.h and linked with
-   tests/cuda/batch_main.cu;
+1. yolo26n (the random checkpoint the other cuda tests share) generated with --backend cuda, float32 (TF32) at
+   --imgsz-fp32 (96: the deep levels' 144, 36, 9 pixels per image are not multiples of the GEMM tiles) and
+   --precision fp16 at --imgsz (64), each once with --batch 2 and once with --batch 1; built with
+   tests/cuda/cuda_emu.h and linked with tests/cuda/batch_main.cu;
 2. two different inputs (Ultralytics' bus.jpg and zidane.jpg: letterboxed tensors from tools/oracle.py
    make_input, and the images themselves);
 3. the --batch 2 package runs both at once (run_tensors, enqueue_tensors from device memory with pinned results,
@@ -13,7 +14,9 @@
    --batch 1 package runs each alone;
 4. each image's rows of the batch run must equal the batch-1 package's rows for that input bit for bit (the same
    kernels on the same data, image after image), synchronous and asynchronous, and its run_images detections
-   the same; the two images' rows must differ, and their scores must spread (not a flat random network);
+   the same, and with the fused convolutions (options.fused_conv) too; the two images' rows must differ, and their
+   scores must spread (not a flat random network); the batch-2 forward's CUDA Graph may have at most
+   HEAD_NODES_PER_IMAGE nodes more than batch 1's (every layer runs once for the batch);
 5. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
 """
 
