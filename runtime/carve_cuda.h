@@ -8,8 +8,13 @@
 //     memory, copies to or from the host, or synchronises (except where said);
 //   * returns CARVE_OK, CARVE_ERR_INVALID_ARGUMENT (NULL pointers, impossible
 //     shapes) or CARVE_ERR_BACKEND (a launch or cuBLAS error).
-// Activations are NHWC float32, batch 1, with a pixel stride >= channels (the
-// carve_view convention of carve_rt.h), so concat and split are strided views.
+// Activations are NHWC float32 with a pixel stride >= channels (the carve_view
+// convention of carve_rt.h), so concat and split are strided views. A batch of
+// images is more pixels: image b's pixel p is pixel b P + p of the view (P = h w,
+// images one after another with the view's stride), so pixel-wise calls (1x1
+// convolutions, copy, add, upsample: h rows of every image stacked) take the batch's
+// pixels, and the calls whose windows or matrices must not mix images (kxk and
+// depthwise convolutions, max pooling, attention) take the number of images.
 // Numerics follow the CPU runtime (the kernel family headers, carve_pre.h, carve_post.h):
 // the same formulas and order rules; float results agree to rounding (GEMM
 // summation order differs), integer and index results exactly.
@@ -57,7 +62,8 @@
 // 2: carve_cu_ctx_init_with (caller-owned cuBLAS workspace / handle), carve_cu_f16_to_f32.
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
 // 4: carve_cu_ctx.sm_count (the fused convolution's tile choice).
-#define CARVE_CUDA_ABI 4
+// 5: batches: carve_cu_conv.batch, the batch argument of carve_cu_maxpool2d and carve_cu_attention.
+#define CARVE_CUDA_ABI 5
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -203,14 +209,19 @@ typedef enum carve_cu_act { CARVE_CU_ACT_NONE = 0, CARVE_CU_ACT_SILU = 1 } carve
 // Lowering: 1x1 stride-1 pad-0 convs are one cuBLAS GEMM straight on the NHWC view;
 // other groups-1 convs are im2col (into scratch) + GEMM; depthwise convs a direct
 // kernel; then one epilogue kernel (bias + act + residual) over the output.
+// batch: the images of a batch (0 reads as 1): x, y and residual hold `batch` images one
+// after another (image b's pixels after image b - 1's, the same strides), and every
+// step above runs once for all of them (the GEMMs' M is batch oh ow).
 typedef struct carve_cu_conv {
   uint32_t kh, kw, stride, pad, groups;
   uint32_t cin, cout, h, w;
   size_t in_stride, out_stride, res_stride;
   carve_cu_act act;
+  uint32_t batch;
 } carve_cu_conv;
 
-// Floats of scratch carve_cu_conv2d needs (the im2col matrix; 0 when none).
+// Floats of scratch carve_cu_conv2d needs (the im2col matrix, at most CARVE_CU_IM2COL_FLOATS per image
+// of the batch; 0 when none).
 size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c);
 
 carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const float* x, const float* weight,
@@ -228,9 +239,9 @@ carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, 
 // ---- Element-wise and data movement ----------------------------------------------
 
 // y = max over a k x k window with stride and -inf padding `pad`; (h, w, c) in,
-// ((h + 2 pad - k) / stride + 1, ...) out.
-carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
-                                uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
+// ((h + 2 pad - k) / stride + 1, ...) out; `batch` (>= 1) images one after another.
+carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                uint32_t k, uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
                                 size_t out_stride);
 
 // Nearest 2x upsample: y[2i + a][2j + b][c] = x[i][j][c].
@@ -261,11 +272,12 @@ carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* 
 // carve_attention of carve_attention.h on the device (same layout and meaning): per head,
 // S = scale * Q K^T and O = softmax_rows(S) V through strided-batched cuBLAS GEMMs
 // (heads are the batch), a row-softmax kernel between them; v_out (may be NULL)
-// receives V for the pe conv.
+// receives V for the pe conv. `batch` (>= 1) images of n pixels one after another: the
+// GEMMs and the softmax run per image (the scratch, one image's, reused), V's gather once.
 size_t carve_cu_attention_scratch_floats(uint32_t n, uint32_t heads);
-carve_status carve_cu_attention(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride, uint32_t n,
-                                uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, float* out,
-                                size_t out_stride, float* v_out, size_t v_stride, float* scratch);
+carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const float* qkv, size_t qkv_stride,
+                                uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
+                                float* out, size_t out_stride, float* v_out, size_t v_stride, float* scratch);
 
 // ---- Top-k and gather ----------------------------------------------------------------
 

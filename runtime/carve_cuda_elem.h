@@ -54,6 +54,9 @@ static inline int carve_cu_conv_valid(const carve_cu_conv* c) {
          (c->act == CARVE_CU_ACT_NONE || c->act == CARVE_CU_ACT_SILU);
 }
 
+// Images of a convolution's batch (carve_cu_conv.batch: 0 reads as 1).
+static inline uint32_t carve_cu_batch(const carve_cu_conv* c) { return c->batch > 1 ? c->batch : 1u; }
+
 static inline int carve_cu_conv_is_gemm(const carve_cu_conv* c) {
   return c->groups == 1 && c->kh == 1 && c->kw == 1 && c->stride == 1 && c->pad == 0;
 }
@@ -114,22 +117,23 @@ static __device__ __forceinline__ void carve_cu_for_window(long long y0, long lo
   }
 }
 
-// col[q][(ky kw + kx) cin + i] = x[oy stride - pad + ky][ox stride - pad + kx][i] (0 outside),
-// for the `count` output pixels q = p - first, p = oy ow + ox in [first, first + count).
+// col[q][(ky kw + kx) cin + i] = x_b[oy stride - pad + ky][ox stride - pad + kx][i] (0 outside),
+// for the `count` output pixels q = p - first, p = b opix + oy ow + ox in [first, first + count) of a
+// batch: image b = p / opix (opix = oh ow) reads its own input x_b = x + b h w in_stride.
 template <typename T>
 __global__ void carve_cu_im2col_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                        uint32_t cin, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
-                                       size_t ow, size_t first, size_t count, T* __restrict__ col) {
+                                       size_t ow, size_t opix, size_t first, size_t count, T* __restrict__ col) {
   CARVE_CU_KERNEL_ENTRY();
   const size_t k = (size_t)kh * kw * cin;
   CARVE_CU_FOR(e, count * k) {
     const size_t q = e / k, r = e % k;
-    const size_t p = first + q;
+    const size_t img = (first + q) / opix, p = (first + q) % opix;
     const size_t tap = r / cin, i = r % cin;
     const long long iy = (long long)(p / ow) * stride - pad + (long long)(tap / kw);
     const long long ix = (long long)(p % ow) * stride - pad + (long long)(tap % kw);
     if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-      col[e] = x[((size_t)iy * w + (size_t)ix) * in_stride + i];
+      col[e] = x[(img * h * w + (size_t)iy * w + (size_t)ix) * in_stride + i];
     } else {
       carve_cu_st(col, e, 0.0f);
     }
@@ -195,7 +199,8 @@ static inline int carve_cu_vec_ok(size_t items, size_t a, size_t b, size_t c) {
 #define CARVE_CU_FOR32(i, n)                                                                   \
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (uint32_t)(n); i += gridDim.x * blockDim.x)
 
-// y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout).
+// y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout) (a batch's
+// pixels: every image's).
 template <typename T>
 __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, const T* __restrict__ bias,
                                          const T* __restrict__ residual, size_t r_stride, size_t pixels,
@@ -239,22 +244,24 @@ __global__ void carve_cu_epilogue_vec_kernel(T* __restrict__ y, uint32_t y_strid
 }
 
 // carve_cu_im2col_kernel, CARVE_CU_VEC(T) input channels per thread (cin, in_stride and x in whole
-// vectors); kv = kh kw cin / VEC per output pixel, `items` = count kv.
+// vectors); kv = kh kw cin / VEC per output pixel, `items` = count kv; batches as carve_cu_im2col_kernel.
 template <typename T>
 __global__ void carve_cu_im2col_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
                                            uint32_t cin, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow,
-                                           uint32_t first, uint32_t items, uint32_t kv, T* __restrict__ col) {
+                                           uint32_t opix, uint32_t first, uint32_t items, uint32_t kv,
+                                           T* __restrict__ col) {
   CARVE_CU_KERNEL_ENTRY();
   constexpr uint32_t V = CARVE_CU_VEC(T);
   const uint32_t civ = cin / V;
   CARVE_CU_FOR32(e, items) {
     const uint32_t q = e / kv, r = e - q * kv;
     const uint32_t tap = r / civ, i = (r - tap * civ) * V;
-    const uint32_t p = first + q, oy = p / ow, ox = p - oy * ow, ky = tap / kw, kx = tap - ky * kw;
+    const uint32_t img = (first + q) / opix, p = (first + q) - img * opix;
+    const uint32_t oy = p / ow, ox = p - oy * ow, ky = tap / kw, kx = tap - ky * kw;
     const long long iy = (long long)oy * stride - pad + ky, ix = (long long)ox * stride - pad + kx;
     carve_cu_pack<T> v;
     if (iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w) {
-      v = carve_cu_ld16(x + ((size_t)iy * w + (size_t)ix) * in_stride + i);
+      v = carve_cu_ld16(x + (size_t)img * h * w * in_stride + ((size_t)iy * w + (size_t)ix) * in_stride + i);
     } else {
       for (uint32_t j = 0; j < V; j++) {
         carve_cu_st(v.e, j, 0.0f);
@@ -265,21 +272,24 @@ __global__ void carve_cu_im2col_vec_kernel(const T* __restrict__ x, uint32_t in_
 }
 
 // Depthwise: y[oy][ox][c] = act(b[c] + sum_{ky,kx} x[oy s - pad + ky][ox s - pad + kx][c] W[c][ky][kx])
-// + residual[oy][ox][c], taps outside the input being 0; accumulated in float, one rounding.
+// + residual[oy][ox][c], taps outside the input being 0; accumulated in float, one rounding. Over the
+// `batch` images of a batch: output pixel p of image p / (oh ow) reads that image's input.
 template <typename T>
 __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                           uint32_t c, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
-                                          size_t oh, size_t ow, const T* __restrict__ weight,
+                                          size_t oh, size_t ow, uint32_t batch, const T* __restrict__ weight,
                                           const T* __restrict__ bias, const T* __restrict__ residual,
                                           size_t res_stride, int silu, T* __restrict__ y, size_t out_stride) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, oh * ow * c) {
+  CARVE_CU_FOR(e, (size_t)batch * oh * ow * c) {
     const size_t p = e / c, ch = e % c;
-    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
+    const size_t img = p / (oh * ow), q = p % (oh * ow);
+    const long long y0 = (long long)(q / ow) * stride - pad, x0 = (long long)(q % ow) * stride - pad;
+    const T* xb = x + img * h * w * in_stride;
     const T* wc = weight + ch * kh * kw;
     float acc = 0.0f;
     carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
-      acc += carve_cu_ld(x, pixel * in_stride + ch) * carve_cu_ld(wc, tap);
+      acc += carve_cu_ld(xb, pixel * in_stride + ch) * carve_cu_ld(wc, tap);
     });
     carve_cu_store_act(y, p * out_stride + ch, acc + carve_cu_ld(bias, ch), silu, residual, p * res_stride + ch);
   }
@@ -303,17 +313,18 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   }
   const size_t oh = carve_cu_conv_out(c->h, c->kh, c->stride, c->pad);
   const size_t ow = carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
-  const size_t pixels = oh * ow;
+  const size_t opix = oh * ow;                     // output pixels of one image
+  const size_t pixels = opix * carve_cu_batch(c);  // of the batch: every image's, image after image
   const int silu = c->act == CARVE_CU_ACT_SILU;
   if (c->groups != 1) {
     CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, x,
-                 c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, weight, bias, residual,
-                 c->res_stride, silu, y, c->out_stride);
+                 c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, carve_cu_batch(c),
+                 weight, bias, residual, c->res_stride, silu, y, c->out_stride);
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }
   if (carve_cu_igemm_applies<T>(ctx, c, pixels)) {
-    return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, pixels);
+    return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
   }
   carve_status st;
   if (carve_cu_conv_is_gemm(c)) {
@@ -333,10 +344,10 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
         const size_t items = count * k / CARVE_CU_VEC(T);
         CARVE_LAUNCH(carve_cu_im2col_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
                      (uint32_t)c->in_stride, c->h, c->w, c->cin, c->kw, c->stride, c->pad, (uint32_t)ow,
-                     (uint32_t)first, (uint32_t)items, (uint32_t)(k / CARVE_CU_VEC(T)), col);
+                     (uint32_t)opix, (uint32_t)first, (uint32_t)items, (uint32_t)(k / CARVE_CU_VEC(T)), col);
       } else {
         CARVE_LAUNCH(carve_cu_im2col_kernel<T>, carve_cu_blocks(count * k), CARVE_CU_THREADS, ctx->stream, x,
-                     c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, first, count, col);
+                     c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, ow, opix, first, count, col);
       }
       CARVE_CU_CHECK_LAUNCH();
       st = gemm(ctx, c->cout, count, k, weight, k, col, k, y + first * c->out_stride, c->out_stride);
@@ -363,18 +374,21 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
 // ---- Pooling, upsample, copy, add -----------------------------------------------------------
 
 // y[oy][ox][c] = max over the k x k window at (oy stride - pad, ox stride - pad) of x,
-// positions outside the input being -inf (the maximum is one of the inputs: stored exactly).
+// positions outside the input being -inf (the maximum is one of the inputs: stored exactly); output
+// pixel p of image p / (oh ow) of the batch reads that image's input.
 template <typename T>
 __global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
                                         uint32_t c, uint32_t k, uint32_t stride, uint32_t pad, size_t oh, size_t ow,
-                                        T* __restrict__ y, size_t out_stride) {
+                                        uint32_t batch, T* __restrict__ y, size_t out_stride) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, oh * ow * c) {
+  CARVE_CU_FOR(e, (size_t)batch * oh * ow * c) {
     const size_t p = e / c, ch = e % c;
-    const long long y0 = (long long)(p / ow) * stride - pad, x0 = (long long)(p % ow) * stride - pad;
+    const size_t img = p / (oh * ow), q = p % (oh * ow);
+    const long long y0 = (long long)(q / ow) * stride - pad, x0 = (long long)(q % ow) * stride - pad;
+    const T* xb = x + img * h * w * in_stride;
     float m = -INFINITY;
     carve_cu_for_window(y0, x0, k, k, h, w, [&](size_t, size_t pixel) {
-      const float v = carve_cu_ld(x, pixel * in_stride + ch);
+      const float v = carve_cu_ld(xb, pixel * in_stride + ch);
       m = v > m ? v : m;
     });
     carve_cu_st(y, p * out_stride + ch, m);
@@ -382,16 +396,16 @@ __global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_strid
 }
 
 template <typename T>
-static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
-                                         uint32_t stride, uint32_t pad, const T* x, size_t in_stride, T* y,
+static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                         uint32_t k, uint32_t stride, uint32_t pad, const T* x, size_t in_stride, T* y,
                                          size_t out_stride) {
-  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || k == 0 || stride == 0 ||
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || h == 0 || w == 0 || c == 0 || k == 0 || stride == 0 ||
       in_stride < c || out_stride < c || (size_t)h + 2 * (size_t)pad < k || (size_t)w + 2 * (size_t)pad < k) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const size_t oh = carve_cu_conv_out(h, k, stride, pad), ow = carve_cu_conv_out(w, k, stride, pad);
-  CARVE_LAUNCH(carve_cu_maxpool_kernel<T>, carve_cu_blocks(oh * ow * c), CARVE_CU_THREADS, ctx->stream, x, in_stride,
-               h, w, c, k, stride, pad, oh, ow, y, out_stride);
+  CARVE_LAUNCH(carve_cu_maxpool_kernel<T>, carve_cu_blocks((size_t)batch * oh * ow * c), CARVE_CU_THREADS,
+               ctx->stream, x, in_stride, h, w, c, k, stride, pad, oh, ow, batch, y, out_stride);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
@@ -540,14 +554,16 @@ __global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_s
 }
 
 // carve_cu_attention over T with the precision's batched GEMM; scratch:
-// carve_cu_attention_scratch_floats(n, heads) floats, used as that many T (S, then P in place).
+// carve_cu_attention_scratch_floats(n, heads) floats, used as that many T (S, then P in place). The
+// images of a batch one after another (each image's n pixels follow the previous image's): S, softmax
+// and O per image (the scratch reused), V of every image at once.
 template <typename T>
-static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, const T* qkv, size_t qkv_stride, uint32_t n,
-                                         uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, T* out,
-                                         size_t out_stride, T* v_out, size_t v_stride, float* scratch,
-                                         carve_cu_gemm_batched_fn<T> gemm) {
+static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
+                                         uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
+                                         float scale, T* out, size_t out_stride, T* v_out, size_t v_stride,
+                                         float* scratch, carve_cu_gemm_batched_fn<T> gemm) {
   const size_t per_head = 2 * (size_t)key_dim + head_dim;
-  if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || n == 0 || heads == 0 ||
+  if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || batch == 0 || n == 0 || heads == 0 ||
       key_dim == 0 || head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
       (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
       !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n)) {
@@ -555,27 +571,32 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, const T* qkv, 
   }
   T* s = (T*)scratch;
   const long long nn = (long long)n * n;
-  // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
-  // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
-  carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, qkv + key_dim, (int)qkv_stride,
-                         (long long)per_head, qkv, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
-  if (st != CARVE_OK) {
-    return st;
+  for (uint32_t b = 0; b < batch; b++) {
+    const T* q = qkv + (size_t)b * n * qkv_stride;  // image b's n pixels
+    T* o = out + (size_t)b * n * out_stride;
+    // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
+    // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
+    carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim, (int)qkv_stride,
+                           (long long)per_head, q, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
+    if (st != CARVE_OK) {
+      return st;
+    }
+    // P = softmax over each row of S (heads * n rows of n), in place.
+    CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS,
+                 ctx->stream, s, (size_t)n, (size_t)n, s);
+    CARVE_CU_CHECK_LAUNCH();
+    // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
+    // at column h hd of out.
+    st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, q + 2 * (size_t)key_dim, (int)qkv_stride,
+              (long long)per_head, s, (int)n, nn, o, (int)out_stride, (long long)head_dim, (int)heads);
+    if (st != CARVE_OK) {
+      return st;
+    }
   }
-  // P = softmax over each row of S (heads * n rows of n), in place.
-  CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS, ctx->stream,
-               s, (size_t)n, (size_t)n, s);
-  CARVE_CU_CHECK_LAUNCH();
-  // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
-  // at column h hd of out.
-  st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, qkv + 2 * (size_t)key_dim, (int)qkv_stride,
-            (long long)per_head, s, (int)n, nn, out, (int)out_stride, (long long)head_dim, (int)heads);
-  if (st != CARVE_OK) {
-    return st;
-  }
-  if (v_out != NULL) {
-    CARVE_LAUNCH(carve_cu_gather_v_kernel<T>, carve_cu_blocks((size_t)n * heads * head_dim), CARVE_CU_THREADS,
-                 ctx->stream, qkv, qkv_stride, n, heads, key_dim, head_dim, v_out, v_stride);
+  if (v_out != NULL) {  // a pixel-wise gather: the batch's pixels at once
+    CARVE_LAUNCH(carve_cu_gather_v_kernel<T>, carve_cu_blocks((size_t)batch * n * heads * head_dim),
+                 CARVE_CU_THREADS, ctx->stream, qkv, qkv_stride, batch * n, heads, key_dim, head_dim, v_out,
+                 v_stride);
     CARVE_CU_CHECK_LAUNCH();
   }
   return CARVE_OK;

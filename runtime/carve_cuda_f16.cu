@@ -89,10 +89,10 @@ carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, co
   return carve_cu_conv2d_t(ctx, c, x, weight, bias, residual, y, scratch, h_gemm_nt);
 }
 
-carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
-                                uint32_t stride, uint32_t pad, const __half* x, size_t in_stride, __half* y,
-                                size_t out_stride) {
-  return carve_cu_maxpool2d_t(ctx, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
+carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                uint32_t k, uint32_t stride, uint32_t pad, const __half* x, size_t in_stride,
+                                __half* y, size_t out_stride) {
+  return carve_cu_maxpool2d_t(ctx, batch, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
 }
 
 carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const __half* x,
@@ -110,9 +110,9 @@ carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, co
   return carve_cu_add_t(ctx, pixels, c, a, a_stride, b, b_stride, y, y_stride);
 }
 
-carve_status carve_cu_attention(const carve_cu_ctx* ctx, const __half* qkv, size_t qkv_stride, uint32_t n,
-                                uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, __half* out,
-                                size_t out_stride, __half* v_out, size_t v_stride, float* scratch) {
-  return carve_cu_attention_t(ctx, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
+carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const __half* qkv, size_t qkv_stride,
+                                uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
+                                __half* out, size_t out_stride, __half* v_out, size_t v_stride, float* scratch) {
+  return carve_cu_attention_t(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
                               v_stride, scratch, h_gemm_batched);
 }

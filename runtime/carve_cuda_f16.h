@@ -52,9 +52,9 @@ carve_status carve_cu_f16_to_f32_view(const carve_cu_ctx* ctx, size_t pixels, ui
 carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const __half* x, const __half* weight,
                              const __half* bias, const __half* residual, __half* y, float* scratch);
 
-carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
-                                uint32_t stride, uint32_t pad, const __half* x, size_t in_stride, __half* y,
-                                size_t out_stride);
+carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                uint32_t k, uint32_t stride, uint32_t pad, const __half* x, size_t in_stride,
+                                __half* y, size_t out_stride);
 carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const __half* x,
                                  size_t in_stride, __half* y, size_t out_stride);
 carve_status carve_cu_copy(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const __half* x, size_t in_stride,
@@ -65,8 +65,8 @@ carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, co
 // carve_cu_attention in half: S = scale Q K^T by GemmEx (half result, into scratch), the row
 // softmax in float (sum in double, as the fp32 kernel) stored as half in place, O = P V by
 // GemmEx; scratch: carve_cu_attention_scratch_floats(n, heads) floats (halves used).
-carve_status carve_cu_attention(const carve_cu_ctx* ctx, const __half* qkv, size_t qkv_stride, uint32_t n,
-                                uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale, __half* out,
-                                size_t out_stride, __half* v_out, size_t v_stride, float* scratch);
+carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const __half* qkv, size_t qkv_stride,
+                                uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
+                                __half* out, size_t out_stride, __half* v_out, size_t v_stride, float* scratch);
 
 #endif  // CARVE_CUDA_F16_H

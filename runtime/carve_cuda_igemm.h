@@ -143,8 +143,8 @@ struct carve_cu_igemm_traits<__half> {
 template <typename T, int BM, int BN, int BK, bool VEC>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLOCKS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
-                          uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t pixels,
-                          uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
+                          uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
+                          uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
                           size_t out_stride) {
   CARVE_CU_KERNEL_ENTRY();
@@ -180,11 +180,14 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
 
     // The thread's rows of A: the input position of tap (0, 0) of output pixel m0 + r0 + j RSTEP (the
     // divisions by ow once per block); a row past the pixels reads as far above the image.
+    // Batches: row pg is pixel pg % opix of image pg / opix, whose input starts xo[j] elements into x.
     int iy0[AJ], ix0[AJ];
+    size_t xo[AJ];
     for (int j = 0; j < AJ; j++) {
-      const uint32_t p = m0 + (uint32_t)(r0 + j * RSTEP);
-      iy0[j] = p < pixels ? (int)((p / ow) * stride) - (int)pad : -0x40000000;
-      ix0[j] = p < pixels ? (int)((p % ow) * stride) - (int)pad : 0;
+      const uint32_t pg = m0 + (uint32_t)(r0 + j * RSTEP), p = pg % opix;
+      iy0[j] = pg < pixels ? (int)((p / ow) * stride) - (int)pad : -0x40000000;
+      ix0[j] = pg < pixels ? (int)((p % ow) * stride) - (int)pad : 0;
+      xo[j] = pg < pixels ? (size_t)(pg / opix) * h * w * in_stride : 0;
     }
 
     carve_cu_igemm_chunk ra[AJ], rb[BJ];
@@ -200,7 +203,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
         for (int j = 0; j < AJ; j++) {
           const int iy = iy0[j] + ky, ix = ix0[j] + kx;
           ra[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
-                      ? carve_cu_igemm_ld16(x + ((size_t)iy * w + (size_t)ix) * in_stride + i)
+                      ? carve_cu_igemm_ld16(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i)
                       : carve_cu_igemm_zero_chunk();
         }
         for (int j = 0; j < BJ; j++) {
@@ -219,7 +222,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
           for (int j = 0; j < AJ; j++) {
             const int iy = iy0[j] + ky, ix = ix0[j] + kx;
             if (iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w) {
-              tr::put(ra[j], e, x[((size_t)iy * w + (size_t)ix) * in_stride + i]);
+              tr::put(ra[j], e, x[xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i]);
             }
           }
           for (int j = 0; j < BJ; j++) {
@@ -305,47 +308,49 @@ static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T
 
 template <typename T, int BM, int BN, int BK, bool VEC>
 static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                  const T* bias, const T* residual, T* y, size_t ow, size_t pixels) {
+                                  const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
   const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN));
   void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
-                       uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*, size_t) =
+                       uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
+                       size_t) =
       carve_cu_igemm_kernel<T, BM, BN, BK, VEC>;
   CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS, ctx->stream, x,
-               c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)pixels,
-               c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+               c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
+               (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
 }
 
 // The tile (carve_cu_igemm_tile) and the loads (carve_cu_igemm_vec) of one convolution.
 template <typename T, bool VEC>
 static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x,
-                                       const T* weight, const T* bias, const T* residual, T* y, size_t ow,
+                                       const T* weight, const T* bias, const T* residual, T* y, size_t ow, size_t opix,
                                        size_t pixels) {
   constexpr int BK = 128 / (int)sizeof(T);  // 128 bytes per row and step; 256 for 32 x 32
   switch (tile) {
     case CARVE_CU_IGEMM_TILE_64X64:
-      carve_cu_igemm_launch<T, 64, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      carve_cu_igemm_launch<T, 64, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
     case CARVE_CU_IGEMM_TILE_64X32:
-      carve_cu_igemm_launch<T, 64, 32, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      carve_cu_igemm_launch<T, 64, 32, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
     case CARVE_CU_IGEMM_TILE_32X64:
-      carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
     default:
-      carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, pixels);
+      carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
   }
 }
 
-// One launch: the whole convolution with its epilogue (arguments checked by the caller).
+// One launch: the whole convolution with its epilogue (arguments checked by the caller); `pixels` the
+// output pixels of the batch, opix those of one image.
 template <typename T>
 static carve_status carve_cu_igemm_conv(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                        const T* bias, const T* residual, T* y, size_t ow, size_t pixels) {
+                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
   const int tile = carve_cu_igemm_tile(ctx->sm_count, pixels, c->cout);
   if (carve_cu_igemm_vec(c, x, weight)) {
-    carve_cu_igemm_launch_tile<T, true>(tile, ctx, c, x, weight, bias, residual, y, ow, pixels);
+    carve_cu_igemm_launch_tile<T, true>(tile, ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
   } else {
-    carve_cu_igemm_launch_tile<T, false>(tile, ctx, c, x, weight, bias, residual, y, ow, pixels);
+    carve_cu_igemm_launch_tile<T, false>(tile, ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
   }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;

@@ -219,14 +219,14 @@ static carve_status gemm_conv(const carve_cu_ctx* ctx, size_t m, size_t n, size_
 // ---- Convolution ----------------------------------------------------------------------
 
 // im2col is done in chunks of whole output pixels so that its scratch stays below this
-// many floats (one GEMM per chunk).
+// many floats per image of the batch (one GEMM per chunk: a batch takes as many chunks as one image).
 #define CARVE_CU_IM2COL_FLOATS ((size_t)1 << 22)
 
 static size_t im2col_chunk(const carve_cu_conv* c) {
   const size_t k = (size_t)c->kh * c->kw * c->cin;
-  const size_t pixels =
-      carve_cu_conv_out(c->h, c->kh, c->stride, c->pad) * carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
-  size_t chunk = CARVE_CU_IM2COL_FLOATS / k;
+  const size_t pixels = carve_cu_conv_out(c->h, c->kh, c->stride, c->pad) *
+                        carve_cu_conv_out(c->w, c->kw, c->stride, c->pad) * carve_cu_batch(c);
+  size_t chunk = CARVE_CU_IM2COL_FLOATS * carve_cu_batch(c) / k;
   if (chunk == 0) {
     chunk = 1;
   }
@@ -295,10 +295,10 @@ extern "C" carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, u
 
 // ---- Pooling, upsample, copy, add -------------------------------------------------------
 
-extern "C" carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, uint32_t k,
-                                           uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
-                                           size_t out_stride) {
-  return carve_cu_maxpool2d_t(ctx, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
+extern "C" carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w,
+                                           uint32_t c, uint32_t k, uint32_t stride, uint32_t pad, const float* x,
+                                           size_t in_stride, float* y, size_t out_stride) {
+  return carve_cu_maxpool2d_t(ctx, batch, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
 }
 
 extern "C" carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c,
@@ -390,11 +390,11 @@ static carve_status gemm_batched(const carve_cu_ctx* ctx, cublasOperation_t op_a
   return CARVE_OK;
 }
 
-extern "C" carve_status carve_cu_attention(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride, uint32_t n,
-                                           uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
-                                           float* out, size_t out_stride, float* v_out, size_t v_stride,
-                                           float* scratch) {
-  return carve_cu_attention_t(ctx, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
+extern "C" carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const float* qkv,
+                                           size_t qkv_stride, uint32_t n, uint32_t heads, uint32_t key_dim,
+                                           uint32_t head_dim, float scale, float* out, size_t out_stride,
+                                           float* v_out, size_t v_stride, float* scratch) {
+  return carve_cu_attention_t(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
                               v_stride, scratch, gemm_batched);
 }
 

@@ -8,6 +8,8 @@
 //                          this program's, read from the pinned results after a cudaStreamSynchronize (three
 //                          runs: the eager one, the capture, a graph replay)
 //   OUT_DIR/dets_<b>.txt   the detections of run_images on the N images (class, score, box; conf 0: every row)
+//   OUT_DIR/fused_<b>.npy  the rows of run_tensors with options.fused_conv (carve's implicit-GEMM convolutions)
+//   OUT_DIR/nodes.txt      the CUDA Graph nodes (launches) of one forward: <name>_graph_nodes
 // and checks in-process that device_rows equals the pinned rows, that enqueue_images from device copies of the
 // images gives run_images' detections exactly, that run_image (its image in every slot) gives run_images' image 0, and that bad arguments are refused. tests/cuda/cuda_batch.py
 // compares the files of a --batch 2 package with those of the --batch 1 package run on each input alone.
@@ -168,6 +170,25 @@ int main(int argc, char** argv) {
   CHECK(yolo26n_run_images(m, nullptr, 0.25f, dets.data(), max_dets, n.data()) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(yolo26n_pinned_detections(nullptr, 0.25f, dets.data(), max_dets, n.data()) == CARVE_ERR_INVALID_ARGUMENT);
 
+  // Launches per forward, and the fused convolutions' rows.
+  const size_t nodes = yolo26n_graph_nodes(m);
+  CHECK(nodes > 0);
+  FILE* f = std::fopen((out + "/nodes.txt").c_str(), "w");
+  CHECK(f != nullptr);
+  if (f != nullptr) {
+    std::fprintf(f, "%zu\n", nodes);
+    std::fclose(f);
+  }
+  yolo26n_destroy(m);
+  yolo26n_options opt;
+  yolo26n_default_options(&opt);
+  opt.fused_conv = 1;
+  CHECK(yolo26n_create(&opt, &m) == CARVE_OK);
+  CHECK(yolo26n_run_tensors(m, tensors.data(), 0.0f, dets.data(), max_dets, n.data()) == CARVE_OK);
+  for (int b = 0; b < kBatch; b++) {
+    const float* r = yolo26n_batch_rows(m, b, nullptr);
+    CHECK(r != nullptr && write_rows(out + "/fused_" + std::to_string(b) + ".npy", r));
+  }
   yolo26n_destroy(m);
   for (int b = 0; b < kBatch; b++) {
     cudaFree(drgb[b]);
@@ -175,6 +196,6 @@ int main(int argc, char** argv) {
   }
   cudaFree(dt);
   cudaStreamDestroy(stream);
-  std::printf("batch_main (batch %d): %s\n", kBatch, g_failed ? "FAIL" : "ok");
+  std::printf("batch_main (batch %d): %zu graph nodes per forward: %s\n", kBatch, nodes, g_failed ? "FAIL" : "ok");
   return g_failed;
 }

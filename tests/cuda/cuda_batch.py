@@ -3,9 +3,10 @@
 
     cuda_batch.py --work build/work [--imgsz 64] [--keep]
 
-1. yolo26n (the random checkpoint the other cuda tests share) generated with --backend cuda at --imgsz, once with
-   --batch 2 and once with --batch 1; both built with tests/cuda/cuda_emu.h and linked with
-   tests/cuda/batch_main.cu;
+1. yolo26n (the random checkpoint the other cuda tests share) generated with --backend cuda, float32 (TF32) at
+   --imgsz-fp32 (96: the deep levels' 144, 36, 9 pixels per image are not multiples of the GEMM tiles) and
+   --precision fp16 at --imgsz (64), each once with --batch 2 and once with --batch 1; built with
+   tests/cuda/cuda_emu.h and linked with tests/cuda/batch_main.cu;
 2. two different inputs (Ultralytics' bus.jpg and zidane.jpg: letterboxed tensors from tools/oracle.py
    make_input, and the images themselves);
 3. the --batch 2 package runs both at once (run_tensors, enqueue_tensors from device memory with pinned results,
@@ -13,7 +14,9 @@
    --batch 1 package runs each alone;
 4. each image's rows of the batch run must equal the batch-1 package's rows for that input bit for bit (the same
    kernels on the same data, image after image), synchronous and asynchronous, and its run_images detections
-   the same; the two images' rows must differ, and their scores must spread (not a flat random network);
+   the same, and with the fused convolutions (options.fused_conv) too; the two images' rows must differ, and their
+   scores must spread (not a flat random network); the batch-2 forward's CUDA Graph may have at most
+   HEAD_NODES_PER_IMAGE nodes more than batch 1's (every layer runs once for the batch);
 5. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
 """
 
@@ -32,6 +35,9 @@ import numpy as np  # noqa: E402
 import cuda_vs_xnnpack as cvx  # noqa: E402
 
 IMAGES = ("bus.jpg", "zidane.jpg")
+# The extra graph nodes a second image may add: the end-to-end head's top-k / gather launches, run per image
+# (carve_cu_e2e_postprocess_task), and the attention's two GEMMs and softmax; every other layer runs once.
+HEAD_NODES_PER_IMAGE = 40
 
 
 def build(pkg: Path, lib: Path) -> Path:
@@ -62,27 +68,21 @@ def refusals(pt: Path, work: Path) -> bool:
     return ok
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", required=True, type=Path)
-    ap.add_argument("--imgsz", type=int, default=64)
-    ap.add_argument("--keep", action="store_true")
-    args = ap.parse_args()
-    root = args.work.resolve()
-    work = root / "cuda" / f"batch-{args.imgsz}"
+def check_precision(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
+    """Steps 1-4 for one precision: the --batch 2 package's rows of each image against the --batch 1 package's on
+    that image alone (every path, and the fused convolutions), and the launches per forward of both."""
+    work = work / f"{precision}-{imgsz}"
     work.mkdir(parents=True, exist_ok=True)
-    pt = cvx.checkpoint(root, "yolo26n")
-    lib = cvx.build_runtime(root, "emu")
     exes = {}
     for batch in (1, 2):
         pkg = work / f"b{batch}"
-        cvx.generate("yolo26n", "cuda", pt, args.imgsz, pkg, "--batch", str(batch))
+        cvx.generate("yolo26n", "cuda", pt, imgsz, pkg, "--batch", str(batch), "--precision", precision)
         exes[batch] = build(pkg, lib)
     images = [cvx.oracle.sample_image(n) for n in IMAGES]
     tensors = []
     for i, img in enumerate(images):
         t = work / f"input{i}.npy"
-        cvx.oracle.make_input(img, args.imgsz, t)
+        cvx.oracle.make_input(img, imgsz, t)
         tensors.append(t)
     outs = {}
     for key, cmd in {"b2": [exes[2], *tensors, *images],
@@ -95,22 +95,45 @@ def main() -> int:
     ok = True
     for b in range(2):
         single = outs[f"b1-{b}"]
-        for kind in ("sync", "async"):
+        for kind in ("sync", "async", "fused"):
             got, want = np.load(outs["b2"] / f"{kind}_{b}.npy"), np.load(single / f"{kind}_0.npy")
             same = got.shape == want.shape and np.array_equal(got, want)
-            print(f"image {b} ({IMAGES[b]}) {kind} rows, batch 2 vs batch 1: {'bit-identical' if same else 'DIFFERENT'}"
-                  f" {got.shape}")
+            print(f"{precision} {imgsz}: image {b} ({IMAGES[b]}) {kind} rows, batch 2 vs batch 1: "
+                  f"{'bit-identical' if same else 'DIFFERENT'} {got.shape}")
             ok &= same
         dets_same = (outs["b2"] / f"dets_{b}.txt").read_text() == (single / "dets_0.txt").read_text()
         n = len((single / "dets_0.txt").read_text().splitlines())
-        print(f"image {b} run_images detections (every row), batch 2 vs batch 1: {'same' if dets_same else 'DIFFERENT'}"
-              f" ({n})")
+        print(f"{precision} {imgsz}: image {b} run_images detections (every row), batch 2 vs batch 1: "
+              f"{'same' if dets_same else 'DIFFERENT'} ({n})")
         ok &= dets_same
     r0, r1 = (np.load(outs["b2"] / f"sync_{b}.npy")[0] for b in range(2))
     spread = float(r0[:, 4].std())
     distinct = not np.array_equal(r0, r1)
-    print(f"the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
+    print(f"{precision} {imgsz}: the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
     ok &= distinct and spread > 1e-3
+    # Launches per forward: each layer runs once for the whole batch (the e2e head's selection per image).
+    n1, n2 = (int((outs[k] / "nodes.txt").read_text()) for k in ("b1-0", "b2"))
+    few = n2 - n1 <= HEAD_NODES_PER_IMAGE
+    print(f"{precision} {imgsz}: graph nodes per forward: batch 1 {n1}, batch 2 {n2} (at most "
+          f"{HEAD_NODES_PER_IMAGE} more): {'ok' if few else 'FAIL'}")
+    ok &= few
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True, type=Path)
+    ap.add_argument("--imgsz", type=int, default=64, help="the fp16 packages' size (fp32: --imgsz-fp32)")
+    ap.add_argument("--imgsz-fp32", type=int, default=96)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    root = args.work.resolve()
+    work = root / "cuda" / "batch"
+    work.mkdir(parents=True, exist_ok=True)
+    pt = cvx.checkpoint(root, "yolo26n")
+    lib = cvx.build_runtime(root, "emu")
+    ok = check_precision(pt, lib, work, args.imgsz_fp32, "fp32")
+    ok &= check_precision(pt, lib, work, args.imgsz, "fp16")
     ok &= refusals(pt, work)
     print(f"cuda_batch: {'PASS' if ok else 'FAIL'}")
     if ok and not args.keep:

@@ -143,7 +143,7 @@ static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
   std::vector<__half> y0(oh * ow * out_stride, __ushort_as_half(kCanaryBits));
   DevBuf<__half> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, cs.groups, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act};
+                           in_stride, out_stride, res_stride, cs.act, 1};
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
   t.sync();
@@ -217,7 +217,7 @@ static void test_elementwise(TestCtx& t) {
   {  // maxpool 3x3 / 1, pad 1 (-inf padding)
     std::vector<__half> y0((size_t)h * w * out_stride, __ushort_as_half(kCanaryBits));
     DevBuf<__half> dy(y0);
-    CHECK_OK(carve_cu_maxpool2d(&t.ctx, h, w, c, 3, 1, 1, dx.p, in_stride, dy.p, out_stride));
+    CHECK_OK(carve_cu_maxpool2d(&t.ctx, 1, h, w, c, 3, 1, 1, dx.p, in_stride, dy.p, out_stride));
     t.sync();
     const std::vector<__half> y = dy.download();
     for (uint32_t oy = 0; oy < h; oy++) {
@@ -271,7 +271,7 @@ static void test_elementwise(TestCtx& t) {
     }
   }
   CHECK(carve_cu_add(&t.ctx, 4, c, dx.p, c - 1, dx2.p, in_stride, dx.p, in_stride) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_cu_maxpool2d(&t.ctx, h, w, c, 3, 0, 1, dx.p, in_stride, dx.p, in_stride) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_maxpool2d(&t.ctx, 1, h, w, c, 3, 0, 1, dx.p, in_stride, dx.p, in_stride) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
 // ---- Attention -----------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ static void test_attention(TestCtx& t) {
   const std::vector<__half> qkv = random_halves(rng, n * qkv_stride, 1.0f);
   DevBuf<__half> dq(qkv), dout(n * out_stride), dv(n * v_stride);
   DevBuf<float> scratch(carve_cu_attention_scratch_floats(n, heads));
-  CHECK_OK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
+  CHECK_OK(carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
                               scratch.p));
   t.sync();
   const std::vector<__half> out = dout.download(), v = dv.download();
@@ -315,7 +315,7 @@ static void test_attention(TestCtx& t) {
       }
     }
   }
-  CHECK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
+  CHECK(carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
                            nullptr) == CARVE_ERR_INVALID_ARGUMENT);
 }
 

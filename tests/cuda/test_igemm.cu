@@ -159,7 +159,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   std::vector<T> y0(oh * ow * out_stride, E::canary());
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act};
+                           in_stride, out_stride, res_stride, cs.act, 1};
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
   t.ctx.sm_count = cs.sms;

@@ -75,8 +75,11 @@ static double tf32_of(float v) {
 static bool g_tf32 = false;
 static size_t g_tf32_far = 0;
 
-static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
+// batch > 1: `batch` different images one after another in each view (carve_cu_conv.batch), each checked
+// against its own reference (no mixing across the image boundary, which falls inside GEMM tiles and chunks).
+static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng, uint32_t batch = 1) {
   carve_cu_conv c;
+  c.batch = batch;
   c.kh = c.kw = cc.kh;
   c.stride = cc.stride;
   c.pad = cc.pad;
@@ -91,19 +94,21 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
   c.act = cc.act;
   const size_t oh = (cc.h + 2 * cc.pad - cc.kh) / cc.stride + 1, ow = (cc.w + 2 * cc.pad - cc.kh) / cc.stride + 1;
   const size_t cpg = cc.groups == 1 ? cc.cin : 1;  // input channels per output channel
-  const std::vector<float> x = random_view(rng, (size_t)cc.h * cc.w, c.in_stride);
+  const size_t ipix = (size_t)cc.h * cc.w, opix = oh * ow;  // one image's input and output pixels
+  const std::vector<float> x = random_view(rng, batch * ipix, c.in_stride);
   std::vector<float> wt((size_t)cc.cout * cc.kh * cc.kh * cpg), b(cc.cout);
   for (auto& v : wt) v = rng.normal() * 0.2f;
   for (auto& v : b) v = rng.normal();
-  const std::vector<float> r = random_view(rng, oh * ow, c.res_stride);
+  const std::vector<float> r = random_view(rng, batch * opix, c.res_stride);
 
-  DevBuf<float> dx(x), dw(wt), db(b), dr(r), dy(oh * ow * c.out_stride);
-  dy.upload(std::vector<float>(oh * ow * c.out_stride, kCanary));
+  DevBuf<float> dx(x), dw(wt), db(b), dr(r), dy(batch * opix * c.out_stride);
+  dy.upload(std::vector<float>(batch * opix * c.out_stride, kCanary));
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p, scratch.p));
   t.sync();
 
-  std::vector<double> want(oh * ow * cc.cout), tol(want.size()), tol_check(want.size()), exact;
+  std::vector<double> want(batch * opix * cc.cout), tol(want.size()), tol_check(want.size()), exact;
+  for (size_t img = 0; img < batch; img++)
   for (size_t oy = 0; oy < oh; oy++) {
     for (size_t ox = 0; ox < ow; ox++) {
       for (size_t o = 0; o < cc.cout; o++) {
@@ -114,7 +119,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
             if (iy < 0 || iy >= cc.h || ix < 0 || ix >= cc.w) continue;
             for (size_t i = 0; i < cpg; i++) {
               const size_t ch = cc.groups == 1 ? i : o;
-              const float xv = x[((size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch];
+              const float xv = x[(img * ipix + (size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch];
               const float wv = wt[((o * cc.kh + ky) * cc.kh + kx) * cpg + i];
               const bool round = g_tf32 && cc.groups == 1;
               const double v = round ? tf32_of(xv) * tf32_of(wv) : (double)xv * wv;
@@ -128,7 +133,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
           s = silu_d(s);
           s_exact = silu_d(s_exact);
         }
-        const size_t p = oy * ow + ox;
+        const size_t p = img * opix + oy * ow + ox;
         if (cc.residual) {
           s += r[p * c.res_stride + o];
           s_exact += r[p * c.res_stride + o];
@@ -144,12 +149,12 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng) {
     }
   }
   char what[160];
-  std::snprintf(what, sizeof what, "conv %ux%u s%u p%u g%u %u->%u on %ux%u%s%s", cc.kh, cc.kh, cc.stride, cc.pad,
-                cc.groups, cc.cin, cc.cout, cc.h, cc.w, cc.act == CARVE_CU_ACT_SILU ? " silu" : "",
-                cc.residual ? " +res" : "");
+  std::snprintf(what, sizeof what, "conv %ux%u s%u p%u g%u %u->%u on %ux%u%s%s batch %u%s", cc.kh, cc.kh, cc.stride,
+                cc.pad, cc.groups, cc.cin, cc.cout, cc.h, cc.w, cc.act == CARVE_CU_ACT_SILU ? " silu" : "",
+                cc.residual ? " +res" : "", batch, t.ctx.conv_fused ? " fused" : "");
   const std::vector<float> got = dy.download();
-  check_view(got, c.out_stride, want, tol_check, oh * ow, cc.cout, what);
-  for (size_t p = 0; p < oh * ow; p++) {
+  check_view(got, c.out_stride, want, tol_check, batch * opix, cc.cout, what);
+  for (size_t p = 0; p < batch * opix; p++) {
     for (size_t o = 0; o < cc.cout; o++) {
       g_tf32_far += g_tf32 && !near_float(got[p * c.out_stride + o], exact[p * cc.cout + o], tol[p * cc.cout + o]);
     }
@@ -179,6 +184,13 @@ static void test_conv(TestCtx& t) {
   CHECK(t.ctx.conv_tf32 == 1);  // the emulated device is sm_90
   g_tf32 = true;
   for (const auto& cc : cases) check_conv(t, cc, rng);
+  // Batches of 3 different images (TF32): the cuBLAS path (one GEMM / im2col over the batch's pixels, the
+  // depthwise kernel) and the fused implicit-GEMM kernel, whose 64-pixel tiles straddle the images.
+  for (const auto& cc : cases) check_conv(t, cc, rng, 3);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
+  CHECK(t.ctx.conv_fused == 1);
+  for (const auto& cc : cases) check_conv(t, cc, rng, 3);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
   g_tf32 = false;
   CHECK_MSG(g_tf32_far > 100, "TF32 convs: only %zu outputs differ from float32 beyond its bound", g_tf32_far);
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
@@ -188,15 +200,15 @@ static void test_conv(TestCtx& t) {
   std::printf("conv2d TF32: %zu cases ok (%zu outputs beyond the float32 bound)\n", sizeof cases / sizeof cases[0],
               g_tf32_far);
   // The chunked case really is chunked: more im2col floats than the scratch holds.
-  carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU};
+  carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU, 1};
   CHECK(carve_cu_conv2d_scratch_floats(&big) < (size_t)65 * 65 * 9 * 128);
-  carve_cu_conv one = {1, 1, 1, 0, 1, 37, 19, 9, 11, 40, 23, 21, CARVE_CU_ACT_NONE};
+  carve_cu_conv one = {1, 1, 1, 0, 1, 37, 19, 9, 11, 40, 23, 21, CARVE_CU_ACT_NONE, 1};
   CHECK(carve_cu_conv2d_scratch_floats(&one) == 0);
   std::printf("conv2d: %zu cases ok\n", sizeof cases / sizeof cases[0]);
 
   // Refusals: grouped but not depthwise, zero sizes, strides shorter than the channels.
   DevBuf<float> d(64);
-  carve_cu_conv bad = {3, 3, 1, 1, 2, 4, 4, 5, 5, 4, 4, 4, CARVE_CU_ACT_NONE};
+  carve_cu_conv bad = {3, 3, 1, 1, 2, 4, 4, 5, 5, 4, 4, 4, CARVE_CU_ACT_NONE, 1};
   CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   bad.groups = 1;
   bad.in_stride = 3;
@@ -245,17 +257,19 @@ static void test_deconv(TestCtx& t) {
 static void test_elementwise(TestCtx& t) {
   TestRng rng(23);
   // Max pool: SPPF's 5x5 s1 p2, a 3x3 s2 p1 and a 2x2 s2 p0, on odd sizes.
-  const uint32_t pools[][3] = {{5, 1, 2}, {3, 2, 1}, {2, 2, 0}};
+  // Each also as a batch of 2 different images (the windows stay inside their image).
+  const uint32_t pools[][4] = {{5, 1, 2, 1}, {3, 2, 1, 1}, {2, 2, 0, 1}, {5, 1, 2, 2}, {3, 2, 1, 2}};
   for (const auto& pl : pools) {
-    const uint32_t h = 11, w = 9, c = 13, k = pl[0], s = pl[1], pad = pl[2];
+    const uint32_t h = 11, w = 9, c = 13, k = pl[0], s = pl[1], pad = pl[2], batch = pl[3];
     const size_t in_stride = 16, out_stride = 15;
     const size_t oh = (h + 2 * pad - k) / s + 1, ow = (w + 2 * pad - k) / s + 1;
-    const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
-    DevBuf<float> dx(x), dy(oh * ow * out_stride);
-    dy.upload(std::vector<float>(oh * ow * out_stride, kCanary));
-    CHECK_OK(carve_cu_maxpool2d(&t.ctx, h, w, c, k, s, pad, dx.p, in_stride, dy.p, out_stride));
+    const std::vector<float> x = random_view(rng, (size_t)batch * h * w, in_stride);
+    DevBuf<float> dx(x), dy(batch * oh * ow * out_stride);
+    dy.upload(std::vector<float>(batch * oh * ow * out_stride, kCanary));
+    CHECK_OK(carve_cu_maxpool2d(&t.ctx, batch, h, w, c, k, s, pad, dx.p, in_stride, dy.p, out_stride));
     t.sync();
-    std::vector<double> want(oh * ow * c), tol(want.size(), 0.0);
+    std::vector<double> want(batch * oh * ow * c), tol(want.size(), 0.0);
+    for (size_t img = 0; img < batch; img++)
     for (size_t oy = 0; oy < oh; oy++)
       for (size_t ox = 0; ox < ow; ox++)
         for (size_t ch = 0; ch < c; ch++) {
@@ -263,11 +277,12 @@ static void test_elementwise(TestCtx& t) {
           for (size_t ky = 0; ky < k; ky++)
             for (size_t kx = 0; kx < k; kx++) {
               const long long iy = (long long)(oy * s + ky) - pad, ix = (long long)(ox * s + kx) - pad;
-              if (iy >= 0 && iy < h && ix >= 0 && ix < w) m = std::max(m, x[((size_t)iy * w + (size_t)ix) * in_stride + ch]);
+              if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                m = std::max(m, x[(img * h * w + (size_t)iy * w + (size_t)ix) * in_stride + ch]);
             }
-          want[(oy * ow + ox) * c + ch] = m;
+          want[((img * oh + oy) * ow + ox) * c + ch] = m;
         }
-    check_view(dy.download(), out_stride, want, tol, oh * ow, c, "maxpool");
+    check_view(dy.download(), out_stride, want, tol, batch * oh * ow, c, "maxpool");
   }
   // Upsample against the CPU runtime.
   {
@@ -374,23 +389,28 @@ static void test_attention(TestCtx& t) {
   const size_t n = 63, heads = 2, kd = 8, hd = 16, per = 2 * kd + hd;
   const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
   const float scale = 1.0f / std::sqrt((float)kd);
-  const std::vector<float> qkv = random_view(rng, n, qkv_stride);
-  std::vector<float> cpu_out(n * out_stride, kCanary), cpu_v(n * v_stride, kCanary);
-  std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
-  carve_attention(qkv.data(), qkv_stride, n, heads, kd, hd, scale, cpu_out.data(), out_stride, cpu_v.data(), v_stride,
-                  cpu_scratch.data(), nullptr);
-  DevBuf<float> dq(qkv), dout(n * out_stride), dv(n * v_stride), scratch(carve_cu_attention_scratch_floats(n, heads));
-  dout.upload(std::vector<float>(n * out_stride, kCanary));
-  dv.upload(std::vector<float>(n * v_stride, kCanary));
-  CHECK_OK(carve_cu_attention(&t.ctx, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd, (uint32_t)hd, scale,
-                              dout.p, out_stride, dv.p, v_stride, scratch.p));
-  t.sync();
-  const std::vector<float> out = dout.download(), v = dv.download();
-  for (size_t i = 0; i < n * out_stride; i++)
-    CHECK_MSG(near_float(out[i], cpu_out[i], 2e-6 * (std::fabs(cpu_out[i]) + 1)), "attention [%zu]: %g vs %g", i,
-              out[i], cpu_out[i]);
-  for (size_t i = 0; i < n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
-  std::printf("attention: ok\n");
+  for (size_t batch = 1; batch <= 3; batch += 2) {  // one image; 3 different images, one call
+    const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
+    std::vector<float> cpu_out(batch * n * out_stride, kCanary), cpu_v(batch * n * v_stride, kCanary);
+    std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
+    for (size_t b = 0; b < batch; b++)  // the CPU reference, image by image
+      carve_attention(qkv.data() + b * n * qkv_stride, qkv_stride, n, heads, kd, hd, scale,
+                      cpu_out.data() + b * n * out_stride, out_stride, cpu_v.data() + b * n * v_stride, v_stride,
+                      cpu_scratch.data(), nullptr);
+    DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride),
+        scratch(carve_cu_attention_scratch_floats(n, heads));
+    dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
+    dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
+    CHECK_OK(carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
+                                (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p));
+    t.sync();
+    const std::vector<float> out = dout.download(), v = dv.download();
+    for (size_t i = 0; i < batch * n * out_stride; i++)
+      CHECK_MSG(near_float(out[i], cpu_out[i], 2e-6 * (std::fabs(cpu_out[i]) + 1)), "attention batch %zu [%zu]: %g vs %g",
+                batch, i, out[i], cpu_out[i]);
+    for (size_t i = 0; i < batch * n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
+  }
+  std::printf("attention: ok (batch 1 and 3)\n");
 }
 
 static void test_mask_logits(TestCtx& t) {
@@ -495,7 +515,8 @@ static void test_errors(TestCtx& t) {
   CHECK_OK(carve_cu_copy(&t.ctx, 4, 4, d.p, 4, d.p + 16, 4));
   CHECK(carve_cu_add(&t.ctx, 4, 4, d.p, 3, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_cu_maxpool2d(&t.ctx, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_maxpool2d(&t.ctx, 1, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_maxpool2d(&t.ctx, 0, 2, 2, 4, 3, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0, 0, 0, 0};
   CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);

@@ -64,8 +64,10 @@ def test_fp16_package(packages, head):
     # the half runtime and its casts at the edges; the head in float32 on the staged copies
     assert "runtime/carve_cuda_f16.cu" in f16 and "runtime/carve_cuda_f16.cu" not in f32
     assert '#include "carve_cuda_f16.h"' in cu and "typedef __half act_t;" in cu
-    assert cu.count("carve_cu_f32_to_f16(&m->cu, F(m, 0), A(m, INPUT_OFF), INPUT_FLOATS)") == 1  # input_done
-    assert cu.count("TRY(input_done(m))") >= 2  # run_image and the tensor upload (and run_images, enqueue)
+    assert cu.count("carve_cu_f32_to_f16(&m->cu, input_f32(m, b), A(m, INPUT_OFF) + b * INPUT_FLOATS, "
+                    "INPUT_FLOATS)") == 1  # input_done (image b's)
+    assert "return F(m, 0) + b * INPUT_FLOATS;" in cu  # input_f32: image b's float32 input in the staging area
+    assert cu.count("TRY(input_done(m, ") >= 2  # run_image and the tensor upload (and run_images, enqueue)
     assert cu.count("carve_cu_f16_to_f32_view(") == 6  # box and classes of each of the 3 levels
     post = "carve_cu_nms_postprocess" if head == "nms" else "carve_cu_e2e_postprocess_task"
     assert re.search(rf"{post}\([^;]*F\(m, F16_ROWS_OFF\)", cu, re.S)

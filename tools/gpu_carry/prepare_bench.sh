@@ -1,7 +1,7 @@
 #!/bin/sh
 # Prepare the speed comparison of issue 20 for a GPU machine with nvcc, CMake and PyTorch but no network and no
 # Ultralytics (the `device` tool's machines): carve cuda packages of yolo26n (TF32 by default, --strict-fp32 at
-# run time; fp16 where `carve generate --precision fp16` exists), batch 1 and 32, the checkpoint, Ultralytics'
+# run time; fp16 where `carve generate --precision fp16` exists, every batch size), batch 1 and 32, the checkpoint, Ultralytics'
 # source (pure Python, imported from there), stb, bus.png and the scripts. On the GPU machine:
 #   bash DIR/bench.sh          (writes $OUT/bench.jsonl and $OUT/table.md; about 4 minutes on an H100)
 # Usage: tools/gpu_carry/prepare_bench.sh DIR CHECKPOINT [IMGSZ] [BATCHES]

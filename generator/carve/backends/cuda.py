@@ -236,10 +236,6 @@ def batch_options(meta: dict, program: dict, options) -> tuple:
         what = f"{meta['task']} models" if meta["task"] not in BATCH_TASKS else "the one-to-many head + NMS (--head nms)"
         raise CarveError(f"--batch {batch}: the cuda backend batches detect, pose and obb models with the end-to-end "
                          f"head; not {what} yet", hint="generate with --batch 1 (the default); no files were written")
-    if batch > 1 and (options or {}).get("precision") == "fp16":
-        raise CarveError(f"--batch {batch}: --precision fp16 packages run one image at a time for now (their float32 "
-                         "staging area is not batched)",
-                         hint="generate with --batch 1, or without --precision fp16; no files were written")
     return batch, api
 
 
@@ -260,13 +256,14 @@ def _conv_out(n: int, k: int, stride: int, pad: int) -> int:
     return (n + 2 * pad - k) // stride + 1
 
 
-def _conv_scratch_floats(c: dict) -> int:
-    """carve_cu_conv2d_scratch_floats: an im2col chunk of whole output pixels (0 for 1x1 GEMMs and depthwise)."""
+def _conv_scratch_floats(c: dict, batch: int = 1) -> int:
+    """carve_cu_conv2d_scratch_floats: an im2col chunk of whole output pixels of the batch (at most IM2COL_FLOATS
+    per image; 0 for 1x1 GEMMs and depthwise)."""
     if c["groups"] != 1 or (c["kh"] == 1 and c["kw"] == 1 and c["stride"] == 1 and c["pad"] == 0):
         return 0
     k = c["kh"] * c["kw"] * c["cin"]
     pixels = _conv_out(c["h"], c["kh"], c["stride"], c["pad"]) * _conv_out(c["w"], c["kw"], c["stride"], c["pad"])
-    return min(max(IM2COL_FLOATS // k, 1), pixels) * k
+    return min(max(IM2COL_FLOATS * batch // k, 1), pixels * batch) * k
 
 
 def _pow2_at_least(v: int) -> int:
@@ -321,7 +318,7 @@ def _classify_scratch_bytes(w: int, h: int, out: int) -> int:
 def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_w: int, max_h: int) -> int:
     """The generated scratch_bytes(max_w, max_h): the largest scratch of any call of the forward and of the
     pre-processing, rounded up to 256 bytes."""
-    need = [_conv_scratch_floats(c) * 4 for c in p["convs"]]
+    need = [_conv_scratch_floats(c, p.get("batch", 1)) * 4 for c in p["convs"]]
     need += [d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4 for d in p["deconvs"]]
     need += [a["heads"] * a["n"] * a["n"] * 4 for a in p["attention"]]
     if task == "classify":
