@@ -337,10 +337,16 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
 // any order (atomic positions): the composites are distinct and sorted afterwards. The keys == T
 // are ranked in index order (tiles of 1024 values: a ballot per warp and the warps' counts), and
 // those ranked below k_rem take [kk - k_rem, kk): the lowest indices, as the multi-launch path.
+// Block b of a grid of several: the top-k of vals[b n .. (b + 1) n) into idx / val [b kk ..) (a batch).
 __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk, uint32_t p,
                                    int32_t* __restrict__ idx, float* __restrict__ val) {
   CARVE_CU_KERNEL_ENTRY();
+  vals += (size_t)blockIdx.x * n;
+  idx += (size_t)blockIdx.x * kk;
+  if (val != NULL) {
+    val += (size_t)blockIdx.x * kk;
+  }
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
@@ -536,6 +542,26 @@ static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, s
   return CARVE_OK;
 }
 
+// The top-k of each of `batch` consecutive value lists of n (idx [b kk ..) for list b): one launch of the
+// one-block kernel when it applies, else topk_run list by list on the one scratch.
+static carve_status topk_batch(cudaStream_t stream, const float* vals, size_t n, size_t kk, size_t batch, int32_t* idx,
+                               void* scratch) {
+  const size_t p = pow2_at_least(kk);
+  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK && batch <= 0x7FFFFFFFu) {
+    CARVE_LAUNCH(carve_cu_topk_one_block_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals,
+                 (uint32_t)n, (uint32_t)kk, (uint32_t)p, idx, (float*)NULL);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  for (size_t b = 0; b < batch; b++) {
+    const carve_status st = topk_run(stream, vals + b * n, n, kk, idx + b * kk, NULL, scratch);
+    if (st != CARVE_OK) {
+      return st;
+    }
+  }
+  return CARVE_OK;
+}
+
 extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, int32_t* idx,
                                       float* val, void* scratch) {
   if (ctx == NULL || n > (size_t)INT32_MAX) {
@@ -607,25 +633,34 @@ static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const float* x
   return m;
 }
 
-// Step 1 scores: s[a] = sigmoid(max_c logit[a][c]) (= max_c sigmoid, sigmoid being monotonic).
-__global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, size_t nc, float* __restrict__ s) {
+// Image b's map of a view whose image 0 starts at `base` (images one after another: h w stride floats each).
+static __device__ __forceinline__ const float* carve_cu_image_map(const float* base, const carve_level* lv,
+                                                                   size_t stride, size_t b) {
+  return base + b * lv->h * lv->w * stride;
+}
+
+// Step 1 scores: s[b A + a] = sigmoid(max_c logit[a][c]) of image b (= max_c sigmoid, sigmoid being monotonic).
+__global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, size_t batch, size_t nc,
+                                                  float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(a, anchors) {
+  CARVE_CU_FOR(e, batch * anchors) {
+    const size_t b = e / anchors, a = e % anchors;
     size_t pixel;
     const carve_level* lv = carve_cu_locate(&L, a, &pixel);
-    s[a] = carve_cu_sigmoid(carve_cu_max_ignoring_nan(lv->cls + pixel * lv->cls_stride, nc));
+    const float* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
+    s[e] = carve_cu_sigmoid(carve_cu_max_ignoring_nan(cls + pixel * lv->cls_stride, nc));
   }
 }
 
-// Step 2 scores: s[r nc + c] = sigmoid(logit[ori[r]][c]) for the k' chosen anchors.
-__global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __restrict__ ori, size_t kk, size_t nc,
-                                                 float* __restrict__ s) {
+// Step 2 scores: s[(b k' + r) nc + c] = sigmoid(logit[ori[b k' + r]][c]) of image b, for its k' chosen anchors.
+__global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __restrict__ ori, size_t kk,
+                                                 size_t batch, size_t nc, float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, kk * nc) {
-    const size_t r = e / nc, c = e % nc;
+  CARVE_CU_FOR(e, batch * kk * nc) {
+    const size_t br = e / nc, c = e % nc, b = br / kk;
     size_t pixel;
-    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[r], &pixel);
-    s[e] = carve_cu_sigmoid(lv->cls[pixel * lv->cls_stride + c]);
+    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[br], &pixel);
+    s[e] = carve_cu_sigmoid(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b)[pixel * lv->cls_stride + c]);
   }
 }
 
@@ -633,21 +668,24 @@ __global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __
 // xywh by dist2rbox with each product rounded on its own as PyTorch does), the score, the
 // class and the extras (POSE: kx = (raw_x + ax) s, ky = (raw_y + ay) s, kv = sigmoid(raw_v);
 // others raw), as carve_e2e_postprocess_task.
+// Image b's rows are rows [b k', (b + 1) k'), from its ori / best [b k' ..).
 __global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict__ ori,
-                                         const int32_t* __restrict__ best, size_t kk, size_t nc, size_t extra_channels,
-                                         int task, float* __restrict__ rows) {
+                                         const int32_t* __restrict__ best, size_t kk, size_t batch, size_t nc,
+                                         size_t extra_channels, int task, float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
   const size_t width = 6 + extra_channels;
-  CARVE_CU_FOR(i, kk) {
+  CARVE_CU_FOR(i, batch * kk) {
+    const size_t b = i / kk;
     const size_t flat = (size_t)best[i];
     const size_t c = flat % nc;
     size_t pixel;
-    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[flat / nc], &pixel);
+    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[b * kk + flat / nc], &pixel);
     const float ax = (float)(pixel % lv->w) + 0.5f;
     const float ay = (float)(pixel / lv->w) + 0.5f;
     const float s = lv->stride;
-    const float* ltrb = lv->box + pixel * lv->box_stride;
-    const float* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
+    const float* ltrb = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
+    const float* extra =
+        extra_channels != 0 ? carve_cu_image_map(lv->extra, lv, lv->extra_stride, b) + pixel * lv->extra_stride : NULL;
     float* row = rows + i * width;
     if (task == CARVE_E2E_OBB) {
       const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
@@ -666,7 +704,7 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict
       row[2] = (ax + ltrb[2]) * s;
       row[3] = (ay + ltrb[3]) * s;
     }
-    row[4] = carve_cu_sigmoid(lv->cls[pixel * lv->cls_stride + c]);
+    row[4] = carve_cu_sigmoid(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b)[pixel * lv->cls_stride + c]);
     row[5] = (float)c;
     if (task == CARVE_E2E_POSE) {
       for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
@@ -691,19 +729,33 @@ static size_t e2e_topk_bytes(size_t anchors, size_t nc, size_t kk) {
   return align8(a > b ? a : b);
 }
 
-extern "C" size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
+extern "C" size_t carve_cu_e2e_batch_scratch_bytes(size_t anchors, size_t nc, size_t k, size_t batch) {
   const size_t kk = k < anchors ? k : anchors;
-  if (nc == 0 || anchors > (size_t)INT32_MAX || kk > (size_t)INT32_MAX / nc) {
+  if (nc == 0 || batch == 0 || anchors > (size_t)INT32_MAX || kk > (size_t)INT32_MAX / nc) {
     return SIZE_MAX;
   }
-  return e2e_topk_bytes(anchors, nc, kk) + align8(anchors * sizeof(float)) + align8(kk * nc * sizeof(float)) +
-         2 * align8(kk * sizeof(int32_t));
+  const size_t per_image = anchors > kk * nc ? anchors : kk * nc;  // the longest score list of an image
+  if (per_image != 0 && batch > (size_t)INT32_MAX / per_image) {
+    return SIZE_MAX;
+  }
+  return e2e_topk_bytes(anchors, nc, kk) + align8(batch * anchors * sizeof(float)) +
+         align8(batch * kk * nc * sizeof(float)) + 2 * align8(batch * kk * sizeof(int32_t));
+}
+
+extern "C" size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k) {
+  return carve_cu_e2e_batch_scratch_bytes(anchors, nc, k, 1);
 }
 
 extern "C" carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels,
                                                       size_t num_levels, size_t nc, size_t extra_channels, size_t k,
                                                       carve_e2e_task task, void* scratch, float* rows) {
-  if (ctx == NULL || levels == NULL || scratch == NULL || rows == NULL || nc == 0 || num_levels == 0 ||
+  return carve_cu_e2e_postprocess_batch(ctx, levels, num_levels, nc, extra_channels, k, task, 1, scratch, rows);
+}
+
+extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                       size_t num_levels, size_t nc, size_t extra_channels, size_t k,
+                                                       carve_e2e_task task, size_t batch, void* scratch, float* rows) {
+  if (ctx == NULL || levels == NULL || scratch == NULL || rows == NULL || nc == 0 || num_levels == 0 || batch == 0 ||
       num_levels > CARVE_CU_MAX_LEVELS || (uintptr_t)scratch % sizeof(uint64_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
@@ -740,36 +792,36 @@ extern "C" carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, c
   }
   L.start[num_levels] = anchors;
   const size_t kk = k < anchors ? k : anchors;
-  if (kk == 0 || anchors > (size_t)INT32_MAX || kk > (size_t)INT32_MAX / nc) {
+  if (kk == 0 || carve_cu_e2e_batch_scratch_bytes(anchors, nc, k, batch) == SIZE_MAX) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
 
   unsigned char* base = (unsigned char*)scratch;
   void* tk = base;                                                    // top-k scratch
-  float* s1 = (float*)(base + e2e_topk_bytes(anchors, nc, kk));       // (A) anchor scores
-  float* s2 = (float*)((unsigned char*)s1 + align8(anchors * sizeof(float)));  // (k', nc) class scores
-  int32_t* ori = (int32_t*)((unsigned char*)s2 + align8(kk * nc * sizeof(float)));  // (k') anchors of step 1
-  int32_t* best = (int32_t*)((unsigned char*)ori + align8(kk * sizeof(int32_t)));   // (k') flat indices of step 2
+  float* s1 = (float*)(base + e2e_topk_bytes(anchors, nc, kk));  // (batch, A) anchor scores
+  float* s2 = (float*)((unsigned char*)s1 + align8(batch * anchors * sizeof(float)));  // (batch, k', nc) class scores
+  int32_t* ori = (int32_t*)((unsigned char*)s2 + align8(batch * kk * nc * sizeof(float)));  // (batch, k') step 1
+  int32_t* best = (int32_t*)((unsigned char*)ori + align8(batch * kk * sizeof(int32_t)));   // (batch, k') step 2
 
   // Step 1: the k' anchors with the best class score.
-  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors,
-               nc, s1);
+  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream, L,
+               anchors, batch, nc, s1);
   CARVE_CU_CHECK_LAUNCH();
-  carve_status st = topk_run(ctx->stream, s1, anchors, kk, ori, NULL, tk);
+  carve_status st = topk_batch(ctx->stream, s1, anchors, kk, batch, ori, tk);
   if (st != CARVE_OK) {
     return st;
   }
   // Step 2: the k' best of the k' x nc (anchor rank, class) scores.
-  CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel, carve_cu_blocks(kk * nc), CARVE_CU_THREADS, ctx->stream, L,
-               (const int32_t*)ori, kk, nc, s2);
+  CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel, carve_cu_blocks(batch * kk * nc), CARVE_CU_THREADS, ctx->stream, L,
+               (const int32_t*)ori, kk, batch, nc, s2);
   CARVE_CU_CHECK_LAUNCH();
-  st = topk_run(ctx->stream, s2, kk * nc, kk, best, NULL, tk);
+  st = topk_batch(ctx->stream, s2, kk * nc, kk, batch, best, tk);
   if (st != CARVE_OK) {
     return st;
   }
   // Rows.
-  CARVE_LAUNCH(carve_cu_e2e_rows_kernel, carve_cu_blocks(kk), CARVE_CU_THREADS, ctx->stream, L, (const int32_t*)ori,
-               (const int32_t*)best, kk, nc, extra_channels, (int)task, rows);
+  CARVE_LAUNCH(carve_cu_e2e_rows_kernel, carve_cu_blocks(batch * kk), CARVE_CU_THREADS, ctx->stream, L,
+               (const int32_t*)ori, (const int32_t*)best, kk, batch, nc, extra_channels, (int)task, rows);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

@@ -231,6 +231,90 @@ static void check_e2e(TestCtx& t, Head& head, size_t k, carve_e2e_task task, Tes
   compare_rows(drows.download(), want, kk, width, what);
 }
 
+// A batch of `heads.size()` images through carve_cu_e2e_postprocess_batch: level l holds image 0's map, then
+// image 1's, ... (the layout of a batch package's views), each image against its own CPU reference.
+static void check_e2e_batch(TestCtx& t, std::vector<Head>& heads, size_t k, carve_e2e_task task, TestRng& rng,
+                            const char* what) {
+  const Head& h0 = heads[0];
+  const size_t batch = heads.size(), kk = std::min(k, h0.anchors), width = 6 + h0.extra;
+  std::vector<float> data, want(batch * kk * width);
+  std::vector<size_t> level_off;
+  for (Head& h : heads) h.fill(rng, false);
+  for (size_t l = 0; l < h0.hs.size(); l++) {
+    level_off.push_back(data.size());
+    for (const Head& h : heads) {
+      const size_t n = h.hs[l] * h.ws[l] * h.pix_stride;
+      data.insert(data.end(), h.data.begin() + (long)h.off[l], h.data.begin() + (long)(h.off[l] + n));
+    }
+  }
+  for (size_t b = 0; b < batch; b++) {
+    std::vector<unsigned char> cpu_scratch(carve_e2e_scratch_bytes(h0.anchors, h0.nc, k) + 8);
+    void* cs = (void*)(((uintptr_t)cpu_scratch.data() + 7) & ~(uintptr_t)7);
+    size_t num = 0;
+    const std::vector<carve_level> hl = heads[b].levels(heads[b].data.data());
+    carve_e2e_postprocess_task(hl.data(), hl.size(), h0.nc, h0.extra, k, task, cs, want.data() + b * kk * width, &num,
+                               NULL);
+    CHECK(num == kk);
+  }
+  DevBuf<float> dd(data), drows(batch * kk * width);
+  DevScratch scratch(carve_cu_e2e_batch_scratch_bytes(h0.anchors, h0.nc, k, batch));
+  std::vector<carve_level> dl = h0.levels(dd.p);
+  for (size_t l = 0; l < dl.size(); l++) {  // image 0's maps of level l (the same offsets within a pixel)
+    const size_t shift = level_off[l] - h0.off[l];
+    dl[l].box += shift;
+    dl[l].cls += shift;
+    if (dl[l].extra != nullptr) dl[l].extra += shift;
+  }
+  CHECK_OK(carve_cu_e2e_postprocess_batch(&t.ctx, dl.data(), dl.size(), h0.nc, h0.extra, k, task, batch, scratch.get(),
+                                          drows.p));
+  t.sync();
+  const std::vector<float> got = drows.download();
+  for (size_t b = 0; b < batch; b++) {
+    char w[256];
+    std::snprintf(w, sizeof w, "%.160s image %zu of %zu", what, b, batch);
+    compare_rows(std::vector<float>(got.begin() + (long)(b * kk * width), got.begin() + (long)((b + 1) * kk * width)),
+                 std::vector<float>(want.begin() + (long)(b * kk * width), want.begin() + (long)((b + 1) * kk * width)),
+                 kk, width, w);
+  }
+  // The images differ (else a kernel reading image 0 for every image would pass).
+  CHECK_MSG(!std::equal(want.begin(), want.begin() + (long)(kk * width), want.begin() + (long)(kk * width)),
+            "%s: images 0 and 1 gave the same rows", what);
+}
+
+static void test_e2e_batch(TestCtx& t) {
+  TestRng rng(17);
+  int count = 0;
+  const std::vector<float> ss = {8.0f, 16.0f, 32.0f};
+  struct {
+    std::vector<size_t> hs, ws;
+    carve_e2e_task task;
+    size_t nc, extra, k;
+    const char* name;
+  } cases[] = {
+      {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_DETECT, 80, 0, 300, "detect"},
+      {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_POSE, 1, 51, 10, "pose"},
+      {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_OBB, 15, 1, 50, "obb"},
+      {{40, 20, 10}, {40, 20, 10}, CARVE_E2E_SEGMENT, 80, 32, 300, "segment"},
+      {{40, 20, 10}, {40, 20, 10}, CARVE_E2E_DETECT, 3, 0, 2100, "detect k = A (the top-k image by image)"},
+  };
+  for (const auto& c : cases) {
+    std::vector<Head> heads(3, Head(c.hs, c.ws, ss, c.nc, c.extra));
+    char what[160];
+    std::snprintf(what, sizeof what, "batch %s A=%zu k=%zu", c.name, heads[0].anchors, c.k);
+    check_e2e_batch(t, heads, c.k, c.task, rng, what);
+    count++;
+  }
+  // Refusals: batch 0.
+  Head head({4}, {4}, {8.0f}, 3, 0);
+  DevBuf<float> dd(head.data.size()), drows(16 * 6);
+  DevScratch scratch(carve_cu_e2e_batch_scratch_bytes(head.anchors, head.nc, 16, 1));
+  const std::vector<carve_level> dl = head.levels(dd.p);
+  CHECK(carve_cu_e2e_postprocess_batch(&t.ctx, dl.data(), dl.size(), head.nc, 0, 16, CARVE_E2E_DETECT, 0,
+                                       scratch.get(), drows.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_e2e_batch_scratch_bytes(head.anchors, head.nc, 16, 0) == SIZE_MAX);
+  std::printf("e2e batch: %d cases of 3 images equal to carve_e2e_postprocess_task image by image\n", count);
+}
+
 static void test_e2e(TestCtx& t) {
   TestRng rng(13);
   int count = 0;
@@ -322,6 +406,7 @@ int main() {
   test_topk(t);
   test_gather(t);
   test_e2e(t);
+  test_e2e_batch(t);
   std::printf("test_topk: all ok\n");
   return 0;
 }

@@ -46,5 +46,5 @@ done
 echo "$first" > "$DIR/first_batch"
 rm -f "$DIR/fp16.log"
 cp "$here/tools/gpu_carry/bench.sh" "$here/tools/gpu_carry/bench_main.cu" "$here/tools/gpu_carry/torch_bench.py" \
-   "$here/tools/gpu_carry/bench_table.py" "$DIR/"
+   "$here/tools/gpu_carry/bench_table.py" "$here/tools/gpu_carry/ncu.sh" "$here/tools/gpu_carry/ncu_sum.py" "$DIR/"
 du -sh "$DIR"

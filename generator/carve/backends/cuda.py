@@ -283,10 +283,12 @@ def _topk_scratch_bytes(n: int, k: int) -> int:
     return _pow2_at_least(max(kk, 1)) * 8 + 16 + 256 * 4 + 2 * (-(-n // TOPK_CHUNK)) * 4
 
 
-def _e2e_scratch_bytes(anchors: int, nc: int, k: int) -> int:
+def _e2e_scratch_bytes(anchors: int, nc: int, k: int, batch: int = 1) -> int:
+    """carve_cu_e2e_batch_scratch_bytes: the top-k's scratch (one image at a time), then every image's scores
+    and index lists."""
     kk = min(k, anchors)
     topk = _align8(max(_topk_scratch_bytes(anchors, kk), _topk_scratch_bytes(kk * nc, kk)))
-    return topk + _align8(anchors * 4) + _align8(kk * nc * 4) + 2 * _align8(kk * 4)
+    return (topk + _align8(batch * anchors * 4) + _align8(batch * kk * nc * 4) + 2 * _align8(batch * kk * 4))
 
 
 def _nms_scratch_bytes(anchors: int, max_det: int) -> int:
@@ -328,7 +330,7 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
         need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
         return -(-max(need) // 256) * 256 + NMS_PARAM_BYTES  # the reserved tail: conf and the rows' count
     else:
-        need.append(_e2e_scratch_bytes(p["anchors"], nc, p["rows_k"]))
+        need.append(_e2e_scratch_bytes(p["anchors"], nc, p["rows_k"], p.get("batch", 1)))
         need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
     return -(-max(need) // 256) * 256
 
