@@ -295,6 +295,53 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
   }
 }
 
+// carve_cu_depthwise_kernel, CARVE_CU_VEC(T) channels per thread (c, the strides and x, y, residual in
+// whole vectors; the weights are read per channel, as there): each channel's taps in the same order and
+// arithmetic, so the same bits. cv = c / VEC, `items` = batch oh ow cv, opix = oh ow.
+template <typename T>
+__global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
+                                              uint32_t cv, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
+                                              uint32_t opix, uint32_t ow, uint32_t items,
+                                              const T* __restrict__ weight, const T* __restrict__ bias,
+                                              const T* __restrict__ residual, uint32_t res_stride, int silu,
+                                              T* __restrict__ y, uint32_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  CARVE_CU_FOR32(e, items) {
+    const uint32_t p = e / cv, ch = (e - p * cv) * V;
+    const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
+    const long long y0 = (long long)oy * stride - pad, x0 = (long long)ox * stride - pad;
+    const T* xb = x + (size_t)img * h * w * in_stride + ch;
+    float acc[V];
+    for (uint32_t j = 0; j < V; j++) {
+      acc[j] = 0.0f;
+    }
+    carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
+      const carve_cu_pack<T> xv = carve_cu_ld16(xb + pixel * in_stride);
+      for (uint32_t j = 0; j < V; j++) {
+        acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(weight, (size_t)(ch + j) * kh * kw + tap);
+      }
+    });
+    const carve_cu_pack<T> b = carve_cu_ld16(bias + ch);
+    carve_cu_pack<T> r = b;  // (unused without a residual)
+    if (residual != NULL) {
+      r = carve_cu_ld16(residual + (size_t)p * res_stride + ch);
+    }
+    carve_cu_pack<T> out;
+    for (uint32_t j = 0; j < V; j++) {
+      float v = acc[j] + carve_cu_ld(b.e, j);
+      if (silu) {
+        v = carve_cu_silu(v);
+      }
+      if (residual != NULL) {
+        v += carve_cu_ld(r.e, j);
+      }
+      carve_cu_st(out.e, j, v);
+    }
+    carve_cu_st16(y + (size_t)p * out_stride + ch, out);
+  }
+}
+
 // The fused implicit-GEMM convolution on tensor cores (carve_cu_ctx_set_conv_impl).
 #include "carve_cuda_igemm.h"
 
@@ -317,9 +364,21 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   const size_t pixels = opix * carve_cu_batch(c);  // of the batch: every image's, image after image
   const int silu = c->act == CARVE_CU_ACT_SILU;
   if (c->groups != 1) {
-    CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream, x,
-                 c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, carve_cu_batch(c),
-                 weight, bias, residual, c->res_stride, silu, y, c->out_stride);
+    if (carve_cu_vec_ok<T>(pixels * c->cout, c->cout, c->in_stride, c->out_stride) &&
+        (residual == NULL || c->res_stride % CARVE_CU_VEC(T) == 0) && c->in_stride < ((size_t)1 << 32) &&
+        c->out_stride < ((size_t)1 << 32) && c->res_stride < ((size_t)1 << 32) && opix < ((size_t)1 << 32) &&
+        carve_cu_aligned16(x) && carve_cu_aligned16(y) && carve_cu_aligned16(bias) &&
+        (residual == NULL || carve_cu_aligned16(residual))) {
+      const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
+      CARVE_LAUNCH(carve_cu_depthwise_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
+                   (uint32_t)c->in_stride, c->h, c->w, c->cout / CARVE_CU_VEC(T), c->kh, c->kw, c->stride, c->pad,
+                   (uint32_t)opix, (uint32_t)ow, (uint32_t)items, weight, bias, residual, (uint32_t)c->res_stride,
+                   silu, y, (uint32_t)c->out_stride);
+    } else {
+      CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream,
+                   x, c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, carve_cu_batch(c),
+                   weight, bias, residual, c->res_stride, silu, y, c->out_stride);
+    }
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }

@@ -199,6 +199,8 @@ static void test_conv(TestCtx& t) {
       {3, 1, 1, 1, 16, 16, 9, 8, true, CARVE_CU_ACT_SILU, true},  // 8-half vectors: im2col, epilogue + residual
       {3, 2, 1, 1, 8, 24, 11, 10, false, CARVE_CU_ACT_NONE, true},  // vectors, strided im2col
       {1, 1, 0, 1, 32, 40, 5, 7, false, CARVE_CU_ACT_SILU, true},  // vector epilogue after one GEMM
+      {3, 1, 1, 16, 16, 16, 9, 8, true, CARVE_CU_ACT_SILU, true},  // depthwise, 8-half vectors + residual
+      {5, 2, 2, 24, 24, 24, 11, 10, false, CARVE_CU_ACT_NONE, true},  // depthwise 5x5 / 2, vectors
   };
   uint64_t seed = 100;
   for (const Case& cs : cases) test_conv_case(t, cs, seed++);
