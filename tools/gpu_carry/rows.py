@@ -10,8 +10,12 @@ the one of the same name there. Per pair: the largest score difference over the 
 differs, the largest box-corner difference over the rows whose class and rank agree (in input pixels), and the
 spread of the reference's scores (a comparison of flat scores proves nothing). Rows are compared rank by rank, so
 near-tied scores (random weights) swap rows and classes between configurations; the sorted scores do not move by
-more than the largest perturbation. With --ref, exits 1 if a score differs by more than --tol (default 1e-3);
-without, only reports (TF32 and fp16 move scores by more than the configurations' rounding).
+more than the largest perturbation. With --ref, exits 1 if a strict float32 configuration's score differs by more
+than --tol (default 1e-3); the TF32 and fp16 ones are reported only: a last-bit difference in a float32 sum (the
+GPU's summation order is not the emulation's) flips a TF32 or half rounding of the next layer's input, and a
+random-weight network amplifies such flips to about 1e-2 in the scores (as it does TF32 against float32).
+Without --ref, only reports. On the H100 (2026-11-26): strict float32 GPU against emulated 3.4e-5; TF32, fp16,
+fused: 5e-3 to 8e-3, the size of TF32 against strict float32 on the same GPU (8.7e-3).
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def main() -> int:
         if rows is None:
             continue
         c = compare(got[name], rows)
-        ok = ref is None or c["score"] <= args.tol
+        ok = ref is None or "strict-fp32" not in name or c["score"] <= args.tol
         bad += not ok
         print(f"| {name} | {other}{' (ref)' if ref is not None else ''} | {c['rows']} | {c['score']:.2e} | "
               f"{c['class_changed']} | {c['box']:.3f} | {c['spread']:.4f} | {c['top']:.4f} |{'' if ok else ' FAIL'}")
