@@ -213,6 +213,31 @@ __global__ void carve_cu_epilogue_kernel(T* __restrict__ y, size_t y_stride, con
   }
 }
 
+// The end of a convolution for CARVE_CU_VEC(T) channels: y = act(acc + bias) + residual per element in float
+// (carve_cu_store_act's arithmetic), one rounding each; `residual` points at the pixel's channels or is NULL.
+template <typename T>
+static __device__ __forceinline__ void carve_cu_store_act16(T* y, const float* acc, const T* bias, int silu,
+                                                            const T* residual) {
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  const carve_cu_pack<T> b = carve_cu_ld16(bias);
+  carve_cu_pack<T> r = b;  // (unused without a residual)
+  if (residual != NULL) {
+    r = carve_cu_ld16(residual);
+  }
+  carve_cu_pack<T> out;
+  for (uint32_t j = 0; j < V; j++) {
+    float v = acc[j] + carve_cu_ld(b.e, j);
+    if (silu) {
+      v = carve_cu_silu(v);
+    }
+    if (residual != NULL) {
+      v += carve_cu_ld(r.e, j);
+    }
+    carve_cu_st(out.e, j, v);
+  }
+  carve_cu_st16(y, out);
+}
+
 // carve_cu_epilogue_kernel, CARVE_CU_VEC(T) channels per thread (carve_cu_vec_ok: cout, the strides and
 // the pointers in whole vectors); cv = cout / VEC, `items` = pixels cv.
 template <typename T>
@@ -223,23 +248,13 @@ __global__ void carve_cu_epilogue_vec_kernel(T* __restrict__ y, uint32_t y_strid
   constexpr uint32_t V = CARVE_CU_VEC(T);
   CARVE_CU_FOR32(e, items) {
     const uint32_t p = e / cv, o = (e - p * cv) * V;
-    carve_cu_pack<T> v = carve_cu_ld16(y + (size_t)p * y_stride + o);
-    const carve_cu_pack<T> b = carve_cu_ld16(bias + o);
-    carve_cu_pack<T> r = b;  // (unused without a residual)
-    if (residual != NULL) {
-      r = carve_cu_ld16(residual + (size_t)p * r_stride + o);
-    }
+    const carve_cu_pack<T> v = carve_cu_ld16(y + (size_t)p * y_stride + o);
+    float acc[V];
     for (uint32_t j = 0; j < V; j++) {
-      float a = carve_cu_ld(v.e, j) + carve_cu_ld(b.e, j);
-      if (silu) {
-        a = carve_cu_silu(a);
-      }
-      if (residual != NULL) {
-        a += carve_cu_ld(r.e, j);
-      }
-      carve_cu_st(v.e, j, a);
+      acc[j] = carve_cu_ld(v.e, j);
     }
-    carve_cu_st16(y + (size_t)p * y_stride + o, v);
+    carve_cu_store_act16(y + (size_t)p * y_stride + o, acc, bias + o, silu,
+                         residual != NULL ? residual + (size_t)p * r_stride + o : NULL);
   }
 }
 
@@ -322,23 +337,8 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
         acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(weight, (size_t)(ch + j) * kh * kw + tap);
       }
     });
-    const carve_cu_pack<T> b = carve_cu_ld16(bias + ch);
-    carve_cu_pack<T> r = b;  // (unused without a residual)
-    if (residual != NULL) {
-      r = carve_cu_ld16(residual + (size_t)p * res_stride + ch);
-    }
-    carve_cu_pack<T> out;
-    for (uint32_t j = 0; j < V; j++) {
-      float v = acc[j] + carve_cu_ld(b.e, j);
-      if (silu) {
-        v = carve_cu_silu(v);
-      }
-      if (residual != NULL) {
-        v += carve_cu_ld(r.e, j);
-      }
-      carve_cu_st(out.e, j, v);
-    }
-    carve_cu_st16(y + (size_t)p * out_stride + ch, out);
+    carve_cu_store_act16(y + (size_t)p * out_stride + ch, acc, bias + ch, silu,
+                         residual != NULL ? residual + (size_t)p * res_stride + ch : NULL);
   }
 }
 

@@ -300,16 +300,10 @@ __global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size,
   }
 }
 
-// The same network on p <= CARVE_CU_SORT_BLOCK items in shared memory, one block of
-// CARVE_CU_SORT_BLOCK / 2 threads (each owns one pair per step); pads with 0 itself.
-__global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
-  CARVE_CU_KERNEL_ENTRY();
-  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+// The descending bitonic network on s[0 .. p) in shared memory, p a power of two: thread t < p / 2 owns one
+// pair per step; every thread of the block must call it (barriers).
+static __device__ void carve_cu_bitonic_shared(uint64_t* s, uint32_t p) {
   const unsigned t = threadIdx.x;
-  for (unsigned i = t; i < p; i += blockDim.x) {
-    s[i] = i < kk ? a[i] : 0;
-  }
-  __syncthreads();
   for (uint32_t size = 2; size <= p; size *= 2) {
     for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
       if (t < p / 2) {
@@ -324,6 +318,19 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
       __syncthreads();
     }
   }
+}
+
+// The same network on p <= CARVE_CU_SORT_BLOCK items in shared memory, one block of
+// CARVE_CU_SORT_BLOCK / 2 threads (each owns one pair per step); pads with 0 itself.
+__global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
+  CARVE_CU_KERNEL_ENTRY();
+  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  const unsigned t = threadIdx.x;
+  for (unsigned i = t; i < p; i += blockDim.x) {
+    s[i] = i < kk ? a[i] : 0;
+  }
+  __syncthreads();
+  carve_cu_bitonic_shared(s, p);
   for (unsigned i = t; i < kk; i += blockDim.x) {
     a[i] = s[i];
   }
@@ -451,20 +458,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     s[i] = 0;
   }
   __syncthreads();
-  for (uint32_t size = 2; size <= p; size *= 2) {
-    for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
-      if (t < p / 2) {
-        const uint32_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
-        const uint64_t x = s[i], y = s[j];
-        const int desc = (i & size) == 0;
-        if (desc ? x < y : x > y) {
-          s[i] = y;
-          s[j] = x;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  carve_cu_bitonic_shared(s, p);
   for (uint32_t i = t; i < kk; i += threads) {
     const uint32_t index = 0xFFFFFFFFu - (uint32_t)s[i];
     idx[i] = (int32_t)index;
