@@ -127,8 +127,13 @@ def test_cuda_batch_sizes(weights):
     for cu in (cu1, cu4):
         assert ".batch = BATCH}," in cu  # k_conv
         assert "m->img" not in cu and "carve_cu_maxpool2d(&m->cu, BATCH, " in cu and "carve_cu_attention(&m->cu, BATCH, " in cu
-    assert cu4.count("for (size_t b = 0; b < BATCH; b++) {  // image b: its pixels of each level") == 1
-    assert "for (size_t b = 0; b < BATCH; b++) {  // image b" not in cu1
+    # the head once for the batch too (carve_cu_e2e_postprocess_batch), no per-image loop anywhere in the forward
+    assert len(re.findall(r"carve_cu_e2e_postprocess_batch\(&m->cu, levels, 3, 80, 0, \d+, CARVE_E2E_DETECT, BATCH,",
+                          cu4)) == 1
+    assert "carve_cu_e2e_postprocess_batch(" not in cu1 and "carve_cu_e2e_postprocess_task(&m->cu, levels" in cu1
+    assert "carve_cu_e2e_batch_scratch_bytes(ANCHORS, YOLO26N_NUM_CLASSES, YOLO26N_MAX_DETECTIONS, BATCH)" in cu4
+    for cu in (cu1, cu4):
+        assert "// image b: its pixels of each level" not in cu
 
 
 def test_cuda_batch_fp16(weights):
@@ -138,6 +143,8 @@ def test_cuda_batch_fp16(weights):
     assert _define(h, "YOLO26N_ARENA_BYTES") == 3 * _define(h, "YOLO26N_IMAGE_ARENA_BYTES")
     assert "return m->f32 + (size_t)BATCH * off;" in cu and "m->arena + (size_t)BATCH * F16_HALF_BYTES" in cu
     assert "BATCH == 1" not in cu
+    assert cu.count("carve_cu_e2e_postprocess_batch(&m->cu, levels,") == 1  # on the batch's float32 copies
+    assert "+ b * " not in cu[cu.index("carve_cu_f16_to_f32_view("):cu.index("carve_cu_e2e_postprocess_batch(")]
 
 
 @pytest.mark.parametrize("backend, options, message", [
