@@ -19,6 +19,8 @@
 
 #include "carve_cuda_impl.h"
 
+#include <initializer_list>
+
 #ifndef CARVE_CUDA_EMULATION
 #include <cuda_fp16.h>
 #endif
@@ -167,6 +169,51 @@ struct alignas(16) carve_cu_v16 {
   uint32_t w[4];
 };
 
+static __device__ __forceinline__ carve_cu_v16 carve_cu_v16_zero() {
+  carve_cu_v16 c;
+  for (int i = 0; i < 4; i++) c.w[i] = 0u;  // +0.0 in both types
+  return c;
+}
+
+// 16 bytes at p (16-byte aligned): a plain load, a load through the read-only path (__ldg: memory the
+// kernel never writes, such as the fused convolution's operands) and a store.
+static __device__ __forceinline__ carve_cu_v16 carve_cu_ld16_bytes(const void* p) {
+  carve_cu_v16 c;
+#ifdef CARVE_CUDA_EMULATION
+  memcpy(&c, p, 16);
+#else
+  const uint4 u = *static_cast<const uint4*>(p);
+  c.w[0] = u.x;
+  c.w[1] = u.y;
+  c.w[2] = u.z;
+  c.w[3] = u.w;
+#endif
+  return c;
+}
+
+static __device__ __forceinline__ carve_cu_v16 carve_cu_ldg16_bytes(const void* p) {
+  carve_cu_v16 c;
+#ifdef CARVE_CUDA_EMULATION
+  memcpy(&c, p, 16);
+#else
+  const uint4 u = __ldg(static_cast<const uint4*>(p));
+  c.w[0] = u.x;
+  c.w[1] = u.y;
+  c.w[2] = u.z;
+  c.w[3] = u.w;
+#endif
+  return c;
+}
+
+static __device__ __forceinline__ void carve_cu_st16_bytes(void* p, const carve_cu_v16& c) {
+#ifdef CARVE_CUDA_EMULATION
+  memcpy(p, &c, 16);
+#else
+  *static_cast<uint4*>(p) = make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
+#endif
+}
+
+// The same 16 bytes as CARVE_CU_VEC(T) elements.
 template <typename T>
 struct carve_cu_pack {
   T e[16 / sizeof(T)];
@@ -174,7 +221,7 @@ struct carve_cu_pack {
 
 template <typename T>
 static __device__ __forceinline__ carve_cu_pack<T> carve_cu_ld16(const T* p) {
-  const carve_cu_v16 v = *reinterpret_cast<const carve_cu_v16*>(p);
+  const carve_cu_v16 v = carve_cu_ld16_bytes(p);
   carve_cu_pack<T> r;
   memcpy(&r, &v, sizeof r);
   return r;
@@ -184,15 +231,31 @@ template <typename T>
 static __device__ __forceinline__ void carve_cu_st16(T* p, const carve_cu_pack<T>& r) {
   carve_cu_v16 v;
   memcpy(&v, &r, sizeof v);
-  *reinterpret_cast<carve_cu_v16*>(p) = v;
+  carve_cu_st16_bytes(p, v);
 }
 
-static inline int carve_cu_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+static inline int carve_cu_aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }  // (NULL is)
 
+// `items` elements in all (fewer than 2^32 vectors), every channel count and pixel stride of `counts` a whole
+// number of vectors below 2^32 (0 for an absent operand), every pointer of `ptrs` 16-byte aligned (NULL: absent).
 template <typename T>
-static inline int carve_cu_vec_ok(size_t items, size_t a, size_t b, size_t c) {
-  const size_t v = CARVE_CU_VEC(T);
-  return items / v < ((size_t)1 << 32) && a % v == 0 && b % v == 0 && c % v == 0;
+static inline int carve_cu_vec_ok(size_t items, std::initializer_list<size_t> counts,
+                                  std::initializer_list<const void*> ptrs) {
+  const size_t v = CARVE_CU_VEC(T), limit = (size_t)1 << 32;
+  if (items / v >= limit) {
+    return 0;
+  }
+  for (const size_t n : counts) {
+    if (n % v != 0 || n >= limit) {
+      return 0;
+    }
+  }
+  for (const void* q : ptrs) {
+    if (!carve_cu_aligned16(q)) {
+      return 0;
+    }
+  }
+  return 1;
 }
 
 // Blocks for a 32-bit grid-stride launch over n items (n < 2^32).
@@ -364,11 +427,8 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   const size_t pixels = opix * carve_cu_batch(c);  // of the batch: every image's, image after image
   const int silu = c->act == CARVE_CU_ACT_SILU;
   if (c->groups != 1) {
-    if (carve_cu_vec_ok<T>(pixels * c->cout, c->cout, c->in_stride, c->out_stride) &&
-        (residual == NULL || c->res_stride % CARVE_CU_VEC(T) == 0) && c->in_stride < ((size_t)1 << 32) &&
-        c->out_stride < ((size_t)1 << 32) && c->res_stride < ((size_t)1 << 32) && opix < ((size_t)1 << 32) &&
-        carve_cu_aligned16(x) && carve_cu_aligned16(y) && carve_cu_aligned16(bias) &&
-        (residual == NULL || carve_cu_aligned16(residual))) {
+    if (carve_cu_vec_ok<T>(pixels * c->cout, {c->cout, c->in_stride, c->out_stride, residual ? c->res_stride : 0},
+                           {x, y, bias, residual})) {  // (so opix < 2^32 too: pixels <= items / VEC)
       const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
       CARVE_LAUNCH(carve_cu_depthwise_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
                    (uint32_t)c->in_stride, c->h, c->w, c->cout / CARVE_CU_VEC(T), c->kh, c->kw, c->stride, c->pad,
@@ -398,8 +458,7 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
     st = CARVE_OK;
     for (size_t first = 0; first < pixels && st == CARVE_OK; first += chunk) {
       const size_t count = pixels - first < chunk ? pixels - first : chunk;
-      if (carve_cu_vec_ok<T>(count * k, c->cin, c->in_stride, 0) && first + count < ((size_t)1 << 32) &&
-          carve_cu_aligned16(x) && carve_cu_aligned16(col)) {
+      if (carve_cu_vec_ok<T>(count * k, {c->cin, c->in_stride}, {x, col}) && first + count < ((size_t)1 << 32)) {
         const size_t items = count * k / CARVE_CU_VEC(T);
         CARVE_LAUNCH(carve_cu_im2col_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
                      (uint32_t)c->in_stride, c->h, c->w, c->cin, c->kw, c->stride, c->pad, (uint32_t)ow,
@@ -415,9 +474,8 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   if (st != CARVE_OK) {
     return st;
   }
-  if (carve_cu_vec_ok<T>(pixels * c->cout, c->cout, c->out_stride, residual != NULL ? c->res_stride : 0) &&
-      c->out_stride < ((size_t)1 << 32) && c->res_stride < ((size_t)1 << 32) && carve_cu_aligned16(y) &&
-      carve_cu_aligned16(bias) && (residual == NULL || carve_cu_aligned16(residual))) {
+  if (carve_cu_vec_ok<T>(pixels * c->cout, {c->cout, c->out_stride, residual ? c->res_stride : 0},
+                         {y, bias, residual})) {
     const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
     CARVE_LAUNCH(carve_cu_epilogue_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, y,
                  (uint32_t)c->out_stride, bias, residual, (uint32_t)c->res_stride, (uint32_t)items,

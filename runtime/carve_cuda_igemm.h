@@ -63,40 +63,8 @@
 #error "carve_cuda_igemm.h: the wmma convolution needs sm_70 or newer (carve compiles for sm_75 and newer)"
 #endif
 
-// 16 bytes of operands (4 floats or 8 halves, element e in the bytes 16 / VW e on), the unit of the
-// global loads and shared stores.
-struct alignas(16) carve_cu_igemm_chunk {
-  uint32_t w[4];
-};
-
-static __device__ __forceinline__ carve_cu_igemm_chunk carve_cu_igemm_zero_chunk() {
-  carve_cu_igemm_chunk c;
-  for (int i = 0; i < 4; i++) c.w[i] = 0u;  // +0.0 in both types
-  return c;
-}
-
-// One 16-byte load (p 16-byte aligned; read-only for the kernel's life) and one 16-byte shared store.
-static __device__ __forceinline__ carve_cu_igemm_chunk carve_cu_igemm_ld16(const void* p) {
-  carve_cu_igemm_chunk c;
-#ifdef CARVE_CUDA_EMULATION
-  std::memcpy(&c, p, 16);
-#else
-  const uint4 u = __ldg(static_cast<const uint4*>(p));
-  c.w[0] = u.x;
-  c.w[1] = u.y;
-  c.w[2] = u.z;
-  c.w[3] = u.w;
-#endif
-  return c;
-}
-
-static __device__ __forceinline__ void carve_cu_igemm_st16(void* p, const carve_cu_igemm_chunk& c) {
-#ifdef CARVE_CUDA_EMULATION
-  std::memcpy(p, &c, 16);
-#else
-  *static_cast<uint4*>(p) = make_uint4(c.w[0], c.w[1], c.w[2], c.w[3]);
-#endif
-}
+// The unit of the global loads and shared stores: 16 bytes of operands (carve_cuda_elem.h's carve_cu_v16: 4
+// floats or 8 halves, element e in the bytes 16 / VW e on), loaded through the read-only path.
 
 // The wmma shape and operand type of each storage type T: `ok` whether the kernel exists for the
 // architecture compiled; kstep the wmma k; vw the elements of a 16-byte chunk; put(c, e, v) sets
@@ -116,8 +84,8 @@ struct carve_cu_igemm_traits<float> {
 #endif
   static constexpr int kstep = 8;  // m16n16k8
   static constexpr int vw = 4;
-  static __device__ __forceinline__ void put(carve_cu_igemm_chunk& c, int e, float v) { c.w[e] = __float_as_uint(v); }
-  static __device__ __forceinline__ carve_cu_igemm_chunk to_op(carve_cu_igemm_chunk c) {
+  static __device__ __forceinline__ void put(carve_cu_v16& c, int e, float v) { c.w[e] = __float_as_uint(v); }
+  static __device__ __forceinline__ carve_cu_v16 to_op(carve_cu_v16 c) {
 #if CARVE_CU_IGEMM_HAS_TF32
     for (int i = 0; i < 4; i++) c.w[i] = __float_as_uint(nvcuda::wmma::__float_to_tf32(__uint_as_float(c.w[i])));
 #endif
@@ -131,10 +99,10 @@ struct carve_cu_igemm_traits<__half> {
   typedef __half op;
   static constexpr int kstep = 16;  // m16n16k16
   static constexpr int vw = 8;
-  static __device__ __forceinline__ void put(carve_cu_igemm_chunk& c, int e, __half v) {
+  static __device__ __forceinline__ void put(carve_cu_v16& c, int e, __half v) {
     c.w[e / 2] |= (uint32_t)__half_as_ushort(v) << (16 * (e % 2));  // little-endian: element 2j the low half
   }
-  static __device__ __forceinline__ carve_cu_igemm_chunk to_op(carve_cu_igemm_chunk c) { return c; }
+  static __device__ __forceinline__ carve_cu_v16 to_op(carve_cu_v16 c) { return c; }
 };
 
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
@@ -190,7 +158,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
       xo[j] = pg < pixels ? (size_t)(pg / opix) * h * w * in_stride : 0;
     }
 
-    carve_cu_igemm_chunk ra[AJ], rb[BJ];
+    carve_cu_v16 ra[AJ], rb[BJ];
     // The thread's chunks of step k0 into ra / rb. A: row r0 + j RSTEP, k0 + cc VW ..: consecutive threads,
     // consecutive chunks of one pixel's channels (coalesced); B: W's row n0 + r0 + j RSTEP, the same k.
     auto load = [&](uint32_t k0) {
@@ -203,17 +171,17 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
         for (int j = 0; j < AJ; j++) {
           const int iy = iy0[j] + ky, ix = ix0[j] + kx;
           ra[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
-                      ? carve_cu_igemm_ld16(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i)
-                      : carve_cu_igemm_zero_chunk();
+                      ? carve_cu_ldg16_bytes(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i)
+                      : carve_cu_v16_zero();
         }
         for (int j = 0; j < BJ; j++) {
           const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
-          rb[j] = kin && o < cout ? carve_cu_igemm_ld16(weight + (size_t)o * k_total + k)
-                                  : carve_cu_igemm_zero_chunk();
+          rb[j] = kin && o < cout ? carve_cu_ldg16_bytes(weight + (size_t)o * k_total + k)
+                                  : carve_cu_v16_zero();
         }
       } else {
-        for (int j = 0; j < AJ; j++) ra[j] = carve_cu_igemm_zero_chunk();
-        for (int j = 0; j < BJ; j++) rb[j] = carve_cu_igemm_zero_chunk();
+        for (int j = 0; j < AJ; j++) ra[j] = carve_cu_v16_zero();
+        for (int j = 0; j < BJ; j++) rb[j] = carve_cu_v16_zero();
         for (int e = 0; e < VW; e++) {
           const uint32_t ke = k + (uint32_t)e;
           if (ke >= k_total) break;
@@ -234,9 +202,9 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
     };
     // The registers to a stage, as the tensor cores take the operands.
     auto store = [&](T* stage) {
-      for (int j = 0; j < AJ; j++) carve_cu_igemm_st16(stage + (r0 + j * RSTEP) * LD + cc * VW, tr::to_op(ra[j]));
+      for (int j = 0; j < AJ; j++) carve_cu_st16_bytes(stage + (r0 + j * RSTEP) * LD + cc * VW, tr::to_op(ra[j]));
       for (int j = 0; j < BJ; j++) {
-        carve_cu_igemm_st16(stage + (BM + r0 + j * RSTEP) * LD + cc * VW, tr::to_op(rb[j]));
+        carve_cu_st16_bytes(stage + (BM + r0 + j * RSTEP) * LD + cc * VW, tr::to_op(rb[j]));
       }
     };
 
@@ -303,7 +271,7 @@ static inline int carve_cu_igemm_applies(const carve_cu_ctx* ctx, const carve_cu
 template <typename T>
 static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T* weight) {
   const size_t vw = 16 / sizeof(T);
-  return c->cin % vw == 0 && c->in_stride % vw == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)weight % 16 == 0;
+  return c->cin % vw == 0 && c->in_stride % vw == 0 && carve_cu_aligned16(x) && carve_cu_aligned16(weight);
 }
 
 template <typename T, int BM, int BN, int BK, bool VEC>

@@ -338,6 +338,18 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
 
 // ---- One launch ----------------------------------------------------------------------------
 
+// The inclusive sum of v over lanes 0 .. this lane of a full warp (every lane must call it).
+static __device__ __forceinline__ uint32_t carve_cu_warp_incl_sum(uint32_t v) {
+  const unsigned lane = threadIdx.x & 31u;
+  for (unsigned off = 1; off < 32; off *= 2) {
+    const uint32_t u = __shfl_up_sync(0xFFFFFFFFu, v, off);
+    if (lane >= off) {
+      v += u;
+    }
+  }
+  return v;
+}
+
 // The whole top-k of vals[0 .. n) in one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads, for
 // kk <= CARVE_CU_SORT_BLOCK (p = the power of two >= kk): steps 1-4 above with the state, the
 // histogram and the composites in shared memory. Warp 0 picks each digit (each lane sums 8 bins, a
@@ -416,13 +428,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
         c[j] = hist[255u - 8u * lane - (uint32_t)j];
         sum += c[j];
       }
-      uint32_t incl = sum;  // matching keys in this lane's bins and every bin above them
-      for (unsigned off = 1; off < 32; off *= 2) {
-        const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-        if (lane >= off) {
-          incl += v;
-        }
-      }
+      const uint32_t incl = carve_cu_warp_incl_sum(sum);  // matching keys in this lane's bins and every bin above
       if (incl - sum < need && need <= incl) {  // one lane: the bin is among its 8
         uint32_t above = incl - sum;
         uint32_t digit = 0;
@@ -450,27 +456,14 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     n_above += key > thr;
     n_tie += key == thr;
   }
-  uint32_t incl = n_tie;  // the ties of this thread and of the lower lanes of its warp
-  for (unsigned off = 1; off < 32; off *= 2) {
-    const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-    if (lane >= off) {
-      incl += v;
-    }
-  }
+  const uint32_t incl = carve_cu_warp_incl_sum(n_tie);  // the ties of this thread and of the lower lanes
   if (lane == 31) {
     warp_eq[warp] = incl;
   }
   __syncthreads();
   if (warp == 0) {  // the warps' totals to exclusive offsets (32 warps of 32)
     const uint32_t total = warp_eq[lane];
-    uint32_t w_incl = total;
-    for (unsigned off = 1; off < 32; off *= 2) {
-      const uint32_t v = __shfl_up_sync(0xFFFFFFFFu, w_incl, off);
-      if (lane >= off) {
-        w_incl += v;
-      }
-    }
-    warp_eq[lane] = w_incl - total;
+    warp_eq[lane] = carve_cu_warp_incl_sum(total) - total;
   }
   __syncthreads();
   uint32_t rank = warp_eq[warp] + incl - n_tie;  // ties at lower indices
