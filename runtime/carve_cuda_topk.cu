@@ -511,16 +511,11 @@ __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, con
   }
 }
 
-// The k' = min(k, n) best of vals[0 .. n) into idx / val; scratch: carve_cu_topk_scratch_bytes.
+// The k' = min(k, n) best of vals[0 .. n) into idx / val by the multi-launch path (steps 1-4 in 14 or more
+// launches); scratch: carve_cu_topk_scratch_bytes.
 static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, size_t kk, int32_t* idx, float* val,
                              void* scratch) {
   const size_t p = pow2_at_least(kk);
-  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK) {
-    CARVE_LAUNCH(carve_cu_topk_one_block_kernel, 1, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals, (uint32_t)n,
-                 (uint32_t)kk, (uint32_t)p, idx, val);
-    CARVE_CU_CHECK_LAUNCH();
-    return CARVE_OK;
-  }
   uint64_t* cand = (uint64_t*)scratch;                 // (p) composites
   topk_state* st = (topk_state*)(cand + p);            // radix-select state
   uint32_t* hist = (uint32_t*)(st + 1);                // (256) digit histogram
@@ -566,19 +561,20 @@ static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, s
   return CARVE_OK;
 }
 
-// The top-k of each of `batch` consecutive value lists of n (idx [b kk ..) for list b): one launch of the
-// one-block kernel when it applies, else topk_run list by list on the one scratch.
+// The top-k of each of `batch` consecutive value lists of n (idx / val [b kk ..) for list b; val may be NULL):
+// one launch of the one-block kernel when it applies, else topk_run list by list on the one scratch.
 static carve_status topk_batch(cudaStream_t stream, const float* vals, size_t n, size_t kk, size_t batch, int32_t* idx,
-                               void* scratch) {
+                               float* val, void* scratch) {
   const size_t p = pow2_at_least(kk);
   if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK && batch <= 0x7FFFFFFFu) {
     CARVE_LAUNCH(carve_cu_topk_one_block_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals,
-                 (uint32_t)n, (uint32_t)kk, (uint32_t)p, idx, (float*)NULL);
+                 (uint32_t)n, (uint32_t)kk, (uint32_t)p, idx, val);
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }
   for (size_t b = 0; b < batch; b++) {
-    const carve_status st = topk_run(stream, vals + b * n, n, kk, idx + b * kk, NULL, scratch);
+    const carve_status st = topk_run(stream, vals + b * n, n, kk, idx + b * kk, val != NULL ? val + b * kk : NULL,
+                                     scratch);
     if (st != CARVE_OK) {
       return st;
     }
@@ -598,7 +594,7 @@ extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals
   if (vals == NULL || idx == NULL || scratch == NULL || (uintptr_t)scratch % sizeof(uint64_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  return topk_run(ctx->stream, vals, n, kk, idx, val, scratch);
+  return topk_batch(ctx->stream, vals, n, kk, 1, idx, val, scratch);
 }
 
 // ---- Gather ------------------------------------------------------------------------------
@@ -831,7 +827,7 @@ extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, 
   CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream, L,
                anchors, batch, nc, s1);
   CARVE_CU_CHECK_LAUNCH();
-  carve_status st = topk_batch(ctx->stream, s1, anchors, kk, batch, ori, tk);
+  carve_status st = topk_batch(ctx->stream, s1, anchors, kk, batch, ori, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
@@ -839,7 +835,7 @@ extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, 
   CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel, carve_cu_blocks(batch * kk * nc), CARVE_CU_THREADS, ctx->stream, L,
                (const int32_t*)ori, kk, batch, nc, s2);
   CARVE_CU_CHECK_LAUNCH();
-  st = topk_batch(ctx->stream, s2, kk * nc, kk, batch, best, tk);
+  st = topk_batch(ctx->stream, s2, kk * nc, kk, batch, best, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
