@@ -63,7 +63,8 @@
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
 // 4: carve_cu_ctx.sm_count (the fused convolution's tile choice).
 // 5: batches: carve_cu_conv.batch, the batch argument of carve_cu_maxpool2d and carve_cu_attention.
-#define CARVE_CUDA_ABI 5
+// 6: lanes: carve_cu_ctx.blas_workspace_bytes and .rebind, carve_cu_ctx_lane (contexts sharing one handle).
+#define CARVE_CUDA_ABI 6
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -129,6 +130,9 @@ typedef struct carve_cu_ctx {
   int conv_tf32;         // 1: the convolutions' GEMMs use TF32 tensor cores (carve_cu_ctx_set_conv_math)
   int conv_fused;        // 1: groups-1 convs run as carve's fused implicit-GEMM kernel (carve_cu_ctx_set_conv_impl)
   int sm_count;          // the device's SMs (init reads them): the fused convolution's tile choice
+  size_t blas_workspace_bytes;  // the bytes of blas_workspace this context's GEMMs may use
+  int rebind;            // 1: blas is shared with other contexts (carve_cu_ctx_lane): every cuBLAS call binds
+                         // it to this context's stream and workspace first (cublasSetStream + SetWorkspace)
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -156,6 +160,19 @@ size_t carve_cu_blas_workspace_bytes(void);
 // carve_cu_ctx_destroy then frees nothing of the caller's (only a handle created here).
 carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cublasHandle_t blas, void* workspace,
                                     size_t workspace_bytes);
+
+// A lane: a context for work that may run concurrently with other lanes of the same `main` context, on
+// `stream` (main's own stream or another), with `workspace_bytes` of cuBLAS workspace of its own at
+// `workspace` (a part of main's that no concurrent lane uses) and main's cuBLAS handle, math and
+// convolution settings (set them on main first). One handle serves every lane because all calls come
+// from one host thread: each cuBLAS call of a lane, and of main from then on (main->rebind = 1),
+// first binds the handle to its context's stream and workspace (cublasSetStream, cublasSetWorkspace:
+// host-side settings, allowed while a stream captures, as PyTorch does per stream). The lane owns
+// nothing: carve_cu_ctx_destroy on it frees nothing, and on main (destroy the lanes first) leaves a caller's
+// handle bound to main's stream and workspace again. Host function; CARVE_ERR_INVALID_ARGUMENT for
+// NULL pointers, a main context without a handle, a NULL workspace or workspace_bytes 0.
+carve_status carve_cu_ctx_lane(carve_cu_ctx* main, cudaStream_t stream, void* workspace, size_t workspace_bytes,
+                               carve_cu_ctx* lane);
 
 // The math of the convolutions' GEMMs (carve_cu_conv2d's 1x1 and im2col GEMMs, carve_cu_deconv2d's):
 // CARVE_CU_MATH_STRICT (what init sets): float32 GEMMs (the pedantic math mode above);

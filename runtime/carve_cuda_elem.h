@@ -78,6 +78,7 @@ static inline carve_status carve_cu_gemm_nt_ex(const carve_cu_ctx* ctx, size_t m
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, type,
                                    (int)lda, b, type, (int)ldb, &zero, c, type, (int)ldc, compute,
                                    CUBLAS_GEMM_DEFAULT));

@@ -76,6 +76,7 @@ static carve_status h_gemm_batched(const carve_cu_ctx* ctx, cublasOperation_t op
                                    float alpha, const __half* a, int lda, long long stride_a, const __half* b,
                                    int ldb, long long stride_b, __half* c, int ldc, long long stride_c, int batch) {
   const float zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(cublasGemmStridedBatchedEx(ctx->blas, op_a, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_16F, lda,
                                                  stride_a, b, CUDA_R_16F, ldb, stride_b, &zero, c, CUDA_R_16F, ldc,
                                                  stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

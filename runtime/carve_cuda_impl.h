@@ -36,6 +36,17 @@ static inline unsigned carve_cu_blocks(size_t n) {
     }                                          \
   } while (0)
 
+// Before every cuBLAS call: a context whose handle is shared with other lanes (carve_cu_ctx_lane) binds it
+// to its own stream and workspace (cublasSetStream resets the workspace: set it after); other contexts
+// keep the binding init made.
+static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
+  if (!ctx->rebind) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  const cublasStatus_t st = cublasSetStream(ctx->blas, ctx->stream);
+  return st != CUBLAS_STATUS_SUCCESS ? st : cublasSetWorkspace(ctx->blas, ctx->blas_workspace, ctx->blas_workspace_bytes);
+}
+
 // Grid-stride loop over [0, n) with 64-bit indices.
 #define CARVE_CU_FOR(i, n)                                                              \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \

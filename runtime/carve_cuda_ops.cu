@@ -35,6 +35,7 @@ static carve_status bind_blas(carve_cu_ctx* ctx, cublasHandle_t blas, size_t wor
     ctx->owns_blas = 1;
   }
   ctx->blas = blas;
+  ctx->blas_workspace_bytes = workspace;
   // Plain float32 GEMMs: no TF32 tensor-op math (pedantic where the library has it);
   // the workspace set after the stream (cublasSetStream resets it to the default).
   if (cublasSetStream(ctx->blas, ctx->stream) != CUBLAS_STATUS_SUCCESS ||
@@ -54,6 +55,8 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->conv_tf32 = 0;
   ctx->conv_fused = 0;
   ctx->sm_count = 1;
+  ctx->blas_workspace_bytes = 0;
+  ctx->rebind = 0;
 }
 
 // The device's SM count into ctx->sm_count (the fused convolution's tile choice, carve_cuda_igemm_tile.h).
@@ -109,12 +112,30 @@ extern "C" carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t s
   return status;
 }
 
+extern "C" carve_status carve_cu_ctx_lane(carve_cu_ctx* main, cudaStream_t stream, void* workspace,
+                                          size_t workspace_bytes, carve_cu_ctx* lane) {
+  if (main == NULL || lane == NULL || main->blas == NULL || workspace == NULL || workspace_bytes == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  *lane = *main;
+  lane->stream = stream;
+  lane->blas_workspace = workspace;
+  lane->blas_workspace_bytes = workspace_bytes;
+  lane->owns_blas = 0;
+  lane->owns_workspace = 0;
+  lane->rebind = 1;
+  main->rebind = 1;
+  return CARVE_OK;
+}
+
 extern "C" void carve_cu_ctx_destroy(carve_cu_ctx* ctx) {
   if (ctx == NULL) {
     return;
   }
   if (ctx->blas != NULL && ctx->owns_blas) {
     cublasDestroy(ctx->blas);
+  } else if (ctx->blas != NULL && ctx->rebind) {  // a caller's handle that lanes shared: bound as init left it
+    (void)carve_cu_blas_bind(ctx);
   }
   if (ctx->blas_workspace != NULL && ctx->owns_workspace) {
     cudaFree(ctx->blas_workspace);
@@ -201,6 +222,7 @@ static carve_status gemm_nt(const carve_cu_ctx* ctx, size_t m, size_t n, size_t 
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, a, (int)lda, b,
                                   (int)ldb, &zero, c, (int)ldc));
   return CARVE_OK;
@@ -357,6 +379,7 @@ extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, u
   }
   // W (cout, cin) row-major is the column-major (cin, cout) matrix A: y = A^T x.
   const float one = 1.0f, zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(
       cublasSgemv(ctx->blas, CUBLAS_OP_T, (int)cin, (int)cout, &one, weight, (int)cin, x, 1, &zero, y, 1));
   CARVE_LAUNCH(carve_cu_bias_kernel, carve_cu_blocks(cout), CARVE_CU_THREADS, ctx->stream, y, bias, cout);
@@ -385,6 +408,7 @@ static carve_status gemm_batched(const carve_cu_ctx* ctx, cublasOperation_t op_a
                                  const float* a, int lda, long long stride_a, const float* b, int ldb,
                                  long long stride_b, float* c, int ldc, long long stride_c, int batch) {
   const float zero = 0.0f;
+  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(cublasSgemmStridedBatched(ctx->blas, op_a, CUBLAS_OP_N, m, n, k, &alpha, a, lda, stride_a, b,
                                                 ldb, stride_b, &zero, c, ldc, stride_c, batch));
   return CARVE_OK;

@@ -10,6 +10,14 @@
 3. Offsets. Storages are placed greedily by size, largest first, at the
    lowest 64-byte aligned offset that overlaps no storage alive at the same
    time (the "greedy by size" planner of TFLite).
+4. Concurrency (a backend's ``Region``s: ops that may run at the same time,
+   the cuda backend's lanes). Within a region's op range the ops of different
+   lanes are unordered, so "alive at the same time" changes there: a storage
+   touched only by the ops of one lane, within the region, conflicts with the
+   storages of the other lanes whatever their op indices; every other storage
+   alive in the region (read or written by several lanes or by the ops that
+   follow the lanes, or alive across the region's ends) lives over the whole
+   region. Storages of one lane still reuse each other's memory in op order.
 
 The plan is a pure function of the graph; its arena size is emitted as a
 constant in the generated code.
@@ -45,6 +53,16 @@ class Storage:
     first: int          # index of the first op writing it (-1: before the run, the input)
     last: int           # index of the last op reading it
     offset: int = 0     # bytes into the arena
+    lane: tuple | None = None  # (region, lane) when only that lane of a concurrent region touches it
+
+
+@dataclass(frozen=True)
+class Region:
+    """Ops that may run concurrently: ``lanes`` are tuples of op indices in [lo, hi], each lane's ops in order; the
+    lanes are unordered with respect to each other. The other ops of [lo, hi] run after every lane."""
+    lo: int
+    hi: int
+    lanes: tuple
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,7 @@ class Plan:
     storages: dict      # name -> Storage
     copies: tuple       # (concat op name, input tensor) pairs the backend must copy
     arena_bytes: int
+    regions: tuple = ()  # the concurrent regions it was planned for (Region)
 
     def float_offset(self, tensor: str) -> int:
         """Offset of the tensor's first element, in floats from the arena base (a float32 tensor)."""
@@ -75,7 +94,8 @@ def _base(tensor: str, slice_of: dict) -> tuple:
     return tensor, off
 
 
-def plan_memory(graph: Graph) -> Plan:
+def plan_memory(graph: Graph, regions: tuple = ()) -> Plan:
+    """The plan of ``graph`` run op by op, or with the concurrent ``regions`` (``Region``: see 4. above)."""
     producer_idx = {graph.input: -1}
     last_use: dict = {}
     slice_of: dict = {}
@@ -163,7 +183,11 @@ def plan_memory(graph: Graph) -> Plan:
         views[name] = View(storage=root, offset=off, stride=graph.tensors[root].shape[2], h=h, w=w, c=c)
         members.setdefault(root, []).append(name)
 
-    # ---- 3. liveness and offsets -----------------------------------------
+    # ---- 3. liveness and offsets (4. concurrency) --------------------------
+    touched: dict = {}      # storage -> the ops reading or writing any of its tensors
+    for i, op in enumerate(graph.ops):
+        for t in (*op.inputs, *op.outputs):
+            touched.setdefault(views[t].storage, set()).add(i)
     storages = {}
     for root, names in members.items():
         h, w, c = graph.tensors[root].shape
@@ -173,22 +197,44 @@ def plan_memory(graph: Graph) -> Plan:
         words = (h * w * c * ITEMSIZE[dtypes.pop()] + 3) // 4
         first = min(producer_idx.get(n, end) for n in names)
         last = max(max(last_use.get(n, -1), producer_idx.get(n, -1)) for n in names)
-        storages[root] = Storage(name=root, floats=words, first=first, last=last)
+        first, last, lane = _concurrent_life(first, last, touched.get(root, set()), regions)
+        storages[root] = Storage(name=root, floats=words, first=first, last=last, lane=lane)
+
+    def conflict(p: Storage, st: Storage) -> bool:
+        if not (p.last < st.first or st.last < p.first):
+            return True
+        return p.lane is not None and st.lane is not None and p.lane[0] == st.lane[0] and p.lane[1] != st.lane[1]
 
     placed_st: list = []
     for st in sorted(storages.values(), key=lambda s: (-s.floats, s.first, s.name)):
         size = _align(st.floats * 4)
-        busy = sorted((p.offset, p.offset + _align(p.floats * 4)) for p in placed_st
-                      if not (p.last < st.first or st.last < p.first))
+        busy = sorted((p.offset, p.offset + _align(p.floats * 4)) for p in placed_st if conflict(p, st))
         offset = 0
         for lo, hi in busy:
             if offset + size <= lo:
                 break
             offset = max(offset, hi)
-        placed_st.append(Storage(st.name, st.floats, st.first, st.last, offset))
+        placed_st.append(Storage(st.name, st.floats, st.first, st.last, offset, st.lane))
     storages = {s.name: s for s in placed_st}
     arena = max((s.offset + _align(s.floats * 4) for s in placed_st), default=0) + TAIL_PAD
-    return Plan(views=views, storages=storages, copies=tuple(copies), arena_bytes=_align(arena))
+    return Plan(views=views, storages=storages, copies=tuple(copies), arena_bytes=_align(arena), regions=tuple(regions))
+
+
+def _concurrent_life(first: int, last: int, ops: set, regions: tuple) -> tuple:
+    """(first, last, lane) of a storage alive over [first, last] and touched by ``ops``, under the concurrent
+    ``regions``: unchanged outside them; inside one, (region, lane) when a single lane's ops alone touch it there,
+    else its life stretched over the whole region."""
+    lane = None
+    for r, reg in enumerate(regions):
+        if last < reg.lo or first > reg.hi:
+            continue
+        inside = {i for i in ops if reg.lo <= i <= reg.hi}
+        owners = {next((k for k, lane_ops in enumerate(reg.lanes) if i in lane_ops), None) for i in inside}
+        if first >= reg.lo and last <= reg.hi and len(owners) == 1 and None not in owners:
+            lane = (r, owners.pop())
+        else:
+            first, last = min(first, reg.lo), max(last, reg.hi)
+    return first, last, lane
 
 
 def _align(n: int) -> int:

@@ -34,9 +34,16 @@
 //     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
 //     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
-//     elapsed time on the host clock; cudaStreamWaitEvent, trivially kept), graphs (cudaStreamBeginCapture/EndCapture record the
-//     launches, copies, sets and cuBLAS calls of the stream; cudaGraphInstantiate and
-//     cudaGraphLaunch replay them), cudaGetLastError/PeekAtLastError/GetErrorString/
+//     elapsed time on the host clock; cudaStreamWaitEvent), graphs (cudaStreamBeginCapture/EndCapture record the
+//     launches, copies, sets and cuBLAS calls of the stream, and of every stream that joins the capture
+//     by waiting on an event recorded in it, as nodes with their dependencies: the stream order and the
+//     event edges; event records and waits make edges, not nodes, as on a GPU. cudaStreamEndCapture
+//     fails with cudaErrorStreamCaptureUnjoined when a joined stream's last work is not joined back
+//     into the origin stream. cudaGraphInstantiate and cudaGraphLaunch replay the nodes: in the order
+//     they were recorded, or, with CARVE_EMU_GRAPH_ORDER=interleave in the environment, in another
+//     order the dependencies allow: each next node from the stream after the last one's (round robin),
+//     so that concurrent branches interleave node by node and a missing dependency or two branches
+//     sharing memory change the results), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
 //     cudaDeviceGetAttribute (a few attributes; compute capability 9.0).
 //     cudaMalloc, cudaMallocHost and cublasCreate calls are counted per OS thread
@@ -176,6 +183,10 @@ enum cudaError {
   cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureUnmatched = 902,
+  cudaErrorStreamCaptureUnjoined = 904,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorStreamCaptureImplicit = 906,
   cudaErrorStreamCaptureWrongThread = 908,
   cudaErrorUnknown = 999,
 };
@@ -268,24 +279,37 @@ namespace carve_emu {
 // A unit of stream work: a launch, copy, set or GEMM, run now or recorded by a capture.
 using Work = std::function<void()>;
 
+// A node of a captured graph: its work, the stream that recorded it (the interleaved replay's round robin)
+// and the nodes it depends on (indices of earlier nodes).
+struct Node {
+  Work work;
+  unsigned stream;
+  std::vector<size_t> deps;
+};
+
 struct Graph {
-  std::vector<Work> nodes;
+  std::vector<Node> nodes;
 };
 
 struct GraphExec {
-  std::vector<Work> nodes;
+  std::vector<Work> order;  // the nodes' work in the replay order (instantiate)
 };
 
 struct Stream {
   unsigned magic;
   bool capturing;
   bool invalidated;
-  Graph* graph;  // being recorded while capturing
+  Graph* graph;  // being recorded while capturing (shared by the streams that joined the origin's capture)
+  bool origin;   // the stream that began the capture (the others joined it through events)
+  std::vector<size_t> tail;  // capturing: the nodes the stream's next node depends on
+  unsigned id;   // the number the interleaved replay orders streams by
 };
 
 struct Event {
   unsigned magic;
   std::chrono::steady_clock::time_point t;
+  Graph* graph;               // recorded in a capture of this graph (nullptr: not captured)
+  std::vector<size_t> nodes;  // the capture's nodes the record followed
 };
 
 struct BlasHandle {
@@ -309,7 +333,8 @@ struct Allocs {
 struct State {
   cudaError_t last_error = cudaSuccess;
   std::vector<Stream*> capturing;  // streams capturing now
-  Stream legacy = {kStreamMagic, false, false, nullptr};  // stream 0
+  Stream legacy = {kStreamMagic, false, false, nullptr, false, {}, 0};  // stream 0
+  unsigned streams = 0;            // streams created (their ids)
   Allocs allocs;
 };
 
@@ -356,11 +381,46 @@ inline cudaError_t enqueue(cudaStream_t s, Work w) {
     return cudaErrorInvalidResourceHandle;
   }
   if (st->capturing) {
-    st->graph->nodes.push_back(std::move(w));
+    st->graph->nodes.push_back(Node{std::move(w), st->id, st->tail});
+    st->tail.assign(1, st->graph->nodes.size() - 1);
   } else {
     w();
   }
   return cudaSuccess;
+}
+
+// The order cudaGraphInstantiate replays a graph's nodes in: as recorded, or with
+// CARVE_EMU_GRAPH_ORDER=interleave the ready node (all its dependencies done) of the stream that comes next
+// after the last node's stream (ids in creation order, wrapping; ties: the earliest recorded).
+inline std::vector<Work> replay_order(const Graph& g) {
+  std::vector<Work> order;
+  const char* env = std::getenv("CARVE_EMU_GRAPH_ORDER");
+  if (env == nullptr || std::strcmp(env, "interleave") != 0) {
+    for (const Node& n : g.nodes) {
+      order.push_back(n.work);
+    }
+    return order;
+  }
+  std::vector<char> done(g.nodes.size(), 0);
+  unsigned last = 0;
+  for (size_t count = 0; count < g.nodes.size(); count++) {
+    size_t pick = g.nodes.size();
+    unsigned best = 0;
+    for (size_t i = 0; i < g.nodes.size(); i++) {
+      if (done[i]) continue;
+      bool ready = true;
+      for (size_t d : g.nodes[i].deps) ready = ready && done[d];
+      const unsigned dist = g.nodes[i].stream - last - 1u;  // unsigned wrap: streams after `last` first
+      if (ready && (pick == g.nodes.size() || dist < best)) {
+        pick = i;
+        best = dist;
+      }
+    }
+    done[pick] = 1;
+    last = g.nodes[pick].stream;
+    order.push_back(g.nodes[pick].work);
+  }
+  return order;
 }
 
 // ---- Fibers ------------------------------------------------------------------------------
@@ -861,6 +921,10 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
     default: return "cudaErrorUnknown";
   }
@@ -878,6 +942,10 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
     default: return "unknown error";
   }
@@ -978,7 +1046,7 @@ inline cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   (void)flags;
   if (s == nullptr) return cudaErrorInvalidValue;
-  *s = new carve_emu::Stream{carve_emu::kStreamMagic, false, false, nullptr};
+  *s = new carve_emu::Stream{carve_emu::kStreamMagic, false, false, nullptr, false, {}, ++carve_emu::state().streams};
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
@@ -987,7 +1055,9 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (s == nullptr || st == nullptr) return cudaErrorInvalidResourceHandle;
   if (st->capturing) {
     carve_emu::stop_capture(st);
-    delete st->graph;
+    if (st->origin) {
+      delete st->graph;
+    }
   }
   st->magic = 0;
   delete st;
@@ -1007,6 +1077,8 @@ inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode 
   st->capturing = true;
   st->invalidated = false;
   st->graph = new carve_emu::Graph();
+  st->origin = true;
+  st->tail.clear();
   carve_emu::state().capturing.push_back(st);
   return cudaSuccess;
 }
@@ -1015,8 +1087,36 @@ inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
   carve_emu::Stream* st = carve_emu::stream_of(s);
   if (st == nullptr) return cudaErrorInvalidResourceHandle;
   if (!st->capturing) return cudaErrorIllegalState;
+  if (!st->origin) return cudaErrorStreamCaptureUnmatched;  // a joined stream cannot end the capture
   if (graph == nullptr) return cudaErrorInvalidValue;
+  // Every stream that joined must have been joined back: its last node an ancestor of the origin's tail.
+  std::vector<char> reach(st->graph->nodes.size(), 0);
+  std::vector<size_t> todo(st->tail);
+  while (!todo.empty()) {
+    const size_t n = todo.back();
+    todo.pop_back();
+    if (!reach[n]) {
+      reach[n] = 1;
+      todo.insert(todo.end(), st->graph->nodes[n].deps.begin(), st->graph->nodes[n].deps.end());
+    }
+  }
+  bool unjoined = false;
+  for (carve_emu::Stream* other : std::vector<carve_emu::Stream*>(carve_emu::state().capturing)) {
+    if (other != st && other->graph == st->graph) {
+      for (size_t n : other->tail) {
+        unjoined = unjoined || !reach[n];
+      }
+      carve_emu::stop_capture(other);
+      other->graph = nullptr;
+    }
+  }
   carve_emu::stop_capture(st);
+  if (unjoined) {
+    delete st->graph;
+    st->graph = nullptr;
+    *graph = nullptr;
+    return cudaErrorStreamCaptureUnjoined;
+  }
   if (st->invalidated) {
     delete st->graph;
     st->graph = nullptr;
@@ -1041,7 +1141,7 @@ inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus
 inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags = 0) {
   (void)flags;
   if (exec == nullptr || graph == nullptr) return cudaErrorInvalidValue;
-  *exec = new carve_emu::GraphExec{graph->nodes};
+  *exec = new carve_emu::GraphExec{carve_emu::replay_order(*graph)};
   return cudaSuccess;
 }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
@@ -1049,7 +1149,7 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   carve_emu::Stream* st = carve_emu::stream_of(stream);
   if (st == nullptr) return cudaErrorInvalidResourceHandle;
   if (st->capturing) return cudaErrorStreamCaptureUnsupported;  // child graphs are not emulated
-  for (const carve_emu::Work& w : exec->nodes) {
+  for (const carve_emu::Work& w : exec->order) {
     w();
   }
   return cudaSuccess;
@@ -1062,11 +1162,12 @@ inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, 
   return cudaSuccess;
 }
 
-// Events: host clock at record time (the work before it is done: every call is synchronous).
+// Events: host clock at record time (the work before it is done: every call is synchronous). In a capture,
+// a record notes the stream's tail and a wait adds it to the waiting stream's (joining the capture).
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   (void)flags;
   if (e == nullptr) return cudaErrorInvalidValue;
-  *e = new carve_emu::Event{carve_emu::kEventMagic, std::chrono::steady_clock::now()};
+  *e = new carve_emu::Event{carve_emu::kEventMagic, std::chrono::steady_clock::now(), nullptr, {}};
   return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, cudaEventDefault); }
@@ -1078,13 +1179,44 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
-  return carve_emu::enqueue(stream, [e]() { e->t = std::chrono::steady_clock::now(); });
+  carve_emu::Stream* st = carve_emu::stream_of(stream);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (st->capturing) {  // an edge source, not a node
+    e->graph = st->graph;
+    e->nodes = st->tail;
+    return cudaSuccess;
+  }
+  e->graph = nullptr;
+  e->t = std::chrono::steady_clock::now();
+  return cudaSuccess;
 }
-// Work after the wait runs after the event's work: always true here (all work is serial).
+// Outside a capture, work after the wait runs after the event's work: always true here (all work is
+// serial). An event recorded in a capture makes the waiting stream's next node depend on the record's
+// tail; a stream that was not capturing joins that capture.
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags = 0) {
   (void)flags;
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
-  return carve_emu::enqueue(stream, []() {});
+  carve_emu::Stream* st = carve_emu::stream_of(stream);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if (e->graph == nullptr) {
+    return cudaSuccess;
+  }
+  if (st->capturing && st->graph != e->graph) return cudaErrorStreamCaptureIsolation;
+  if (!st->capturing) {
+    if (stream == nullptr) return cudaErrorStreamCaptureImplicit;  // the legacy stream cannot join
+    st->capturing = true;
+    st->invalidated = false;
+    st->graph = e->graph;
+    st->origin = false;
+    st->tail.clear();
+    carve_emu::state().capturing.push_back(st);
+  }
+  for (size_t n : e->nodes) {
+    if (std::find(st->tail.begin(), st->tail.end(), n) == st->tail.end()) {
+      st->tail.push_back(n);
+    }
+  }
+  return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -121,6 +122,12 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
         inp, ref32, ref16, ours = work / f"in-{stem}.npy", work / f"t32-{stem}", work / f"t16-{stem}", work / "dump-f16"
         with cvx.step("run (emulated)"):
             cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 3, *args.demo_flags])
+            # the head's lanes (backends/cuda_lanes.py) with the graph's nodes interleaved: the same output bit for bit
+            cvx.run([exe, "--input", inp, "--dump", work / "dump-f16-interleaved", "--runs", 3, *args.demo_flags],
+                    env=dict(os.environ, CARVE_EMU_GRAPH_ORDER="interleave"))
+        if not np.array_equal(np.load(ours / "output0.npy"), np.load(work / "dump-f16-interleaved" / "output0.npy")):
+            print("FAIL: the graph replayed with the lanes' nodes interleaved gives other rows")
+            ok = False
         print(f"carve fp16{' --fused-conv' if args.fused_conv else ''} vs PyTorch float32 (the 'PyTorch fp32' column: PyTorch float16's error; bound "
               f"max({FLOOR:.2e}, {FACTOR:g} x it))")
         if not oracle.compare_layers(ours, ref32, tol=FLOOR, baseline=ref16, factor=FACTOR):

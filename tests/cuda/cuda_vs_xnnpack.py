@@ -20,7 +20,10 @@ For each variant yolo26<scale><task suffix> of the batch:
    Graph replay (the first run is eager, the second captures), and once more with ``--no-graph``;
 5. tools/oracle.py compare_layers(cuda, xnnpack): per file, max|cuda - xnnpack| / max|xnnpack| (rows matched
    row by row with per-column scales) must stay within the bound below; the graph replay and the eager run
-   must agree bit for bit (the same kernels on the same data);
+   must agree bit for bit (the same kernels on the same data); so must, with the head's branches as concurrent
+   lanes (backends/cuda_lanes.py), the graph replayed in an interleaved order (CARVE_EMU_GRAPH_ORDER=interleave:
+   the lanes' nodes alternate, so lanes sharing memory or scratch, or a missing fork / join edge, change the
+   results; not for the --cmake variant) and, for the n scale, the head run serially (--serial-head);
 6. run_image end to end: both demos on Ultralytics' bus.jpg with --json (the cuda package uploads the uint8
    image and letterboxes / crops it on the device, post-processes there, maps boxes back on the host),
    compared by tools/oracle.py compare_detections with its default tolerances (boxes within 1 px, scores
@@ -288,7 +291,8 @@ def variant(args, scale: str, libs: dict) -> tuple:
     oracle.make_input(oracle.sample_image(IMAGE.get(args.task, "bus.jpg")), imgsz, inp, task=args.task)
     xd, cd, ce, td = work / "dump-xnnpack", work / "dump-cuda", work / "dump-cuda-eager", work / "dump-torch32"
     ct, tt, cf = work / "dump-cuda-tf32", work / "dump-torch-tf32", work / "dump-cuda-fused"
-    for d in (xd, cd, ce, td, ct, tt, cf):
+    ci, cs = work / "dump-cuda-interleaved", work / "dump-cuda-serial-head"
+    for d in (xd, cd, ce, td, ct, tt, cf, ci, cs):
         shutil.rmtree(d, ignore_errors=True)
     with step("run xnnpack"):
         run([xdemo, "--input", inp, "--dump", xd])
@@ -296,6 +300,11 @@ def variant(args, scale: str, libs: dict) -> tuple:
     with step("run cuda (emulated)"):
         run([cdemo, "--input", inp, "--dump", cd, "--runs", "3", *strict])          # dumped from the graph replay
         run([cdemo, "--input", inp, "--dump", ce, "--no-graph", *strict])
+        if not args.cmake:  # (the 640 CMake variant: its build is the point; its head is n's at 96 here)
+            run([cdemo, "--input", inp, "--dump", ci, "--runs", "3", *strict],
+                env=dict(os.environ, CARVE_EMU_GRAPH_ORDER="interleave"))
+        if not args.cmake and scale == "n":  # the serial head is the lanes' code on one stream: once per task
+            run([cdemo, "--input", inp, "--dump", cs, "--runs", "3", "--serial-head", *strict])
         if args.tf32:
             run([cdemo, "--input", inp, "--dump", ct, "--runs", "3"])
         if args.fused_conv:
@@ -317,6 +326,12 @@ def variant(args, scale: str, libs: dict) -> tuple:
         if diff:
             print(f"FAIL graph replay and eager run differ: {', '.join(diff[:5])}")
             ok = False
+        for other, what in ((ci, "the graph replayed interleaved (lanes)"), (cs, "the serial head")):
+            lanes_diff = same_dumps(cd, other) if other.exists() else []
+            if lanes_diff:
+                print(f"FAIL graph replay and {what} differ: {', '.join(lanes_diff[:5])}")
+                ok = False
+            diff = diff or lanes_diff
         if args.tf32:
             # TF32 (the default): the convolutions' GEMM inputs rounded to a 10-bit mantissa. The bound is
             # measured the same way, from a third implementation with the same rounding: PyTorch fp32 whose
@@ -371,7 +386,7 @@ def variant(args, scale: str, libs: dict) -> tuple:
             f"{time.time() - t0:.0f} s")
     print(line, flush=True)
     if ok and not args.keep:
-        for d in (xd, cd, ce, td, ct, tt, cf, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
+        for d in (xd, cd, ce, td, ct, tt, cf, ci, cs, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
             shutil.rmtree(d, ignore_errors=True)
         for blob in work.glob("*/*_weights.bin"):
             blob.unlink()

@@ -91,6 +91,11 @@ __global__ void add_one(float* y, int n) {
   if (i < n) y[i] += 1.0f;
 }
 
+// y[0] = a[0] * m + b[0] (b may be NULL): the nodes of the fork / join graphs below.
+__global__ void axpb(float* y, const float* a, float m, const float* b) {
+  if (threadIdx.x == 0) y[0] = a[0] * m + (b != nullptr ? b[0] : 0.0f);
+}
+
 // Threads that exit early before a barrier still let the others pass it (exited threads
 // do not count, as on a GPU), for a block whose size is not a multiple of 32.
 __global__ void early_exit(int* out) {
@@ -287,6 +292,77 @@ int main() {
     CHECK(cudaFree(d) == cudaSuccess);
     CHECK(cudaStreamDestroy(s) == cudaSuccess);
     std::printf("graph capture + replay ok\n");
+  }
+
+  // A capture over two streams: a fork (event recorded on the origin, waited on by s2) and a join; the replay in
+  // the recorded and the interleaved order; a fork never joined back; two branches sharing a scratch value give
+  // different results in the interleaved order (what the packages' lanes are checked with).
+  {
+    cudaStream_t s, s2;
+    cudaEvent_t fork, join;
+    CHECK(cudaStreamCreate(&s) == cudaSuccess && cudaStreamCreate(&s2) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+    CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+    float* d;
+    CHECK(cudaMalloc(&d, 8 * sizeof(float)) == cudaSuccess);
+    for (int order = 0; order < 2; order++) {
+      if (order == 1) setenv("CARVE_EMU_GRAPH_ORDER", "interleave", 1);
+      CHECK(cudaMemsetAsync(d, 0, 8 * sizeof(float), s) == cudaSuccess);
+      d[0] = 1.0f;
+      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      CARVE_LAUNCH(axpb, 1, 32, s, d + 1, d, 1.0f, d + 1);  // x = x + 1 (node 0)
+      CHECK(cudaEventRecord(fork, s) == cudaSuccess);
+      CHECK(cudaStreamWaitEvent(s2, fork, 0) == cudaSuccess);
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 2, d + 1, 2.0f, nullptr);  // y = 2 x (branch 2)
+      CARVE_LAUNCH(axpb, 1, 32, s, d + 3, d + 1, 1.0f, d);         // z = x + 1 (branch 1)
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 4, d + 2, 10.0f, nullptr);  // 10 y
+      CHECK(cudaEventRecord(join, s2) == cudaSuccess);
+      CHECK(cudaStreamWaitEvent(s, join, 0) == cudaSuccess);
+      CARVE_LAUNCH(axpb, 1, 32, s, d + 5, d + 4, 1.0f, d + 3);  // 10 y + z
+      cudaGraph_t g;
+      CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+      size_t nodes = 0;
+      CHECK(cudaGraphGetNodes(g, nullptr, &nodes) == cudaSuccess && nodes == 5);  // records and waits: edges only
+      cudaGraphExec_t ge;
+      CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+      for (int r = 1; r <= 2; r++) {
+        CHECK(cudaGraphLaunch(ge, s) == cudaSuccess);
+        CHECK(d[1] == (float)r && d[5] == 20.0f * r + r + 1.0f);
+      }
+      CHECK(cudaGraphExecDestroy(ge) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess);
+
+      // Unjoined: s2 forks off and is never waited on.
+      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      CHECK(cudaEventRecord(fork, s) == cudaSuccess);
+      CHECK(cudaStreamWaitEvent(s2, fork, 0) == cudaSuccess);
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 2, d + 1, 2.0f, nullptr);
+      CHECK(cudaStreamEndCapture(s2, &g) == cudaErrorStreamCaptureUnmatched);  // only the origin ends it
+      CHECK(cudaStreamEndCapture(s, &g) == cudaErrorStreamCaptureUnjoined && g == nullptr);
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 6, d + 1, 0.0f, nullptr);  // s2 no longer captures: runs now
+      CHECK(cudaGetLastError() == cudaSuccess && d[6] == 0.0f);
+
+      // A race: both branches use d[7] as scratch (write, then read back). Recorded order: each branch reads its
+      // own value; interleaved: branch 1 reads branch 2's.
+      CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      CHECK(cudaEventRecord(fork, s) == cudaSuccess);
+      CHECK(cudaStreamWaitEvent(s2, fork, 0) == cudaSuccess);
+      CARVE_LAUNCH(axpb, 1, 32, s, d + 7, d, 3.0f, nullptr);      // scratch = 3
+      CARVE_LAUNCH(axpb, 1, 32, s, d + 2, d + 7, 1.0f, nullptr);  // branch 1 reads it
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 7, d, 5.0f, nullptr);     // scratch = 5
+      CARVE_LAUNCH(axpb, 1, 32, s2, d + 3, d + 7, 1.0f, nullptr); // branch 2 reads it
+      CHECK(cudaEventRecord(join, s2) == cudaSuccess);
+      CHECK(cudaStreamWaitEvent(s, join, 0) == cudaSuccess);
+      CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+      CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+      CHECK(cudaGraphLaunch(ge, s) == cudaSuccess);
+      CHECK(d[3] == 5.0f && d[2] == (order == 0 ? 3.0f : 5.0f));
+      CHECK(cudaGraphExecDestroy(ge) == cudaSuccess && cudaGraphDestroy(g) == cudaSuccess);
+    }
+    unsetenv("CARVE_EMU_GRAPH_ORDER");
+    CHECK(cudaFree(d) == cudaSuccess);
+    CHECK(cudaEventDestroy(fork) == cudaSuccess && cudaEventDestroy(join) == cudaSuccess);
+    CHECK(cudaStreamDestroy(s2) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess);
+    std::printf("fork / join capture, interleaved replay ok\n");
   }
 
   // Host GEMM (all transposes, beta, odd sizes) and GEMV against loops in double.

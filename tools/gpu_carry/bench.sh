@@ -11,7 +11,9 @@
 # first batch's packages once more with -DCARVE_CUDA_NO_PDL (rows "carve <prec> no-PDL": plain launches instead of
 # programmatic dependent launch, runtime/carve_cuda.h);
 # (2) bench_main for each (TF32 packages three times: TF32, --strict-fp32, TF32 with --fused-conv; fp16 packages
-# twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"); (3) torch_bench.py: Ultralytics' model
+# twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"; batch 1 also
+# with --serial-head: the head's branches in order instead of concurrent lanes, rows "carve <prec> serial-head");
+# (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
 # Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed; $OUT/profile.jsonl (each carve
 # configuration's per-layer device times, without the graph) and $OUT/rows.tar (each configuration's raw rows of
@@ -88,6 +90,7 @@ for dir in "$D"/pkgs/*/; do
   prec=${p%-b*}
   modes=("" "--fused-conv")
   [ "$prec" = tf32 ] && modes=("" "--strict-fp32" "--fused-conv")
+  [ "${p##*-b}" = 1 ] && modes+=("--serial-head")  # the head's branches in order: what the lanes gain
   [ -x "/tmp/bench-$p-nopdl/build/bench_main" ] && modes+=("--no-pdl")
   for m in "${modes[@]}"; do
     label="carve $prec"
@@ -95,6 +98,7 @@ for dir in "$D"/pkgs/*/; do
     if [ "$m" = --no-pdl ]; then label="carve $prec no-PDL"; exe=/tmp/bench-$p-nopdl/build/bench_main; m=""; fi
     [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
     [ "$m" = --fused-conv ] && label="carve $prec fused"
+    [ "$m" = --serial-head ] && label="carve $prec serial-head"
     tag=$(echo "$label-b${p##*-b}" | tr ' ' '_')
     runs=$RUNS
     [ "${p##*-b}" = 1 ] || runs=$RUNS_BATCH

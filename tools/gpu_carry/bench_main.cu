@@ -1,7 +1,7 @@
 // Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
-//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -13,7 +13,8 @@
 //                     only (what PyTorch + CUDA Graph measures with its input already on the GPU)
 //   throughput_ips    N * R / the time of R enqueue_tensors calls back to back and one synchronisation
 // plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). --fused-conv sets
-// options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each). The first two runs of
+// options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each);
+// --serial-head options.serial_head (the head's branches one after another instead of concurrent lanes). The first two runs of
 // each kind (eager, graph capture) are warm-up and not timed.
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
 //                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
@@ -66,12 +67,14 @@ int main(int argc, char** argv) {
   const char* label = "carve";
   const char* profile = nullptr;
   const char* rows_out = nullptr;
-  int runs = 100, strict = 0, fused = 0;
+  int runs = 100, strict = 0, fused = 0, serial_head = 0;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--strict-fp32")) {
       strict = 1;
+    } else if (!std::strcmp(argv[i], "--serial-head")) {
+      serial_head = 1;
     } else if (!std::strcmp(argv[i], "--fused-conv")) {
       fused = 1;
     } else if (!std::strcmp(argv[i], "--label") && i + 1 < argc) {
@@ -83,12 +86,12 @@ int main(int argc, char** argv) {
     } else if (argv[i][0] != '-' && image == nullptr) {
       image = argv[i];
     } else {
-      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
       return 2;
     }
   }
   if (image == nullptr || runs < 0 || (runs == 0 && rows_out == nullptr)) {
-    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
     return 2;
   }
   uint8_t* rgb = nullptr;
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
   yolo26n_options opt;
   yolo26n_default_options(&opt);
   opt.tf32 = !strict;
+  opt.serial_head = serial_head;
   opt.fused_conv = fused;
   opt.max_image_width = w;
   opt.max_image_height = h;

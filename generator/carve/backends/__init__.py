@@ -35,6 +35,11 @@ class Backend:
     fp16_refusal: str = ("it computes in float32 on the CPU; its reduced precision is int8 (--precision int8 "
                          "--calib DIR: docs/quantization.md); fp16 is the cuda backend's")
 
+    def regions(self, graph: Graph) -> tuple:
+        """The ops the backend may run concurrently (planner.Region), which the memory plan must keep apart: none
+        (everything in op order) unless the backend says otherwise (the cuda backend's lanes)."""
+        return ()
+
     def check_precision(self, precision: str) -> None:
         """Refuse a precision this backend never takes (before any work)."""
         if precision == "int8" and self.int8_refusal:

@@ -19,6 +19,7 @@ from ..planner import Plan
 from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
     nms_rule, upsample_x2_rule
+from . import cuda_lanes
 from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
@@ -190,10 +191,17 @@ class CudaBackend(CBackend):
     # (carve_cuda_pre.cu); the host pieces of FIXED_FAMILIES are compiled with CARVE_RT_NO_THREADS
     families = ("cuda", "cuda_ops", "cuda_pre")
 
+    def regions(self, graph: Graph) -> tuple:
+        """The head's lanes (backends/cuda_lanes.py)."""
+        return cuda_lanes.regions(graph)
+
     def lower(self, graph: Graph, plan: Plan) -> dict:
-        """The program the templates render: the carve_cu_* steps, the k_conv descriptors and the host sizes."""
+        """The program the templates render: the carve_cu_* steps, the k_conv descriptors and the host sizes. The
+        head runs in lanes only when the plan keeps their memory apart (planned with ``regions``)."""
         program = lower(graph, plan, self)
         program["convs"] = program.pop("convs", [])
+        region = plan.regions[0] if plan.regions and plan.regions == self.regions(graph) else None
+        cuda_lanes.assign(program, graph, region)
         program["deconvs"] = [st for lay in program["layers"] for st in lay["steps"] if isinstance(st, CuDeconv)]
         # The host copies the API hands out are dense: the network input, the rows / probabilities and the
         # prototypes must be contiguous storages of their own (the planner's rule for graph inputs and outputs).
@@ -317,12 +325,26 @@ def _classify_scratch_bytes(w: int, h: int, out: int) -> int:
     return out * (4 + ksize_x + ksize_y) * 4 + rows
 
 
+def _deconv_scratch_bytes(d) -> int:
+    """carve_cu_deconv2d_scratch_floats in bytes."""
+    return d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4
+
+
+def lane_scratch_bytes(p: dict) -> int:
+    """The generated lane_scratch_bytes(): one lane's slice of the device scratch (backends/cuda_lanes.py), the
+    largest scratch of a lane's calls rounded up to 256 bytes (lane k's slice starts k times that in)."""
+    need = [_conv_scratch_floats(p["convs"][i], p.get("batch", 1)) * 4 for i in p.get("lane_convs", [])]
+    need += [_deconv_scratch_bytes(d) for d in p.get("lane_deconvs", [])]
+    return -(-max(need, default=0) // 256) * 256
+
+
 def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_w: int, max_h: int) -> int:
     """The generated scratch_bytes(max_w, max_h): the largest scratch of any call of the forward and of the
     pre-processing, rounded up to 256 bytes."""
     need = [_conv_scratch_floats(c, p.get("batch", 1)) * 4 for c in p["convs"]]
-    need += [d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4 for d in p["deconvs"]]
+    need += [_deconv_scratch_bytes(d) for d in p["deconvs"]]
     need += [a["heads"] * a["n"] * a["n"] * 4 for a in p["attention"]]
+    need.append(p.get("lanes", 0) * lane_scratch_bytes(p))
     if task == "classify":
         need.append(_classify_scratch_bytes(max_w, max_h, in_w))
     elif p.get("nms"):
@@ -338,7 +360,7 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
 def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int:
     """An upper bound of the generated context struct (the .cu static_asserts it): its fixed fields
     (< 1 KiB), an event and a double per layer boundary, and the host copies it holds (each rounded up to
-    64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback."""
+    64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback; the lanes."""
     batch = p.get("batch", 1)
     floats = [in_h * in_w * 3, nc if task == "classify" else batch * min(p["rows_k"], p["anchors"]) * p["row_len"],
               p["layer_span_floats"]]
@@ -346,7 +368,8 @@ def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int
         o = p["outputs"]["output1"]
         floats.append(o["h"] * o["w"] * o["c"])
     arrays = sum(-(-f * 4 // 64) * 64 for f in floats) + 64 * batch  # + a letterbox record per image
-    return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays) // 64) * 64
+    lanes = 128 * p.get("lanes", 0) + 64  # a context, a scratch pointer, a stream and an event per lane; fork, flag
+    return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays + lanes) // 64) * 64
 
 
 BACKEND = CudaBackend()

@@ -143,6 +143,9 @@ class Step(_Fields):
     source: str
     flops: int
     shapes: str
+    # The concurrent lane it runs in (backends/cuda_lanes.py: its own stream, scratch and cuBLAS workspace); -1:
+    # the context's stream, in program order (every step of the CPU backends).
+    lane: int = -1
     kind: ClassVar[str] = ""
     macro: ClassVar[str] = ""
     function: ClassVar[str | None] = None

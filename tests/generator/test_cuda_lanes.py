@@ -1,0 +1,113 @@
+"""The cuda backend's lanes (generator/carve/backends/cuda_lanes.py) and the memory plan's concurrent regions
+(planner.Region), generator side: which ops become lanes, that the plan keeps the lanes' memory apart (and that
+without the region it would not), the lanes' scratch slices and the rendered fork / join. Running them (the graph
+replayed with the lanes' nodes interleaved) is tests/cuda/cuda_vs_xnnpack.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "generator"))
+sys.path.insert(0, str(HERE))
+
+import irsim  # noqa: E402
+from carve import compiler  # noqa: E402
+from carve.backends import cuda_lanes, get_backend  # noqa: E402
+from carve.backends.cuda import device_scratch_bytes, lane_scratch_bytes  # noqa: E402
+from carve.manifest import load_manifest  # noqa: E402
+from carve.planner import Region, plan_memory  # noqa: E402
+
+pytest.importorskip("torch")
+
+MANIFEST = REPO / "manifests" / "yolo26n.yaml"
+IMGSZ = 96
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    pt = irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")
+    manifest = load_manifest(str(MANIFEST))
+    _, g = compiler._optimized_graph(manifest, str(pt), IMGSZ, compiler.head_options(manifest, {}), lambda *a: None)
+    return g
+
+
+def _touched(graph, plan, ops) -> set:
+    return {plan.views[t].storage for i in ops for t in (*graph.ops[i].inputs, *graph.ops[i].outputs)}
+
+
+def test_head_region_is_the_detect_branches(graph):
+    region = cuda_lanes.head_region(graph)
+    assert region is not None
+    post = [i for i, op in enumerate(graph.ops) if op.kind == "e2e_detect"]
+    assert region.hi == post[0] and graph.ops[region.lo].layer == graph.ops[post[0]].layer
+    # one lane per branch of each level: cv2 (box, 3 convs) and cv3 (classes, 5 convs), each lane a chain
+    assert sorted(len(lane) for lane in region.lanes) == [3, 3, 3, 5, 5, 5]
+    for lane in region.lanes:  # model.23.one2one_cv3.1.0.0 ...: one branch (cv2 / cv3) of one level per lane
+        assert len({".".join(graph.ops[i].name.split(".")[:4]) for i in lane}) == 1
+        for a, b in zip(lane, lane[1:]):  # each op reads the one before it
+            assert graph.ops[a].outputs[0] in graph.ops[b].inputs
+    assert sorted(i for lane in region.lanes for i in lane) == list(range(region.lo, region.hi))
+
+
+def test_plan_keeps_lanes_apart(graph):
+    region = cuda_lanes.head_region(graph)
+    plan, serial = plan_memory(graph, (region,)), plan_memory(graph)
+    assert plan.regions == (region,) and serial.regions == ()
+
+    def spans(p, names):
+        return [(p.storages[n].offset, p.storages[n].offset + p.storages[n].floats * 4, n) for n in names]
+
+    def clashes(p) -> list:
+        out = []
+        per_lane = [_touched(graph, p, lane) for lane in region.lanes]
+        for a in range(len(per_lane)):
+            for b in range(a + 1, len(per_lane)):
+                for lo, hi, n in spans(p, per_lane[a] - per_lane[b]):
+                    out += [(n, m) for lo2, hi2, m in spans(p, per_lane[b] - per_lane[a]) if lo < hi2 and lo2 < hi]
+        return out
+
+    # planned op by op, the head's branches reuse each other's memory (what the region prevents) ...
+    assert clashes(serial)
+    # ... with the region no two lanes' storages overlap, while a lane still reuses its own in op order
+    assert clashes(plan) == []
+    lane_of = {n: st.lane for n, st in plan.storages.items() if st.lane is not None}
+    assert {k for _, k in lane_of.values()} == set(range(len(region.lanes)))
+
+
+def test_program_lanes_and_scratch(graph):
+    be = get_backend("cuda")
+    region = cuda_lanes.head_region(graph)
+    program = be.lower(graph, plan_memory(graph, be.regions(graph)))
+    head = next(lay for lay in program["layers"] if lay.get("lanes"))
+    assert program["lanes"] == len(head["lanes"]) == len(region.lanes) == 6
+    assert [st.lane for lane in head["lanes"] for st in lane["steps"]] == \
+        [lane["index"] for lane in head["lanes"] for _ in lane["steps"]]
+    assert [st.macro for st in head["post"]] == ["cu_e2e"]
+    others = [st for lay in program["layers"] if lay is not head for st in lay["steps"]]
+    assert others and all(st.lane == -1 for st in others)
+    # the box branches' 3x3 convs need im2col scratch: a slice per lane, side by side in the device scratch
+    slice_bytes = lane_scratch_bytes(program)
+    assert slice_bytes > 0 and slice_bytes % 256 == 0
+    assert device_scratch_bytes(program, "detect", 80, IMGSZ, IMGSZ, 64, 64) >= 6 * slice_bytes
+    # a plan made without the regions gets no lanes (nothing keeps their memory apart)
+    plain = be.lower(graph, plan_memory(graph))
+    assert plain["lanes"] == 0 and not any(lay.get("lanes") for lay in plain["layers"])
+
+
+def test_rendered_fork_and_join(graph, tmp_path):
+    files = compiler.compile_model(str(MANIFEST), "cuda", irsim.save_checkpoint(irsim.build_yolo26("n", seed=0),
+                                                                               tmp_path / "w.pt"), IMGSZ).files
+    cu = files["yolo26n.cu"].decode()
+    assert "#define LANES 6" in cu
+    body = cu[cu.index("static carve_status layer_23_detect("):]
+    body = body[:body.index("\n}\n")]
+    assert body.index("TRY(lanes_fork(m));") < body.index("&m->lanes[5].cu") < body.index("TRY(lanes_join(m));") \
+        < body.index("carve_cu_e2e_postprocess_task(&m->cu,")
+    assert "&m->lanes[" not in cu[:cu.index("static carve_status layer_23_detect(")]
+    assert "serial_head" in files["yolo26n.h"].decode()
+
