@@ -1,7 +1,9 @@
 #!/bin/sh
 # Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms, test_f16, test_igemm) with nvcc for the
 # GPU of this machine and runs them: the same tests ctest runs under the emulation header,
-# here on real hardware. Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI. The builds run in parallel, the
+# here on real hardware, then tests/cuda/bench_igemm.cu (microseconds per convolution of yolo26n's shapes, the cuBLAS
+# path against the fused kernel, TF32 and fp16: the figures a choice between the two needs; printed, never a failure).
+# Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI. The builds run in parallel, the
 # tests one after the other; exits non-zero if a build or a test fails.
 #   sh tests/cuda/gpu_kernel_tests.sh [build dir (default build/cuda-gpu)]
 set -eu
@@ -10,11 +12,14 @@ out=${1:-$root/build/cuda-gpu}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 arch=${CARVE_CUDA_ARCH:-native}
 tests="topk ops pre nms f16 igemm"
+builds="$tests bench_igemm"
 mkdir -p "$out"
 rt="$root/runtime"
-for t in $tests; do
+for t in $builds; do
+  src=$root/tests/cuda/test_$t.cu
+  [ "$t" = bench_igemm ] && src=$root/tests/cuda/bench_igemm.cu
   ( "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
-      "$root/tests/cuda/test_$t.cu" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu \
+      "$src" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu \
       "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \
       "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_nms.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
       "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \
@@ -37,4 +42,10 @@ for t in $tests; do
   echo "== test_$t (nvcc -arch=$arch)"
   "$out/test_$t" || { echo "== test_$t: FAILED"; failed=1; }
 done
+echo "== bench_igemm (nvcc -arch=$arch): microseconds per convolution, cuBLAS path vs fused"
+if [ "$(cat "$out/test_bench_igemm.rc")" = 0 ]; then
+  "$out/test_bench_igemm" || echo "== bench_igemm: failed (not a test)"
+else
+  echo "== bench_igemm: the build failed (not a test):"; tail -n 20 "$out/test_bench_igemm.log"
+fi
 exit $failed
