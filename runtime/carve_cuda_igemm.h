@@ -254,14 +254,16 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
 }
 
 // Whether carve_cu_conv2d_t takes the fused kernel for this convolution: groups 1, the context asks for
-// it (carve_cu_ctx_set_conv_impl) and its math has tensor cores for T (float: TF32 on, sm_80+; half:
-// the request alone, set only on sm_70+), the sizes fit the kernel's 32-bit indices (pixels, channels, K,
-// and the input's rows and columns as int with the padding).
+// it (carve_cu_ctx_set_conv_impl) or the shape is one where it is the faster path (carve_cu_igemm_preferred,
+// carve_cuda_igemm_tile.h), its math has tensor cores for T (float: TF32 on, sm_80+, so never for strict
+// float32; half: sm_70+, below every architecture carve compiles for), the sizes fit the kernel's
+// 32-bit indices (pixels, channels, K, and the input's rows and columns as int with the padding).
 template <typename T>
 static inline int carve_cu_igemm_applies(const carve_cu_ctx* ctx, const carve_cu_conv* c, size_t pixels) {
   const int math = sizeof(T) == 2 ? 1 : ctx->conv_tf32;
   const size_t k = (size_t)c->kh * c->kw * c->cin;
-  return ctx->conv_fused && math && c->groups == 1 && pixels <= 0x7FFFFFFFu && c->cout <= 0x7FFFFFFFu &&
+  const int wanted = ctx->conv_fused || carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels);
+  return wanted && math && c->groups == 1 && pixels <= 0x7FFFFFFFu && c->cout <= 0x7FFFFFFFu &&
          k <= 0x7FFFFFFFu && c->h < 0x20000000u && c->w < 0x20000000u && c->pad < 0x10000000u &&
          c->kh < 0x10000000u && c->kw < 0x10000000u && (c->cout + 31) / 32 <= 65535u;
 }

@@ -25,6 +25,19 @@ static inline size_t carve_cu_igemm_blocks(size_t pixels, size_t cout, size_t bm
   return ((pixels + bm - 1) / bm) * ((cout + bn - 1) / bn);
 }
 
+// Whether the fused kernel is the faster path for this convolution even where the context keeps the cuBLAS path
+// (conv_fused 0): a strided k x k convolution (k > 1, stride 2) with few output channels (cout <= 64) over many
+// output pixels of the batch (>= CARVE_CU_IGEMM_WIDE_PIXELS), where the cuBLAS path's im2col matrix (K = k k cin
+// values per output pixel, written then read) costs more than the GEMM on it. Measured on an H100 (yolo26n 640
+// batch 32, per-layer profile, docs/data/cuda-h100-2026-11-26): the fused kernel took layers 1 (16 -> 32, 160 x 160
+// out), 3 (32 -> 64, 80 x 80) and 17 (64 -> 64, 40 x 40) from 277 / 253 / 70 us to 184 / 151 / 45 (fp16) and
+// from 539 / 499 / 140 to 308 / 346 / 106 (TF32), and lost on the stride-2 convs with cout 128 and 256; at batch
+// 1 (25 600 / 6 400 / 1 600 pixels) nothing was measured in a graph, so smaller batches keep the cuBLAS path.
+#define CARVE_CU_IGEMM_WIDE_PIXELS 51200u  // layer 17's output pixels at batch 32, the smallest measured win
+static inline int carve_cu_igemm_preferred(size_t kh, size_t stride, size_t cout, size_t pixels) {
+  return kh > 1 && stride == 2 && cout <= 64 && pixels >= CARVE_CU_IGEMM_WIDE_PIXELS;
+}
+
 static inline int carve_cu_igemm_tile(int sm_count, size_t pixels, size_t cout) {
   const size_t sms = sm_count < 1 ? 1 : (size_t)sm_count;
   if (cout > 32 && carve_cu_igemm_blocks(pixels, cout, 64, 64) >= sms) return CARVE_CU_IGEMM_TILE_64X64;

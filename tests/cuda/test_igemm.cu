@@ -15,6 +15,9 @@
 // output varies (not flat). Each case prints its worst error against its tolerance.
 //   * one launch per convolution (a stream capture's node count), against 2-3 for the cuBLAS path;
 //   * strict float32 (conv_tf32 = 0) with the fused request keeps the cuBLAS path and its float32 results;
+//   * without the request, the shapes where the fused kernel is the faster path (carve_cu_igemm_preferred: a
+//     stride-2 k x k conv, cout <= 64, >= CARVE_CU_IGEMM_WIDE_PIXELS output pixels) take it anyway (TF32 and fp16;
+//     strict float32 not);
 //   * argument errors of carve_cu_ctx_set_conv_impl.
 // Runs under the emulation (ctest cuda_igemm) and on a GPU (tests/cuda/gpu_kernel_tests.sh, sm_80+).
 
@@ -269,6 +272,25 @@ static void test_fused(TestCtx& t, bool tf32) {
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
+// The preferred shapes without the fused request (carve_cu_igemm_preferred): a stride-2 3x3 conv with 16 outputs
+// over 227 x 227 = 51529 >= CARVE_CU_IGEMM_WIDE_PIXELS output pixels takes the fused kernel (one launch, within
+// its tolerance) in TF32 and fp16; strict float32 keeps the cuBLAS path.
+static const Case kWide = {3, 3, 2, 1, 8, 16, 454, 454, false, CARVE_CU_ACT_SILU, 8, 0, 132};
+
+template <typename E>
+static void test_preferred(TestCtx& t, bool tf32) {
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+  const size_t nodes = run_case<E>(t, kWide, 950, tf32);
+  CHECK_MSG(nodes == 1, "%s: the wide stride-2 conv took %zu launches without the fused request, want 1", E::name,
+            nodes);
+  if (sizeof(typename E::T) == 4) {
+    CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+    const size_t strict = run_case<E>(t, kWide, 951, false);
+    CHECK_MSG(strict >= 2, "strict float32 took the fused kernel for the wide conv (%zu launches)", strict);
+  }
+}
+
 // Strict float32 with the fused request: the cuBLAS path (2-3 launches), float32 results.
 static void test_strict_keeps_gemm(TestCtx& t) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
@@ -290,6 +312,14 @@ static void test_args(TestCtx& t) {
 
 // The tile policy (carve_cuda_igemm_tile.h) on yolo26n 640's shapes with an H100's 132 SMs, and its edges.
 static void test_tile() {
+  // carve_cu_igemm_preferred(kh, stride, cout, pixels): the measured wins and their neighbours
+  CHECK(carve_cu_igemm_preferred(3, 2, 32, 160 * 160 * 32));       // layer 1 at batch 32
+  CHECK(carve_cu_igemm_preferred(3, 2, 64, 40 * 40 * 32));         // layer 17 at batch 32: the threshold
+  CHECK(!carve_cu_igemm_preferred(3, 2, 64, 40 * 40 * 32 - 1));
+  CHECK(!carve_cu_igemm_preferred(3, 2, 128, 80 * 80 * 32));       // layer 5 (cout 128): no measured win
+  CHECK(!carve_cu_igemm_preferred(3, 1, 32, 160 * 160 * 32));      // stride 1
+  CHECK(!carve_cu_igemm_preferred(1, 2, 32, 160 * 160 * 32));      // 1x1: no im2col
+  CHECK(!carve_cu_igemm_preferred(3, 2, 32, 160 * 160));           // batch 1: not measured in a graph
   CHECK(carve_cu_igemm_tile(132, 400, 256) == CARVE_CU_IGEMM_TILE_32X32);    // 20 x 20, 256 ch: 104 blocks
   CHECK(carve_cu_igemm_tile(132, 1600, 128) == CARVE_CU_IGEMM_TILE_32X32);   // 40 x 40, 128 ch: 200 blocks
   CHECK(carve_cu_igemm_tile(132, 6400, 64) == CARVE_CU_IGEMM_TILE_32X64);    // 80 x 80, 64 ch: 200 blocks
@@ -315,6 +345,8 @@ int main() {
   }
   test_strict_keeps_gemm(t);
   test_fused<F16>(t, false);
+  if (major >= 8) test_preferred<F32>(t, true);
+  test_preferred<F16>(t, false);
   std::printf("ok: fused implicit-GEMM convolution (TF32 and fp16), %zu shapes each\n",
               sizeof(kCases) / sizeof(kCases[0]));
   return 0;
