@@ -26,7 +26,7 @@
 
 #include "carve_cuda.h"
 
-#define CARVE_CU_DIRECT_MAX_CIN 4   // input channels (the image: RGB, or RGBA)
+#define CARVE_CU_DIRECT_MAX_CIN 4   // input channels (the image: RGB, or RGBA; the CPU stem's CARVE_STEM_MAX_CIN too)
 #define CARVE_CU_DIRECT_MAX_K 64    // kh kw cin: a thread's multiply-adds per output channel
 #define CARVE_CU_DIRECT_GROUP 8     // output channels per thread (one 16-byte store of halves)
 #define CARVE_CU_DIRECT_SLICE 32    // output channels per block (grid.y): the weights it stages
