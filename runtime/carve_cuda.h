@@ -34,7 +34,8 @@
 //
 // Files: carve_cuda.h (this contract), carve_cuda_impl.h (helpers shared by the
 // .cu files), carve_cuda_elem.h (the kernels shared with the fp16 runtime, templates
-// over the element type), carve_cuda_ops.cu (context, convolutions, element-wise ops, pools,
+// over the element type), carve_cuda_direct.h (which convolutions take the direct
+// few-input-channel kernel), carve_cuda_ops.cu (context, convolutions, element-wise ops, pools,
 // linear, softmax, attention, mask logits), carve_cuda_topk.cu (top-k, gather,
 // e2e post-processing), carve_cuda_pre.cu (letterbox, classify); host pieces
 // from carve_rt.c, carve_pre.c (carve_letterbox_geometry) and carve_post.c.
@@ -180,7 +181,8 @@ carve_status carve_cu_ctx_lane(carve_cu_ctx* main, cudaStream_t stream, void* wo
 // newer: both GEMM inputs rounded to TF32 (8-bit exponent, 10-bit mantissa, round to nearest), products
 // accumulated in float32, as PyTorch's default for convolutions (torch.backends.cudnn.allow_tf32).
 // Older GPUs have no TF32: the request is accepted and the GEMMs stay float32 (conv_tf32 reads 0).
-// Depthwise convolutions, linear, attention and the mask logits always stay float32. Host function;
+// Depthwise convolutions, the direct kernel of the few-input-channel convs (the stem), linear, attention and
+// the mask logits always stay float32. Host function;
 // CARVE_ERR_INVALID_ARGUMENT for a NULL context or another value; CARVE_ERR_BACKEND when the device
 // cannot be queried.
 typedef enum carve_cu_math { CARVE_CU_MATH_STRICT = 0, CARVE_CU_MATH_TF32 = 1 } carve_cu_math;
@@ -196,7 +198,8 @@ carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 // GPUs without the tensor cores keep the cuBLAS path. Float results agree with the cuBLAS path's to the
 // summation order (half: one rounding fewer, the GEMM's result is not stored as half before the bias).
 // Not yet the default: no GPU has timed it (docs/backends/cuda.md, "The fused convolution"). Depthwise
-// convolutions keep their direct kernel either way. Host function; CARVE_ERR_INVALID_ARGUMENT for a
+// convolutions and the few-input-channel ones (the stem: carve_cuda_direct.h) keep their direct kernels
+// either way. Host function; CARVE_ERR_INVALID_ARGUMENT for a
 // NULL context or another value; CARVE_ERR_BACKEND when the device cannot be queried. On a GPU below
 // sm_70 the request is accepted and conv_fused stays 0.
 typedef enum carve_cu_conv_impl { CARVE_CU_CONV_GEMM = 0, CARVE_CU_CONV_FUSED = 1 } carve_cu_conv_impl;
@@ -223,9 +226,12 @@ typedef enum carve_cu_act { CARVE_CU_ACT_NONE = 0, CARVE_CU_ACT_SILU = 1 } carve
 //   residual, when not NULL, (oh, ow, cout) with pixel stride res_stride.
 // Weights OHWI: W[o][ky][kx][i] (cout, kh, kw, cin / groups), the xnnpack backend's
 // blob layout; bias (cout).
-// Lowering: 1x1 stride-1 pad-0 convs are one cuBLAS GEMM straight on the NHWC view;
-// other groups-1 convs are im2col (into scratch) + GEMM; depthwise convs a direct
-// kernel; then one epilogue kernel (bias + act + residual) over the output.
+// Lowering: groups-1 convs with few input channels (cin <= 4, kh kw cin <= 64: the stem;
+// carve_cuda_direct.h) are one direct kernel with the epilogue, float32 arithmetic, whatever
+// carve_cu_ctx_set_conv_math / _set_conv_impl say; other 1x1 stride-1 pad-0 convs are one
+// cuBLAS GEMM straight on the NHWC view; other groups-1 convs are im2col (into scratch) +
+// GEMM; depthwise convs a direct kernel; then one epilogue kernel (bias + act + residual)
+// over the output.
 // batch: the images of a batch (0 reads as 1): x, y and residual hold `batch` images one
 // after another (image b's pixels after image b - 1's, the same strides), and every
 // step above runs once for all of them (the GEMMs' M is batch oh ow).
@@ -238,7 +244,7 @@ typedef struct carve_cu_conv {
 } carve_cu_conv;
 
 // Floats of scratch carve_cu_conv2d needs (the im2col matrix, at most CARVE_CU_IM2COL_FLOATS per image
-// of the batch; 0 when none).
+// of the batch; 0 when none: depthwise, 1x1 stride-1, few input channels).
 size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c);
 
 carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const float* x, const float* weight,

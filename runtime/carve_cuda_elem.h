@@ -17,6 +17,7 @@
 #ifndef CARVE_CUDA_ELEM_H
 #define CARVE_CUDA_ELEM_H
 
+#include "carve_cuda_direct.h"
 #include "carve_cuda_impl.h"
 
 #include <initializer_list>
@@ -406,14 +407,116 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
   }
 }
 
+// Direct convolution for few input channels (groups 1; carve_cuda_direct.h says which convs and why):
+//   y[p][o] = act(b[o] + sum_{ky,kx,i} x_b[oy s - pad + ky][ox s - pad + kx][i] W[o][ky][kx][i]) + residual[p][o],
+// taps outside the input skipped (zero padding), accumulated in float32 in the order of the OHWI weights (ky,
+// then kx, then i: carve_cu_for_window's rows, left to right), the bias added after the sum, one rounding at the
+// store, as the depthwise kernel. Float32 multiply-adds on the CUDA cores in both precisions, whatever the
+// context's convolution math: at least as accurate as TF32, so a float package agrees with the CPU to rounding
+// in TF32 mode too.
+// Block (blockIdx.x, blockIdx.y): output channels n0 = blockIdx.y SLICE .. n0 + nc - 1 (nc <= SLICE), whose
+// weights it stages as float in shared memory, transposed to ws[k][c] (k = (ky kw + kx) cin + i), so that a
+// thread's GROUP channels of one k are consecutive floats (16-byte shared loads) and the threads of a warp read
+// at most SLICE / GROUP distinct addresses (broadcasts, no bank conflicts). Then gs = ceil(nc / GROUP) threads
+// per output pixel, consecutive threads the channel groups of one pixel, then the next pixel (a warp's stores
+// are consecutive bytes when out_stride == cout); a grid-stride loop over the batch's pixels (p < 2^31: image
+// p / opix of the batch, as the other kernels). Each thread reads its pixel's taps once (cin values per tap) and
+// multiplies each into its GROUP accumulators. VEC: the output, bias and residual in 16-byte vectors
+// (carve_cu_store_act16; cout a whole number of them, so a vector is all in or all past cout), else scalar.
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(CARVE_CU_DIRECT_THREADS)
+    carve_cu_direct_conv_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
+                                uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
+                                uint32_t pixels, uint32_t cout, const T* __restrict__ weight,
+                                const T* __restrict__ bias, const T* __restrict__ residual, size_t res_stride,
+                                int silu, T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t G = CARVE_CU_DIRECT_GROUP, S = CARVE_CU_DIRECT_SLICE, NT = CARVE_CU_DIRECT_THREADS;
+  static_assert(S % G == 0 && NT >= S / G && G % CARVE_CU_VEC(T) == 0, "direct conv: slice, group, vector");
+  alignas(16) __shared__ float ws[CARVE_CU_DIRECT_MAX_K * S];
+  const uint32_t k_total = kh * kw * cin;  // <= CARVE_CU_DIRECT_MAX_K (carve_cu_conv_direct)
+  const uint32_t n0 = blockIdx.y * S, nc = cout - n0 < S ? cout - n0 : S;
+  // ws[k][c] = W[n0 + c][k], zeros past the slice's channels (consecutive threads: consecutive shared words).
+  for (uint32_t e = threadIdx.x; e < k_total * S; e += NT) {
+    const uint32_t k = e / S, c = e - k * S;
+    ws[e] = c < nc ? carve_cu_ld(weight, (size_t)(n0 + c) * k_total + k) : 0.0f;
+  }
+  __syncthreads();
+  const uint32_t gs = (nc + G - 1) / G, ppb = NT / gs;  // threads per pixel, pixels per block and step
+  const uint32_t t = threadIdx.x, pl = t / gs, o0 = n0 + (t - pl * gs) * G;  // the thread's pixel and channels
+  if (pl >= ppb) {
+    return;  // (gs 3: the block's last thread; no barrier follows)
+  }
+  const float* const wg = ws + (o0 - n0);
+  for (uint32_t p = blockIdx.x * ppb + pl; p < pixels; p += gridDim.x * ppb) {  // p + step < 2^32: p < 2^31
+    const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
+    const T* const xb = x + (size_t)img * h * w * in_stride;
+    float acc[G];
+    for (uint32_t j = 0; j < G; j++) {
+      acc[j] = 0.0f;
+    }
+    carve_cu_for_window((long long)oy * stride - pad, (long long)ox * stride - pad, kh, kw, h, w,
+                        [&](size_t tap, size_t pixel) {
+                          const T* const xp = xb + pixel * in_stride;
+                          const float* const wk = wg + (uint32_t)tap * cin * S;
+                          for (uint32_t i = 0; i < cin; i++) {
+                            const float xv = carve_cu_ld(xp, i);
+                            for (uint32_t j = 0; j < G; j++) {
+                              acc[j] += xv * wk[i * S + j];
+                            }
+                          }
+                        });
+    const size_t yi = (size_t)p * out_stride + o0, ri = (size_t)p * res_stride + o0;
+    if constexpr (VEC) {
+      constexpr uint32_t V = CARVE_CU_VEC(T);
+      for (uint32_t j = 0; j < G; j += V) {
+        if (o0 + j < cout) {
+          carve_cu_store_act16(y + yi + j, acc + j, bias + o0 + j, silu, residual != NULL ? residual + ri + j : NULL);
+        }
+      }
+    } else {
+      for (uint32_t j = 0; j < G; j++) {
+        if (o0 + j < cout) {
+          carve_cu_store_act(y, yi + j, acc[j] + carve_cu_ld(bias, o0 + j), silu, residual, ri + j);
+        }
+      }
+    }
+  }
+}
+
+// One launch of carve_cu_direct_conv_kernel for the whole batch (carve_cu_conv_direct(c) holds; arguments
+// checked by the caller): grid.y the slices of CARVE_CU_DIRECT_SLICE channels, grid.x enough blocks for the
+// pixels at the first slice's pixels per block (at most CARVE_CU_MAX_BLOCKS: a grid-stride loop does the rest).
+template <typename T>
+static carve_status carve_cu_direct_conv(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x,
+                                         const T* weight, const T* bias, const T* residual, T* y, size_t ow,
+                                         size_t opix, size_t pixels) {
+  const uint32_t s = CARVE_CU_DIRECT_SLICE, g = CARVE_CU_DIRECT_GROUP;
+  const uint32_t gs0 = ((c->cout < s ? c->cout : s) + g - 1) / g, ppb0 = CARVE_CU_DIRECT_THREADS / gs0;
+  size_t bx = (pixels + ppb0 - 1) / ppb0;
+  bx = bx > CARVE_CU_MAX_BLOCKS ? CARVE_CU_MAX_BLOCKS : bx;
+  const dim3 grid((unsigned)bx, (c->cout + s - 1) / s);
+  void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
+                       uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*, size_t) =
+      carve_cu_vec_ok<T>(pixels * c->cout, {c->cout, c->out_stride, residual ? c->res_stride : 0}, {y, bias, residual})
+          ? carve_cu_direct_conv_kernel<T, true>
+          : carve_cu_direct_conv_kernel<T, false>;
+  CARVE_LAUNCH(kernel, grid, CARVE_CU_DIRECT_THREADS, ctx->stream, x, c->in_stride, c->h, c->w, c->cin, c->kh, c->kw,
+               c->stride, c->pad, (uint32_t)ow, (uint32_t)opix, (uint32_t)pixels, c->cout, weight, bias, residual,
+               c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
 // The fused implicit-GEMM convolution on tensor cores (carve_cu_ctx_set_conv_impl).
 #include "carve_cuda_igemm.h"
 
-// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; groups-1 convs the fused
-// implicit-GEMM kernel when the context asks for it (carve_cu_igemm_applies: one launch, no scratch);
-// otherwise 1x1 stride-1 convs one
-// GEMM on the NHWC view; others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used
-// as that many T: chunks of whole output pixels) + one GEMM per chunk; then the epilogue.
+// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; groups-1 convs with few input
+// channels (carve_cu_conv_direct: the stem) the direct kernel above, whichever path the context asks for (one
+// launch, no scratch); other groups-1 convs the fused implicit-GEMM kernel when the context asks for it
+// (carve_cu_igemm_applies: one launch, no scratch); otherwise 1x1 stride-1 convs one GEMM on the NHWC view;
+// others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used as that many T: chunks of whole
+// output pixels) + one GEMM per chunk; then the epilogue.
 template <typename T>
 static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
                                       const T* bias, const T* residual, T* y, float* scratch,
@@ -442,6 +545,9 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
     }
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
+  }
+  if (carve_cu_conv_direct(c)) {
+    return carve_cu_direct_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
   }
   if (carve_cu_igemm_applies<T>(ctx, c, pixels)) {
     return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);

@@ -255,8 +255,10 @@ static size_t im2col_chunk(const carve_cu_conv* c) {
   return chunk < pixels ? chunk : pixels;
 }
 
+// 0 for the convolutions without im2col: depthwise, 1x1 stride-1 GEMMs and the direct kernel's few-input-channel
+// convs (carve_cuda_direct.h; the generator's _conv_scratch_floats mirrors this, tests/cuda/cuda_options.py checks).
 extern "C" size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c) {
-  if (!carve_cu_conv_valid(c) || c->groups != 1 || carve_cu_conv_is_gemm(c)) {
+  if (!carve_cu_conv_valid(c) || c->groups != 1 || carve_cu_conv_is_gemm(c) || carve_cu_conv_direct(c)) {
     return 0;
   }
   return im2col_chunk(c) * (size_t)c->kh * c->kw * c->cin;

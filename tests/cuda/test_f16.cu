@@ -5,14 +5,17 @@
 //     neighbours and midpoints is the nearest half, ties to even (checked in double), overflow
 //     to inf at 65520, NaN kept NaN;
 //   * the casts (f32 -> f16 dense, f16 -> f32 strided views) exact;
-//   * conv2d (1x1 GEMM, im2col + GEMM with chunks, depthwise; bias, SiLU, residual) against a
-//     double-precision loop on the same half inputs, within the roundings the kernels make (the
-//     GEMM's result and the epilogue's store: 2^-11 each, relative, plus float accumulation);
+//   * conv2d (1x1 GEMM, im2col + GEMM with chunks, depthwise, the direct kernel of the few-input-channel
+//     convs (the stem; batches of 3, the cuBLAS and the fused impl alike: one launch, the same bits);
+//     bias, SiLU, residual) against a double-precision loop on the same half inputs, within the roundings
+//     the kernels make (the GEMM's result and the epilogue's store: 2^-11 each, relative, plus float
+//     accumulation; depthwise and direct: the store only);
 //   * maxpool, upsample, copy (moves of halves: exact), add (half(float(a) + float(b)): exact);
 //   * attention against a double loop, within fp16's scores / probabilities / output roundings;
 //   * strided outputs: the channels between views never written; argument errors;
 //   * carve_cu_ctx_f16_math: the handle's math mode (tensor cores, float32 reductions).
 
+#include "carve_cuda_direct.h"
 #include "carve_cuda_f16.h"
 #include "carve_weights.h"
 #include "cuda_test.h"
@@ -127,30 +130,41 @@ struct Case {
   bool residual;
   carve_cu_act act;
   bool dense = false;  // strides = channels (multiples of 8 here): the 16-byte im2col / epilogue kernels
+  uint32_t batch = 1;  // images one after another in each view
 };
 
-static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
+// Returns the output (batch oh ow out_stride halves) for the callers that compare two runs.
+static std::vector<__half> test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
   TestRng rng(seed);
   const size_t in_stride = cs.cin + (cs.dense ? 0 : 3), out_stride = cs.cout + (cs.dense ? 0 : 2),
                res_stride = cs.cout + (cs.dense ? 0 : 1);
   const size_t oh = (cs.h + 2 * cs.pad - cs.k) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.k) / cs.stride + 1;
   const size_t cin_g = cs.groups == 1 ? cs.cin : 1;
   const size_t kk = (size_t)cs.k * cs.k * cin_g;
-  const std::vector<__half> x = random_halves(rng, (size_t)cs.h * cs.w * in_stride, 1.0f);
+  const size_t nb = cs.batch, ipix = (size_t)cs.h * cs.w, opix = oh * ow;
+  const std::vector<__half> x = random_halves(rng, nb * ipix * in_stride, 1.0f);
   const std::vector<__half> wt = random_halves(rng, cs.cout * kk, 1.0f / std::sqrt((float)kk));
   const std::vector<__half> b = random_halves(rng, cs.cout, 0.5f);
-  const std::vector<__half> r = random_halves(rng, oh * ow * res_stride, 1.0f);
-  std::vector<__half> y0(oh * ow * out_stride, __ushort_as_half(kCanaryBits));
+  const std::vector<__half> r = random_halves(rng, nb * opix * res_stride, 1.0f);
+  std::vector<__half> y0(nb * opix * out_stride, __ushort_as_half(kCanaryBits));
   DevBuf<__half> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, cs.groups, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act, 1};
-  DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
-  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
+                           in_stride, out_stride, res_stride, cs.act, cs.batch};
+  // The direct kernel (few input channels): float accumulation, one rounding at the store (no half GEMM
+  // result), no scratch (NULL: a use would fault).
+  const bool direct = carve_cu_conv_direct(&c) != 0;
+  const size_t scratch_floats = carve_cu_conv2d_scratch_floats(&c);
+  CHECK(!direct || scratch_floats == 0);
+  DevBuf<float> scratch(scratch_floats + 1);
+  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p,
+                           scratch_floats ? scratch.p : nullptr));
   t.sync();
   const std::vector<__half> y = dy.download();
+  for (size_t img = 0; img < nb; img++)
   for (size_t oy = 0; oy < oh; oy++) {
     for (size_t ox = 0; ox < ow; ox++) {
-      const size_t p = oy * ow + ox;
+      const size_t p = img * opix + oy * ow + ox;
+      const __half* const xb = x.data() + img * ipix * in_stride;
       for (size_t o = 0; o < out_stride; o++) {
         const unsigned short got_bits = __half_as_ushort(y[p * out_stride + o]);
         if (o >= cs.cout) {
@@ -165,7 +179,7 @@ static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
             if (iy < 0 || ix < 0 || iy >= cs.h || ix >= cs.w) continue;
             for (size_t i = 0; i < cin_g; i++) {
               const size_t ci = cs.groups == 1 ? i : o;
-              const double v = (double)h2f(x[((size_t)iy * cs.w + (size_t)ix) * in_stride + ci]) *
+              const double v = (double)h2f(xb[((size_t)iy * cs.w + (size_t)ix) * in_stride + ci]) *
                                h2f(wt[o * kk + ((size_t)ky * cs.k + kx) * cin_g + i]);
               s += v;
               mag += std::fabs(v);
@@ -176,15 +190,18 @@ static void test_conv_case(TestCtx& t, const Case& cs, uint64_t seed) {
         if (cs.act == CARVE_CU_ACT_SILU) v = v / (1.0 + std::exp(-v));
         const double rr = cs.residual ? h2f(r[p * res_stride + o]) : 0.0;
         const double want = v + rr;
-        // the GEMM's half result (1x1 / im2col: u |s|; depthwise: no rounding), the float sums (kAcc mag),
-        // SiLU's slope <= 1.1, the epilogue's store (u |want|)
-        const double tol = 1.1 * (kU * std::fabs(s) + kAcc * mag) + kU * (std::fabs(want) + std::fabs(rr)) + 1e-7;
+        // the GEMM's half result (1x1 / im2col: u |s|; depthwise: no rounding, allowed all the same; direct:
+        // none, held to it), the float sums (kAcc mag), SiLU's slope <= 1.1, the epilogue's store (u |want|)
+        const double gemm_round = direct ? 0.0 : kU * std::fabs(s);
+        const double tol = 1.1 * (gemm_round + kAcc * mag) + kU * (std::fabs(want) + std::fabs(rr)) + 1e-7;
         const double got = h2f(__ushort_as_half(got_bits));
-        CHECK_MSG(near_float(got, want, tol), "conv k%u s%u g%u %ux%u: pixel %zu channel %zu: %.7g vs %.7g (tol %.3g)",
-                  cs.k, cs.stride, cs.groups, cs.cin, cs.cout, p, o, got, want, tol);
+        CHECK_MSG(near_float(got, want, tol),
+                  "conv k%u s%u g%u %ux%u batch %u%s: pixel %zu channel %zu: %.7g vs %.7g (tol %.3g)", cs.k, cs.stride,
+                  cs.groups, cs.cin, cs.cout, cs.batch, t.ctx.conv_fused ? " fused" : "", p, o, got, want, tol);
       }
     }
   }
+  return y;
 }
 
 static void test_conv(TestCtx& t) {
@@ -204,6 +221,31 @@ static void test_conv(TestCtx& t) {
   };
   uint64_t seed = 100;
   for (const Case& cs : cases) test_conv_case(t, cs, seed++);
+  // The direct kernel of the few-input-channel convs (runtime/carve_cuda_direct.h: the stem), batches of 1
+  // and 3: 16-byte stores (cout a multiple of 8 halves, dense views), scalar ones (cout 24 strided, cout 13,
+  // cout 20), 3 slices of 32 channels (80). With the fused impl requested it is the same kernel: one launch,
+  // the same halves bit for bit.
+  const Case direct[] = {
+      {3, 2, 1, 1, 3, 16, 13, 11, false, CARVE_CU_ACT_SILU, true, 1},  // yolo26n's stem, odd size
+      {3, 2, 1, 1, 3, 16, 13, 11, true, CARVE_CU_ACT_SILU, true, 3},   // + residual, batch 3
+      {3, 2, 1, 1, 3, 24, 12, 9, true, CARVE_CU_ACT_NONE, false, 3},   // strided views: scalar stores
+      {3, 2, 1, 1, 3, 80, 13, 11, false, CARVE_CU_ACT_SILU, true, 3},  // 3 slices, vectors
+      {3, 2, 1, 1, 3, 13, 11, 13, true, CARVE_CU_ACT_SILU, true, 1},   // a partial group: scalar
+      {3, 1, 1, 1, 4, 20, 9, 7, false, CARVE_CU_ACT_SILU, true, 3},    // cin 4, stride 1, cout 20: scalar
+      {4, 2, 1, 1, 4, 32, 10, 9, false, CARVE_CU_ACT_NONE, true, 1},   // K 64
+  };
+  for (const Case& cs : direct) {
+    const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin, cs.cout,
+                             cs.cout, cs.act, cs.batch};
+    CHECK(carve_cu_conv_direct(&c));
+    const std::vector<__half> gemm = test_conv_case(t, cs, seed);
+    CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
+    CHECK(t.ctx.conv_fused == 1);
+    const std::vector<__half> fused = test_conv_case(t, cs, seed++);
+    CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+    CHECK(gemm.size() == fused.size());
+    for (size_t i = 0; i < gemm.size(); i++) CHECK(__half_as_ushort(gemm[i]) == __half_as_ushort(fused[i]));
+  }
 }
 
 // ---- Moves and add ---------------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 //     rounded, or not converted at all, fail;
 //   * fp16 (__half storage): against a double loop over the same halves, within the float accumulation
 //     and the one rounding of the store;
-// on shapes that spread: 1x1 stride 1 and 2, 3x3 stride 1 and 2, the stem's 3-channel 3x3 / 2, a 3x1
-// kernel, odd sizes, K below one step and over many (yolo26n's 20 x 20 stage: 128 -> 256, K 1152), cout
+// on shapes that spread: 1x1 stride 1 and 2, 3x3 stride 1 and 2, 3 channels with a 5x5 / 2 kernel (K 75: the
+// stem's 3x3 / 2, K 27, takes the direct kernel instead, carve_cuda_direct.h), a 3x1 kernel, odd sizes, K below one step and over many (yolo26n's 20 x 20 stage: 128 -> 256, K 1152), cout
 // not a multiple of 16 and over one tile, pixels over several tiles; residual and none, SiLU and none;
 // strided input, output and residual views (what lies between the output's channels never written); every
 // tile of carve_cuda_igemm_tile.h (the case's SM count picks it) with the 16-byte loads (channels and
@@ -18,12 +18,15 @@
 //   * without the request, the shapes where the fused kernel is the faster path (carve_cu_igemm_preferred: a
 //     stride-2 k x k conv, cout <= 64, >= CARVE_CU_IGEMM_WIDE_PIXELS output pixels) take it anyway (TF32 and fp16;
 //     strict float32 not);
+//   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
+//     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
 //   * argument errors of carve_cu_ctx_set_conv_impl.
 // Runs under the emulation (ctest cuda_igemm) and on a GPU (tests/cuda/gpu_kernel_tests.sh, sm_80+).
 
 #include <set>
 #include <utility>
 
+#include "carve_cuda_direct.h"
 #include "carve_cuda_f16.h"
 #include "carve_cuda_igemm_tile.h"
 #include "cuda_test.h"
@@ -110,7 +113,7 @@ static const Case kCases[] = {
     {1, 1, 2, 0, 16, 33, 9, 9, false, CARVE_CU_ACT_SILU, 3, 0, 1},   // 1x1 stride 2: 64x64
     {3, 3, 1, 1, 11, 10, 9, 8, true, CARVE_CU_ACT_SILU, 3, 0, 3},    // 3x3 / 1, padding, residual: 32x32
     {3, 3, 2, 1, 6, 7, 11, 10, false, CARVE_CU_ACT_SILU, 3, 0, 1},   // 3x3 / 2, odd sizes
-    {3, 3, 2, 1, 3, 16, 17, 15, false, CARVE_CU_ACT_SILU, 3, 0, 132},  // the stem: 3 channels, 3x3 / 2: 32x32
+    {5, 5, 2, 2, 3, 16, 17, 15, false, CARVE_CU_ACT_SILU, 3, 0, 132},  // 3 channels, 5x5 / 2 (K 75): 32x32
     {3, 3, 1, 1, 40, 70, 13, 11, true, CARVE_CU_ACT_NONE, 3, 0, 8},  // K 360, 5 x 2 tiles of 32x64
     {3, 1, 1, 1, 5, 9, 6, 4, false, CARVE_CU_ACT_NONE, 3, 0, 1},     // 3x1 kernel (pad on all four sides)
     // 16-byte loads (cin and in_stride multiples of 8 halves / 4 floats):
@@ -146,7 +149,6 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   typedef typename E::T T;
   TestRng rng(seed);
   const bool fused = t.ctx.conv_fused != 0;
-  const char* path = fused ? "fused" : "cublas";
   const size_t in_stride = cs.cin + cs.xpad, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
   const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
   const size_t kk = (size_t)cs.kh * cs.kw * cs.cin;
@@ -163,6 +165,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
                            in_stride, out_stride, res_stride, cs.act, 1};
+  const char* path = carve_cu_conv_direct(&c) ? "direct" : fused ? "fused" : "cublas";
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
   t.ctx.sm_count = cs.sms;
@@ -250,6 +253,10 @@ static void test_fused(TestCtx& t, bool tf32) {
   std::set<std::pair<int, bool>> reached;  // (tile, 16-byte loads) of the fused launches
   for (const Case& cs : kCases) {
     const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
+    const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin + cs.xpad,
+                             cs.cout + 2, cs.cout + 1, cs.act, 1};
+    CHECK_MSG(!carve_cu_conv_direct(&c), "conv %ux%u %u->%u: the direct kernel's, not this test's", cs.kh, cs.kw,
+              cs.cin, cs.cout);  // (so that `reached` counts fused launches)
     reached.insert({carve_cu_igemm_tile(cs.sms, oh * ow, cs.cout), vec_loads<E>(cs)});
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
     CHECK(t.ctx.conv_fused == 1);
@@ -300,6 +307,24 @@ static void test_strict_keeps_gemm(TestCtx& t) {
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
+// The stem's shape (3 -> 16, 3x3 / 2) with the fused request, in TF32 and fp16: the direct kernel of the
+// few-input-channel convs (carve_cuda_direct.h), one launch; in TF32 its float results are float32's: held to
+// the strict bound against the unrounded reference (the fused kernel's TF32 operands would be 2^-11 off).
+static void test_stem_direct(TestCtx& t) {
+  const Case stem = {3, 3, 2, 1, 3, 16, 17, 15, true, CARVE_CU_ACT_SILU, 3, 0, 132};
+  const carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, 17, 15, 6, 18, 17, CARVE_CU_ACT_SILU, 1};
+  CHECK(carve_cu_conv_direct(&c));
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_TF32));
+  CHECK(t.ctx.conv_fused == 1 && t.ctx.conv_tf32 == 1);
+  size_t nodes = run_case<F32>(t, stem, 950, false);
+  CHECK_MSG(nodes == 1, "tf32 stem: %zu launches, want 1", nodes);
+  nodes = run_case<F16>(t, stem, 951, false);
+  CHECK_MSG(nodes == 1, "fp16 stem: %zu launches, want 1", nodes);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+}
+
 static void test_args(TestCtx& t) {
   CHECK(carve_cu_ctx_set_conv_impl(nullptr, CARVE_CU_CONV_FUSED) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_set_conv_impl(&t.ctx, (carve_cu_conv_impl)2) == CARVE_ERR_INVALID_ARGUMENT);
@@ -347,6 +372,7 @@ int main() {
   test_fused<F16>(t, false);
   if (major >= 8) test_preferred<F32>(t, true);
   test_preferred<F16>(t, false);
+  test_stem_direct(t);
   std::printf("ok: fused implicit-GEMM convolution (TF32 and fp16), %zu shapes each\n",
               sizeof(kCases) / sizeof(kCases[0]));
   return 0;

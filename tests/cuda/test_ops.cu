@@ -1,6 +1,7 @@
 // tests/cuda/test_ops.cu: the op kernels of runtime/carve_cuda_ops.cu on odd shapes and
 // strided (channel-slice) views, each against the CPU runtime or a plain loop:
-//   conv2d (1x1 GEMM path, im2col + GEMM incl. a chunked im2col, depthwise; bias, SiLU,
+//   conv2d (1x1 GEMM path, im2col + GEMM incl. a chunked im2col, depthwise, the direct kernel of the
+//   few-input-channel convs (the stem) in every math and conv impl: float32 and one launch; bias, SiLU,
 //   residual) and deconv2d against double-precision loops; maxpool, copy, add against
 //   loops (exact); upsample2x against carve_upsample_nearest2x (exact); global average
 //   pool and linear against double loops; softmax against carve_softmax; attention
@@ -11,6 +12,7 @@
 #include "carve_attention.h"
 #include "carve_layout.h"
 #include "carve_weights.h"
+#include "carve_cuda_direct.h"
 #include "cuda_test.h"
 
 static const float kCanary = -12345.5f;
@@ -70,7 +72,8 @@ static double tf32_of(float v) {
 }
 
 // check_conv's reference under CARVE_CU_MATH_TF32: the GEMM paths (groups 1) multiply TF32-rounded
-// inputs and weights; depthwise stays float32. g_tf32_far counts outputs the strict bound would reject
+// inputs and weights; depthwise and the direct few-input-channel kernel (carve_cu_conv_direct) stay float32,
+// held to the float32 bound. g_tf32_far counts outputs the strict bound would reject
 // against the unrounded reference (so the TF32 path is really taken).
 static bool g_tf32 = false;
 static size_t g_tf32_far = 0;
@@ -100,11 +103,15 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng, uint32_t ba
   for (auto& v : wt) v = rng.normal() * 0.2f;
   for (auto& v : b) v = rng.normal();
   const std::vector<float> r = random_view(rng, batch * opix, c.res_stride);
+  const bool direct = carve_cu_conv_direct(&c) != 0;  // the direct kernel: float32 in every math
 
   DevBuf<float> dx(x), dw(wt), db(b), dr(r), dy(batch * opix * c.out_stride);
   dy.upload(std::vector<float>(batch * opix * c.out_stride, kCanary));
-  DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
-  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p, scratch.p));
+  // No scratch where the function says none is needed (depthwise, 1x1, direct): NULL, so a use would fault.
+  const size_t scratch_floats = carve_cu_conv2d_scratch_floats(&c);
+  DevBuf<float> scratch(scratch_floats + 1);
+  CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, cc.residual ? dr.p : nullptr, dy.p,
+                           scratch_floats ? scratch.p : nullptr));
   t.sync();
 
   std::vector<double> want(batch * opix * cc.cout), tol(want.size()), tol_check(want.size()), exact;
@@ -121,7 +128,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng, uint32_t ba
               const size_t ch = cc.groups == 1 ? i : o;
               const float xv = x[(img * ipix + (size_t)iy * cc.w + (size_t)ix) * c.in_stride + ch];
               const float wv = wt[((o * cc.kh + ky) * cc.kh + kx) * cpg + i];
-              const bool round = g_tf32 && cc.groups == 1;
+              const bool round = g_tf32 && cc.groups == 1 && !direct;
               const double v = round ? tf32_of(xv) * tf32_of(wv) : (double)xv * wv;
               s += v;
               s_exact += (double)xv * wv;
@@ -147,7 +154,7 @@ static void check_conv(TestCtx& t, const ConvCase& cc, TestRng& rng, uint32_t ba
         // 3, beyond the strict bound). The check accepts either; the count below (g_tf32_far, strict bound) still
         // requires the emulated GEMM to round.
         tol_check[p * cc.cout + o] =
-            tol[p * cc.cout + o] + (g_tf32 ? std::fabs(s - s_exact) + std::ldexp(mag, -10) : 0.0);
+            tol[p * cc.cout + o] + (g_tf32 && !direct ? std::fabs(s - s_exact) + std::ldexp(mag, -10) : 0.0);
         exact.push_back(s_exact);
       }
     }
@@ -212,16 +219,103 @@ static void test_conv(TestCtx& t) {
   CHECK(carve_cu_conv2d_scratch_floats(&one) == 0);
   std::printf("conv2d: %zu cases ok\n", sizeof cases / sizeof cases[0]);
 
-  // Refusals: grouped but not depthwise, zero sizes, strides shorter than the channels.
+  // Refusals: grouped but not depthwise, zero sizes, strides shorter than the channels, no scratch for an
+  // im2col conv (5 input channels: not the direct kernel's).
   DevBuf<float> d(64);
-  carve_cu_conv bad = {3, 3, 1, 1, 2, 4, 4, 5, 5, 4, 4, 4, CARVE_CU_ACT_NONE, 1};
+  carve_cu_conv bad = {3, 3, 1, 1, 2, 5, 5, 5, 5, 5, 5, 5, CARVE_CU_ACT_NONE, 1};
   CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   bad.groups = 1;
-  bad.in_stride = 3;
-  CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   bad.in_stride = 4;
+  CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  bad.in_stride = 5;
+  CHECK(!carve_cu_conv_direct(&bad) && carve_cu_conv2d_scratch_floats(&bad) > 0);
   CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_conv2d(&t.ctx, nullptr, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+}
+
+// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
+template <typename F>
+static size_t captured_nodes(TestCtx& t, F&& launch) {
+  CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
+  const carve_status st = launch();
+  cudaGraph_t graph = nullptr;
+  CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+  CHECK_OK(st);
+  size_t nodes = 0;
+  CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return nodes;
+}
+
+// The direct kernel of the few-input-channel convs (runtime/carve_cuda_direct.h: groups 1, cin <= 4,
+// kh kw cin <= 64; the stem of every YOLO26 model): in both conv impls (cuBLAS default and fused) and both
+// maths (strict and TF32) it is one launch without scratch and float32 (check_conv holds it to the float32
+// bound against the unrounded double reference), at batch 1 and 3; 16-byte stores where cout and the strides
+// allow (cout a multiple of 4 floats, dense or 4-aligned views), scalar ones otherwise; channel slices of 32
+// (cout 80), 3 groups a pixel (cout 24), a partial group (13, 20), K from 3 to 64. The outputs spread.
+static void test_conv_direct(TestCtx& t) {
+  TestRng rng(25);
+  const ConvCase cases[] = {
+      {3, 2, 1, 1, 3, 16, 13, 11, 0, 0, 0, false, CARVE_CU_ACT_SILU},  // yolo26n's stem, odd size: 16-byte stores
+      {3, 2, 1, 1, 3, 16, 13, 11, 0, 0, 0, true, CARVE_CU_ACT_NONE},   // + residual (16-byte loads of it)
+      {3, 2, 1, 1, 3, 24, 12, 9, 0, 0, 0, true, CARVE_CU_ACT_SILU},    // 3 channel groups a pixel
+      {3, 2, 1, 1, 3, 80, 13, 11, 1, 3, 2, true, CARVE_CU_ACT_SILU},   // 3 slices of 32; strided: scalar stores
+      {3, 2, 1, 1, 3, 13, 11, 13, 0, 0, 0, false, CARVE_CU_ACT_NONE},  // a partial group: scalar stores
+      {3, 1, 1, 1, 4, 20, 9, 7, 0, 4, 0, false, CARVE_CU_ACT_SILU},    // cin 4, stride 1; 20: half a group, vectors
+      {4, 2, 1, 1, 4, 12, 10, 9, 0, 0, 0, false, CARVE_CU_ACT_SILU},   // K 64, the largest the rule takes
+      {1, 1, 0, 1, 3, 16, 7, 5, 2, 0, 0, false, CARVE_CU_ACT_SILU},    // 1x1 on 3 channels (not the GEMM path)
+      {3, 2, 1, 1, 1, 8, 13, 11, 0, 0, 0, true, CARVE_CU_ACT_SILU},    // cin 1
+  };
+  for (const auto& cc : cases) {
+    carve_cu_conv c = {cc.kh, cc.kh, cc.stride, cc.pad, 1, cc.cin, cc.cout, cc.h, cc.w, cc.cin + cc.in_pad,
+                       cc.cout + cc.out_pad, cc.cout + cc.res_pad, cc.act, 3};
+    CHECK(carve_cu_conv_direct(&c) && carve_cu_conv2d_scratch_floats(&c) == 0);
+  }
+  // The rule's edges: 5 input channels, K 75 (cin 3, 5x5), depthwise.
+  carve_cu_conv edge = {5, 5, 2, 2, 1, 3, 16, 17, 15, 3, 16, 16, CARVE_CU_ACT_SILU, 1};
+  CHECK(!carve_cu_conv_direct(&edge) && carve_cu_conv2d_scratch_floats(&edge) > 0);
+  edge = {3, 3, 2, 1, 1, 5, 16, 17, 15, 5, 16, 16, CARVE_CU_ACT_SILU, 1};
+  CHECK(!carve_cu_conv_direct(&edge));
+  edge = {3, 3, 1, 1, 4, 4, 4, 17, 15, 4, 4, 4, CARVE_CU_ACT_SILU, 1};
+  CHECK(!carve_cu_conv_direct(&edge));
+  for (int fused = 0; fused < 2; fused++) {
+    CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, fused ? CARVE_CU_CONV_FUSED : CARVE_CU_CONV_GEMM));
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+      CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+      for (const auto& cc : cases) {
+        for (uint32_t batch : {1u, 3u}) check_conv(t, cc, rng, batch);
+      }
+    }
+    // One launch, and outputs that spread (yolo26n's stem, batch 3).
+    const ConvCase& cc = cases[0];
+    const uint32_t batch = 3;
+    const size_t opix = (size_t)((cc.h + 1) / 2) * ((cc.w + 1) / 2);
+    carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, cc.h, cc.w, 3, 16, 16, CARVE_CU_ACT_SILU, batch};
+    const std::vector<float> x = random_view(rng, (size_t)batch * cc.h * cc.w, 3);
+    std::vector<float> wt(16 * 27), b(16);
+    for (auto& v : wt) v = rng.normal() * 0.2f;
+    for (auto& v : b) v = rng.normal();
+    DevBuf<float> dx(x), dw(wt), db(b), dy(batch * opix * 16);
+    const size_t nodes =
+        captured_nodes(t, [&]() { return carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, nullptr, dy.p, nullptr); });
+    CHECK_MSG(nodes == 1, "direct conv (%s): %zu launches, want 1", fused ? "fused" : "cuBLAS", nodes);
+    CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, nullptr, dy.p, nullptr));
+    t.sync();
+    double sum = 0.0, sum2 = 0.0;
+    for (float v : dy.download()) {
+      sum += v;
+      sum2 += (double)v * v;
+    }
+    const double n = (double)(batch * opix * 16), sd = std::sqrt(std::max(0.0, sum2 / n - (sum / n) * (sum / n)));
+    CHECK_MSG(sd > 0.1, "direct conv: outputs flat (sd %.3g)", sd);
+  }
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+  // More pixels than one grid's threads take in one step (CARVE_CU_MAX_BLOCKS blocks of 128 pixels for 16
+  // channels): threads go round the grid-stride loop, across the images of a batch of 3.
+  check_conv(t, {3, 2, 1, 1, 3, 16, 448, 447, 0, 0, 0, true, CARVE_CU_ACT_SILU}, rng, 3);
+  std::printf("conv2d direct (few input channels): %zu cases ok, cuBLAS and fused, strict and TF32, batch 1 and 3\n",
+              sizeof cases / sizeof cases[0]);
 }
 
 static void test_deconv(TestCtx& t) {
@@ -534,6 +628,7 @@ static void test_errors(TestCtx& t) {
 int main() {
   TestCtx t;
   test_conv(t);
+  test_conv_direct(t);
   test_deconv(t);
   test_elementwise(t);
   test_linear_softmax(t);

@@ -93,11 +93,13 @@ def _cu_conv(lw: Lowering, op) -> list:
                       cout=a["cout"], h=h, w=w, in_stride=lw.stride(x), out_stride=lw.stride(y),
                       res_stride=lw.stride(residual) if residual else 0, act=act))
     one_by_one = k == 1 and a["stride"] == 1 and a["pad"] == 0 and a["groups"] == 1
+    direct = _conv_direct(convs[-1])  # the stem (carve_cuda_direct.h)
     return [CuConv(**lw.head(op), index=len(convs) - 1, x_off=lw.off(x),
                    w_off=lw.weight(op, "weight", lambda t: LAYOUTS.conv(t, a)),
                    b_off=lw.weight(op, "bias"),
                    r_off=lw.off(residual) if residual else None, y_off=lw.off(y),
-                   path="one GEMM on the NHWC view" if one_by_one else
+                   path="direct kernel (few input channels)" if direct else
+                   "one GEMM on the NHWC view" if one_by_one else
                    "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")]
 
 
@@ -255,6 +257,9 @@ def batch_options(meta: dict, program: dict, options) -> tuple:
 # <name>_device_scratch_bytes() returns the run-time value and tests/cuda/cuda_options.py checks the two agree.
 
 IM2COL_FLOATS = runtime_define("CARVE_CU_IM2COL_FLOATS")   # carve_cuda_ops.cu
+DIRECT_MAX_CIN = runtime_define("CARVE_CU_DIRECT_MAX_CIN")  # carve_cuda_direct.h
+DIRECT_MAX_K = runtime_define("CARVE_CU_DIRECT_MAX_K")
+DIRECT_SLICE = runtime_define("CARVE_CU_DIRECT_SLICE")
 TOPK_CHUNK = runtime_define("CARVE_CU_TOPK_CHUNK")         # carve_cuda_topk.cu
 NMS_MAX_NMS = runtime_define("CARVE_NMS_MAX_NMS")          # carve_nms.h
 NMS_PARAM_BYTES = runtime_define("CARVE_CU_NMS_PARAM_BYTES")  # carve_cuda_nms.h
@@ -264,10 +269,24 @@ def _conv_out(n: int, k: int, stride: int, pad: int) -> int:
     return (n + 2 * pad - k) // stride + 1
 
 
+def _conv_direct(c: dict, batch: int = 1) -> bool:
+    """carve_cu_conv_direct (runtime/carve_cuda_direct.h): whether the conv runs as the direct kernel for few input
+    channels (the stem): groups 1, cin <= DIRECT_MAX_CIN, kh kw cin <= DIRECT_MAX_K, and the kernel's index and grid
+    limits."""
+    if c["groups"] != 1 or c["cin"] > DIRECT_MAX_CIN or c["kh"] * c["kw"] * c["cin"] > DIRECT_MAX_K:
+        return False
+    if c["h"] >= 1 << 29 or c["w"] >= 1 << 29 or c["pad"] >= 1 << 28 or -(-c["cout"] // DIRECT_SLICE) > 65535:
+        return False
+    pixels = _conv_out(c["h"], c["kh"], c["stride"], c["pad"]) * _conv_out(c["w"], c["kw"], c["stride"], c["pad"])
+    return pixels * max(batch, 1) <= 0x7FFFFFFF
+
+
 def _conv_scratch_floats(c: dict, batch: int = 1) -> int:
     """carve_cu_conv2d_scratch_floats: an im2col chunk of whole output pixels of the batch (at most IM2COL_FLOATS
-    per image; 0 for 1x1 GEMMs and depthwise)."""
+    per image; 0 for 1x1 GEMMs, depthwise and the direct kernel's few-input-channel convs)."""
     if c["groups"] != 1 or (c["kh"] == 1 and c["kw"] == 1 and c["stride"] == 1 and c["pad"] == 0):
+        return 0
+    if _conv_direct(c, batch):
         return 0
     k = c["kh"] * c["kw"] * c["cin"]
     pixels = _conv_out(c["h"], c["kh"], c["stride"], c["pad"]) * _conv_out(c["w"], c["kw"], c["stride"], c["pad"])
