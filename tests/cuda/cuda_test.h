@@ -125,4 +125,18 @@ struct TestCtx {
   void sync() { CHECK_CUDA(cudaStreamSynchronize(stream)); }
 };
 
+// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
+template <typename F>
+static size_t captured_nodes(TestCtx& t, F&& launch) {
+  CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
+  const carve_status st = launch();
+  cudaGraph_t graph = nullptr;
+  CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+  CHECK_OK(st);
+  size_t nodes = 0;
+  CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return nodes;
+}
+
 #endif  // CARVE_CUDA_TEST_H

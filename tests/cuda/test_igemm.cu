@@ -126,20 +126,6 @@ static const Case kCases[] = {
     {3, 3, 1, 1, 12, 36, 7, 6, true, CARVE_CU_ACT_SILU, 8, 0, 1},    // cin 12: whole float chunks, not half ones
 };
 
-// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
-template <typename F>
-static size_t captured_nodes(TestCtx& t, F&& launch) {
-  CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
-  const carve_status st = launch();
-  cudaGraph_t graph = nullptr;
-  CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-  CHECK_OK(st);
-  size_t nodes = 0;
-  CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
-  CHECK_CUDA(cudaGraphDestroy(graph));
-  return nodes;
-}
-
 // Runs one case with the context's current settings (its SM count set to the case's); checks it against the
 // double reference (over the operands as TF32 rounds them when tf32_operands, else as stored) and returns
 // the nodes its capture records. Prints the largest error against its tolerance (what a GPU's tensor cores

@@ -233,20 +233,6 @@ static void test_conv(TestCtx& t) {
   CHECK(carve_cu_conv2d(&t.ctx, nullptr, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
-// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
-template <typename F>
-static size_t captured_nodes(TestCtx& t, F&& launch) {
-  CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
-  const carve_status st = launch();
-  cudaGraph_t graph = nullptr;
-  CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-  CHECK_OK(st);
-  size_t nodes = 0;
-  CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
-  CHECK_CUDA(cudaGraphDestroy(graph));
-  return nodes;
-}
-
 // The direct kernel of the few-input-channel convs (runtime/carve_cuda_direct.h: groups 1, cin <= 4,
 // kh kw cin <= 64; the stem of every YOLO26 model): in both conv impls (cuBLAS default and fused) and both
 // maths (strict and TF32) it is one launch without scratch and float32 (check_conv holds it to the float32
@@ -618,11 +604,68 @@ static void test_errors(TestCtx& t) {
   CHECK(carve_cu_maxpool2d(&t.ctx, 1, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 0, 2, 2, 4, 3, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
-  carve_cu_ctx empty = {t.stream, nullptr, nullptr, 0, 0, 0, 0, 0};
+  carve_cu_ctx empty = {};  // no cuBLAS handle
+  empty.stream = t.stream;
   CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx_destroy(nullptr);
   std::printf("errors: ok\n");
+}
+
+// carve_cu_ctx_lane: a context on another stream with a part of main's workspace and main's handle, which every
+// cuBLAS call binds to its caller's stream and workspace: the lane's and main's GEMMs give the same results on
+// their own streams, the handle is bound to the stream of the last call, destroy frees nothing of a lane's and
+// binds a caller's handle back to main's stream; argument errors.
+static void test_lanes(TestCtx& t) {
+  carve_cu_ctx main_ctx;
+  cublasHandle_t handle;
+  CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  DevBuf<unsigned char> ws(carve_cu_blas_workspace_bytes());
+  CHECK_OK(carve_cu_ctx_init_with(&main_ctx, t.stream, handle, ws.p, ws.n));
+  cudaStream_t s2;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  const size_t half = ws.n / 2 / 256 * 256;
+  carve_cu_ctx lane;
+  CHECK(carve_cu_ctx_lane(nullptr, s2, ws.p + half, half, &lane) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_lane(&main_ctx, s2, nullptr, half, &lane) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, 0, &lane) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, half, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  carve_cu_ctx no_handle = {};
+  CHECK(carve_cu_ctx_lane(&no_handle, s2, ws.p + half, half, &lane) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(!main_ctx.rebind);
+  CHECK_OK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, half, &lane));
+  CHECK(lane.rebind && main_ctx.rebind && lane.blas == handle && lane.stream == s2 && !lane.owns_blas &&
+        !lane.owns_workspace && lane.blas_workspace == ws.p + half && lane.blas_workspace_bytes == half);
+
+  const uint32_t cin = 37, cout = 11;
+  TestRng rng(77);
+  std::vector<float> hw(cin * cout), hx(cin), hb(cout);
+  for (float& v : hw) v = rng.range(-1.0f, 1.0f);
+  for (float& v : hx) v = rng.range(-1.0f, 1.0f);
+  for (float& v : hb) v = rng.range(-1.0f, 1.0f);
+  DevBuf<float> w(hw), x(hx), b(hb), y_lane(cout), y_main(cout);
+  cudaStream_t bound = nullptr;
+  CHECK_OK(carve_cu_linear(&lane, cin, cout, x.p, w.p, b.p, y_lane.p));
+  CHECK(cublasGetStream(handle, &bound) == CUBLAS_STATUS_SUCCESS && bound == s2);
+  CHECK_CUDA(cudaStreamSynchronize(s2));
+  CHECK_OK(carve_cu_linear(&main_ctx, cin, cout, x.p, w.p, b.p, y_main.p));
+  CHECK(cublasGetStream(handle, &bound) == CUBLAS_STATUS_SUCCESS && bound == t.stream);
+  CHECK_CUDA(cudaStreamSynchronize(t.stream));
+  const std::vector<float> a = y_lane.download(), m = y_main.download();
+  double spread = 0.0;
+  for (uint32_t o = 0; o < cout; o++) {
+    CHECK_MSG(a[o] == m[o], "lane vs main: output %u %.9g vs %.9g", o, a[o], m[o]);
+    spread = std::max(spread, std::fabs((double)a[o] - a[0]));
+  }
+  CHECK(spread > 0.1);
+  CHECK_OK(carve_cu_linear(&lane, cin, cout, x.p, w.p, b.p, y_lane.p));  // the handle on s2 again
+  CHECK_CUDA(cudaStreamSynchronize(s2));
+  carve_cu_ctx_destroy(&lane);  // owns nothing
+  carve_cu_ctx_destroy(&main_ctx);  // the caller's handle: bound to main's stream again, not destroyed
+  CHECK(cublasGetStream(handle, &bound) == CUBLAS_STATUS_SUCCESS && bound == t.stream);
+  CHECK(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
+  CHECK_CUDA(cudaStreamDestroy(s2));
+  std::printf("lanes: ok\n");
 }
 
 int main() {
@@ -637,6 +680,7 @@ int main() {
   test_f16(t);
   test_ctx_init_with(t);
   test_errors(t);
+  test_lanes(t);
   std::printf("test_ops: all ok\n");
   return 0;
 }
