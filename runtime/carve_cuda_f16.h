@@ -64,7 +64,8 @@ carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, co
 
 // carve_cu_attention in half: S = scale Q K^T by GemmEx (half result, into scratch), the row
 // softmax in float (sum in double, as the fp32 kernel) stored as half in place, O = P V by
-// GemmEx; scratch: carve_cu_attention_scratch_floats(n, heads) floats (halves used).
+// GemmEx, per image or per head as carve_cu_attention; scratch: carve_cu_attention_scratch_floats(batch,
+// n, heads) floats (halves used).
 carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const __half* qkv, size_t qkv_stride,
                                 uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                 __half* out, size_t out_stride, __half* v_out, size_t v_stride, float* scratch);
