@@ -63,7 +63,8 @@
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
 // 4: carve_cu_ctx.sm_count (the fused convolution's tile choice).
 // 5: batches: carve_cu_conv.batch, the batch argument of carve_cu_maxpool2d and carve_cu_attention.
-// 6: carve_cu_attention_scratch_floats(batch, n, heads): a batch's attention may run per head.
+// 6: carve_cu_attention_scratch_floats(batch, n, heads): a batch's attention may run per head; the
+//    e2e and NMS heads read half maps (carve_cu_level_h overloads; carve_cu_f16_to_f32_view removed).
 #define CARVE_CUDA_ABI 6
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -359,6 +360,34 @@ carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t
 
 #ifdef __cplusplus
 }  // extern "C"
-#endif
+
+// ---- Half-precision head maps (C++: the fp16 packages) ---------------------------------
+
+struct __half;  // IEEE binary16: cuda_fp16.h's (the fp16 runtime's carve_cuda_f16.h includes it)
+
+// carve_level with binary16 maps: an fp16 package's head inputs, read where the network wrote
+// them (its arena), with carve_level's fields and meaning (strides in halves).
+typedef struct carve_cu_level_h {
+  const __half* box;
+  size_t box_stride;
+  const __half* cls;
+  size_t cls_stride;
+  const __half* extra;  // NULL if none
+  size_t extra_stride;
+  size_t h, w;
+  float stride;
+} carve_cu_level_h;
+
+// carve_cu_e2e_postprocess_batch / _task on half maps (C++ overloads; the same checks, scratch,
+// launches and float32 rows): each value is widened to float32 as a kernel reads it (exact: every
+// half is a float), so the rows are bit for bit those of the float32 functions on float32 copies of
+// the maps, without the copies.
+carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                            size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                            size_t batch, void* scratch, float* rows);
+carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                           size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                           void* scratch, float* rows);
+#endif  // __cplusplus
 
 #endif  // CARVE_CUDA_H

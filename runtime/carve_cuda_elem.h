@@ -3,9 +3,9 @@
 // carve_cuda_f16.cu, --precision fp16). Not part of the API; C++ only; a cuda package copies it
 // with the .cu files that include it.
 //
-// A kernel reads its elements with carve_cu_ld (widened to float), computes in float exactly as
-// the float32 kernel always has, and stores with carve_cu_st (rounded once to nearest even for
-// __half). For T = float both are the plain load and store, so the float32 kernels' arithmetic
+// A kernel reads its elements with carve_cu_ld (widened to float; carve_cuda_impl.h), computes in
+// float exactly as the float32 kernel always has, and stores with carve_cu_st (rounded once to
+// nearest even for __half). For T = float both are the plain load and store, so the float32 kernels' arithmetic
 // and results are unchanged. Kernels that only move elements (im2col, upsample, copy, gather)
 // copy T as is.
 //
@@ -20,17 +20,6 @@
 #include "carve_cuda_impl.h"
 
 #include <initializer_list>
-
-#ifndef CARVE_CUDA_EMULATION
-#include <cuda_fp16.h>
-#endif
-
-// ---- Loads and stores ---------------------------------------------------------------------
-
-static __device__ __forceinline__ float carve_cu_ld(const float* p, size_t i) { return p[i]; }
-static __device__ __forceinline__ float carve_cu_ld(const __half* p, size_t i) { return __half2float(p[i]); }
-static __device__ __forceinline__ void carve_cu_st(float* p, size_t i, float v) { p[i] = v; }
-static __device__ __forceinline__ void carve_cu_st(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 // ---- Host helpers ---------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 //     (an independent implementation); __float2half of 2^20 random floats and of every half's
 //     neighbours and midpoints is the nearest half, ties to even (checked in double), overflow
 //     to inf at 65520, NaN kept NaN;
-//   * the casts (f32 -> f16 dense, f16 -> f32 strided views) exact;
+//   * the input's cast (f32 -> f16, dense) exact;
 //   * conv2d (1x1 GEMM, im2col + GEMM with chunks, depthwise; bias, SiLU, residual) against a
 //     double-precision loop on the same half inputs, within the roundings the kernels make (the
 //     GEMM's result and the epilogue's store: 2^-11 each, relative, plus float accumulation);
@@ -96,7 +96,7 @@ static void test_conversions() {
 
 static void test_casts(TestCtx& t) {
   TestRng rng(11);
-  const size_t pixels = 37, c = 5, stride = 8;
+  const size_t pixels = 37, c = 5;
   std::vector<float> x(pixels * c);
   for (auto& v : x) v = rng.normal() * 100.0f;
   DevBuf<float> dx(x);
@@ -105,20 +105,7 @@ static void test_casts(TestCtx& t) {
   t.sync();
   const std::vector<__half> h = dh.download();
   for (size_t i = 0; i < x.size(); i++) CHECK(__half_as_ushort(h[i]) == __half_as_ushort(f2h(x[i])));
-  // the half view (pixel stride c) back to float32 with pixel stride `stride`
-  std::vector<float> y0(pixels * stride, -7.0f);
-  DevBuf<float> dy(y0);
-  CHECK_OK(carve_cu_f16_to_f32_view(&t.ctx, pixels, (uint32_t)c, dh.p, c, dy.p, stride));
-  t.sync();
-  const std::vector<float> y = dy.download();
-  for (size_t p = 0; p < pixels; p++) {
-    for (size_t ch = 0; ch < stride; ch++) {
-      CHECK(same_float(y[p * stride + ch], ch < c ? h2f(h[p * c + ch]) : -7.0f));
-    }
-  }
   CHECK(carve_cu_f32_to_f16(&t.ctx, NULL, dh.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_cu_f16_to_f32_view(&t.ctx, pixels, (uint32_t)c, dh.p, c - 1, dy.p, stride) ==
-        CARVE_ERR_INVALID_ARGUMENT);
 }
 
 // ---- Convolution -------------------------------------------------------------------------------
