@@ -5,8 +5,9 @@
 //   loops (exact); upsample2x against carve_upsample_nearest2x (exact); global average
 //   pool and linear against double loops; softmax against carve_softmax; attention
 //   against carve_attention, a batch (per image or per head) against each image alone, bit for bit
-//   under the emulation, in min(3 batch, 2 heads + 1) + 1 launches; mask logits against carve_mask_logits; what lies between
-//   the channels of a strided output is never written; argument and launch errors.
+//   under the emulation, in min(3 batch, 2 heads + 1) + 1 launches; mask logits against
+//   carve_mask_logits; what lies between the channels of a strided output is never written;
+//   argument and launch errors.
 
 #include "carve_mask.h"
 #include "carve_attention.h"
