@@ -64,8 +64,10 @@
 // 3: carve_cu_ctx.conv_fused and carve_cu_ctx_set_conv_impl (the fused implicit-GEMM convolution).
 // 4: carve_cu_ctx.sm_count (the fused convolution's tile choice).
 // 5: batches: carve_cu_conv.batch, the batch argument of carve_cu_maxpool2d and carve_cu_attention.
-// 6: lanes: carve_cu_ctx.blas_workspace_bytes and .rebind, carve_cu_ctx_lane (contexts sharing one handle).
-#define CARVE_CUDA_ABI 6
+// 6: carve_cu_attention_scratch_floats(batch, n, heads): a batch's attention may run per head; the
+//    e2e and NMS heads read half maps (carve_cu_level_h overloads; carve_cu_f16_to_f32_view removed).
+// 7: lanes: carve_cu_ctx.blas_workspace_bytes and .rebind, carve_cu_ctx_lane (contexts sharing one handle).
+#define CARVE_CUDA_ABI 7
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -293,11 +295,17 @@ carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* 
 // ---- Attention ----------------------------------------------------------------------
 
 // carve_attention of carve_attention.h on the device (same layout and meaning): per head,
-// S = scale * Q K^T and O = softmax_rows(S) V through strided-batched cuBLAS GEMMs
-// (heads are the batch), a row-softmax kernel between them; v_out (may be NULL)
-// receives V for the pe conv. `batch` (>= 1) images of n pixels one after another: the
-// GEMMs and the softmax run per image (the scratch, one image's, reused), V's gather once.
-size_t carve_cu_attention_scratch_floats(uint32_t n, uint32_t heads);
+// S = scale * Q K^T and O = softmax_rows(S) V through strided-batched cuBLAS GEMMs,
+// a row-softmax kernel between them; v_out (may be NULL) receives V for the pe conv.
+// `batch` (>= 1) images of n pixels one after another, in whichever grouping takes fewer
+// launches: per image (the heads are the GEMMs' batch: 3 launches an image, one image's S in
+// the scratch, reused; batch 1 always) or per head (the images are the GEMMs' batch: 2 heads + 1
+// launches for the whole batch, one softmax over every row; the scratch holds every image's
+// S). Either way each (image, head) pair's GEMMs have the same shapes and operands and each
+// row's softmax is the same kernel code, so a batch's results are its images' alone (bit for
+// bit under the emulation; on a GPU cuBLAS may pick another kernel for another batch count:
+// equal to rounding). V's gather once. The scratch (floats) depends on the batch.
+size_t carve_cu_attention_scratch_floats(uint32_t batch, uint32_t n, uint32_t heads);
 carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const float* qkv, size_t qkv_stride,
                                 uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                 float* out, size_t out_stride, float* v_out, size_t v_stride, float* scratch);
@@ -375,6 +383,34 @@ carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t
 
 #ifdef __cplusplus
 }  // extern "C"
-#endif
+
+// ---- Half-precision head maps (C++: the fp16 packages) ---------------------------------
+
+struct __half;  // IEEE binary16: cuda_fp16.h's (the fp16 runtime's carve_cuda_f16.h includes it)
+
+// carve_level with binary16 maps: an fp16 package's head inputs, read where the network wrote
+// them (its arena), with carve_level's fields and meaning (strides in halves).
+typedef struct carve_cu_level_h {
+  const __half* box;
+  size_t box_stride;
+  const __half* cls;
+  size_t cls_stride;
+  const __half* extra;  // NULL if none
+  size_t extra_stride;
+  size_t h, w;
+  float stride;
+} carve_cu_level_h;
+
+// carve_cu_e2e_postprocess_batch / _task on half maps (C++ overloads; the same checks, scratch,
+// launches and float32 rows): each value is widened to float32 as a kernel reads it (exact: every
+// half is a float), so the rows are bit for bit those of the float32 functions on float32 copies of
+// the maps, without the copies.
+carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                            size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                            size_t batch, void* scratch, float* rows);
+carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                           size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                           void* scratch, float* rows);
+#endif  // __cplusplus
 
 #endif  // CARVE_CUDA_H

@@ -3,9 +3,9 @@
 // carve_cuda_f16.cu, --precision fp16). Not part of the API; C++ only; a cuda package copies it
 // with the .cu files that include it.
 //
-// A kernel reads its elements with carve_cu_ld (widened to float), computes in float exactly as
-// the float32 kernel always has, and stores with carve_cu_st (rounded once to nearest even for
-// __half). For T = float both are the plain load and store, so the float32 kernels' arithmetic
+// A kernel reads its elements with carve_cu_ld (widened to float; carve_cuda_impl.h), computes in
+// float exactly as the float32 kernel always has, and stores with carve_cu_st (rounded once to
+// nearest even for __half). For T = float both are the plain load and store, so the float32 kernels' arithmetic
 // and results are unchanged. Kernels that only move elements (im2col, upsample, copy, gather)
 // copy T as is.
 //
@@ -21,17 +21,6 @@
 #include "carve_cuda_impl.h"
 
 #include <initializer_list>
-
-#ifndef CARVE_CUDA_EMULATION
-#include <cuda_fp16.h>
-#endif
-
-// ---- Loads and stores ---------------------------------------------------------------------
-
-static __device__ __forceinline__ float carve_cu_ld(const float* p, size_t i) { return p[i]; }
-static __device__ __forceinline__ float carve_cu_ld(const __half* p, size_t i) { return __half2float(p[i]); }
-static __device__ __forceinline__ void carve_cu_st(float* p, size_t i, float v) { p[i] = v; }
-static __device__ __forceinline__ void carve_cu_st(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 // ---- Host helpers ---------------------------------------------------------------------------
 
@@ -777,10 +766,22 @@ __global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_s
   }
 }
 
+// How carve_cu_attention_t runs `batch` images of `heads` heads, whichever takes fewer launches (V's
+// gather aside): per image (3 batch launches: S's GEMM over the heads, the softmax of the image's rows,
+// O's GEMM over the heads), or per head (2 heads + 1: S's GEMM over the images for each head, ONE
+// softmax of every row of the batch, O's GEMM over the images for each head). A tie (and batch 1)
+// runs per image, whose scratch holds one image's S.
+static inline int carve_cu_attention_per_head(uint32_t batch, uint32_t heads) {
+  return 2 * (uint64_t)heads + 1 < 3 * (uint64_t)batch;
+}
+
 // carve_cu_attention over T with the precision's batched GEMM; scratch:
-// carve_cu_attention_scratch_floats(n, heads) floats, used as that many T (S, then P in place). The
-// images of a batch one after another (each image's n pixels follow the previous image's): S, softmax
-// and O per image (the scratch reused), V of every image at once.
+// carve_cu_attention_scratch_floats(batch, n, heads) floats, used as that many T (S, then P in
+// place). The images of a batch one after another (each image's n pixels follow the previous
+// image's: a uniform n qkv_stride elements apart). S of image b, head h is the n x n block
+// (b heads + h) of the scratch when run per head (block h, reused by every image, per image); the
+// GEMM of each (image, head) pair and the softmax of each row are the same either way, only
+// grouped differently into launches. V of every image at once.
 template <typename T>
 static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
                                          uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
@@ -790,31 +791,59 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
   if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || batch == 0 || n == 0 || heads == 0 ||
       key_dim == 0 || head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
       (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
-      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n)) {
+      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n) || !carve_cu_fits_int(batch) ||
+      !carve_cu_fits_int(heads) || !carve_cu_fits_int((size_t)batch * heads * n)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   T* s = (T*)scratch;
   const long long nn = (long long)n * n;
-  for (uint32_t b = 0; b < batch; b++) {
-    const T* q = qkv + (size_t)b * n * qkv_stride;  // image b's n pixels
-    T* o = out + (size_t)b * n * out_stride;
-    // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
-    // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
-    carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim, (int)qkv_stride,
-                           (long long)per_head, q, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
-    if (st != CARVE_OK) {
-      return st;
+  if (carve_cu_attention_per_head(batch, heads)) {
+    const long long in_img = (long long)n * (long long)qkv_stride;   // image b + 1's pixels after image b's
+    const long long out_img = (long long)n * (long long)out_stride;
+    const long long s_img = (long long)heads * nn;                   // image b + 1's S blocks after image b's
+    for (uint32_t h = 0; h < heads; h++) {  // S of head h of every image (the GEMM of the per-image path)
+      const T* q = qkv + h * per_head;
+      const carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim,
+                                   (int)qkv_stride, in_img, q, (int)qkv_stride, in_img, s + h * nn, (int)n, s_img,
+                                   (int)batch);
+      if (st != CARVE_OK) {
+        return st;
+      }
     }
-    // P = softmax over each row of S (heads * n rows of n), in place.
-    CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS,
+    // P = softmax over each row of S: batch * heads * n rows of n, in place, one launch.
+    CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)batch * heads * n), CARVE_CU_SOFTMAX_THREADS,
                  ctx->stream, s, (size_t)n, (size_t)n, s);
     CARVE_CU_CHECK_LAUNCH();
-    // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
-    // at column h hd of out.
-    st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, q + 2 * (size_t)key_dim, (int)qkv_stride,
-              (long long)per_head, s, (int)n, nn, o, (int)out_stride, (long long)head_dim, (int)heads);
-    if (st != CARVE_OK) {
-      return st;
+    for (uint32_t h = 0; h < heads; h++) {  // O of head h of every image, at column h hd of out
+      const carve_status st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f,
+                                   qkv + h * per_head + 2 * (size_t)key_dim, (int)qkv_stride, in_img, s + h * nn,
+                                   (int)n, s_img, out + (size_t)h * head_dim, (int)out_stride, out_img, (int)batch);
+      if (st != CARVE_OK) {
+        return st;
+      }
+    }
+  } else {
+    for (uint32_t b = 0; b < batch; b++) {
+      const T* q = qkv + (size_t)b * n * qkv_stride;  // image b's n pixels
+      T* o = out + (size_t)b * n * out_stride;
+      // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
+      // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
+      carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim, (int)qkv_stride,
+                             (long long)per_head, q, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
+      if (st != CARVE_OK) {
+        return st;
+      }
+      // P = softmax over each row of S (heads * n rows of n), in place.
+      CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS,
+                   ctx->stream, s, (size_t)n, (size_t)n, s);
+      CARVE_CU_CHECK_LAUNCH();
+      // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
+      // at column h hd of out.
+      st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, q + 2 * (size_t)key_dim, (int)qkv_stride,
+                (long long)per_head, s, (int)n, nn, o, (int)out_stride, (long long)head_dim, (int)heads);
+      if (st != CARVE_OK) {
+        return st;
+      }
     }
   }
   if (v_out != NULL) {  // a pixel-wise gather: the batch's pixels at once

@@ -1,6 +1,6 @@
 // carve runtime, CUDA: the half-precision kernels of the fp16 packages (see carve_cuda_f16.h).
 //
-// What is half-specific lives here: the math mode, the casts at the network's edges and the GEMMs
+// What is half-specific lives here: the math mode, the input's cast and the GEMMs
 // (as in carve_cuda_ops.cu, column-major cuBLAS on NHWC views: Y^T = W X^T; here cublasGemmEx /
 // cublasGemmStridedBatchedEx with CUDA_R_16F operands and float32 accumulation). The kernels and
 // their host-side checks are carve_cuda_elem.h's, shared with the float32 runtime and instantiated
@@ -35,29 +35,6 @@ carve_status carve_cu_f32_to_f16(const carve_cu_ctx* ctx, const float* x, __half
     return CARVE_OK;
   }
   CARVE_LAUNCH(carve_cu_h_from_f32_kernel, carve_cu_blocks(n), CARVE_CU_THREADS, ctx->stream, x, y, n);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
-}
-
-__global__ void carve_cu_h_to_f32_view_kernel(size_t pixels, uint32_t c, const __half* __restrict__ x,
-                                              size_t in_stride, float* __restrict__ y, size_t out_stride) {
-  CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, pixels * c) {
-    const size_t p = e / c, ch = e % c;
-    y[p * out_stride + ch] = carve_cu_ld(x, p * in_stride + ch);
-  }
-}
-
-carve_status carve_cu_f16_to_f32_view(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const __half* x,
-                                      size_t in_stride, float* y, size_t out_stride) {
-  if (ctx == NULL || x == NULL || y == NULL || c == 0 || in_stride < c || out_stride < c) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  if (pixels == 0) {
-    return CARVE_OK;
-  }
-  CARVE_LAUNCH(carve_cu_h_to_f32_view_kernel, carve_cu_blocks(pixels * c), CARVE_CU_THREADS, ctx->stream, pixels, c,
-               x, in_stride, y, out_stride);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

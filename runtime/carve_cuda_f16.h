@@ -12,9 +12,11 @@
 //     take float ones, so that a generated package's calls read the same in both precisions.
 //     The scratch of conv2d and attention is still passed as float* (the fp32 signature) and
 //     used as halves: the fp32 scratch sizes are upper bounds of the fp16 needs.
-//   * The casts at the edges of the network: the fp32 input (letterbox, run_tensor) to half;
-//     the head's inputs to dense fp32 views, so that the post-processing (top-k, NMS, box
-//     decoding) runs in float32 with carve_cuda_topk.cu / carve_cuda_nms.cu unchanged.
+//   * The edges of the network: the fp32 input (letterbox, run_tensor) is cast to half
+//     (carve_cu_f32_to_f16); the head (top-k, NMS, box decoding) reads the half maps where the
+//     network wrote them (carve_cu_level_h: the carve_cuda.h / carve_cuda_nms.h overloads of the
+//     e2e and NMS functions, in carve_cuda_topk.cu / carve_cuda_nms.cu), widening each value to
+//     float32 as it reads it, and computes and writes its rows in float32.
 // C++ only (the .cu files of a package; the package header stays C).
 
 #ifndef CARVE_CUDA_F16_H
@@ -39,10 +41,6 @@ carve_status carve_cu_ctx_f16_math(carve_cu_ctx* ctx);
 // y[i] = half(x[i]) for i < n (dense).
 carve_status carve_cu_f32_to_f16(const carve_cu_ctx* ctx, const float* x, __half* y, size_t n);
 
-// y[p][0:c] = float(x[p][0:c]) for `pixels` pixels, strides in elements (the head's inputs).
-carve_status carve_cu_f16_to_f32_view(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const __half* x,
-                                      size_t in_stride, float* y, size_t out_stride);
-
 // ---- Overloads of carve_cuda.h ------------------------------------------------------------
 
 // carve_cu_conv2d in half: 1x1 convs one GemmEx on the NHWC view (half result), others im2col
@@ -64,7 +62,8 @@ carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, co
 
 // carve_cu_attention in half: S = scale Q K^T by GemmEx (half result, into scratch), the row
 // softmax in float (sum in double, as the fp32 kernel) stored as half in place, O = P V by
-// GemmEx; scratch: carve_cu_attention_scratch_floats(n, heads) floats (halves used).
+// GemmEx, per image or per head as carve_cu_attention; scratch: carve_cu_attention_scratch_floats(batch,
+// n, heads) floats (halves used).
 carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const __half* qkv, size_t qkv_stride,
                                 uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                 __half* out, size_t out_stride, __half* v_out, size_t v_stride, float* scratch);

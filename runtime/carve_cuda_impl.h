@@ -9,6 +9,10 @@
 
 #include "carve_cuda.h"
 
+#ifndef CARVE_CUDA_EMULATION
+#include <cuda_fp16.h>
+#endif
+
 // Threads per block of the element-wise kernels, and the most blocks of a grid-stride
 // launch (about two waves of 2048 threads on the SMs of the largest GPUs here).
 #define CARVE_CU_THREADS 256
@@ -51,6 +55,14 @@ static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
 #define CARVE_CU_FOR(i, n)                                                              \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \
        i += (size_t)gridDim.x * blockDim.x)
+
+// Element loads and stores over the storage type (float, or __half in the fp16 packages): a load
+// widens to float (exact), a store rounds once to nearest even for __half; for float both are
+// the plain access.
+static __device__ __forceinline__ float carve_cu_ld(const float* p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float carve_cu_ld(const __half* p, size_t i) { return __half2float(p[i]); }
+static __device__ __forceinline__ void carve_cu_st(float* p, size_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void carve_cu_st(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 // cuBLAS takes int sizes and leading dimensions.
 static inline int carve_cu_fits_int(size_t v) { return v <= (size_t)0x7FFFFFFF; }

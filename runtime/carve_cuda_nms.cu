@@ -22,14 +22,20 @@
 #define CARVE_CU_NMS_MAX_LEVELS 8
 #define CARVE_CU_NMS_THREADS 256  // the suppress kernel's block
 
+// The kernels are templates over the level type Lv: carve_level (float32 maps) or carve_cu_level_h (an
+// fp16 package's half maps), every map value read through carve_cu_ld (widened to float32: the plain load
+// for float), then the same float32 arithmetic: on halves, the result of float32 copies, bit for bit.
+
 // The levels by value (kernel arguments): anchors of level l are [start[l], start[l + 1]).
-typedef struct nms_levels {
-  carve_level lv[CARVE_CU_NMS_MAX_LEVELS];
+template <typename Lv>
+struct nms_levels {
+  Lv lv[CARVE_CU_NMS_MAX_LEVELS];
   size_t start[CARVE_CU_NMS_MAX_LEVELS + 1];
   uint32_t num;
-} nms_levels;
+};
 
-static __device__ __forceinline__ const carve_level* nms_locate(const nms_levels* L, size_t a, size_t* pixel) {
+template <typename Lv>
+static __device__ __forceinline__ const Lv* nms_locate(const nms_levels<Lv>* L, size_t a, size_t* pixel) {
   uint32_t l = 0;
   while (l + 1 < L->num && a >= L->start[l + 1]) {
     l++;
@@ -41,13 +47,15 @@ static __device__ __forceinline__ const carve_level* nms_locate(const nms_levels
 // ---- Scores and classes (carve_nms.c: max_logit, best_class) ------------------------------------
 
 // max over c of x[c], ignoring NaN; *any = 0 when every x[c] is NaN.
-static __device__ __forceinline__ float nms_max_logit(const float* x, size_t n, int* any) {
+template <typename T>
+static __device__ __forceinline__ float nms_max_logit(const T* x, size_t n, int* any) {
   float m = -INFINITY;
   int seen = 0;
   for (size_t c = 0; c < n; c++) {
-    if (x[c] == x[c]) {
+    const float v = carve_cu_ld(x, c);
+    if (v == v) {
       seen = 1;
-      m = x[c] > m ? x[c] : m;
+      m = v > m ? v : m;
     }
   }
   *any = seen;
@@ -55,13 +63,14 @@ static __device__ __forceinline__ float nms_max_logit(const float* x, size_t n, 
 }
 
 // The first class whose sigmoid is `score` = sigmoid(m) (cls.max(1) of non_max_suppression).
-static __device__ __forceinline__ size_t nms_best_class(const float* cls, size_t nc, float m, float score) {
+template <typename T>
+static __device__ __forceinline__ size_t nms_best_class(const T* cls, size_t nc, float m, float score) {
   size_t first = 0;
-  while (first < nc && !(cls[first] == m)) {
+  while (first < nc && !(carve_cu_ld(cls, first) == m)) {
     first++;
   }
   for (size_t c = 0; c < first; c++) {
-    if (carve_cu_sigmoid(cls[c]) == score) {
+    if (carve_cu_sigmoid(carve_cu_ld(cls, c)) == score) {
       return c;
     }
   }
@@ -146,13 +155,14 @@ static __device__ __forceinline__ float nms_probiou(const float* p, const float*
 // ---- Kernels ---------------------------------------------------------------------------------------
 
 // s[a] = sigmoid(max logit) if it is > *conf (and some logit is a number), else NaN.
-__global__ void carve_cu_nms_scores_kernel(nms_levels L, size_t anchors, size_t nc, const float* __restrict__ conf,
+template <typename Lv>
+__global__ void carve_cu_nms_scores_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, const float* __restrict__ conf,
                                            float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
   const float thr = *conf;
   CARVE_CU_FOR(a, anchors) {
     size_t pixel;
-    const carve_level* lv = nms_locate(&L, a, &pixel);
+    const Lv* lv = nms_locate(&L, a, &pixel);
     int any;
     const float score = carve_cu_sigmoid(nms_max_logit(lv->cls + pixel * lv->cls_stride, nc, &any));
     s[a] = (any && score > thr) ? score : NAN;
@@ -161,14 +171,16 @@ __global__ void carve_cu_nms_scores_kernel(nms_levels L, size_t anchors, size_t 
 
 // Candidate anchor a's box for the suppression: the offset xyxy + area (greedy), or the offset
 // centre and covariance (obb); its box as the row has it into row4 when not NULL.
-static __device__ void nms_candidate(const nms_levels* L, size_t a, size_t nc, int task, int agnostic, float* cand,
+template <typename Lv>
+static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t a, size_t nc, int task, int agnostic, float* cand,
                                      float* row4, float* score_out, size_t* class_out) {
   size_t pixel;
-  const carve_level* lv = nms_locate(L, a, &pixel);
+  const Lv* lv = nms_locate(L, a, &pixel);
   const float ax = (float)(pixel % lv->w) + 0.5f;
   const float ay = (float)(pixel / lv->w) + 0.5f;
-  const float* ltrb = lv->box + pixel * lv->box_stride;
-  const float* cls = lv->cls + pixel * lv->cls_stride;
+  const auto* raw = lv->box + pixel * lv->box_stride;
+  const float ltrb[4] = {carve_cu_ld(raw, 0), carve_cu_ld(raw, 1), carve_cu_ld(raw, 2), carve_cu_ld(raw, 3)};
+  const auto* cls = lv->cls + pixel * lv->cls_stride;
   int any;
   const float m = nms_max_logit(cls, nc, &any);
   const float score = carve_cu_sigmoid(m);
@@ -176,7 +188,7 @@ static __device__ void nms_candidate(const nms_levels* L, size_t a, size_t nc, i
   const float offset = agnostic ? 0.0f : __fmul_rn((float)c, (float)CARVE_NMS_MAX_WH);
   float box[4];
   if (task == CARVE_E2E_OBB) {
-    const float theta = lv->extra[pixel * lv->extra_stride];
+    const float theta = carve_cu_ld(lv->extra, pixel * lv->extra_stride);
     nms_decode_rbox(ltrb, theta, ax, ay, lv->stride, box);
     nms_probiou_prepare(box[0] + offset, box[1] + offset, box[2], box[3], theta, cand);
   } else {
@@ -197,10 +209,12 @@ static __device__ void nms_candidate(const nms_levels* L, size_t a, size_t nc, i
 
 // The walk over order[0 .. n) (one block): keep[] the kept anchors, *num_rows their count.
 // boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
+template <typename Lv>
 __global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
-carve_cu_nms_suppress_kernel(nms_levels L, size_t nc, int task, int agnostic, double iou, const float* __restrict__ s,
-                             const int32_t* __restrict__ order, uint32_t n, uint32_t max_det, float* __restrict__ boxes,
-                             int32_t* __restrict__ keep, uint32_t* __restrict__ num_rows) {
+carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t nc, int task, int agnostic, double iou,
+                             const float* __restrict__ s, const int32_t* __restrict__ order, uint32_t n,
+                             uint32_t max_det, float* __restrict__ boxes, int32_t* __restrict__ keep,
+                             uint32_t* __restrict__ num_rows) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ float cand[5];
   __shared__ int suppressed;
@@ -259,7 +273,8 @@ carve_cu_nms_suppress_kernel(nms_levels L, size_t nc, int task, int agnostic, do
 }
 
 // Row r < *num_rows from the r-th kept anchor: box, score, class, extras (carve_nms.c's rows).
-__global__ void carve_cu_nms_rows_kernel(nms_levels L, size_t nc, size_t extra_channels, int task, int agnostic,
+template <typename Lv>
+__global__ void carve_cu_nms_rows_kernel(nms_levels<Lv> L, size_t nc, size_t extra_channels, int task, int agnostic,
                                          const int32_t* __restrict__ keep, const uint32_t* __restrict__ num_rows,
                                          size_t cap, float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
@@ -277,19 +292,19 @@ __global__ void carve_cu_nms_rows_kernel(nms_levels L, size_t nc, size_t extra_c
     row[4] = score;
     row[5] = (float)c;
     size_t pixel;
-    const carve_level* lv = nms_locate(&L, a, &pixel);
-    const float* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
+    const Lv* lv = nms_locate(&L, a, &pixel);
+    const auto* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
     if (task == CARVE_E2E_POSE) {
       const float ax = (float)(pixel % lv->w) + 0.5f;
       const float ay = (float)(pixel / lv->w) + 0.5f;
       for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
-        row[6 + j] = __fmul_rn(extra[j] + ax, lv->stride);
-        row[6 + j + 1] = __fmul_rn(extra[j + 1] + ay, lv->stride);
-        row[6 + j + 2] = carve_cu_sigmoid(extra[j + 2]);
+        row[6 + j] = __fmul_rn(carve_cu_ld(extra, j) + ax, lv->stride);
+        row[6 + j + 1] = __fmul_rn(carve_cu_ld(extra, j + 1) + ay, lv->stride);
+        row[6 + j + 2] = carve_cu_sigmoid(carve_cu_ld(extra, j + 2));
       }
     } else {
       for (size_t j = 0; j < extra_channels; j++) {
-        row[6 + j] = extra[j];
+        row[6 + j] = carve_cu_ld(extra, j);
       }
     }
   }
@@ -325,22 +340,23 @@ static int nms_task_ok(carve_e2e_task task, size_t extra_channels) {
   }
 }
 
-extern "C" carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level* levels,
-                                                 size_t num_levels, size_t nc, size_t extra_channels,
-                                                 carve_e2e_task task, const float* conf, double iou, int agnostic,
-                                                 size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
+// carve_cu_nms_postprocess over either level type (the checks, scratch and launches of both).
+template <typename Lv>
+static carve_status nms_run(const carve_cu_ctx* ctx, const Lv* levels, size_t num_levels, size_t nc,
+                            size_t extra_channels, carve_e2e_task task, const float* conf, double iou, int agnostic,
+                            size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
   if (ctx == NULL || levels == NULL || conf == NULL || scratch == NULL || rows == NULL || num_rows == NULL ||
       nc == 0 || num_levels == 0 || num_levels > CARVE_CU_NMS_MAX_LEVELS ||
       (uintptr_t)scratch % sizeof(uint64_t) != 0 || !(iou >= 0.0 && iou <= 1.0) ||
       !nms_task_ok(task, extra_channels)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  nms_levels L;
+  nms_levels<Lv> L;
   memset(&L, 0, sizeof L);
   L.num = (uint32_t)num_levels;
   size_t anchors = 0;
   for (size_t l = 0; l < num_levels; l++) {
-    const carve_level* lv = &levels[l];
+    const Lv* lv = &levels[l];
     if (lv->box == NULL || lv->cls == NULL || (extra_channels != 0 && lv->extra == NULL) || lv->box_stride < 4 ||
         lv->cls_stride < nc || (extra_channels != 0 && lv->extra_stride < extra_channels)) {
       return CARVE_ERR_INVALID_ARGUMENT;
@@ -369,18 +385,35 @@ extern "C" carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const 
   int32_t* keep = (int32_t*)((unsigned char*)boxes + nms_align8(kk * 5 * sizeof(float)));  // (cap) kept anchors
   void* tk = (unsigned char*)keep + nms_align8(cap * sizeof(int32_t));         // top-k scratch
 
-  CARVE_LAUNCH(carve_cu_nms_scores_kernel, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors, nc,
+  CARVE_LAUNCH(carve_cu_nms_scores_kernel<Lv>, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors, nc,
                conf, s);
   CARVE_CU_CHECK_LAUNCH();
   const carve_status st = carve_cu_topk(ctx, s, anchors, kk, order, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
-  CARVE_LAUNCH(carve_cu_nms_suppress_kernel, 1, CARVE_CU_NMS_THREADS, ctx->stream, L, nc, (int)task, agnostic, iou,
+  CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, 1, CARVE_CU_NMS_THREADS, ctx->stream, L, nc, (int)task, agnostic, iou,
                (const float*)s, (const int32_t*)order, (uint32_t)kk, (uint32_t)cap, boxes, keep, num_rows);
   CARVE_CU_CHECK_LAUNCH();
-  CARVE_LAUNCH(carve_cu_nms_rows_kernel, carve_cu_blocks(cap), CARVE_CU_THREADS, ctx->stream, L, nc, extra_channels,
+  CARVE_LAUNCH(carve_cu_nms_rows_kernel<Lv>, carve_cu_blocks(cap), CARVE_CU_THREADS, ctx->stream, L, nc, extra_channels,
                (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, rows);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                 size_t num_levels, size_t nc, size_t extra_channels,
+                                                 carve_e2e_task task, const float* conf, double iou, int agnostic,
+                                                 size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, scratch, rows,
+                 num_rows);
+}
+
+// The half-map overload (carve_cuda_nms.h, C++).
+carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                      size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
+                                      double iou, int agnostic, size_t max_det, void* scratch, float* rows,
+                                      uint32_t* num_rows) {
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, scratch, rows,
+                 num_rows);
 }

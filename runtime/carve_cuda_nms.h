@@ -52,6 +52,14 @@ carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level
 
 #ifdef __cplusplus
 }  // extern "C"
+
+// carve_cu_nms_postprocess on half maps (carve_cu_level_h of carve_cuda.h, an fp16 package's head
+// inputs; C++ overload): each value widened to float32 as it is read (exact), so the rows and their
+// count are bit for bit those of the float32 function on float32 copies of the maps.
+carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                      size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
+                                      double iou, int agnostic, size_t max_det, void* scratch, float* rows,
+                                      uint32_t* num_rows);
 #endif
 
 #endif  // CARVE_CUDA_NMS_H

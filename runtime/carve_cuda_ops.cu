@@ -401,8 +401,9 @@ extern "C" carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, co
 
 // ---- Attention ----------------------------------------------------------------------------
 
-extern "C" size_t carve_cu_attention_scratch_floats(uint32_t n, uint32_t heads) {
-  return (size_t)heads * n * n;
+extern "C" size_t carve_cu_attention_scratch_floats(uint32_t batch, uint32_t n, uint32_t heads) {
+  // S of every (image, head) pair when the batch runs per head, else one image's (reused)
+  return (carve_cu_attention_per_head(batch, heads) ? (size_t)batch : 1) * heads * n * n;
 }
 
 // The attention's batched GEMMs in float32 (carve_cu_gemm_batched_fn).

@@ -625,15 +625,22 @@ extern "C" carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const floa
 
 // ---- End-to-end post-processing ------------------------------------------------------------
 
+// The kernels are templates over the level type Lv: carve_level (float32 maps) or carve_cu_level_h
+// (an fp16 package's half maps). Every map value is read through carve_cu_ld, widened to float32
+// (the plain load for float), then the same float32 arithmetic: on halves, the rows of float32
+// copies of the maps, bit for bit.
+
 // The levels by value (kernel arguments): anchors of level l are [start[l], start[l + 1]).
-typedef struct e2e_levels {
-  carve_level lv[CARVE_CU_MAX_LEVELS];
+template <typename Lv>
+struct e2e_levels {
+  Lv lv[CARVE_CU_MAX_LEVELS];
   size_t start[CARVE_CU_MAX_LEVELS + 1];
   uint32_t num;
-} e2e_levels;
+};
 
 // The level of anchor a and its pixel in that level.
-static __device__ __forceinline__ const carve_level* carve_cu_locate(const e2e_levels* L, size_t a, size_t* pixel) {
+template <typename Lv>
+static __device__ __forceinline__ const Lv* carve_cu_locate(const e2e_levels<Lv>* L, size_t a, size_t* pixel) {
   uint32_t l = 0;
   while (l + 1 < L->num && a >= L->start[l + 1]) {
     l++;
@@ -643,44 +650,49 @@ static __device__ __forceinline__ const carve_level* carve_cu_locate(const e2e_l
 }
 
 // max over c of x[c], ignoring NaN; NaN only when every x[c] is NaN (carve_post.c's rule).
-static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const float* x, size_t n) {
+template <typename T>
+static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const T* x, size_t n) {
   float m = NAN;
   for (size_t c = 0; c < n; c++) {
-    if (x[c] > m || m != m) {
-      m = x[c];
+    const float v = carve_cu_ld(x, c);
+    if (v > m || m != m) {
+      m = v;
     }
   }
   return m;
 }
 
-// Image b's map of a view whose image 0 starts at `base` (images one after another: h w stride floats each).
-static __device__ __forceinline__ const float* carve_cu_image_map(const float* base, const carve_level* lv,
-                                                                   size_t stride, size_t b) {
+// Image b's map of a view whose image 0 starts at `base` (images one after another: h w stride elements each).
+template <typename T, typename Lv>
+static __device__ __forceinline__ const T* carve_cu_image_map(const T* base, const Lv* lv, size_t stride, size_t b) {
   return base + b * lv->h * lv->w * stride;
 }
 
 // Step 1 scores: s[b A + a] = sigmoid(max_c logit[a][c]) of image b (= max_c sigmoid, sigmoid being monotonic).
-__global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels L, size_t anchors, size_t batch, size_t nc,
+template <typename Lv>
+__global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels<Lv> L, size_t anchors, size_t batch, size_t nc,
                                                   float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, batch * anchors) {
     const size_t b = e / anchors, a = e % anchors;
     size_t pixel;
-    const carve_level* lv = carve_cu_locate(&L, a, &pixel);
-    const float* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
+    const Lv* lv = carve_cu_locate(&L, a, &pixel);
+    const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
     s[e] = carve_cu_sigmoid(carve_cu_max_ignoring_nan(cls + pixel * lv->cls_stride, nc));
   }
 }
 
 // Step 2 scores: s[(b k' + r) nc + c] = sigmoid(logit[ori[b k' + r]][c]) of image b, for its k' chosen anchors.
-__global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __restrict__ ori, size_t kk,
+template <typename Lv>
+__global__ void carve_cu_e2e_class_scores_kernel(e2e_levels<Lv> L, const int32_t* __restrict__ ori, size_t kk,
                                                  size_t batch, size_t nc, float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, batch * kk * nc) {
     const size_t br = e / nc, c = e % nc, b = br / kk;
     size_t pixel;
-    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[br], &pixel);
-    s[e] = carve_cu_sigmoid(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b)[pixel * lv->cls_stride + c]);
+    const Lv* lv = carve_cu_locate(&L, (size_t)ori[br], &pixel);
+    const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
+    s[e] = carve_cu_sigmoid(carve_cu_ld(cls, pixel * lv->cls_stride + c));
   }
 }
 
@@ -689,7 +701,8 @@ __global__ void carve_cu_e2e_class_scores_kernel(e2e_levels L, const int32_t* __
 // class and the extras (POSE: kx = (raw_x + ax) s, ky = (raw_y + ay) s, kv = sigmoid(raw_v);
 // others raw), as carve_e2e_postprocess_task.
 // Image b's rows are rows [b k', (b + 1) k'), from its ori / best [b k' ..).
-__global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict__ ori,
+template <typename Lv>
+__global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __restrict__ ori,
                                          const int32_t* __restrict__ best, size_t kk, size_t batch, size_t nc,
                                          size_t extra_channels, int task, float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
@@ -699,18 +712,19 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict
     const size_t flat = (size_t)best[i];
     const size_t c = flat % nc;
     size_t pixel;
-    const carve_level* lv = carve_cu_locate(&L, (size_t)ori[b * kk + flat / nc], &pixel);
+    const Lv* lv = carve_cu_locate(&L, (size_t)ori[b * kk + flat / nc], &pixel);
     const float ax = (float)(pixel % lv->w) + 0.5f;
     const float ay = (float)(pixel / lv->w) + 0.5f;
     const float s = lv->stride;
-    const float* ltrb = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
-    const float* extra =
+    const auto* box = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
+    const float ltrb[4] = {carve_cu_ld(box, 0), carve_cu_ld(box, 1), carve_cu_ld(box, 2), carve_cu_ld(box, 3)};
+    const auto* extra =
         extra_channels != 0 ? carve_cu_image_map(lv->extra, lv, lv->extra_stride, b) + pixel * lv->extra_stride : NULL;
     float* row = rows + i * width;
     if (task == CARVE_E2E_OBB) {
       const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
       const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
-      const float theta = extra[0];
+      const float theta = carve_cu_ld(extra, 0);
       const float co = cosf(theta), sn = sinf(theta);
       const float x = __fsub_rn(__fmul_rn(xf, co), __fmul_rn(yf, sn));
       const float y = __fadd_rn(__fmul_rn(xf, sn), __fmul_rn(yf, co));
@@ -724,17 +738,18 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels L, const int32_t* __restrict
       row[2] = (ax + ltrb[2]) * s;
       row[3] = (ay + ltrb[3]) * s;
     }
-    row[4] = carve_cu_sigmoid(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b)[pixel * lv->cls_stride + c]);
+    const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
+    row[4] = carve_cu_sigmoid(carve_cu_ld(cls, pixel * lv->cls_stride + c));
     row[5] = (float)c;
     if (task == CARVE_E2E_POSE) {
       for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
-        row[6 + j] = (extra[j] + ax) * s;
-        row[6 + j + 1] = (extra[j + 1] + ay) * s;
-        row[6 + j + 2] = carve_cu_sigmoid(extra[j + 2]);
+        row[6 + j] = (carve_cu_ld(extra, j) + ax) * s;
+        row[6 + j + 1] = (carve_cu_ld(extra, j + 1) + ay) * s;
+        row[6 + j + 2] = carve_cu_sigmoid(carve_cu_ld(extra, j + 2));
       }
     } else {
       for (size_t j = 0; j < extra_channels; j++) {
-        row[6 + j] = extra[j];
+        row[6 + j] = carve_cu_ld(extra, j);
       }
     }
   }
@@ -766,15 +781,11 @@ extern "C" size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k
   return carve_cu_e2e_batch_scratch_bytes(anchors, nc, k, 1);
 }
 
-extern "C" carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels,
-                                                      size_t num_levels, size_t nc, size_t extra_channels, size_t k,
-                                                      carve_e2e_task task, void* scratch, float* rows) {
-  return carve_cu_e2e_postprocess_batch(ctx, levels, num_levels, nc, extra_channels, k, task, 1, scratch, rows);
-}
-
-extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels,
-                                                       size_t num_levels, size_t nc, size_t extra_channels, size_t k,
-                                                       carve_e2e_task task, size_t batch, void* scratch, float* rows) {
+// carve_cu_e2e_postprocess_batch over either level type (the checks, scratch and launches of both).
+template <typename Lv>
+static carve_status e2e_batch(const carve_cu_ctx* ctx, const Lv* levels, size_t num_levels, size_t nc,
+                              size_t extra_channels, size_t k, carve_e2e_task task, size_t batch, void* scratch,
+                              float* rows) {
   if (ctx == NULL || levels == NULL || scratch == NULL || rows == NULL || nc == 0 || num_levels == 0 || batch == 0 ||
       num_levels > CARVE_CU_MAX_LEVELS || (uintptr_t)scratch % sizeof(uint64_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -796,12 +807,12 @@ extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, 
     default:
       return CARVE_ERR_INVALID_ARGUMENT;
   }
-  e2e_levels L;
+  e2e_levels<Lv> L;
   memset(&L, 0, sizeof L);
   L.num = (uint32_t)num_levels;
   size_t anchors = 0;
   for (size_t l = 0; l < num_levels; l++) {
-    const carve_level* lv = &levels[l];
+    const Lv* lv = &levels[l];
     if (lv->box == NULL || lv->cls == NULL || (extra_channels != 0 && lv->extra == NULL) || lv->box_stride < 4 ||
         lv->cls_stride < nc || (extra_channels != 0 && lv->extra_stride < extra_channels)) {
       return CARVE_ERR_INVALID_ARGUMENT;
@@ -824,24 +835,49 @@ extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, 
   int32_t* best = (int32_t*)((unsigned char*)ori + align8(batch * kk * sizeof(int32_t)));   // (batch, k') step 2
 
   // Step 1: the k' anchors with the best class score.
-  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream, L,
-               anchors, batch, nc, s1);
+  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel<Lv>, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream,
+               L, anchors, batch, nc, s1);
   CARVE_CU_CHECK_LAUNCH();
   carve_status st = topk_batch(ctx->stream, s1, anchors, kk, batch, ori, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
   // Step 2: the k' best of the k' x nc (anchor rank, class) scores.
-  CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel, carve_cu_blocks(batch * kk * nc), CARVE_CU_THREADS, ctx->stream, L,
-               (const int32_t*)ori, kk, batch, nc, s2);
+  CARVE_LAUNCH(carve_cu_e2e_class_scores_kernel<Lv>, carve_cu_blocks(batch * kk * nc), CARVE_CU_THREADS, ctx->stream,
+               L, (const int32_t*)ori, kk, batch, nc, s2);
   CARVE_CU_CHECK_LAUNCH();
   st = topk_batch(ctx->stream, s2, kk * nc, kk, batch, best, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
   // Rows.
-  CARVE_LAUNCH(carve_cu_e2e_rows_kernel, carve_cu_blocks(batch * kk), CARVE_CU_THREADS, ctx->stream, L,
+  CARVE_LAUNCH(carve_cu_e2e_rows_kernel<Lv>, carve_cu_blocks(batch * kk), CARVE_CU_THREADS, ctx->stream, L,
                (const int32_t*)ori, (const int32_t*)best, kk, batch, nc, extra_channels, (int)task, rows);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                       size_t num_levels, size_t nc, size_t extra_channels, size_t k,
+                                                       carve_e2e_task task, size_t batch, void* scratch, float* rows) {
+  return e2e_batch(ctx, levels, num_levels, nc, extra_channels, k, task, batch, scratch, rows);
+}
+
+extern "C" carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                      size_t num_levels, size_t nc, size_t extra_channels, size_t k,
+                                                      carve_e2e_task task, void* scratch, float* rows) {
+  return e2e_batch(ctx, levels, num_levels, nc, extra_channels, k, task, 1, scratch, rows);
+}
+
+// The half-map overloads (carve_cuda.h, C++).
+carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                            size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                            size_t batch, void* scratch, float* rows) {
+  return e2e_batch(ctx, levels, num_levels, nc, extra_channels, k, task, batch, scratch, rows);
+}
+
+carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
+                                           size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
+                                           void* scratch, float* rows) {
+  return e2e_batch(ctx, levels, num_levels, nc, extra_channels, k, task, 1, scratch, rows);
 }

@@ -24,7 +24,11 @@ runtime compiled once (cuda_vs_xnnpack.build_runtime). Then:
    pre-processing; --extra adds more, e.g. yolo26n-pose,yolo26n-obb,yolo26x-seg), generated with --weights-format
    file --weights-dtype f16: create_with (--caller-memory) gives the same dumps and run_image JSON on
    bus.jpg as create, and the generator's compile-time device scratch constant equals the runtime's
-   <name>_device_scratch_bytes(), as options_main.cu checks both for detect.
+   <name>_device_scratch_bytes(), as options_main.cu checks both for detect;
+6. the generator's mirror of the attention's scratch (backends/cuda.py _attention_scratch_floats, which
+   device_scratch_bytes takes at the package's --batch) equals the runtime's carve_cu_attention_scratch_floats
+   over batches 1 to 40 (per image and per head), 1 to 8 heads and a few sizes (a small program linked with the
+   runtime).
 
 A failure keeps the work folder; a pass deletes it (the checkpoints stay cached).
 """
@@ -65,6 +69,39 @@ int main() {
   return got == CAT(UPPER, _DEVICE_SCRATCH_BYTES) ? 0 : 1;
 }
 """
+
+
+ATTENTION_SCRATCH = r"""
+#include <cstdio>
+#include "carve_cuda.h"
+int main() {
+  for (unsigned batch = 1; batch <= 40; batch++)
+    for (unsigned heads = 1; heads <= 8; heads++)
+      for (unsigned n : {1u, 9u, 400u, 1600u})
+        std::printf("%u %u %u %zu\n", batch, n, heads, carve_cu_attention_scratch_floats(batch, n, heads));
+  return 0;
+}
+"""
+
+
+def attention_scratch(work: Path, lib: Path) -> bool:
+    """Step 6: backends/cuda.py's _attention_scratch_floats against carve_cu_attention_scratch_floats."""
+    sys.path.insert(0, str(ROOT / "generator"))
+    from carve.backends import cuda as cuda_backend
+    src = work / "attention_scratch.cu"
+    src.write_text(ATTENTION_SCRATCH)
+    exe = work / "attention_scratch"
+    with cvx.step("build cuda (emulated)"):
+        cvx.run([cvx.CXX, *cvx.EMU_FLAGS, "-I", cvx.RUNTIME, "-c", src, "-o", src.with_suffix(".o")])
+        cvx.run([cvx.CXX, src.with_suffix(".o"), lib, "-lpthread", "-lm", "-o", exe])
+    bad, rows = [], cvx.run([exe]).stdout.split("\n")
+    for line in filter(None, rows):
+        batch, n, heads, floats = map(int, line.split())
+        want = cuda_backend._attention_scratch_floats({"n": n, "heads": heads}, batch)
+        if want != floats:
+            bad.append(f"batch {batch} n {n} heads {heads}: runtime {floats}, generator {want}")
+    return check(len(rows) > 1000 and not bad, f"attention scratch: the generator's formula == the runtime's at "
+                 f"{len(rows) - 1} (batch, n, heads)" + (f" (differ: {'; '.join(bad[:3])})" if bad else ""))
 
 
 def generate(models: dict, imgsz: int) -> None:
@@ -241,6 +278,9 @@ def main() -> int:
     # 5. the other tasks: create_with against create, and the compile-time device scratch constant
     for m in others:
         ok &= other_task(work / m, m.replace("-", "_"), lib, image)
+
+    # 6. the generator's attention scratch at any batch
+    ok &= attention_scratch(work, lib)
 
     print("steps (wall / CPU seconds): " + ", ".join(f"{k} {w:.1f} / {c:.1f}" for k, (w, c) in cvx.STEPS.items()))
     ckpt = cvx.STEPS.get("checkpoint", (0.0, 0.0))

@@ -12,10 +12,13 @@
 //   * more anchors than max_nms (30000 candidates sorted by the global network);
 //   * the run's conf read from device memory: captured once into a CUDA graph and replayed with
 //     other conf values and inputs;
+//   * on half maps (carve_cu_level_h: an fp16 package's head): the count and rows bit for bit the
+//     float32 function's on float32 copies of the same halves, the four tasks, every kind above;
 //   * argument errors.
 
 #include <string>
 
+#include "carve_cuda_f16.h"  // __half (cuda_fp16.h; the emulation's cuda_emu_f16.h)
 #include "carve_cuda_nms.h"
 #include "cuda_test.h"
 
@@ -262,9 +265,67 @@ static void test_errors(TestCtx& t) {
   std::printf("nms: argument errors ok\n");
 }
 
+// The head rounded to half: the half maps (carve_cu_level_h overload) against the float32 function on their
+// float32 copies (widened: exact); count and rows bit for bit. Returns the rows.
+static int check_half(TestCtx& t, Head& h, carve_e2e_task task, float conf, double iou, int agnostic, size_t max_det,
+                      const std::string& what) {
+  std::vector<__half> halves(h.data.size());
+  for (size_t i = 0; i < h.data.size(); i++) {
+    halves[i] = __float2half(h.data[i]);
+    h.data[i] = __half2float(halves[i]);
+  }
+  const size_t width = 6 + h.extra, cap = std::min(max_det, h.anchors);
+  DevBuf<float> dd(h.data), rows_f(cap * width + 1), rows_h(cap * width + 1), dconf(std::vector<float>{conf});
+  DevBuf<__half> dh(halves);
+  DevBuf<uint32_t> n_f(1), n_h(1);
+  DevScratch scratch(carve_cu_nms_scratch_bytes(h.anchors, max_det));
+  const std::vector<carve_level> dl = h.levels(dd.p);
+  std::vector<carve_cu_level_h> hl;
+  for (const carve_level& lv : dl) {
+    hl.push_back({dh.p + (lv.box - dd.p), lv.box_stride, dh.p + (lv.cls - dd.p), lv.cls_stride,
+                  lv.extra != nullptr ? dh.p + (lv.extra - dd.p) : nullptr, lv.extra_stride, lv.h, lv.w, lv.stride});
+  }
+  CHECK_OK(carve_cu_nms_postprocess(&t.ctx, dl.data(), dl.size(), h.nc, h.extra, task, dconf.p, iou, agnostic, max_det,
+                                    scratch.get(), rows_f.p, n_f.p));
+  CHECK_OK(carve_cu_nms_postprocess(&t.ctx, hl.data(), hl.size(), h.nc, h.extra, task, dconf.p, iou, agnostic, max_det,
+                                    scratch.get(), rows_h.p, n_h.p));
+  t.sync();
+  const uint32_t nf = n_f.download()[0], nh = n_h.download()[0];
+  CHECK_MSG(nf == nh, "%s: %u rows from the halves, %u from the float32 copies", what.c_str(), nh, nf);
+  const std::vector<float> f = rows_f.download(), hr = rows_h.download();
+  for (size_t i = 0; i < (size_t)std::min(nf, nh) * width; i++) {
+    uint32_t uf, uh;
+    std::memcpy(&uf, &f[i], 4);
+    std::memcpy(&uh, &hr[i], 4);
+    CHECK_MSG(uf == uh, "%s: row %zu col %zu: halves %.9g, float32 copies %.9g", what.c_str(), i / width, i % width,
+              (double)hr[i], (double)f[i]);
+  }
+  return (int)nf;
+}
+
+static void test_half(TestCtx& t) {
+  TestRng rng(21);
+  int cases = 0, rows = 0;
+  for (const auto& tk : kTasks) {
+    for (const char* kind : {"random", "ties", "huge", "tiny"}) {
+      for (int agnostic = 0; agnostic <= 1; agnostic++) {
+        Head h({13, 7, 4}, {11, 6, 3}, std::string(kind) == "random" ? 7 : 3, tk.extra);
+        h.fill(rng, kind, std::string(kind) == "random");
+        const std::string what = std::string("half ") + tk.name + " " + kind + (agnostic ? " agnostic" : "");
+        rows += check_half(t, h, tk.task, std::string(kind) == "random" ? 0.25f : 0.1f, 0.7, agnostic, 300, what);
+        cases++;
+      }
+    }
+  }
+  CHECK(rows > 10 * cases);  // candidates kept: the comparison covers rows, not empty outputs
+  std::printf("nms on halves: %d cases (4 tasks) bit for bit the float32 function on float32 copies (%d rows)\n",
+              cases, rows);
+}
+
 int main() {
   TestCtx t;
   test_cases(t);
+  test_half(t);
   test_graph(t);
   test_errors(t);
   return 0;

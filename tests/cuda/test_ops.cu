@@ -5,8 +5,10 @@
 //   residual) and deconv2d against double-precision loops; maxpool, copy, add against
 //   loops (exact); upsample2x against carve_upsample_nearest2x (exact); global average
 //   pool and linear against double loops; softmax against carve_softmax; attention
-//   against carve_attention; mask logits against carve_mask_logits; what lies between
-//   the channels of a strided output is never written; argument and launch errors.
+//   against carve_attention, a batch (per image or per head) against each image alone, bit for bit
+//   under the emulation, in min(3 batch, 2 heads + 1) + 1 launches; mask logits against
+//   carve_mask_logits; what lies between the channels of a strided output is never written;
+//   argument and launch errors.
 
 #include "carve_mask.h"
 #include "carve_attention.h"
@@ -475,7 +477,7 @@ static void test_attention(TestCtx& t) {
   const size_t n = 63, heads = 2, kd = 8, hd = 16, per = 2 * kd + hd;
   const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
   const float scale = 1.0f / std::sqrt((float)kd);
-  for (size_t batch = 1; batch <= 3; batch += 2) {  // one image; 3 different images, one call
+  for (size_t batch = 1; batch <= 3; batch += 2) {  // one image; 3 different images, one call (run per head)
     const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
     std::vector<float> cpu_out(batch * n * out_stride, kCanary), cpu_v(batch * n * v_stride, kCanary);
     std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
@@ -484,7 +486,7 @@ static void test_attention(TestCtx& t) {
                       cpu_out.data() + b * n * out_stride, out_stride, cpu_v.data() + b * n * v_stride, v_stride,
                       cpu_scratch.data(), nullptr);
     DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride),
-        scratch(carve_cu_attention_scratch_floats(n, heads));
+        scratch(carve_cu_attention_scratch_floats((uint32_t)batch, n, heads));
     dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
     dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
     CHECK_OK(carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
@@ -497,6 +499,81 @@ static void test_attention(TestCtx& t) {
     for (size_t i = 0; i < batch * n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
   }
   std::printf("attention: ok (batch 1 and 3)\n");
+}
+
+// A batch's result against the same image alone: the same bits under the emulation (the same GEMM per
+// (image, head), the same softmax); on a GPU, cuBLAS may choose another kernel for another GEMM batch count.
+static bool same_as_alone(float batch, float alone) {
+#ifdef CARVE_CUDA_EMULATION
+  return same_float(batch, alone);
+#else
+  return near_float(batch, alone, 2e-6 * (std::fabs(alone) + 1));
+#endif
+}
+
+// A batch in one call, per image or per head (whichever launches less), against the same function on each
+// image alone (batch 1: per image): the same bits (emulation), every output channel and V; the launches of one call
+// (min(3 batch, 2 heads + 1) + V's gather) counted in a captured graph; the scratch is the batch's.
+static void test_attention_batch(TestCtx& t) {
+  TestRng rng(27);
+  const size_t n = 21, kd = 8, hd = 16, per = 2 * kd + hd;
+  int per_head = 0, cases = 0;
+  for (size_t heads : {1, 2, 4}) {
+    const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
+    const float scale = 1.0f / std::sqrt((float)kd);
+    for (size_t batch : {1, 2, 3, 4, 5}) {
+      const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
+      DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride), one_out(n * out_stride),
+          one_v(n * v_stride);
+      const size_t floats = carve_cu_attention_scratch_floats((uint32_t)batch, n, heads);
+      const bool by_head = 2 * heads + 1 < 3 * batch;
+      CHECK_MSG(floats == (by_head ? batch : 1) * heads * n * n, "attention scratch batch %zu heads %zu: %zu floats",
+                batch, heads, floats);
+      DevBuf<float> scratch(floats), one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
+      dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
+      dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
+      cudaGraph_t graph;
+      CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeGlobal));
+      CHECK_OK(carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads,
+                                  (uint32_t)kd, (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p));
+      CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+      size_t nodes = 0;
+      CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+      const size_t want_nodes = std::min(3 * batch, 2 * heads + 1) + 1;
+      CHECK_MSG(nodes == want_nodes, "attention batch %zu heads %zu: %zu launches, want %zu", batch, heads, nodes,
+                want_nodes);
+      cudaGraphExec_t exec;
+      CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      CHECK_CUDA(cudaGraphLaunch(exec, t.stream));
+      t.sync();
+      CHECK_CUDA(cudaGraphExecDestroy(exec));
+      CHECK_CUDA(cudaGraphDestroy(graph));
+      const std::vector<float> out = dout.download(), v = dv.download();
+      for (size_t b = 0; b < batch; b++) {
+        DevBuf<float> dq1(std::vector<float>(qkv.begin() + (long)(b * n * qkv_stride),
+                                             qkv.begin() + (long)((b + 1) * n * qkv_stride)));
+        one_out.upload(std::vector<float>(n * out_stride, kCanary));
+        one_v.upload(std::vector<float>(n * v_stride, kCanary));
+        CHECK_OK(carve_cu_attention(&t.ctx, 1, dq1.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
+                                    (uint32_t)hd, scale, one_out.p, out_stride, one_v.p, v_stride, one_scratch.p));
+        t.sync();
+        const std::vector<float> o1 = one_out.download(), v1 = one_v.download();
+        for (size_t i = 0; i < o1.size(); i++)
+          CHECK_MSG(same_as_alone(out[b * n * out_stride + i], o1[i]),
+                    "attention batch %zu heads %zu: image %zu [%zu]: %.9g, alone %.9g", batch, heads, b, i,
+                    out[b * n * out_stride + i], o1[i]);
+        CHECK_MSG(std::memcmp(v1.data(), v.data() + b * n * v_stride, v1.size() * sizeof(float)) == 0,
+                  "attention batch %zu heads %zu: image %zu's V differs from the image alone", batch, heads, b);
+      }
+      if (batch > 1) {  // the images differ (a call reading image 0 for every image would fail)
+        CHECK(std::memcmp(out.data(), out.data() + n * out_stride, n * out_stride * sizeof(float)) != 0);
+      }
+      per_head += by_head;
+      cases++;
+    }
+  }
+  CHECK(per_head > 0 && per_head < cases);  // both groupings ran
+  std::printf("attention batches: %d cases (%d per head) bit-identical to each image alone\n", cases, per_head);
 }
 
 static void test_mask_logits(TestCtx& t) {
@@ -676,6 +753,7 @@ int main() {
   test_elementwise(t);
   test_linear_softmax(t);
   test_attention(t);
+  test_attention_batch(t);
   test_mask_logits(t);
   test_f16(t);
   test_ctx_init_with(t);

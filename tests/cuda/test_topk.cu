@@ -9,11 +9,15 @@
 //     classes exactly, floats within CUDA's expf / cosf error) to the CPU carve_e2e_postprocess_task on
 //     random head outputs with ties, strided level views, k below / equal to / above the
 //     anchor count; the same captured into a CUDA graph and replayed on new inputs;
+//   * the e2e head on half maps (carve_cu_level_h: an fp16 package's head, read where the network
+//     wrote it) bit for bit the float32 function on float32 copies of the same halves, batch 1 and
+//     3, the four tasks, NaN logits; the same 5 launches;
 //   * argument errors.
 
 #include <algorithm>
 #include <numeric>
 
+#include "carve_cuda_f16.h"  // __half (cuda_fp16.h; the emulation's cuda_emu_f16.h)
 #include "cuda_test.h"
 
 // ---- Top-k ----------------------------------------------------------------------------
@@ -401,12 +405,150 @@ static void test_e2e(TestCtx& t) {
   }
 }
 
+// ---- End-to-end on half maps -----------------------------------------------------------------
+
+// The same views re-pointed at the same element offsets of a buffer of halves.
+static std::vector<carve_cu_level_h> half_levels(const std::vector<carve_level>& L, const float* base,
+                                                 const __half* hbase) {
+  std::vector<carve_cu_level_h> out(L.size());
+  for (size_t l = 0; l < L.size(); l++) {
+    out[l] = {hbase + (L[l].box - base), L[l].box_stride, hbase + (L[l].cls - base), L[l].cls_stride,
+              L[l].extra != nullptr ? hbase + (L[l].extra - base) : nullptr, L[l].extra_stride, L[l].h, L[l].w,
+              L[l].stride};
+  }
+  return out;
+}
+
+// `batch` images of one head variant, level by level (image b's map after image b - 1's, as a batch
+// package's views): the head outputs rounded to half, and their float32 copies (widened: exact). The
+// half maps through the carve_cu_level_h overloads (batch 1: _task, else _batch) must give the rows of
+// the float32 function on the copies, every bit, and the scores must spread.
+static void check_e2e_half(TestCtx& t, const Head& proto, size_t batch, size_t k, carve_e2e_task task, TestRng& rng,
+                           bool nan_logits, const char* what) {
+  std::vector<Head> heads(batch, proto);
+  std::vector<float> data;
+  std::vector<size_t> level_off;
+  for (Head& h : heads) h.fill(rng, nan_logits);
+  for (size_t l = 0; l < proto.hs.size(); l++) {
+    level_off.push_back(data.size());
+    for (const Head& h : heads) {
+      const size_t n = h.hs[l] * h.ws[l] * h.pix_stride;
+      data.insert(data.end(), h.data.begin() + (long)h.off[l], h.data.begin() + (long)(h.off[l] + n));
+    }
+  }
+  std::vector<__half> halves(data.size());
+  for (size_t i = 0; i < data.size(); i++) {
+    halves[i] = __float2half(data[i]);
+    data[i] = __half2float(halves[i]);  // the float32 copy of each half
+  }
+  const size_t kk = std::min(k, proto.anchors), width = 6 + proto.extra;
+  DevBuf<float> dd(data), rows_f(batch * kk * width), rows_h(batch * kk * width);
+  DevBuf<__half> dh(halves);
+  DevScratch scratch(carve_cu_e2e_batch_scratch_bytes(proto.anchors, proto.nc, k, batch));
+  std::vector<carve_level> dl = proto.levels(dd.p);
+  for (size_t l = 0; l < dl.size(); l++) {  // image 0's maps of level l
+    const size_t shift = level_off[l] - proto.off[l];
+    dl[l].box += shift;
+    dl[l].cls += shift;
+    if (dl[l].extra != nullptr) dl[l].extra += shift;
+  }
+  const std::vector<carve_cu_level_h> hl = half_levels(dl, dd.p, dh.p);
+  if (batch == 1) {
+    CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), dl.size(), proto.nc, proto.extra, k, task,
+                                           scratch.get(), rows_f.p));
+    CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, hl.data(), hl.size(), proto.nc, proto.extra, k, task,
+                                           scratch.get(), rows_h.p));
+  } else {
+    CHECK_OK(carve_cu_e2e_postprocess_batch(&t.ctx, dl.data(), dl.size(), proto.nc, proto.extra, k, task, batch,
+                                            scratch.get(), rows_f.p));
+    CHECK_OK(carve_cu_e2e_postprocess_batch(&t.ctx, hl.data(), hl.size(), proto.nc, proto.extra, k, task, batch,
+                                            scratch.get(), rows_h.p));
+  }
+  t.sync();
+  const std::vector<float> f = rows_f.download(), h = rows_h.download();
+  for (size_t i = 0; i < f.size(); i++) {
+    uint32_t uf, uh;
+    std::memcpy(&uf, &f[i], 4);
+    std::memcpy(&uh, &h[i], 4);
+    CHECK_MSG(uf == uh, "%s: row %zu col %zu: halves %.9g, float32 copies %.9g", what, i / width, i % width, h[i],
+              f[i]);
+  }
+  // The compared values spread: the boxes (ltrb uniform in [0, 6)), and the scores of every anchor's row
+  // (k >= A; the best few may tie: logits on a grid of 0.5).
+  std::vector<float> x1, scores;
+  for (size_t r = 0; r < batch * kk; r++) {
+    x1.push_back(f[r * width]);
+    scores.push_back(f[r * width + 4]);
+  }
+  std::sort(x1.begin(), x1.end());
+  std::sort(scores.begin(), scores.end());
+  const size_t n_x1 = (size_t)(std::unique(x1.begin(), x1.end()) - x1.begin());
+  const size_t n_scores = (size_t)(std::unique(scores.begin(), scores.end()) - scores.begin());
+  CHECK_MSG(n_x1 * 4 >= batch * kk, "%s: %zu distinct boxes in %zu rows", what, n_x1, batch * kk);
+  CHECK_MSG(kk < proto.anchors || n_scores >= 3, "%s: %zu distinct scores", what, n_scores);
+}
+
+static void test_e2e_half(TestCtx& t) {
+  TestRng rng(29);
+  int count = 0;
+  const std::vector<float> ss = {8.0f, 16.0f, 32.0f};
+  struct {
+    carve_e2e_task task;
+    size_t nc, extra;
+    const char* name;
+  } tasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
+               {CARVE_E2E_DETECT, 1, 3, "detect nc=1 + extras"},
+               {CARVE_E2E_SEGMENT, 80, 32, "segment"},
+               {CARVE_E2E_POSE, 1, 51, "pose"},
+               {CARVE_E2E_OBB, 15, 1, "obb"}};
+  for (const auto& tk : tasks) {
+    const Head head({13, 7, 4}, {7, 4, 2}, ss, tk.nc, tk.extra);
+    for (size_t batch : {(size_t)1, (size_t)3}) {
+      for (size_t k : {(size_t)10, (size_t)300, head.anchors}) {
+        char what[160];
+        std::snprintf(what, sizeof what, "half %s batch %zu A=%zu k=%zu", tk.name, batch, head.anchors, k);
+        check_e2e_half(t, head, batch, k, tk.task, rng, k == 10, what);
+        count++;
+      }
+    }
+  }
+  // The 320 detect head (A = 2100), batch 2.
+  check_e2e_half(t, Head({40, 20, 10}, {40, 20, 10}, ss, 80, 0), 2, 300, CARVE_E2E_DETECT, rng, false,
+                 "half detect batch 2 A=2100 k=300");
+  count++;
+  // The same 5 launches as the float32 function; a refusal as its.
+  {
+    Head head({13, 7, 4}, {7, 4, 2}, ss, 15, 1);
+    DevBuf<__half> dh(head.data.size());
+    DevBuf<float> drows(50 * 7);
+    DevScratch scratch(carve_cu_e2e_scratch_bytes(head.anchors, head.nc, 50));
+    const std::vector<carve_level> dl = head.levels(head.data.data());
+    const std::vector<carve_cu_level_h> hl = half_levels(dl, head.data.data(), dh.p);
+    cudaGraph_t graph;
+    CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeGlobal));
+    CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, hl.data(), hl.size(), head.nc, head.extra, 50, CARVE_E2E_OBB,
+                                           scratch.get(), drows.p));
+    CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
+    size_t nodes = 0;
+    CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+    CHECK_MSG(nodes == 5, "e2e on halves: %zu graph nodes, want 5", nodes);
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    CHECK(carve_cu_e2e_postprocess_task(&t.ctx, hl.data(), hl.size(), head.nc, 2, 50, CARVE_E2E_OBB, scratch.get(),
+                                        drows.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_e2e_postprocess_batch(&t.ctx, hl.data(), hl.size(), head.nc, 1, 50, CARVE_E2E_OBB, 0, scratch.get(),
+                                         drows.p) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  std::printf("e2e on halves: %d cases (4 tasks, batch 1 / 2 / 3) bit for bit the float32 function on float32 "
+              "copies\n", count);
+}
+
 int main() {
   TestCtx t;
   test_topk(t);
   test_gather(t);
   test_e2e(t);
   test_e2e_batch(t);
+  test_e2e_half(t);
   std::printf("test_topk: all ok\n");
   return 0;
 }

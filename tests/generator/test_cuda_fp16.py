@@ -6,6 +6,7 @@ tests/cuda/test_f16.cu, nvcc tests/cuda/nvcc_packages.py.
 
 from __future__ import annotations
 
+import math
 import re
 import subprocess
 import sys
@@ -61,16 +62,23 @@ def test_fp16_package(packages, head):
     arena16, arena32 = _define(h16, "YOLO26N_SHAPES_ARENA_BYTES"), _define(h32, "YOLO26N_SHAPES_ARENA_BYTES")
     assert half_bytes % 256 == 0 and arena32 / 2 <= half_bytes < arena32 / 2 + 256
     assert arena16 >= half_bytes + 4 * f32_floats and f32_floats >= IMGSZ * IMGSZ * 3
-    # the half runtime and its casts at the edges; the head in float32 on the staged copies
+    # the half runtime and the input's cast
     assert "runtime/carve_cuda_f16.cu" in f16 and "runtime/carve_cuda_f16.cu" not in f32
     assert '#include "carve_cuda_f16.h"' in cu and "typedef __half act_t;" in cu
     assert cu.count("carve_cu_f32_to_f16(&m->cu, input_f32(m, b), A(m, INPUT_OFF) + b * INPUT_FLOATS, "
                     "INPUT_FLOATS)") == 1  # input_done (image b's)
     assert "return F(m, 0) + b * INPUT_FLOATS;" in cu  # input_f32: image b's float32 input in the staging area
     assert cu.count("TRY(input_done(m, ") >= 2  # run_image and the tensor upload (and run_images, enqueue)
-    assert cu.count("carve_cu_f16_to_f32_view(") == 6  # box and classes of each of the 3 levels
+    # the head reads the half maps in place (no float32 copies, no casts), its rows in float32 in the staging area
+    assert "carve_cu_f16_to_f32_view" not in cu and cu.count("const carve_cu_level_h levels[3] = {") == 1
+    levels = re.search(r"const carve_cu_level_h levels\[3\] = \{[^}]*\n((?:\s*\{A\(m, .*\},\n){3})\s*\};", cu)
+    assert levels, "the head's levels: three rows of arena views"
     post = "carve_cu_nms_postprocess" if head == "nms" else "carve_cu_e2e_postprocess_task"
-    assert re.search(rf"{post}\([^;]*F\(m, F16_ROWS_OFF\)", cu, re.S)
+    assert re.search(rf"{post}\(&m->cu, levels, 3,[^;]*F\(m, F16_ROWS_OFF\)", cu, re.S)
+    # the staging area: the float32 input or the rows, whichever is larger (one image's)
+    rows = math.prod(int(re.search(rf"^#define YOLO26N_SHAPES_{n} (\d+) ", h16, re.M).group(1))
+                     for n in ("MAX_DETECTIONS", "ROW_LEN"))
+    assert f32_floats == max(-(-rows // 16) * 16, IMGSZ * IMGSZ * 3)
     assert "--precision fp16" in cu.splitlines()[0] and "--precision" not in f32["yolo26n_shapes.cu"].decode()
     # the fp32 package keeps its float32 source
     assert "typedef float act_t;" in f32["yolo26n_shapes.cu"].decode()

@@ -137,14 +137,18 @@ def test_cuda_batch_sizes(weights):
 
 
 def test_cuda_batch_fp16(weights):
-    """--batch with --precision fp16: the float32 staging area batched too (F() scales one image's offsets)."""
+    """--batch with --precision fp16: the float32 staging area batched too (F() scales one image's offsets); the head
+    reads image 0's half maps (image b's follow them)."""
     files = compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ, {"batch": 3, "precision": "fp16"}).files
     h, cu = files["yolo26n.h"].decode(), files["yolo26n.cu"].decode()
     assert _define(h, "YOLO26N_ARENA_BYTES") == 3 * _define(h, "YOLO26N_IMAGE_ARENA_BYTES")
     assert "return m->f32 + (size_t)BATCH * off;" in cu and "m->arena + (size_t)BATCH * F16_HALF_BYTES" in cu
     assert "BATCH == 1" not in cu
-    assert cu.count("carve_cu_e2e_postprocess_batch(&m->cu, levels,") == 1  # on the batch's float32 copies
-    assert "+ b * " not in cu[cu.index("carve_cu_f16_to_f32_view("):cu.index("carve_cu_e2e_postprocess_batch(")]
+    assert cu.count("carve_cu_e2e_postprocess_batch(&m->cu, levels,") == 1  # on the batch's half maps, in place
+    head = cu[cu.index("const carve_cu_level_h levels[3] = {"):cu.index("carve_cu_e2e_postprocess_batch(&m->cu")]
+    assert "image 0's" in head and "+ b * " not in head and "carve_cu_f16_to_f32_view" not in cu
+    # the attention's scratch for the batch (per head when that launches less)
+    assert cu.count("carve_cu_attention_scratch_floats(BATCH, ") == 2
 
 
 @pytest.mark.parametrize("backend, options, message", [

@@ -293,6 +293,13 @@ def _conv_scratch_floats(c: dict, batch: int = 1) -> int:
     return min(max(IM2COL_FLOATS * batch // k, 1), pixels * batch) * k
 
 
+def _attention_scratch_floats(a: dict, batch: int = 1) -> int:
+    """carve_cu_attention_scratch_floats: S of every (image, head) pair when the batch runs per head (fewer
+    launches: 2 heads + 1 < 3 batch), else one image's heads."""
+    per_head = 2 * a["heads"] + 1 < 3 * batch
+    return (batch if per_head else 1) * a["heads"] * a["n"] * a["n"]
+
+
 def _pow2_at_least(v: int) -> int:
     p = 1
     while p < v:
@@ -362,7 +369,7 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
     pre-processing, rounded up to 256 bytes."""
     need = [_conv_scratch_floats(c, p.get("batch", 1)) * 4 for c in p["convs"]]
     need += [_deconv_scratch_bytes(d) for d in p["deconvs"]]
-    need += [a["heads"] * a["n"] * a["n"] * 4 for a in p["attention"]]
+    need += [_attention_scratch_floats(a, p.get("batch", 1)) * 4 for a in p["attention"]]
     need.append(p.get("lanes", 0) * lane_scratch_bytes(p))
     if task == "classify":
         need.append(_classify_scratch_bytes(max_w, max_h, in_w))

@@ -11,9 +11,10 @@ What changes against the fp32 package (docs/backends/cuda.md#fp16), all from thi
   bytes), rebuilt at create into the fp32 package's folded float32 weights on the host, then rounded to half
   (one rounding after the BatchNorm fold) and uploaded; the device holds halves;
 * float32 stays at the edges: the input (the letterbox / run_tensor's upload) is written in float32 to a
-  staging area and cast to half; the head's inputs (each level's box, class and extra maps) are cast to dense
-  float32 copies before the end-to-end (or NMS) post-processing, which runs unchanged in float32 and writes
-  its rows in float32. The staging area follows the halves in the arena (``F16Layout``).
+  staging area and cast to half; the end-to-end (or NMS) post-processing reads the head's half maps where the
+  network wrote them (``carve_cu_level_h``: each value widened to float32 as it is read, the float32 path's
+  results bit for bit, without float32 copies or casts) and writes its rows in float32 to the staging area,
+  which follows the halves in the arena (``F16Layout``).
 
 Refused: the ops of the segment and classify heads (deconv2d, global_avgpool, linear, softmax), whose fp16
 kernels do not exist yet; those tasks generate fp32 cuda packages.
@@ -21,12 +22,12 @@ kernels do not exist yet; those tasks generate fp32 cuda packages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import CarveError
 from .cuda import CudaBackend
-from .steps import CuE2E, CuNMS, Level
+from .steps import CuE2E, CuNMS
 
 # ops whose half-precision kernels runtime/carve_cuda_f16.cu does not have (their tasks stay fp32)
 NOT_IN_F16 = {"deconv2d": "segment's prototype upsampling", "global_avgpool": "the classify head",
@@ -45,45 +46,30 @@ def check(graph) -> None:
 
 
 @dataclass(kw_only=True)
-class StagedLevel(Level):
-    """A head level whose maps the package casts to float32 first: each view's dense float32 copy in the staging
-    area (offsets in floats from its start) and its channels."""
-
-    box_c: int
-    cls_c: int
-    extra_c: int
-    box_f32: int
-    cls_f32: int
-    extra_f32: int
-
-
-@dataclass(kw_only=True)
 class CuE2EF16(CuE2E):
-    """carve_cu_e2e_postprocess_task on float32 copies of the half head maps (carve_cu_f16_to_f32_view each)."""
+    """carve_cu_e2e_postprocess_task (or _batch) on the half head maps (its carve_cu_level_h overload), the rows
+    in float32 in the staging area."""
 
     macro: ClassVar[str] = "cu_e2e_f16"
-    families: ClassVar[tuple] = ("cuda", "cuda_topk", "cuda_f16")
 
 
 @dataclass(kw_only=True)
 class CuNMSF16(CuNMS):
-    """carve_cu_nms_postprocess on float32 copies of the half head maps."""
+    """carve_cu_nms_postprocess on the half head maps (its carve_cu_level_h overload), the rows in float32 in the
+    staging area."""
 
     macro: ClassVar[str] = "cu_nms_f16"
-    families: ClassVar[tuple] = ("cuda", "cuda_nms", "cuda_topk", "cuda_f16")
 
 
 @dataclass
 class F16Layout:
     """The arena of an fp16 package: the plan's activations as halves (``half_bytes``, a multiple of 256), then
-    the float32 staging area of ``f32_floats``: the head's rows at 0 and each level's float32 maps after them;
-    the float32 input (INPUT floats) also at 0 (it is cast to half before the network runs, the rows are
-    written at its end)."""
+    the float32 staging area of ``f32_floats`` per image: the float32 input (INPUT floats) at 0, cast to half
+    before the network runs, and the head's rows, written at the end of the run, at ``rows_off`` = 0 too."""
 
     half_bytes: int
     f32_floats: int
     rows_off: int = 0
-    levels: list = field(default_factory=list)
 
     @property
     def arena_bytes(self) -> int:
@@ -92,25 +78,6 @@ class F16Layout:
 
 def _align16(v: int) -> int:
     return -(-v // 16) * 16  # floats: 64-byte aligned views
-
-
-def stage_levels(graph, step) -> tuple:
-    """(levels with their float32 copies, floats used) for the head step, the rows first."""
-    op = next(o for o in graph.ops if o.kind in ("e2e_detect", "nms_detect"))
-    per = op.attrs["inputs_per_level"]
-    at = _align16(step.k * step.row)
-    staged = []
-    for i, lv in enumerate(step.levels):
-        ins = op.inputs[i * per:(i + 1) * per]
-        chans = [graph.tensors[t].shape[2] for t in ins] + [0]
-        offs = []
-        for c in chans[:3]:
-            offs.append(at)
-            at += _align16(lv.h * lv.w * c)
-        staged.append(StagedLevel(**{f: getattr(lv, f) for f in Level.__dataclass_fields__},
-                                  box_c=chans[0], cls_c=chans[1], extra_c=chans[2] if per > 2 else 0,
-                                  box_f32=offs[0], cls_f32=offs[1], extra_f32=offs[2]))
-    return staged, at
 
 
 class CudaF16Backend(CudaBackend):
@@ -123,11 +90,9 @@ class CudaF16Backend(CudaBackend):
     def lower(self, graph, plan) -> dict:
         program = super().lower(graph, plan)
         head = program["e2e"] or program["nms"]
-        staged, used = stage_levels(graph, head)
-        head.levels = staged
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         layout = F16Layout(half_bytes=-(-plan.arena_bytes // 2 // 256) * 256,
-                           f32_floats=max(used, _align16(in_h * in_w * 3)), levels=staged)
+                           f32_floats=max(_align16(head.k * head.row), _align16(in_h * in_w * 3)))
         program["f16"] = layout
         program["arena_bytes"] = layout.arena_bytes
         return program
