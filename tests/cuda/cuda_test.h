@@ -125,16 +125,42 @@ struct TestCtx {
   void sync() { CHECK_CUDA(cudaStreamSynchronize(stream)); }
 };
 
-// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
+// The graph a stream capture of `launch` records on t.stream (the call must succeed).
 template <typename F>
-static size_t captured_nodes(TestCtx& t, F&& launch) {
+static cudaGraph_t captured_graph(TestCtx& t, F&& launch) {
   CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
   const carve_status st = launch();
   cudaGraph_t graph = nullptr;
   CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
   CHECK_OK(st);
+  return graph;
+}
+
+static size_t graph_nodes(cudaGraph_t graph) {
   size_t nodes = 0;
   CHECK_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes));
+  return nodes;
+}
+
+// Nodes a stream capture of `launch` records: the launches (carve's and cuBLAS's) of one call.
+template <typename F>
+static size_t captured_nodes(TestCtx& t, F&& launch) {
+  cudaGraph_t graph = captured_graph(t, launch);
+  const size_t nodes = graph_nodes(graph);
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  return nodes;
+}
+
+// The same, with the graph run once on t.stream (synchronised): the call's results as a graph replay gives them.
+template <typename F>
+static size_t captured_run(TestCtx& t, F&& launch) {
+  cudaGraph_t graph = captured_graph(t, launch);
+  const size_t nodes = graph_nodes(graph);
+  cudaGraphExec_t exec;
+  CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK_CUDA(cudaGraphLaunch(exec, t.stream));
+  t.sync();
+  CHECK_CUDA(cudaGraphExecDestroy(exec));
   CHECK_CUDA(cudaGraphDestroy(graph));
   return nodes;
 }

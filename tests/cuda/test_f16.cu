@@ -368,22 +368,13 @@ static void test_attention_batch(TestCtx& t) {
           one_v(n * v_stride);
       DevBuf<float> scratch(carve_cu_attention_scratch_floats(batch, n, heads)),
           one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
-      cudaGraph_t graph;
-      CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeGlobal));
-      CHECK_OK(carve_cu_attention(&t.ctx, batch, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p,
-                                  v_stride, scratch.p));
-      CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-      size_t nodes = 0;
-      CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+      const size_t nodes = captured_run(t, [&] {
+        return carve_cu_attention(&t.ctx, batch, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p,
+                                  v_stride, scratch.p);
+      });
       const size_t want_nodes = std::min<size_t>(3 * batch, 2 * heads + 1) + 1;
       CHECK_MSG(nodes == want_nodes, "half attention batch %u heads %u: %zu launches, want %zu", batch, heads, nodes,
                 want_nodes);
-      cudaGraphExec_t exec;
-      CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      CHECK_CUDA(cudaGraphLaunch(exec, t.stream));
-      t.sync();
-      CHECK_CUDA(cudaGraphExecDestroy(exec));
-      CHECK_CUDA(cudaGraphDestroy(graph));
       const std::vector<__half> out = dout.download(), v = dv.download();
       for (size_t b = 0; b < batch; b++) {
         DevBuf<__half> dq1(std::vector<__half>(qkv.begin() + (long)(b * n * qkv_stride),

@@ -532,22 +532,13 @@ static void test_attention_batch(TestCtx& t) {
       DevBuf<float> scratch(floats), one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
       dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
       dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
-      cudaGraph_t graph;
-      CHECK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeGlobal));
-      CHECK_OK(carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads,
-                                  (uint32_t)kd, (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p));
-      CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-      size_t nodes = 0;
-      CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
+      const size_t nodes = captured_run(t, [&] {
+        return carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads,
+                                  (uint32_t)kd, (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p);
+      });
       const size_t want_nodes = std::min(3 * batch, 2 * heads + 1) + 1;
       CHECK_MSG(nodes == want_nodes, "attention batch %zu heads %zu: %zu launches, want %zu", batch, heads, nodes,
                 want_nodes);
-      cudaGraphExec_t exec;
-      CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      CHECK_CUDA(cudaGraphLaunch(exec, t.stream));
-      t.sync();
-      CHECK_CUDA(cudaGraphExecDestroy(exec));
-      CHECK_CUDA(cudaGraphDestroy(graph));
       const std::vector<float> out = dout.download(), v = dv.download();
       for (size_t b = 0; b < batch; b++) {
         DevBuf<float> dq1(std::vector<float>(qkv.begin() + (long)(b * n * qkv_stride),

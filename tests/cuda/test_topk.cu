@@ -319,6 +319,18 @@ static void test_e2e_batch(TestCtx& t) {
   std::printf("e2e batch: %d cases of 3 images equal to carve_e2e_postprocess_task image by image\n", count);
 }
 
+// The heads the e2e tests run: every task, with a one-class detect head carrying extra channels.
+struct E2eTask {
+  carve_e2e_task task;
+  size_t nc, extra;
+  const char* name;
+};
+static const E2eTask kE2eTasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
+                                    {CARVE_E2E_DETECT, 1, 3, "detect nc=1 + extras"},
+                                    {CARVE_E2E_SEGMENT, 80, 32, "segment"},
+                                    {CARVE_E2E_POSE, 1, 51, "pose"},
+                                    {CARVE_E2E_OBB, 15, 1, "obb"}};
+
 static void test_e2e(TestCtx& t) {
   TestRng rng(13);
   int count = 0;
@@ -327,16 +339,7 @@ static void test_e2e(TestCtx& t) {
     const std::vector<size_t> hs = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{13, 7, 4};
     const std::vector<size_t> ws = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{7, 4, 2};
     const std::vector<float> ss = {8.0f, 16.0f, 32.0f};
-    struct {
-      carve_e2e_task task;
-      size_t nc, extra;
-      const char* name;
-    } tasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
-                 {CARVE_E2E_DETECT, 1, 3, "detect nc=1 + extras"},
-                 {CARVE_E2E_SEGMENT, 80, 32, "segment"},
-                 {CARVE_E2E_POSE, 1, 51, "pose"},
-                 {CARVE_E2E_OBB, 15, 1, "obb"}};
-    for (const auto& tk : tasks) {
+    for (const E2eTask& tk : kE2eTasks) {
       Head head(hs, ws, ss, tk.nc, tk.extra);
       for (size_t k : {(size_t)1, (size_t)10, (size_t)300, head.anchors}) {
         char what[128];
@@ -492,16 +495,7 @@ static void test_e2e_half(TestCtx& t) {
   TestRng rng(29);
   int count = 0;
   const std::vector<float> ss = {8.0f, 16.0f, 32.0f};
-  struct {
-    carve_e2e_task task;
-    size_t nc, extra;
-    const char* name;
-  } tasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
-               {CARVE_E2E_DETECT, 1, 3, "detect nc=1 + extras"},
-               {CARVE_E2E_SEGMENT, 80, 32, "segment"},
-               {CARVE_E2E_POSE, 1, 51, "pose"},
-               {CARVE_E2E_OBB, 15, 1, "obb"}};
-  for (const auto& tk : tasks) {
+  for (const E2eTask& tk : kE2eTasks) {
     const Head head({13, 7, 4}, {7, 4, 2}, ss, tk.nc, tk.extra);
     for (size_t batch : {(size_t)1, (size_t)3}) {
       for (size_t k : {(size_t)10, (size_t)300, head.anchors}) {
