@@ -281,10 +281,14 @@ static void check_place(void) {
          (unsigned long long)(carve_pool_moves(pool) - before), worker_cpu);
   CHECK(atomic_load(&g_stack_on) == -1 && carve_pool_moves(pool) > before);
   // A worker that woke late may still be inside place() (its mask briefly the free CPUs) after the last
-  // step returned: no step runs now, so it is done within microseconds (two make test runs under load saw it).
-  usleep(2000);
+  // step returned: no step runs now, so it restores the whole mask as soon as it is scheduled, which on a
+  // loaded machine can take milliseconds (make test under load saw 2 ms pass): poll for up to a second.
   cpu_set_t mask;
-  CHECK(pthread_getaffinity_np(pool->workers[0], sizeof(mask), &mask) == 0);
+  for (int waited = 0;; waited++) {
+    CHECK(pthread_getaffinity_np(pool->workers[0], sizeof(mask), &mask) == 0);
+    if (CPU_EQUAL(&mask, &all) || waited == 1000) break;
+    usleep(1000);
+  }
   CHECK(CPU_EQUAL(&mask, &all));  // not pinned
   CHECK(carve_pool_moves(NULL) == 0);
   pthreadpool_destroy(pool);
