@@ -18,7 +18,7 @@ sys.path.insert(0, str(HERE))
 import irsim  # noqa: E402
 from carve import compiler  # noqa: E402
 from carve.backends import cuda_lanes, get_backend  # noqa: E402
-from carve.backends.cuda import device_scratch_bytes, lane_scratch_bytes  # noqa: E402
+from carve.backends.cuda import device_scratch_bytes, lanes_scratch_bytes  # noqa: E402
 from carve.manifest import load_manifest  # noqa: E402
 from carve.planner import Region, plan_memory  # noqa: E402
 
@@ -90,10 +90,16 @@ def test_program_lanes_and_scratch(graph):
     assert [st.macro for st in head["post"]] == ["cu_e2e"]
     others = [st for lay in program["layers"] if lay is not head for st in lay["steps"]]
     assert others and all(st.lane == -1 for st in others)
-    # the box branches' 3x3 convs need im2col scratch: a slice per lane, side by side in the device scratch
-    slice_bytes = lane_scratch_bytes(program)
-    assert slice_bytes > 0 and slice_bytes % 256 == 0
-    assert device_scratch_bytes(program, "detect", 80, IMGSZ, IMGSZ, 64, 64) >= 6 * slice_bytes
+    # the box branches' 3x3 convs need im2col scratch, the class branches' depthwise / 1x1 convs none: a slice per
+    # lane of its own need, side by side in the device scratch
+    assert [program["conv_lanes"][st.index] for st in others if st.macro == "cu_conv"] == \
+        [-1] * sum(st.macro == "cu_conv" for st in others)
+    box = {lane["index"] for lane in head["lanes"] if "cv2" in lane["what"]}
+    assert len(box) == 3
+    total = lanes_scratch_bytes(program)
+    per_box = lanes_scratch_bytes(dict(program, conv_lanes=[-1 if k not in box else k for k in program["conv_lanes"]]))
+    assert total == per_box > 0 and total % 256 == 0  # the class lanes' slices are empty
+    assert device_scratch_bytes(program, "detect", 80, IMGSZ, IMGSZ, 64, 64) >= total
     # a plan made without the regions gets no lanes (nothing keeps their memory apart)
     plain = be.lower(graph, plan_memory(graph))
     assert plain["lanes"] == 0 and not any(lay.get("lanes") for lay in plain["layers"])

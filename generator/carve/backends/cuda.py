@@ -356,12 +356,16 @@ def _deconv_scratch_bytes(d) -> int:
     return d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4
 
 
-def lane_scratch_bytes(p: dict) -> int:
-    """The generated lane_scratch_bytes(): one lane's slice of the device scratch (backends/cuda_lanes.py), the
-    largest scratch of a lane's calls rounded up to 256 bytes (lane k's slice starts k times that in)."""
-    need = [_conv_scratch_floats(p["convs"][i], p.get("batch", 1)) * 4 for i in p.get("lane_convs", [])]
-    need += [_deconv_scratch_bytes(d) for d in p.get("lane_deconvs", [])]
-    return -(-max(need, default=0) // 256) * 256
+def lanes_scratch_bytes(p: dict) -> int:
+    """The generated lane_scratch_offset(LANES): the lanes' slices of the device scratch side by side
+    (backends/cuda_lanes.py), lane k's its own calls' largest need rounded up to 256 bytes."""
+    need = [0] * p.get("lanes", 0)
+    for c, lane in zip(p["convs"], p.get("conv_lanes", [])):
+        if lane >= 0:
+            need[lane] = max(need[lane], _conv_scratch_floats(c, p.get("batch", 1)) * 4)
+    for d in p.get("lane_deconvs", []):
+        need[d.lane] = max(need[d.lane], _deconv_scratch_bytes(d))
+    return sum(-(-n // 256) * 256 for n in need)
 
 
 def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_w: int, max_h: int) -> int:
@@ -370,7 +374,7 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
     need = [_conv_scratch_floats(c, p.get("batch", 1)) * 4 for c in p["convs"]]
     need += [_deconv_scratch_bytes(d) for d in p["deconvs"]]
     need += [_attention_scratch_floats(a, p.get("batch", 1)) * 4 for a in p["attention"]]
-    need.append(p.get("lanes", 0) * lane_scratch_bytes(p))
+    need.append(lanes_scratch_bytes(p))
     if task == "classify":
         need.append(_classify_scratch_bytes(max_w, max_h, in_w))
     elif p.get("nms"):

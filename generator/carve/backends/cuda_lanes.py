@@ -11,7 +11,8 @@ post-processing. Captured into the CUDA Graph, the fork and join are graph edges
 What lanes need from the rest of the generator:
 
 * the memory plan (planner.Region): a lane's activations never share memory with another lane's;
-* one scratch slice per lane (``lane_scratch``), the device scratch being at least LANES slices;
+* a slice of the device scratch per lane, each its own lane's largest need, side by side (cuda.py's
+  ``lanes_scratch_bytes``, the generated ``lane_scratch_bytes(k)`` / ``lane_scratch_offset(k)``);
 * every step of a lane rendered with its lane's context and scratch (``Step.lane``, templates/common/steps.c.j2).
 
 ``head_region`` is a pure function of the graph; ``assign`` marks the program's steps.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from ..ir import Graph
 from ..planner import Region
+from .steps import CuConv, CuDeconv
 
 MAX_LANES = 8                               # streams of one package (the head of a pose / seg model has 9-10 chains)
 POST_KINDS = ("e2e_detect", "nms_detect")   # the post-processing op the chains meet in (it runs after the join)
@@ -72,9 +74,10 @@ def regions(graph: Graph) -> tuple:
 def assign(program: dict, graph: Graph, region: Region | None) -> dict:
     """Marks each step of the region's lanes with its lane (Step.lane) and gives the head layer's entry of
     ``program["layers"]`` its ``lanes`` (a list per lane of its steps, in order) and ``post`` (the steps after the
-    join). ``program["lanes"]``: the number of lanes (0: none); ``program["lane_convs"]`` / ``lane_deconvs``: the
-    k_conv indices and deconv steps of the lanes (their scratch: ``lane_scratch``)."""
-    program.update(lanes=0, lane_convs=[], lane_deconvs=[])
+    join). ``program["lanes"]``: the number of lanes (0: none); ``program["conv_lanes"]``: each k_conv entry's lane
+    (-1: none); ``program["lane_deconvs"]``: the deconv steps of the lanes (their scratch: cuda.py's
+    ``lanes_scratch_bytes``)."""
+    program.update(lanes=0, conv_lanes=[-1] * len(program["convs"]), lane_deconvs=[])
     if region is None:
         return program
     lane_of = {graph.ops[i].name: k for k, ops in enumerate(region.lanes) for i in ops}
@@ -92,9 +95,9 @@ def assign(program: dict, graph: Graph, region: Region | None) -> dict:
                              what=", ".join(sorted({_chain_name(s.name) for s in steps if s.computes})))
                         for k, steps in enumerate(lanes)], post=post)
     program["lanes"] = len(region.lanes)
-    program["lane_convs"] = sorted({st.index for steps in lanes for st in steps if hasattr(st, "index")
-                                    and st.macro == "cu_conv"})
-    program["lane_deconvs"] = [st for steps in lanes for st in steps if st.macro == "cu_deconv"]
+    for st in (st for steps in lanes for st in steps if isinstance(st, CuConv)):
+        program["conv_lanes"][st.index] = st.lane
+    program["lane_deconvs"] = [st for steps in lanes for st in steps if isinstance(st, CuDeconv)]
     return program
 
 
