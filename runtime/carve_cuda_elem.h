@@ -166,14 +166,21 @@ static __device__ __forceinline__ carve_cu_v16 carve_cu_v16_zero() {
   return c;
 }
 
-// 16 bytes at p (16-byte aligned): a plain load, a load through the read-only path (__ldg: memory the
-// kernel never writes, such as the fused convolution's operands) and a store.
-static __device__ __forceinline__ carve_cu_v16 carve_cu_ld16_bytes(const void* p) {
+// 16 bytes at p (16-byte aligned): a plain load (READ_ONLY false), a load through the read-only path (__ldg:
+// memory the kernel never writes, such as the fused convolution's operands), and a store.
+template <bool READ_ONLY>
+static __device__ __forceinline__ carve_cu_v16 carve_cu_load16(const void* p) {
   carve_cu_v16 c;
 #ifdef CARVE_CUDA_EMULATION
   memcpy(&c, p, 16);
 #else
-  const uint4 u = *static_cast<const uint4*>(p);
+  const uint4* const q = static_cast<const uint4*>(p);
+  uint4 u;
+  if constexpr (READ_ONLY) {
+    u = __ldg(q);
+  } else {
+    u = *q;
+  }
   c.w[0] = u.x;
   c.w[1] = u.y;
   c.w[2] = u.z;
@@ -182,19 +189,8 @@ static __device__ __forceinline__ carve_cu_v16 carve_cu_ld16_bytes(const void* p
   return c;
 }
 
-static __device__ __forceinline__ carve_cu_v16 carve_cu_ldg16_bytes(const void* p) {
-  carve_cu_v16 c;
-#ifdef CARVE_CUDA_EMULATION
-  memcpy(&c, p, 16);
-#else
-  const uint4 u = __ldg(static_cast<const uint4*>(p));
-  c.w[0] = u.x;
-  c.w[1] = u.y;
-  c.w[2] = u.z;
-  c.w[3] = u.w;
-#endif
-  return c;
-}
+static __device__ __forceinline__ carve_cu_v16 carve_cu_ld16_bytes(const void* p) { return carve_cu_load16<false>(p); }
+static __device__ __forceinline__ carve_cu_v16 carve_cu_ldg16_bytes(const void* p) { return carve_cu_load16<true>(p); }
 
 static __device__ __forceinline__ void carve_cu_st16_bytes(void* p, const carve_cu_v16& c) {
 #ifdef CARVE_CUDA_EMULATION

@@ -39,3 +39,10 @@ def shapes_built():
     plan = plan_memory(graph)
     programs = {be: get_backend(be).lower(graph, plan) for be in ("xnnpack", "portable", "cuda")}
     return graph, programs, {be: r.files for be, r in res.items()}
+
+
+@pytest.fixture(scope="session")
+def irsim_yolo26n_pt(tmp_path_factory):
+    """A yolo26n checkpoint with irsim's random weights (seed 0), written once for the tests that generate from it."""
+    import irsim  # tests/generator/irsim.py: needs torch (its callers importorskip it first)
+    return irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")

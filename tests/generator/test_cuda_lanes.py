@@ -15,7 +15,6 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "generator"))
 sys.path.insert(0, str(HERE))
 
-import irsim  # noqa: E402
 from carve import compiler  # noqa: E402
 from carve.backends import cuda_lanes, get_backend  # noqa: E402
 from carve.backends.cuda import device_scratch_bytes, lanes_scratch_bytes  # noqa: E402
@@ -29,10 +28,10 @@ IMGSZ = 96
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    pt = irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")
+def graph(irsim_yolo26n_pt):
     manifest = load_manifest(str(MANIFEST))
-    _, g = compiler._optimized_graph(manifest, str(pt), IMGSZ, compiler.head_options(manifest, {}), lambda *a: None)
+    _, g = compiler._optimized_graph(manifest, str(irsim_yolo26n_pt), IMGSZ, compiler.head_options(manifest, {}),
+                                     lambda *a: None)
     return g
 
 
@@ -105,9 +104,8 @@ def test_program_lanes_and_scratch(graph):
     assert plain["lanes"] == 0 and not any(lay.get("lanes") for lay in plain["layers"])
 
 
-def test_rendered_fork_and_join(graph, tmp_path):
-    files = compiler.compile_model(str(MANIFEST), "cuda", irsim.save_checkpoint(irsim.build_yolo26("n", seed=0),
-                                                                               tmp_path / "w.pt"), IMGSZ).files
+def test_rendered_fork_and_join(irsim_yolo26n_pt):
+    files = compiler.compile_model(str(MANIFEST), "cuda", str(irsim_yolo26n_pt), IMGSZ).files
     cu = files["yolo26n.cu"].decode()
     assert "#define LANES 6" in cu
     body = cu[cu.index("static carve_status layer_23_detect("):]

@@ -24,7 +24,6 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "generator"))
 sys.path.insert(0, str(HERE))
 
-import irsim  # noqa: E402
 from carve import compiler  # noqa: E402
 from carve.errors import CarveError  # noqa: E402
 
@@ -35,8 +34,8 @@ IMGSZ = 64
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    return irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")
+def weights(irsim_yolo26n_pt):
+    return irsim_yolo26n_pt  # conftest.py: irsim's yolo26n, seed 0
 
 
 @pytest.fixture(scope="module")
