@@ -67,7 +67,9 @@
 // 6: carve_cu_attention_scratch_floats(batch, n, heads): a batch's attention may run per head; the
 //    e2e and NMS heads read half maps (carve_cu_level_h overloads; carve_cu_f16_to_f32_view removed).
 // 7: lanes: carve_cu_ctx.blas_workspace_bytes and .rebind, carve_cu_ctx_lane (contexts sharing one handle).
-#define CARVE_CUDA_ABI 7
+// 8: tactics: carve_cu_conv.slot, carve_cu_ctx.tactics, carve_cu_tactics and carve_cu_ctx_set_tactics (each
+//    convolution's path chosen by timing both on the device).
+#define CARVE_CUDA_ABI 8
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -124,6 +126,8 @@ extern "C" {
 // once at init, so that cuBLAS never allocates inside a run or a graph capture;
 // generated code only calls init / destroy and reads `stream`.)
 // (Added for caller-owned memory: `owns`, what carve_cu_ctx_destroy releases.)
+typedef struct carve_cu_tactics carve_cu_tactics;
+
 typedef struct carve_cu_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
@@ -136,6 +140,7 @@ typedef struct carve_cu_ctx {
   size_t blas_workspace_bytes;  // the bytes of blas_workspace this context's GEMMs may use
   int rebind;            // 1: blas is shared with other contexts (carve_cu_ctx_lane): every cuBLAS call binds
                          // it to this context's stream and workspace first (cublasSetStream + SetWorkspace)
+  carve_cu_tactics* tactics;  // NULL, or each convolution's path by its slot (carve_cu_ctx_set_tactics): the caller's
 } carve_cu_ctx;
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
@@ -207,6 +212,52 @@ carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 typedef enum carve_cu_conv_impl { CARVE_CU_CONV_GEMM = 0, CARVE_CU_CONV_FUSED = 1 } carve_cu_conv_impl;
 carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl impl);
 
+// Tactics: each convolution's path measured on the device, as TensorRT times its tactics at build. A groups-1
+// convolution that both paths above can run (not the direct kernel's few-input-channel ones; fp16, or float32
+// with TF32 on: the fused kernel needs tensor cores) and that names a slot (carve_cu_conv.slot, 1-based) takes
+// path[slot - 1] when that is set: CARVE_CU_PATH_GEMM the cuBLAS path, CARVE_CU_PATH_FUSED the fused kernel with
+// its tile rule's tile, CARVE_CU_PATH_FUSED_TILE + t the fused kernel with tile t (CARVE_CU_IGEMM_TILE_*,
+// carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block). While `tune` is 1, a call whose entry is
+// still CARVE_CU_PATH_UNSET, on a stream that is not capturing, times its candidates first: the cuBLAS path and
+// the fused kernel with each tile (the 64-wide ones only for cout > 32). Each runs once eagerly (its kernels
+// loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
+// untimed and CARVE_CU_TUNE_REPLAYS times between two events (the same graph launches and programmatic edges as
+// the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS
+// path's time and the best fused one into `us`, and the call then runs it (its results are the call's). Calls
+// with an unset entry outside tuning, in a capture, without a slot or a table, and a failed timing (nothing
+// stored; its CUDA errors cleared) take the default rule above (conv_fused, else carve_cu_igemm_preferred).
+// conv_fused 1 wins over the table. Tuning creates and destroys a graph and two events per timed candidate and
+// synchronises the stream: generated packages tune in create (a run on a zeroed arena), never in a run. While
+// tuning, a call runs several times: y must not alias x or the residual (generated code never does). Entries
+// may be set by hand (reproducible paths). Lanes (carve_cu_ctx_lane) share main's table: set it before making
+// them. Nothing here is allocated.
+enum {
+  CARVE_CU_PATH_UNSET = 0,
+  CARVE_CU_PATH_GEMM = 1,
+  CARVE_CU_PATH_FUSED = 2,
+  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 6
+  CARVE_CU_PATHS = 7             // one past the last path
+};
+struct carve_cu_tactics {
+  uint8_t* path;   // `slots` entries: CARVE_CU_PATH_*
+  float* us;       // NULL, or 2 per slot: the microseconds per convolution measured for the cuBLAS path, then
+                   // for the fastest tile of the fused kernel (0 where not measured)
+  uint32_t slots;
+  int tune;        // 1: unset entries are timed as their calls come (outside a capture)
+};
+#ifndef CARVE_CU_TUNE_DEFAULT
+#define CARVE_CU_TUNE_DEFAULT 1  // generated packages' options.conv_tune (the emulation: 0, its times mean nothing)
+#endif
+#ifndef CARVE_CU_TUNE_LAUNCHES
+#define CARVE_CU_TUNE_LAUNCHES 8  // launches of the convolution in the timed graph
+#endif
+#ifndef CARVE_CU_TUNE_REPLAYS
+#define CARVE_CU_TUNE_REPLAYS 4   // timed replays of that graph (after one untimed)
+#endif
+// Sets ctx->tactics (NULL: none). Host function; CARVE_ERR_INVALID_ARGUMENT for a NULL context, or a table
+// with slots > 0 and a NULL path.
+carve_status carve_cu_ctx_set_tactics(carve_cu_ctx* ctx, carve_cu_tactics* tactics);
+
 // ---- Weights ----------------------------------------------------------------------
 
 // dst[i] = the IEEE binary16 value src[i] as float32, bit for bit what the CPU
@@ -243,6 +294,7 @@ typedef struct carve_cu_conv {
   size_t in_stride, out_stride, res_stride;
   carve_cu_act act;
   uint32_t batch;
+  uint32_t slot;  // 0: none; else the convolution's entry in ctx->tactics (1-based): carve_cu_ctx_set_tactics
 } carve_cu_conv;
 
 // Floats of scratch carve_cu_conv2d needs (the im2col matrix, at most CARVE_CU_IM2COL_FLOATS per image

@@ -496,47 +496,14 @@ static carve_status carve_cu_direct_conv(const carve_cu_ctx* ctx, const carve_cu
 // The fused implicit-GEMM convolution on tensor cores (carve_cu_ctx_set_conv_impl).
 #include "carve_cuda_igemm.h"
 
-// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; groups-1 convs with few input
-// channels (carve_cu_conv_direct: the stem) the direct kernel above, whichever path the context asks for (one
-// launch, no scratch); other groups-1 convs the fused implicit-GEMM kernel when the context asks for it
-// (carve_cu_igemm_applies: one launch, no scratch); otherwise 1x1 stride-1 convs one GEMM on the NHWC view;
-// others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used as that many T: chunks of whole
-// output pixels) + one GEMM per chunk; then the epilogue.
+// The cuBLAS path of a groups-1 convolution (arguments checked by the caller): 1x1 stride-1 convs one GEMM on the
+// NHWC view; others im2col into scratch (carve_cu_conv2d_scratch_floats(c) floats, used as that many T: chunks of
+// whole output pixels) + one GEMM per chunk; then the epilogue kernel.
 template <typename T>
-static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                      const T* bias, const T* residual, T* y, float* scratch,
-                                      carve_cu_gemm_nt_fn<T> gemm) {
-  if (!carve_cu_ctx_ok(ctx) || !carve_cu_conv_valid(c) || x == NULL || weight == NULL || bias == NULL || y == NULL ||
-      (residual != NULL && c->res_stride < c->cout)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const size_t oh = carve_cu_conv_out(c->h, c->kh, c->stride, c->pad);
-  const size_t ow = carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
-  const size_t opix = oh * ow;                     // output pixels of one image
-  const size_t pixels = opix * carve_cu_batch(c);  // of the batch: every image's, image after image
+static carve_status carve_cu_conv_gemm_path(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x,
+                                            const T* weight, const T* bias, const T* residual, T* y, float* scratch,
+                                            carve_cu_gemm_nt_fn<T> gemm, size_t ow, size_t opix, size_t pixels) {
   const int silu = c->act == CARVE_CU_ACT_SILU;
-  if (c->groups != 1) {
-    if (carve_cu_vec_ok<T>(pixels * c->cout, {c->cout, c->in_stride, c->out_stride, residual ? c->res_stride : 0},
-                           {x, y, bias, residual})) {  // (so opix < 2^32 too: pixels <= items / VEC)
-      const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
-      CARVE_LAUNCH(carve_cu_depthwise_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
-                   (uint32_t)c->in_stride, c->h, c->w, c->cout / CARVE_CU_VEC(T), c->kh, c->kw, c->stride, c->pad,
-                   (uint32_t)opix, (uint32_t)ow, (uint32_t)items, weight, bias, residual, (uint32_t)c->res_stride,
-                   silu, y, (uint32_t)c->out_stride);
-    } else {
-      CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream,
-                   x, c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, carve_cu_batch(c),
-                   weight, bias, residual, c->res_stride, silu, y, c->out_stride);
-    }
-    CARVE_CU_CHECK_LAUNCH();
-    return CARVE_OK;
-  }
-  if (carve_cu_conv_direct(c)) {
-    return carve_cu_direct_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
-  }
-  if (carve_cu_igemm_applies<T>(ctx, c, pixels)) {
-    return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
-  }
   carve_status st;
   if (carve_cu_conv_is_gemm(c)) {
     st = gemm(ctx, c->cout, pixels, c->cin, weight, c->cin, x, c->in_stride, y, c->out_stride);
@@ -578,6 +545,145 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+// Microseconds per call of run() on ctx->stream, in a CUDA Graph as the model's own (carve_cu_ctx_set_tactics): one
+// eager call (its kernels loaded, cuBLAS' heuristics cached), then CARVE_CU_TUNE_LAUNCHES calls captured and the
+// graph replayed once untimed and CARVE_CU_TUNE_REPLAYS times between two events. -1 when anything fails (the
+// stream capturing, a capture or a call refused): the CUDA errors that leaves are cleared.
+template <typename Run>
+static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(ctx->stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone ||
+      run() != CARVE_OK || cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1.0f;
+  }
+  carve_status st = CARVE_OK;
+  for (int i = 0; i < CARVE_CU_TUNE_LAUNCHES && st == CARVE_OK; i++) {
+    st = run();
+  }
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  cudaEvent_t ev[2] = {NULL, NULL};
+  float ms = -1.0f;
+  bool ok = cudaStreamEndCapture(ctx->stream, &graph) == cudaSuccess && st == CARVE_OK && graph != NULL &&
+            cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaEventCreate(&ev[0]) == cudaSuccess &&
+            cudaEventCreate(&ev[1]) == cudaSuccess && cudaGraphLaunch(exec, ctx->stream) == cudaSuccess &&
+            cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
+  for (int r = 0; ok && r < CARVE_CU_TUNE_REPLAYS; r++) {
+    ok = cudaGraphLaunch(exec, ctx->stream) == cudaSuccess;
+  }
+  ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+       cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
+  for (int i = 0; i < 2; i++) {
+    if (ev[i] != NULL) {
+      cudaEventDestroy(ev[i]);
+    }
+  }
+  if (exec != NULL) {
+    cudaGraphExecDestroy(exec);
+  }
+  if (graph != NULL) {
+    cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError();
+  return ok && ms >= 0.0f ? ms * 1000.0f / (float)(CARVE_CU_TUNE_LAUNCHES * CARVE_CU_TUNE_REPLAYS) : -1.0f;
+}
+
+// The path of a convolution both paths can run, from its tactic (carve_cu_ctx_set_tactics): the entry of its
+// slot, its candidates timed first while tuning; CARVE_CU_PATH_UNSET where the default rule decides.
+// fused_path(tile): the fused kernel with that tile (-1: the tile rule's).
+template <typename Gemm, typename Fused>
+static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c, Gemm gemm_path, Fused fused_path) {
+  carve_cu_tactics* const t = ctx->tactics;
+  if (t == NULL || c->slot == 0 || c->slot > t->slots) {
+    return CARVE_CU_PATH_UNSET;
+  }
+  uint8_t* const path = &t->path[c->slot - 1];
+  if (*path != CARVE_CU_PATH_UNSET || !t->tune) {
+    return *path < CARVE_CU_PATHS ? (int)*path : (int)CARVE_CU_PATH_UNSET;
+  }
+  const float gemm_us = carve_cu_time_path(ctx, gemm_path);
+  float best_us = gemm_us, fused_us = -1.0f;
+  int best = CARVE_CU_PATH_GEMM;
+  for (int tile = 0; tile < CARVE_CU_IGEMM_TILES && gemm_us >= 0.0f; tile++) {
+    if (c->cout <= 32 && (tile == CARVE_CU_IGEMM_TILE_64X64 || tile == CARVE_CU_IGEMM_TILE_32X64)) {
+      continue;  // half the block's columns would be zeros
+    }
+    const float us = carve_cu_time_path(ctx, [&]() { return fused_path(tile); });
+    if (us < 0.0f) {
+      return CARVE_CU_PATH_UNSET;
+    }
+    fused_us = fused_us < 0.0f || us < fused_us ? us : fused_us;
+    if (us < best_us) {
+      best_us = us;
+      best = CARVE_CU_PATH_FUSED_TILE + tile;
+    }
+  }
+  if (fused_us < 0.0f) {
+    return CARVE_CU_PATH_UNSET;
+  }
+  *path = (uint8_t)best;
+  if (t->us != NULL) {
+    t->us[2 * (c->slot - 1)] = gemm_us;
+    t->us[2 * (c->slot - 1) + 1] = fused_us;
+  }
+  return best;
+}
+
+// carve_cu_conv2d over T with the precision's GEMM: depthwise a direct kernel; groups-1 convs with few input
+// channels (carve_cu_conv_direct: the stem) the direct kernel above, whichever path the context asks for (one
+// launch, no scratch); other groups-1 convs either the fused implicit-GEMM kernel (one launch, no scratch) or the
+// cuBLAS path (carve_cu_conv_gemm_path): the fused one where it can run (carve_cu_igemm_fits) and the context asks
+// for it (conv_fused), else where the convolution's tactic says so (carve_cu_conv_tactic), else where the default
+// rule prefers it (carve_cu_igemm_preferred).
+template <typename T>
+static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
+                                      const T* bias, const T* residual, T* y, float* scratch,
+                                      carve_cu_gemm_nt_fn<T> gemm) {
+  if (!carve_cu_ctx_ok(ctx) || !carve_cu_conv_valid(c) || x == NULL || weight == NULL || bias == NULL || y == NULL ||
+      (residual != NULL && c->res_stride < c->cout)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t oh = carve_cu_conv_out(c->h, c->kh, c->stride, c->pad);
+  const size_t ow = carve_cu_conv_out(c->w, c->kw, c->stride, c->pad);
+  const size_t opix = oh * ow;                     // output pixels of one image
+  const size_t pixels = opix * carve_cu_batch(c);  // of the batch: every image's, image after image
+  const int silu = c->act == CARVE_CU_ACT_SILU;
+  if (c->groups != 1) {
+    if (carve_cu_vec_ok<T>(pixels * c->cout, {c->cout, c->in_stride, c->out_stride, residual ? c->res_stride : 0},
+                           {x, y, bias, residual})) {  // (so opix < 2^32 too: pixels <= items / VEC)
+      const size_t items = pixels * c->cout / CARVE_CU_VEC(T);
+      CARVE_LAUNCH(carve_cu_depthwise_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
+                   (uint32_t)c->in_stride, c->h, c->w, c->cout / CARVE_CU_VEC(T), c->kh, c->kw, c->stride, c->pad,
+                   (uint32_t)opix, (uint32_t)ow, (uint32_t)items, weight, bias, residual, (uint32_t)c->res_stride,
+                   silu, y, (uint32_t)c->out_stride);
+    } else {
+      CARVE_LAUNCH(carve_cu_depthwise_kernel<T>, carve_cu_blocks(pixels * c->cout), CARVE_CU_THREADS, ctx->stream,
+                   x, c->in_stride, c->h, c->w, c->cout, c->kh, c->kw, c->stride, c->pad, oh, ow, carve_cu_batch(c),
+                   weight, bias, residual, c->res_stride, silu, y, c->out_stride);
+    }
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  if (carve_cu_conv_direct(c)) {
+    return carve_cu_direct_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+  }
+  auto gemm_path = [&]() {
+    return carve_cu_conv_gemm_path(ctx, c, x, weight, bias, residual, y, scratch, gemm, ow, opix, pixels);
+  };
+  auto fused_path = [&](int tile) {
+    return carve_cu_igemm_conv(ctx, c, x, weight, bias, residual, y, ow, opix, pixels, tile);
+  };
+  int path = CARVE_CU_PATH_GEMM;
+  if (carve_cu_igemm_fits<T>(ctx, c, pixels)) {
+    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED : carve_cu_conv_tactic(ctx, c, gemm_path, fused_path);
+    if (path == CARVE_CU_PATH_UNSET) {
+      path = carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels) ? CARVE_CU_PATH_FUSED : CARVE_CU_PATH_GEMM;
+    }
+  }
+  return path == CARVE_CU_PATH_GEMM ? gemm_path() : fused_path(path - CARVE_CU_PATH_FUSED_TILE);
 }
 
 // ---- Pooling, upsample, copy, add -----------------------------------------------------------

@@ -47,6 +47,7 @@
 #endif
 
 #define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the tile
+static_assert(CARVE_CU_PATHS == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES, "a tactic path per tile (carve_cuda.h)");
 // Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
 // <= 36 KB a block, allows as many on sm_80+). Also keeps ptxas from a spill it otherwise chooses.
 #define CARVE_CU_IGEMM_MIN_BLOCKS 4
@@ -107,7 +108,7 @@ struct carve_cu_igemm_traits<__half> {
 
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
 // (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
-// carve_cu_igemm_vec). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_applies.)
+// carve_cu_igemm_vec). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
 template <typename T, int BM, int BN, int BK, bool VEC>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLOCKS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
 
     const int t = (int)threadIdx.x, cc = t % CPR, r0 = t / CPR;  // the thread's chunk column and first row
     const uint32_t m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const uint32_t k_total = kh * kw * cin;  // < 2^31 (carve_cu_igemm_applies)
+    const uint32_t k_total = kh * kw * cin;  // < 2^31 (carve_cu_igemm_fits)
     const int warp = t / 32, wm0 = (warp / 2) * WM, wn0 = (warp % 2) * WN;
 
     // The thread's rows of A: the input position of tap (0, 0) of output pixel m0 + r0 + j RSTEP (the
@@ -253,19 +254,18 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
   }
 }
 
-// Whether carve_cu_conv2d_t takes the fused kernel for this convolution: groups 1, the context asks for
-// it (carve_cu_ctx_set_conv_impl) or the shape is one where it is the faster path (carve_cu_igemm_preferred,
-// carve_cuda_igemm_tile.h), its math has tensor cores for T (float: TF32 on, sm_80+, so never for strict
-// float32; half: sm_70+, below every architecture carve compiles for), the sizes fit the kernel's
-// 32-bit indices (pixels, channels, K, and the input's rows and columns as int with the padding).
+// Whether the fused kernel can run this convolution: groups 1, its math has tensor cores for T (float: TF32 on,
+// sm_80+, so never for strict float32; half: sm_70+, below every architecture carve compiles for), the sizes fit
+// the kernel's 32-bit indices (pixels, channels, K, and the input's rows and columns as int with the padding).
+// Whether it does is carve_cu_conv2d_t's choice: the context asks for it (carve_cu_ctx_set_conv_impl), the
+// convolution's tactic (carve_cu_ctx_set_tactics), or the default rule (carve_cu_igemm_preferred).
 template <typename T>
-static inline int carve_cu_igemm_applies(const carve_cu_ctx* ctx, const carve_cu_conv* c, size_t pixels) {
+static inline int carve_cu_igemm_fits(const carve_cu_ctx* ctx, const carve_cu_conv* c, size_t pixels) {
   const int math = sizeof(T) == 2 ? 1 : ctx->conv_tf32;
   const size_t k = (size_t)c->kh * c->kw * c->cin;
-  const int wanted = ctx->conv_fused || carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels);
-  return wanted && math && c->groups == 1 && pixels <= 0x7FFFFFFFu && c->cout <= 0x7FFFFFFFu &&
-         k <= 0x7FFFFFFFu && c->h < 0x20000000u && c->w < 0x20000000u && c->pad < 0x10000000u &&
-         c->kh < 0x10000000u && c->kw < 0x10000000u && (c->cout + 31) / 32 <= 65535u;
+  return math && c->groups == 1 && pixels <= 0x7FFFFFFFu && c->cout <= 0x7FFFFFFFu && k <= 0x7FFFFFFFu &&
+         c->h < 0x20000000u && c->w < 0x20000000u && c->pad < 0x10000000u && c->kh < 0x10000000u &&
+         c->kw < 0x10000000u && (c->cout + 31) / 32 <= 65535u;
 }
 
 // Whether every 16-byte chunk of the operands is one aligned load: cin and the input's pixel stride whole
@@ -312,11 +312,15 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
 }
 
 // One launch: the whole convolution with its epilogue (arguments checked by the caller); `pixels` the
-// output pixels of the batch, opix those of one image.
+// output pixels of the batch, opix those of one image; `tile` a CARVE_CU_IGEMM_TILE_*, or -1: the tile rule's
+// (carve_cu_igemm_tile) for the context's SM count.
 template <typename T>
 static carve_status carve_cu_igemm_conv(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
-  const int tile = carve_cu_igemm_tile(ctx->sm_count, pixels, c->cout);
+                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels,
+                                        int tile = -1) {
+  if (tile < 0 || tile >= CARVE_CU_IGEMM_TILES) {
+    tile = carve_cu_igemm_tile(ctx->sm_count, pixels, c->cout);
+  }
   if (carve_cu_igemm_vec(c, x, weight)) {
     carve_cu_igemm_launch_tile<T, true>(tile, ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
   } else {

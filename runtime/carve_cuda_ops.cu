@@ -57,6 +57,7 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->sm_count = 1;
   ctx->blas_workspace_bytes = 0;
   ctx->rebind = 0;
+  ctx->tactics = NULL;
 }
 
 // The device's SM count into ctx->sm_count (the fused convolution's tile choice, carve_cuda_igemm_tile.h).
@@ -169,6 +170,14 @@ extern "C" carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_c
     return CARVE_ERR_BACKEND;
   }
   ctx->conv_fused = impl == CARVE_CU_CONV_FUSED && major >= 7;  // wmma: Volta and newer
+  return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_ctx_set_tactics(carve_cu_ctx* ctx, carve_cu_tactics* tactics) {
+  if (ctx == NULL || (tactics != NULL && tactics->slots > 0 && tactics->path == NULL)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  ctx->tactics = tactics;
   return CARVE_OK;
 }
 

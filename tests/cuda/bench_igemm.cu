@@ -41,7 +41,7 @@ __half from_float<__half>(float v) {
 template <typename T>
 static double time_conv(TestCtx& t, const Shape& s) {
   const carve_cu_conv c = {s.k, s.k, s.stride, s.k / 2, 1, s.cin, s.cout, s.h, s.h, s.cin, s.cout, s.cout,
-                           CARVE_CU_ACT_SILU};
+                           CARVE_CU_ACT_SILU, 1, 0};
   const size_t oh = (s.h + 2 * (s.k / 2) - s.k) / s.stride + 1, kk = (size_t)s.k * s.k * s.cin;
   TestRng rng(7);
   auto random = [&](size_t n, float scale) {

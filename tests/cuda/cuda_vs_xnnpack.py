@@ -44,6 +44,8 @@ TF32 (the packages' default): a second cuda run without --strict-fp32, held to m
 whose groups-1 convolutions multiply TF32-rounded inputs and weights, oracle.use_tf32_convs); with --head nms the
 head's rows are left out of it (TF32 changes which boxes the NMS keeps). --no-tf32 skips it.
 
+--tune: a cuda run with options.conv_tune (the emulation's default is off; on a GPU it is on), TF32, held to the
+TF32 bound; its --profile must report convolutions timed at create, the default's none.
 --fused-conv: a third cuda run, TF32 with the demo's --fused-conv (options.fused_conv: the groups-1 convolutions as
 carve's fused implicit-GEMM kernel, runtime/carve_cuda_igemm.h, one launch each), held to the TF32 bound; and the
 launches per forward (the demo's --profile: CUDA Graph nodes) of both paths, printed, the fused one required lower.
@@ -291,8 +293,8 @@ def variant(args, scale: str, libs: dict) -> tuple:
     oracle.make_input(oracle.sample_image(IMAGE.get(args.task, "bus.jpg")), imgsz, inp, task=args.task)
     xd, cd, ce, td = work / "dump-xnnpack", work / "dump-cuda", work / "dump-cuda-eager", work / "dump-torch32"
     ct, tt, cf = work / "dump-cuda-tf32", work / "dump-torch-tf32", work / "dump-cuda-fused"
-    ci, cs = work / "dump-cuda-interleaved", work / "dump-cuda-serial-head"
-    for d in (xd, cd, ce, td, ct, tt, cf, ci, cs):
+    ci, cs, cu = work / "dump-cuda-interleaved", work / "dump-cuda-serial-head", work / "dump-cuda-tuned"
+    for d in (xd, cd, ce, td, ct, tt, cf, ci, cs, cu):
         shutil.rmtree(d, ignore_errors=True)
     with step("run xnnpack"):
         run([xdemo, "--input", inp, "--dump", xd])
@@ -309,6 +311,8 @@ def variant(args, scale: str, libs: dict) -> tuple:
             run([cdemo, "--input", inp, "--dump", ct, "--runs", "3"])
         if args.fused_conv:
             run([cdemo, "--input", inp, "--dump", cf, "--runs", "3", "--fused-conv"])
+        if args.tune:
+            run([cdemo, "--input", inp, "--dump", cu, "--runs", "3", "--tune"])
     with step("reference (PyTorch fp32)"):
         oracle.reference_layers(pt, inp, td)
         if args.tf32:
@@ -366,6 +370,22 @@ def variant(args, scale: str, libs: dict) -> tuple:
             if None in launches.values() or launches["fused"] >= launches["cuBLAS path"]:
                 print("FAIL: the fused convolutions do not lower the launch count")
                 ok = False
+        if args.tune:
+            # options.conv_tune (the default on a GPU; the emulation's default is off): create times both paths of
+            # each convolution shape and each convolution runs the faster. Whichever it picked, TF32's bound holds.
+            print(f"-- {model} imgsz {imgsz}: cuda (emulated, TF32, --tune) vs xnnpack, the TF32 bound"
+                  f"{'; the head rows of the NMS left out' if ref != xd else ''}")
+            ok &= oracle.compare_layers(cu, ref, tol=args.tol, baseline=tt, factor=3.0)
+            timed = {}
+            for flags in (["--tune"], []):
+                out = run([cdemo, "--input", inp, "--profile", *flags]).stdout
+                m = re.search(r"convolutions: (\d+), timed at create: (\d+) on the cuBLAS path, (\d+) on the fused", out)
+                timed[bool(flags)] = tuple(int(g) for g in m.groups()) if m else None
+            print(f"convolutions timed at create (total, cuBLAS path, fused): --tune {timed[True]}, "
+                  f"the emulation's default {timed[False]}")
+            if timed[True] is None or timed[True][1] + timed[True][2] == 0 or timed[False] != (timed[True][0], 0, 0):
+                print("FAIL: --tune timed no convolution, or the emulation's default timed some")
+                ok = False
         # run_image: the uint8 image uploaded, letterboxed (or resized and cropped) on the device, post-processed
         # there and mapped back to image pixels; the same demo JSON as the CPU package's, compared with it.
         image = oracle.sample_image(IMAGE.get(args.task, "bus.jpg"))
@@ -386,7 +406,7 @@ def variant(args, scale: str, libs: dict) -> tuple:
             f"{time.time() - t0:.0f} s")
     print(line, flush=True)
     if ok and not args.keep:
-        for d in (xd, cd, ce, td, ct, tt, cf, ci, cs, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
+        for d in (xd, cd, ce, td, ct, tt, cf, ci, cs, cu, work / "dump-xnnpack-layers", xpkg / "build", cpkg / "build-emu", cpkg / "build-cmake-emu"):
             shutil.rmtree(d, ignore_errors=True)
         for blob in work.glob("*/*_weights.bin"):
             blob.unlink()
@@ -408,9 +428,12 @@ def main() -> int:
                     help="skip the TF32 comparison (the packages' default math; checked unless this is given)")
     ap.add_argument("--fused-conv", action="store_true",
                     help="also run the TF32 package with --fused-conv (held to the TF32 bound) and compare launch counts")
+    ap.add_argument("--tune", action="store_true",
+                    help="also run the TF32 package with --tune (options.conv_tune: each convolution's path timed at "
+                         "create), held to the TF32 bound")
     args = ap.parse_args()
-    if args.fused_conv and not args.tf32:
-        ap.error("--fused-conv needs the TF32 comparison (drop --no-tf32)")
+    if (args.fused_conv or args.tune) and not args.tf32:
+        ap.error("--fused-conv and --tune need the TF32 comparison (drop --no-tf32)")
     scales = [s for s in args.scales.split(",") if s]
     if not scales or any(s not in "nsmlx" or len(s) != 1 for s in scales):
         ap.error(f"--scales {args.scales!r}: expected a comma-separated list of n, s, m, l, x")

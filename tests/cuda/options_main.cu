@@ -20,6 +20,9 @@
 //      every bad buffer set is refused with CARVE_ERR_INVALID_ARGUMENT, also without allocating;
 //      yolo26n_device_scratch_bytes() at the default image size is the header's constant (the generator
 //      computes that constant in Python from the runtime's formulas).
+//   C. tactics: create_with with conv_tune 1 times every convolution shape (no allocation either),
+//      yolo26n_tactics returns a path per shape; a create_with given them (options.tactics) takes the same
+//      paths and gives bit-identical rows; an entry that is no path is refused.
 
 #include <cstdint>
 #include <cstdio>
@@ -318,6 +321,41 @@ int main(int argc, char** argv) {
     expect_status(yolo26n_create_with(&opt, &c.b, &m), CARVE_ERR_WEIGHTS_CHECKSUM, "create_with, payload byte flipped");
     expect(m == NULL && none(counts()), "  ... *out NULL, nothing allocated");
     std::free(aligned);
+    opt.weights_data = file;
+
+    // ---- C. tactics ----
+    std::printf("C. tactics (options.conv_tune, options.tactics)\n");
+    yolo26n_options tuned = opt;
+    tuned.conv_tune = 1;
+    reset();
+    expect_status(yolo26n_create_with(&tuned, &c.b, &m), CARVE_OK, "create_with, conv_tune 1 (timed at create)");
+    expect(none(counts()), "  no malloc/free, cudaMalloc, cudaMallocHost or cublasCreate in the timing either");
+    std::vector<uint8_t> paths(YOLO26N_TACTIC_SLOTS + 1, 0xff);
+    expect_status(yolo26n_tactics(m, paths.data()), CARVE_OK, "yolo26n_tactics");
+    size_t timed = 0, set = 0;
+    for (size_t s = 0; s < YOLO26N_TACTIC_SLOTS; s++) set += paths[s] != 0 && paths[s] < 7;
+    for (size_t i = 0; i < YOLO26N_NUM_CONVS; i++) timed += yolo26n_conv_path(m, i, nullptr) != 0;
+    expect(YOLO26N_TACTIC_SLOTS > 0 && set == YOLO26N_TACTIC_SLOTS && timed >= set && paths[YOLO26N_TACTIC_SLOTS] == 0xff,
+           "  every shape timed, each entry a path, nothing written past the slots");
+    std::vector<float> tuned_rows;
+    expect(run3(m, &tuned_rows) == CARVE_OK && tuned_rows.size() == ref.size(), "  three runs");
+    yolo26n_destroy(m);
+    yolo26n_options again = opt;
+    again.tactics = paths.data();
+    expect_status(yolo26n_create_with(&again, &c.b, &m), CARVE_OK, "create_with, options.tactics (conv_tune 0)");
+    std::vector<uint8_t> back(YOLO26N_TACTIC_SLOTS);
+    bool same = yolo26n_tactics(m, back.data()) == CARVE_OK;
+    for (size_t s = 0; s < YOLO26N_TACTIC_SLOTS; s++) same &= back[s] == paths[s];
+    expect(same && run3(m, &rows) == CARVE_OK && same_bits(rows, tuned_rows),
+           "  the same paths, rows bit-identical to the tuned create's");
+    yolo26n_destroy(m);
+    std::vector<uint8_t> wrong(paths);
+    wrong[YOLO26N_TACTIC_SLOTS - 1] = 7;
+    again.tactics = wrong.data();
+    m = (yolo26n*)&again;
+    expect_status(yolo26n_create_with(&again, &c.b, &m), CARVE_ERR_INVALID_ARGUMENT, "create_with, an entry 7 (no path)");
+    expect(m == NULL, "  ... and *out is NULL");
+    expect_status(yolo26n_tactics(NULL, paths.data()), CARVE_ERR_INVALID_ARGUMENT, "yolo26n_tactics(NULL, ...)");
   }
   std::free(file);
   std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");

@@ -137,7 +137,7 @@ static std::vector<__half> test_conv_case(TestCtx& t, const Case& cs, uint64_t s
   std::vector<__half> y0(nb * opix * out_stride, __ushort_as_half(kCanaryBits));
   DevBuf<__half> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, cs.groups, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act, cs.batch};
+                           in_stride, out_stride, res_stride, cs.act, cs.batch, 0};
   // The direct kernel (few input channels): float accumulation, one rounding at the store (no half GEMM
   // result), no scratch (NULL: a use would fault).
   const bool direct = carve_cu_conv_direct(&c) != 0;
@@ -224,7 +224,7 @@ static void test_conv(TestCtx& t) {
   };
   for (const Case& cs : direct) {
     const carve_cu_conv c = {cs.k, cs.k, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin, cs.cout,
-                             cs.cout, cs.act, cs.batch};
+                             cs.cout, cs.act, cs.batch, 0};
     CHECK(carve_cu_conv_direct(&c));
     const std::vector<__half> gemm = test_conv_case(t, cs, seed);
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));

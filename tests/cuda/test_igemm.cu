@@ -20,7 +20,9 @@
 //     strict float32 not);
 //   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
 //     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
-//   * argument errors of carve_cu_ctx_set_conv_impl.
+//   * tactics (carve_cu_ctx_set_tactics): a tuning call times both paths and keeps the faster, entries choose
+//     the path, the default rule elsewhere (test_tactics);
+//   * argument errors of carve_cu_ctx_set_conv_impl and _set_tactics.
 // Runs under the emulation (ctest cuda_igemm) and on a GPU (tests/cuda/gpu_kernel_tests.sh, sm_80+).
 
 #include <set>
@@ -150,7 +152,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   std::vector<T> y0(oh * ow * out_stride, E::canary());
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act, 1};
+                           in_stride, out_stride, res_stride, cs.act, 1, 0};
   const char* path = carve_cu_conv_direct(&c) ? "direct" : fused ? "fused" : "cublas";
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
@@ -240,7 +242,7 @@ static void test_fused(TestCtx& t, bool tf32) {
   for (const Case& cs : kCases) {
     const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
     const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin + cs.xpad,
-                             cs.cout + 2, cs.cout + 1, cs.act, 1};
+                             cs.cout + 2, cs.cout + 1, cs.act, 1, 0};
     CHECK_MSG(!carve_cu_conv_direct(&c), "conv %ux%u %u->%u: the direct kernel's, not this test's", cs.kh, cs.kw,
               cs.cin, cs.cout);  // (so that `reached` counts fused launches)
     reached.insert({carve_cu_igemm_tile(cs.sms, oh * ow, cs.cout), vec_loads<E>(cs)});
@@ -298,7 +300,7 @@ static void test_strict_keeps_gemm(TestCtx& t) {
 // the strict bound against the unrounded reference (the fused kernel's TF32 operands would be 2^-11 off).
 static void test_stem_direct(TestCtx& t) {
   const Case stem = {3, 3, 2, 1, 3, 16, 17, 15, true, CARVE_CU_ACT_SILU, 3, 0, 132};
-  const carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, 17, 15, 6, 18, 17, CARVE_CU_ACT_SILU, 1};
+  const carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, 17, 15, 6, 18, 17, CARVE_CU_ACT_SILU, 1, 0};
   CHECK(carve_cu_conv_direct(&c));
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_TF32));
@@ -311,7 +313,101 @@ static void test_stem_direct(TestCtx& t) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
 }
 
+// Tactics (carve_cu_ctx_set_tactics), yolo26n's 20 x 20 stage shape (kCases[11]: 3x3 / 2, 128 -> 256, not a
+// preferred shape): a tuning call with an unset entry times the cuBLAS path and the fused kernel's tiles, stores
+// the fastest and the times, and returns that path's results (bit for bit what the entry set by hand then gives);
+// entries set by hand choose the path (1 launch fused, whatever the tile, 3 cuBLAS); an unset entry outside
+// tuning, an entry out of range, a call in a capture (nothing stored, the capture intact), slot 0 and a slot past
+// the table take the default rule; conv_fused wins over the table; strict float32 (no fused kernel) is never timed.
+template <typename E>
+static void test_tactics(TestCtx& t, bool tf32) {
+  typedef typename E::T T;
+  const Case& cs = kCases[11];
+  TestRng rng(990);
+  auto random = [&](size_t n, float scale) {
+    std::vector<T> v(n);
+    for (auto& e : v) e = E::make(rng.normal() * scale);
+    return v;
+  };
+  const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = oh, kk = (size_t)cs.kh * cs.kw * cs.cin;
+  DevBuf<T> dx(random((size_t)cs.h * cs.w * cs.cin, 1.0f)), dw(random(cs.cout * kk, 1.5f / std::sqrt((float)kk)));
+  DevBuf<T> db(random(cs.cout, 0.5f)), dr(random(oh * ow * cs.cout, 1.0f)), dy(oh * ow * cs.cout);
+  carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin, cs.cout, cs.cout,
+                     cs.act, 1, 2};
+  DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
+  uint8_t path[3] = {CARVE_CU_PATH_UNSET, CARVE_CU_PATH_UNSET, CARVE_CU_PATH_UNSET};
+  float us[6] = {0, 0, 0, 0, 0, 0};
+  carve_cu_tactics tactics = {path, us, 3, 1};
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &tactics));
+  auto call = [&]() { return carve_cu_conv2d(&t.ctx, &c, dx.p, dw.p, db.p, dr.p, dy.p, scratch.p); };
+  auto nodes = [&]() { return captured_nodes(t, call); };
+  // In a capture: the default rule (the cuBLAS path here), nothing timed, the capture whole.
+  CHECK_MSG(nodes() == 3 && path[1] == CARVE_CU_PATH_UNSET, "%s: a capture with tuning on: %d", E::name, path[1]);
+  // Eager: timed, stored, and the call's results are the chosen path's.
+  CHECK_OK(call());
+  t.sync();
+  CHECK_CUDA(cudaGetLastError());
+  const std::vector<T> tuned = dy.download();
+  const bool fused = path[1] >= CARVE_CU_PATH_FUSED_TILE && path[1] < CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES;
+  CHECK_MSG(path[1] == CARVE_CU_PATH_GEMM || fused, "%s: entry %d after tuning", E::name, path[1]);
+  CHECK_MSG(us[2] > 0.0f && us[3] > 0.0f && fused == (us[3] < us[2]) &&
+                path[0] == CARVE_CU_PATH_UNSET && path[2] == CARVE_CU_PATH_UNSET && us[0] == 0.0f && us[5] == 0.0f,
+            "%s: tuned entry %d, times %g / %g us, neighbours %d %d", E::name, path[1], us[2], us[3], path[0], path[2]);
+  std::printf("%s tactic of %ux%u/%u %u->%u %ux%u: cuBLAS path %.1f us, fused (best tile) %.1f us: %s\n", E::name,
+              cs.kh, cs.kw, cs.stride, cs.cin, cs.cout, cs.h, cs.w, us[2], us[3], fused ? "fused" : "cuBLAS");
+  tactics.tune = 0;
+  CHECK_MSG(nodes() == (fused ? 1u : 3u), "%s: the stored tactic's launches", E::name);
+  const std::vector<T> canary(dy.n, E::canary());
+  dy.upload(canary);
+  CHECK_OK(call());
+  t.sync();
+  const std::vector<T> again = dy.download();
+  CHECK_MSG(std::memcmp(tuned.data(), again.data(), tuned.size() * sizeof(T)) == 0,
+            "%s: the tuning call's results differ from its stored path's", E::name);
+  // By hand; conv_fused over the table; without a slot, past the table, unset, out of range: the default rule.
+  for (int p = CARVE_CU_PATH_FUSED; p < CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES; p++) {
+    path[1] = (uint8_t)p;
+    CHECK_MSG(nodes() == 1, "%s: entry %d", E::name, p);
+  }
+  path[1] = CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES;
+  CHECK_MSG(nodes() == 3, "%s: an entry out of range", E::name);
+  path[1] = CARVE_CU_PATH_GEMM;
+  CHECK_MSG(nodes() == 3, "%s: entry GEMM", E::name);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
+  CHECK_MSG(nodes() == 1, "%s: conv_fused with entry GEMM", E::name);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  path[1] = CARVE_CU_PATH_FUSED;
+  tactics.tune = 1;
+  for (uint32_t slot : {0u, 4u}) {
+    c.slot = slot;
+    CHECK_OK(call());
+    t.sync();
+    CHECK_MSG(nodes() == 3, "%s: slot %u took the table", E::name, slot);
+  }
+  CHECK_MSG(path[0] == CARVE_CU_PATH_UNSET && path[2] == CARVE_CU_PATH_UNSET, "%s: a slot outside set", E::name);
+  c.slot = 3;
+  tactics.tune = 0;
+  CHECK_MSG(nodes() == 3 && path[2] == CARVE_CU_PATH_UNSET, "%s: unset entry without tuning", E::name);
+  if (sizeof(T) == 4) {  // strict float32: only the cuBLAS path exists, nothing to time
+    tactics.tune = 1;
+    CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+    CHECK_OK(call());
+    t.sync();
+    CHECK_MSG(path[2] == CARVE_CU_PATH_UNSET && us[4] == 0.0f, "strict float32 was timed");
+  }
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+}
+
 static void test_args(TestCtx& t) {
+  carve_cu_tactics no_path = {nullptr, nullptr, 1, 0}, empty = {nullptr, nullptr, 0, 1};
+  CHECK(carve_cu_ctx_set_tactics(nullptr, &empty) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_set_tactics(&t.ctx, &no_path) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &empty));
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
+  CHECK(t.ctx.tactics == nullptr);
   CHECK(carve_cu_ctx_set_conv_impl(nullptr, CARVE_CU_CONV_FUSED) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_set_conv_impl(&t.ctx, (carve_cu_conv_impl)2) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx fresh;
@@ -359,6 +455,8 @@ int main() {
   if (major >= 8) test_preferred<F32>(t, true);
   test_preferred<F16>(t, false);
   test_stem_direct(t);
+  if (major >= 8) test_tactics<F32>(t, true);
+  test_tactics<F16>(t, false);
   std::printf("ok: fused implicit-GEMM convolution (TF32 and fp16), %zu shapes each\n",
               sizeof(kCases) / sizeof(kCases[0]));
   return 0;

@@ -215,16 +215,16 @@ static void test_conv(TestCtx& t) {
   std::printf("conv2d TF32: %zu cases ok (%zu outputs beyond the float32 bound)\n", sizeof cases / sizeof cases[0],
               g_tf32_far);
   // The chunked case really is chunked: more im2col floats than the scratch holds.
-  carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU, 1};
+  carve_cu_conv big = {3, 3, 1, 1, 1, 128, 8, 65, 65, 128, 8, 8, CARVE_CU_ACT_SILU, 1, 0};
   CHECK(carve_cu_conv2d_scratch_floats(&big) < (size_t)65 * 65 * 9 * 128);
-  carve_cu_conv one = {1, 1, 1, 0, 1, 37, 19, 9, 11, 40, 23, 21, CARVE_CU_ACT_NONE, 1};
+  carve_cu_conv one = {1, 1, 1, 0, 1, 37, 19, 9, 11, 40, 23, 21, CARVE_CU_ACT_NONE, 1, 0};
   CHECK(carve_cu_conv2d_scratch_floats(&one) == 0);
   std::printf("conv2d: %zu cases ok\n", sizeof cases / sizeof cases[0]);
 
   // Refusals: grouped but not depthwise, zero sizes, strides shorter than the channels, no scratch for an
   // im2col conv (5 input channels: not the direct kernel's).
   DevBuf<float> d(64);
-  carve_cu_conv bad = {3, 3, 1, 1, 2, 5, 5, 5, 5, 5, 5, 5, CARVE_CU_ACT_NONE, 1};
+  carve_cu_conv bad = {3, 3, 1, 1, 2, 5, 5, 5, 5, 5, 5, 5, CARVE_CU_ACT_NONE, 1, 0};
   CHECK(carve_cu_conv2d(&t.ctx, &bad, d.p, d.p, d.p, nullptr, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   bad.groups = 1;
   bad.in_stride = 4;
@@ -256,15 +256,15 @@ static void test_conv_direct(TestCtx& t) {
   };
   for (const auto& cc : cases) {
     carve_cu_conv c = {cc.kh, cc.kh, cc.stride, cc.pad, 1, cc.cin, cc.cout, cc.h, cc.w, cc.cin + cc.in_pad,
-                       cc.cout + cc.out_pad, cc.cout + cc.res_pad, cc.act, 3};
+                       cc.cout + cc.out_pad, cc.cout + cc.res_pad, cc.act, 3, 0};
     CHECK(carve_cu_conv_direct(&c) && carve_cu_conv2d_scratch_floats(&c) == 0);
   }
   // The rule's edges: 5 input channels, K 75 (cin 3, 5x5), depthwise.
-  carve_cu_conv edge = {5, 5, 2, 2, 1, 3, 16, 17, 15, 3, 16, 16, CARVE_CU_ACT_SILU, 1};
+  carve_cu_conv edge = {5, 5, 2, 2, 1, 3, 16, 17, 15, 3, 16, 16, CARVE_CU_ACT_SILU, 1, 0};
   CHECK(!carve_cu_conv_direct(&edge) && carve_cu_conv2d_scratch_floats(&edge) > 0);
-  edge = {3, 3, 2, 1, 1, 5, 16, 17, 15, 5, 16, 16, CARVE_CU_ACT_SILU, 1};
+  edge = {3, 3, 2, 1, 1, 5, 16, 17, 15, 5, 16, 16, CARVE_CU_ACT_SILU, 1, 0};
   CHECK(!carve_cu_conv_direct(&edge));
-  edge = {3, 3, 1, 1, 4, 4, 4, 17, 15, 4, 4, 4, CARVE_CU_ACT_SILU, 1};
+  edge = {3, 3, 1, 1, 4, 4, 4, 17, 15, 4, 4, 4, CARVE_CU_ACT_SILU, 1, 0};
   CHECK(!carve_cu_conv_direct(&edge));
   for (int fused = 0; fused < 2; fused++) {
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, fused ? CARVE_CU_CONV_FUSED : CARVE_CU_CONV_GEMM));
@@ -278,7 +278,7 @@ static void test_conv_direct(TestCtx& t) {
     const ConvCase& cc = cases[0];
     const uint32_t batch = 3;
     const size_t opix = (size_t)((cc.h + 1) / 2) * ((cc.w + 1) / 2);
-    carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, cc.h, cc.w, 3, 16, 16, CARVE_CU_ACT_SILU, batch};
+    carve_cu_conv c = {3, 3, 2, 1, 1, 3, 16, cc.h, cc.w, 3, 16, 16, CARVE_CU_ACT_SILU, batch, 0};
     const std::vector<float> x = random_view(rng, (size_t)batch * cc.h * cc.w, 3);
     std::vector<float> wt(16 * 27), b(16);
     for (auto& v : wt) v = rng.normal() * 0.2f;

@@ -136,7 +136,7 @@ endif()
 # (about 20 s); the trained demo model as an fp16 package with --fused-conv, e2e head, within cuda_f16.py's bounds
 # (about 60 s).
 add_test(NAME cuda_pkg_fused
-         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 96 --fused-conv
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 96 --fused-conv --tune
                  --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_pkg_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)

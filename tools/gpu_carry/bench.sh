@@ -10,9 +10,13 @@
 # Steps: (1) every package in pkgs/ built with its bench_main (tools/gpu_carry/bench_main.cu), in parallel, and the
 # first batch's packages once more with -DCARVE_CUDA_NO_PDL (rows "carve <prec> no-PDL": plain launches instead of
 # programmatic dependent launch, runtime/carve_cuda.h);
-# (2) bench_main for each (TF32 packages three times: TF32, --strict-fp32, TF32 with --fused-conv; fp16 packages
-# twice: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec> fused"; batch 1 also
-# with --serial-head: the head's branches in order instead of concurrent lanes, rows "carve <prec> serial-head");
+# (2) bench_main for each (TF32 packages four times: TF32, --strict-fp32, TF32 with --fused-conv, --no-tune; fp16
+# packages three times: as generated, --fused-conv: carve's fused implicit-GEMM convolutions, rows "carve <prec>
+# fused", --no-tune: no convolution timed at create, the cuBLAS path but for the fixed rule's shapes, rows "carve
+# <prec> no-tune"; every other row with --tune, the packages' default on a GPU, also under the emulation; batch 1
+# also with --serial-head: the head's branches in order instead of concurrent lanes, rows "carve <prec> serial-head";
+# the serial-head and no-PDL rows take the paths the row "carve <prec>" timed, --tactics, so that they differ from
+# it in their one feature);
 # (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
 # Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed; $OUT/profile.jsonl (each carve
@@ -88,8 +92,8 @@ echo "built$builds in $(( $(date +%s) - t0 )) s"
 for dir in "$D"/pkgs/*/; do
   p=$(basename "$dir")
   prec=${p%-b*}
-  modes=("" "--fused-conv")
-  [ "$prec" = tf32 ] && modes=("" "--strict-fp32" "--fused-conv")
+  modes=("" "--fused-conv" "--no-tune")
+  [ "$prec" = tf32 ] && modes=("" "--strict-fp32" "--fused-conv" "--no-tune")
   [ "${p##*-b}" = 1 ] && modes+=("--serial-head")  # the head's branches in order: what the lanes gain
   [ -x "/tmp/bench-$p-nopdl/build/bench_main" ] && modes+=("--no-pdl")
   for m in "${modes[@]}"; do
@@ -99,6 +103,13 @@ for dir in "$D"/pkgs/*/; do
     [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
     [ "$m" = --fused-conv ] && label="carve $prec fused"
     [ "$m" = --serial-head ] && label="carve $prec serial-head"
+    [ "$m" = --no-tune ] && label="carve $prec no-tune"
+    [ "$m" = --no-tune ] || m="$m --tune"
+    tactics="$OUT/tactics-$p.bin"
+    case "$label" in
+      "carve $prec") m="$m --save-tactics $tactics" ;;
+      *serial-head|*no-PDL) m="$m --tactics $tactics" ;;
+    esac
     tag=$(echo "$label-b${p##*-b}" | tr ' ' '_')
     runs=$RUNS
     [ "${p##*-b}" = 1 ] || runs=$RUNS_BATCH

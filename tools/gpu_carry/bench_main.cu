@@ -1,7 +1,7 @@
 // Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
-//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -14,11 +14,17 @@
 //   throughput_ips    N * R / the time of R enqueue_tensors calls back to back and one synchronisation
 // plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). --fused-conv sets
 // options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each);
+// --tune / --no-tune options.conv_tune 1 / 0 (each convolution shape's path timed at create, or the fixed rule;
+// without either the package's default: on with a GPU, off under the emulation), reported as conv_tune with the
+// convolutions per path (convs_gemm, convs_fused); --save-tactics FILE writes the paths create picked
+// (yolo26n_tactics: YOLO26N_TACTIC_SLOTS bytes), --tactics FILE creates with them (options.tactics: nothing timed),
+// so that rows compared with each other run the same convolution paths;
 // --serial-head options.serial_head (the head's branches one after another instead of concurrent lanes). The first two runs of
 // each kind (eager, graph capture) are warm-up and not timed.
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
 //                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
-//                   layer's type, device ms of the last run and GFLOP/s
+//                   layer's type, device ms of the last run and GFLOP/s, and each convolution's path and its
+//                   two timed paths' microseconds ("convs": [[path, cublas_us, fused_us], ...]; path 0: not timed)
 //   --runs 0        one run_images, --rows written, nothing timed (the emulated reference rows)
 //   --rows FILE     image 0's raw end-to-end rows of the last run_images (ROWS_PER_IMAGE x ROW_LEN float32,
 //                   little-endian): the configurations' outputs compared on the host (tools/gpu_carry/rows.py)
@@ -67,7 +73,9 @@ int main(int argc, char** argv) {
   const char* label = "carve";
   const char* profile = nullptr;
   const char* rows_out = nullptr;
-  int runs = 100, strict = 0, fused = 0, serial_head = 0;
+  const char* tactics_in = nullptr;
+  const char* tactics_out = nullptr;
+  int runs = 100, strict = 0, fused = 0, serial_head = 0, tune = -1;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
@@ -77,6 +85,12 @@ int main(int argc, char** argv) {
       serial_head = 1;
     } else if (!std::strcmp(argv[i], "--fused-conv")) {
       fused = 1;
+    } else if (!std::strcmp(argv[i], "--tune") || !std::strcmp(argv[i], "--no-tune")) {
+      tune = !std::strcmp(argv[i], "--tune");
+    } else if (!std::strcmp(argv[i], "--tactics") && i + 1 < argc) {
+      tactics_in = argv[++i];
+    } else if (!std::strcmp(argv[i], "--save-tactics") && i + 1 < argc) {
+      tactics_out = argv[++i];
     } else if (!std::strcmp(argv[i], "--label") && i + 1 < argc) {
       label = argv[++i];
     } else if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) {
@@ -86,12 +100,12 @@ int main(int argc, char** argv) {
     } else if (argv[i][0] != '-' && image == nullptr) {
       image = argv[i];
     } else {
-      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
       return 2;
     }
   }
   if (image == nullptr || runs < 0 || (runs == 0 && rows_out == nullptr)) {
-    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
     return 2;
   }
   uint8_t* rgb = nullptr;
@@ -109,12 +123,39 @@ int main(int argc, char** argv) {
   opt.tf32 = !strict;
   opt.serial_head = serial_head;
   opt.fused_conv = fused;
+  if (tune >= 0) opt.conv_tune = tune;
+  std::vector<uint8_t> tactics(YOLO26N_TACTIC_SLOTS + 1);
+  if (tactics_in != nullptr) {
+    FILE* f = std::fopen(tactics_in, "rb");
+    const size_t got = f != nullptr ? std::fread(tactics.data(), 1, tactics.size(), f) : 0;
+    if (f != nullptr) std::fclose(f);
+    if (got != YOLO26N_TACTIC_SLOTS) {
+      std::fprintf(stderr, "bench_main: --tactics %s: want %d bytes (yolo26n_tactics of this package)\n", tactics_in,
+                   (int)YOLO26N_TACTIC_SLOTS);
+      return 1;
+    }
+    opt.tactics = tactics.data();
+  }
   opt.max_image_width = w;
   opt.max_image_height = h;
   double t0 = now_ms();
   yolo26n* m = nullptr;
   TRY(yolo26n_create(&opt, &m));
   const double init_ms = now_ms() - t0;
+  TRY(yolo26n_tactics(m, tactics.data()));  // the paths create took (or was given), for --profile's second model
+  struct ConvPath {
+    int path;
+    float us[2];
+  };
+  std::vector<ConvPath> conv_paths(YOLO26N_NUM_CONVS);
+  for (size_t c = 0; c < YOLO26N_NUM_CONVS; c++) conv_paths[c].path = yolo26n_conv_path(m, c, conv_paths[c].us);
+  if (tactics_out != nullptr) {    FILE* f = std::fopen(tactics_out, "wb");
+    if (f == nullptr || std::fwrite(tactics.data(), 1, YOLO26N_TACTIC_SLOTS, f) != YOLO26N_TACTIC_SLOTS ||
+        std::fclose(f) != 0) {
+      std::fprintf(stderr, "bench_main: --save-tactics %s: cannot write it\n", tactics_out);
+      return 1;
+    }
+  }
 
   std::vector<yolo26n_image> host(n, yolo26n_image{rgb, w, h, (size_t)w * 3});
   std::vector<yolo26n_detection> dets((size_t)n * YOLO26N_MAX_DETECTIONS);
@@ -190,14 +231,21 @@ int main(int argc, char** argv) {
   CUDA(cudaStreamSynchronize(stream));
   const double throughput = n * runs / ((now_ms() - t0) / 1000.0);
 
-  std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"fused_conv\": %s, \"runs\": %d, "
+  int paths[2] = {0, 0};  // timed: the cuBLAS path, the fused kernel (any tile)
+  for (const ConvPath& c : conv_paths) {
+    if (c.path != 0) paths[c.path == 1 ? 0 : 1]++;
+  }
+  std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"fused_conv\": %s, \"conv_tune\": %s, "
+              "\"convs_gemm\": %d, \"convs_fused\": %d, \"runs\": %d, "
               "\"init_ms\": %.1f, \"run_image_ms\": %.4f, \"device_image_ms\": %.4f, \"device_tensor_ms\": %.4f, "
               "\"throughput_ips\": %.1f, \"graph_nodes\": %zu, \"detections_image0\": %zu}\n",
-              label, n, strict ? "false" : "true", fused ? "true" : "false", runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
+              label, n, strict ? "false" : "true", fused ? "true" : "false", opt.conv_tune ? "true" : "false",
+              paths[0], paths[1], runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
               throughput, yolo26n_graph_nodes(m), detections0);
   yolo26n_destroy(m);
   if (profile != nullptr) {
     opt.use_graph = 0;
+    opt.tactics = tactics.data();  // the same paths (nothing timed again)
     TRY(yolo26n_create(&opt, &m));
     for (int r = 0; r < 5; r++)
       TRY(yolo26n_run_images(m, host.data(), 0.25f, dets.data(), YOLO26N_MAX_DETECTIONS, counts.data()));
@@ -212,6 +260,11 @@ int main(int argc, char** argv) {
     for (int l = 0; l < YOLO26N_NUM_LAYERS; l++)
       std::fprintf(f, "%s[\"%s\", %.5f, %.1f]", l ? ", " : "", yolo26n_layer_type(l), ms[l],
                    ms[l] > 0 ? yolo26n_layer_flops(l) / (ms[l] * 1e6) : 0.0);
+    std::fprintf(f, "], \"convs\": [");
+    for (size_t c = 0; c < YOLO26N_NUM_CONVS; c++) {
+      const ConvPath& p = conv_paths[c];  // as the first model's create timed them
+      std::fprintf(f, "%s[%d, %.2f, %.2f]", c ? ", " : "", p.path, p.us[0], p.us[1]);
+    }
     std::fprintf(f, "]}\n");
     std::fclose(f);
     yolo26n_destroy(m);

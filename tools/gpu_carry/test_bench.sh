@@ -3,7 +3,8 @@
 # a carry at 64x64 with batches 1 and 2, built with the emulation header, PyTorch eager on the CPU, then the
 # table must hold carve TF32, carve strict-fp32, carve fp16 and PyTorch rows for both batches, and the
 # fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
-# (graph_nodes) than the same package without it, and the serial-head rows (--serial-head) as many as the lanes; a batch's layers run once for all its images, so batch 2 must
+# (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
+# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes; a batch's layers run once for all its images, so batch 2 must
 # add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
 #   tools/gpu_carry/test_bench.sh CHECKPOINT [DIR]     (CHECKPOINT: a yolo26n .pt; DIR default build/bench_test)
 set -eu
@@ -16,6 +17,7 @@ EMULATE="$here/tests/cuda/cuda_emu.h" OUT="$out" bash "$DIR/bench.sh"
 for row in "| carve tf32 | 1 |" "| carve strict-fp32 | 1 |" "| carve tf32 | 2 |" "| carve strict-fp32 | 2 |" \
            "| carve tf32 fused | 1 |" "| carve tf32 fused | 2 |" "| carve fp16 | 1 |" "| carve fp16 fused | 1 |" \
            "| carve fp16 | 2 |" "| carve fp16 fused | 2 |" "| carve fp16 serial-head | 1 |" "| carve tf32 serial-head | 1 |" \
+           "| carve fp16 no-tune | 1 |" "| carve tf32 no-tune | 2 |" \
            "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |"; do
   grep -qF "$row" "$out/table.md" || { echo "test_bench: FAIL: no row '$row' in $out/table.md"; exit 1; }
 done
@@ -28,6 +30,12 @@ for prec, b in (("tf32", 1), ("tf32", 2), ("fp16", 1), ("fp16", 2)):
     print(f"launches per forward, carve {prec} batch {b}: {plain}, fused {fused}")
     if plain is None or fused is None or fused >= plain:
         sys.exit(f"test_bench: FAIL: carve {prec} batch {b}: fused launches {fused} not below {plain}")
+for prec, b in (("tf32", 1), ("tf32", 2), ("fp16", 1), ("fp16", 2)):  # --tune timed convolutions, --no-tune none
+    tuned = [r for r in rows if r["system"] == f"carve {prec}" and r["batch"] == b]
+    plain = [r for r in rows if r["system"] == f"carve {prec} no-tune" and r["batch"] == b]
+    if not tuned or not plain or tuned[0]["convs_gemm"] + tuned[0]["convs_fused"] == 0 or \
+            plain[0]["convs_gemm"] + plain[0]["convs_fused"] != 0:
+        sys.exit(f"test_bench: FAIL: carve {prec} batch {b}: tuned {tuned[:1]}, no-tune {plain[:1]}")
 for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as many nodes as the serial head
     if nodes[(f"carve {prec}", 1)] != nodes[(f"carve {prec} serial-head", 1)]:
         sys.exit(f"test_bench: FAIL: carve {prec}: lanes change the launch count")

@@ -19,7 +19,7 @@ from ..planner import Plan
 from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
     nms_rule, upsample_x2_rule
-from . import cuda_lanes
+from . import cuda_lanes, cuda_tactics
 from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
@@ -224,6 +224,7 @@ class CudaBackend(CBackend):
             return F16_BACKEND.emit(graph, plan, options)
         program = self.lower(graph, plan)
         program["batch"], program["batch_api"] = batch_options(graph.meta, program, options)
+        program["tactic_slots"] = cuda_tactics.assign(program["convs"], lambda c: _conv_direct(c, program["batch"]))
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         program["device_scratch_bytes"] = device_scratch_bytes(program, graph.meta["task"], graph.meta["nc"],
                                                                in_w, in_h, MAX_IMAGE, MAX_IMAGE)

@@ -1,0 +1,29 @@
+"""The cuda backend's tactic slots: which convolutions the runtime times on the device, and which share a timing.
+
+A groups-1 convolution has two paths on the GPU (runtime/carve_cuda.h, "Tactics"): cuBLAS (im2col, GEMM and an
+epilogue kernel: 2-3 launches) and carve's fused implicit-GEMM kernel (one launch). Which is faster depends on the
+shape and on the GPU, so a package measures both at create, per convolution, as TensorRT times its tactics: each
+k_conv descriptor names a slot of the context's tactic table (``carve_cu_conv.slot``), and the first call of a slot
+while the package tunes times both paths and stores the faster.
+
+Convolutions of the same shape (every carve_cu_conv field: sizes, strides, activation, batch) share a slot, timed
+once: yolo26n's 80 descriptors are about 50 slots. Depthwise convolutions and the few-input-channel ones of the
+direct kernel (the stem) have one path and no slot (0).
+"""
+
+from __future__ import annotations
+
+SHAPE_FIELDS = ("kh", "kw", "stride", "pad", "groups", "cin", "cout", "h", "w", "in_stride", "out_stride",
+                "res_stride", "act")
+
+
+def assign(convs: list, direct) -> int:
+    """Sets ``slot`` on each k_conv descriptor dict (1-based, shared by equal shapes; 0: none) and returns the
+    number of slots. ``direct(conv)``: whether the conv runs as the direct kernel (cuda.py's _conv_direct)."""
+    slots: dict = {}
+    for c in convs:
+        if c["groups"] != 1 or direct(c):
+            c["slot"] = 0
+            continue
+        c["slot"] = slots.setdefault(tuple(c[f] for f in SHAPE_FIELDS), len(slots) + 1)
+    return len(slots)
