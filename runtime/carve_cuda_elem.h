@@ -594,7 +594,7 @@ static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
 // The path of a convolution both paths can run, from its tactic (carve_cu_ctx_set_tactics): the entry of its
 // slot, its candidates timed first while tuning; CARVE_CU_PATH_UNSET where the default rule decides.
 // fused_path(tile): the fused kernel with that tile (-1: the tile rule's).
-template <typename Gemm, typename Fused>
+template <typename T, typename Gemm, typename Fused>
 static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c, Gemm gemm_path, Fused fused_path) {
   carve_cu_tactics* const t = ctx->tactics;
   if (t == NULL || c->slot == 0 || c->slot > t->slots) {
@@ -610,6 +610,9 @@ static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c,
   for (int tile = 0; tile < CARVE_CU_IGEMM_TILES && gemm_us >= 0.0f; tile++) {
     if (c->cout <= 32 && (tile == CARVE_CU_IGEMM_TILE_64X64 || tile == CARVE_CU_IGEMM_TILE_32X64)) {
       continue;  // half the block's columns would be zeros
+    }
+    if (tile == CARVE_CU_IGEMM_TILE_32X32_K2 && (size_t)c->kh * c->kw * c->cin * sizeof(T) <= 128) {
+      continue;  // the second warp group would have no k
     }
     const float us = carve_cu_time_path(ctx, [&]() { return fused_path(tile); });
     if (us < 0.0f) {
@@ -678,7 +681,7 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   };
   int path = CARVE_CU_PATH_GEMM;
   if (carve_cu_igemm_fits<T>(ctx, c, pixels)) {
-    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED : carve_cu_conv_tactic(ctx, c, gemm_path, fused_path);
+    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED : carve_cu_conv_tactic<T>(ctx, c, gemm_path, fused_path);
     if (path == CARVE_CU_PATH_UNSET) {
       path = carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels) ? CARVE_CU_PATH_FUSED : CARVE_CU_PATH_GEMM;
     }

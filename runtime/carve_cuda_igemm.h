@@ -108,9 +108,12 @@ struct carve_cu_igemm_traits<__half> {
 
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
 // (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
-// carve_cu_igemm_vec). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
-template <typename T, int BM, int BN, int BK, bool VEC>
-__global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLOCKS)
+// carve_cu_igemm_vec). KS: warp groups of 4 (2 x 2 over the tile) slicing each step along K (KS CARVE_CU_IGEMM_THREADS
+// threads; group g multiplies the step's k in [g BK / KS, (g + 1) BK / KS) into accumulators of its own, which the
+// epilogue sums, group 0's first). (An empty kernel where traits<T>::ok is false: never launched,
+// carve_cu_igemm_fits.)
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1>
+__global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MIN_BLOCKS / KS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
                           uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
@@ -121,7 +124,8 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
   if constexpr (tr::ok) {
     namespace wm = nvcuda::wmma;
     typedef typename tr::op op;
-    constexpr int NT = CARVE_CU_IGEMM_THREADS;
+    constexpr int NT = CARVE_CU_IGEMM_THREADS * KS;
+    constexpr int KSL = BK / KS;                    // a warp group's k of each step
     constexpr int VW = tr::vw;                      // elements per chunk
     constexpr int CPR = BK / VW;                    // chunks per tile row and step
     constexpr int RSTEP = NT / CPR;                 // rows between a thread's chunks
@@ -130,8 +134,8 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
     constexpr int STAGE = (BM + BN) * LD;           // one stage: A rows, then B rows
     constexpr int CLD = BN + 4;                     // the float result tile's row pitch
     constexpr int WM = BM / 2, WN = BN / 2, FM = WM / 16, FN = WN / 16;  // a warp's part, in fragments
-    constexpr int OPS = 2 * STAGE, RES = (int)(BM * CLD * sizeof(float) / sizeof(T));
-    static_assert(BK % VW == 0 && BK % tr::kstep == 0 && NT % CPR == 0, "step");
+    constexpr int OPS = 2 * STAGE, RES = (int)(KS * BM * CLD * sizeof(float) / sizeof(T));
+    static_assert(BK % VW == 0 && KSL % tr::kstep == 0 && NT % CPR == 0 && KS >= 1, "step");
     static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && AJ >= 1 && BJ >= 1, "chunks per thread");
     static_assert(FM >= 1 && FN >= 1 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
     static_assert((16 * LD * sizeof(T)) % 32 == 0 && (BM * LD * sizeof(T)) % 32 == 0 &&
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
     const int t = (int)threadIdx.x, cc = t % CPR, r0 = t / CPR;  // the thread's chunk column and first row
     const uint32_t m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const uint32_t k_total = kh * kw * cin;  // < 2^31 (carve_cu_igemm_fits)
-    const int warp = t / 32, wm0 = (warp / 2) * WM, wn0 = (warp % 2) * WN;
+    const int warp = t / 32, slice = warp / 4, wm0 = (warp % 4 / 2) * WM, wn0 = (warp % 2) * WN;
 
     // The thread's rows of A: the input position of tap (0, 0) of output pixel m0 + r0 + j RSTEP (the
     // divisions by ow once per block); a row past the pixels reads as far above the image.
@@ -222,7 +226,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
       const T* const a_tile = smem + (s % 2) * STAGE;
       const T* const b_tile = a_tile + BM * LD;
       if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
-      for (int kk = 0; kk < BK && k0 + (uint32_t)kk < k_total; kk += tr::kstep) {
+      for (int kk = slice * KSL; kk < (slice + 1) * KSL && k0 + (uint32_t)kk < k_total; kk += tr::kstep) {
         wm::fragment<wm::matrix_a, 16, 16, tr::kstep, op, wm::row_major> fa[FM];
         wm::fragment<wm::matrix_b, 16, 16, tr::kstep, op, wm::col_major> fb[FN];
         for (int i = 0; i < FM; i++) wm::load_matrix_sync(fa[i], a_tile + (wm0 + 16 * i) * LD + kk, LD);
@@ -235,10 +239,11 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
       if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
       __syncthreads();
     }
-    // The result tile over the stages (every read of them ended at the loop's last barrier).
+    // The result tiles over the stages (every read of them ended at the loop's last barrier): one per warp group.
     for (int i = 0; i < FM; i++) {
       for (int j = 0; j < FN; j++) {
-        wm::store_matrix_sync(c_tile + (wm0 + 16 * i) * CLD + wn0 + 16 * j, acc[i][j], CLD, wm::mem_row_major);
+        wm::store_matrix_sync(c_tile + slice * BM * CLD + (wm0 + 16 * i) * CLD + wn0 + 16 * j, acc[i][j], CLD,
+                              wm::mem_row_major);
       }
     }
     __syncthreads();
@@ -247,8 +252,10 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS, CARVE_CU_IGEMM_MIN_BLO
       const int r = e / BN, c = e % BN;
       const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
       if (p < pixels && o < cout) {
-        carve_cu_store_act(y, (size_t)p * out_stride + o, c_tile[r * CLD + c] + carve_cu_ld(bias, o), silu,
-                           residual, (size_t)p * res_stride + o);
+        float v = c_tile[r * CLD + c];
+        for (int g = 1; g < KS; g++) v += c_tile[g * BM * CLD + r * CLD + c];
+        carve_cu_store_act(y, (size_t)p * out_stride + o, v + carve_cu_ld(bias, o), silu, residual,
+                           (size_t)p * res_stride + o);
       }
     }
   }
@@ -276,15 +283,15 @@ static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T
   return c->cin % vw == 0 && c->in_stride % vw == 0 && carve_cu_aligned16(x) && carve_cu_aligned16(weight);
 }
 
-template <typename T, int BM, int BN, int BK, bool VEC>
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1>
 static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
                                   const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
   const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN));
   void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
                        uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
                        size_t) =
-      carve_cu_igemm_kernel<T, BM, BN, BK, VEC>;
-  CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS, ctx->stream, x,
+      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS>;
+  CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x,
                c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
                (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
 }
@@ -304,6 +311,9 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
       break;
     case CARVE_CU_IGEMM_TILE_32X64:
       carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      break;
+    case CARVE_CU_IGEMM_TILE_32X32_K2:
+      carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 2>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
     default:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);

@@ -1,6 +1,7 @@
 // tests/cuda/bench_igemm.cu: device time of one groups-1 convolution, the cuBLAS path (im2col + GEMM +
 // epilogue) against the fused implicit-GEMM kernel (runtime/carve_cuda_igemm.h), TF32 and fp16, on
-// yolo26n 640's convolution shapes. Each conv is captured 50 times into a CUDA graph (as the packages
+// yolo26n 640's convolution shapes; in fp16 also the fused kernel with each of its tiles (forced through a tactic
+// table entry, runtime/carve_cuda.h "Tactics": what a package's create times per shape). Each conv is captured 50 times into a CUDA graph (as the packages
 // run: no launch gaps from the host), the graph launched 20 times; prints microseconds per convolution.
 // A GPU tool, not a test (no emulation build, not in ctest):
 //   nvcc -std=c++17 -O2 -arch=native -DCARVE_RT_NO_THREADS -Iruntime -Itests/cuda tests/cuda/bench_igemm.cu \
@@ -8,6 +9,7 @@
 //     -lcublas -o bench_igemm && ./bench_igemm
 
 #include "carve_cuda_f16.h"
+#include "carve_cuda_igemm_tile.h"
 #include "cuda_test.h"
 
 struct Shape {
@@ -37,11 +39,14 @@ __half from_float<__half>(float v) {
   return __float2half(v);
 }
 
-// Microseconds per convolution with the context's current settings.
+// Microseconds per convolution with the context's current settings; tile >= 0: the fused kernel with that tile.
 template <typename T>
-static double time_conv(TestCtx& t, const Shape& s) {
+static double time_conv(TestCtx& t, const Shape& s, int tile = -1) {
   const carve_cu_conv c = {s.k, s.k, s.stride, s.k / 2, 1, s.cin, s.cout, s.h, s.h, s.cin, s.cout, s.cout,
-                           CARVE_CU_ACT_SILU, 1, 0};
+                           CARVE_CU_ACT_SILU, 1, tile >= 0 ? 1u : 0u};
+  uint8_t entry = (uint8_t)(CARVE_CU_PATH_FUSED_TILE + tile);
+  carve_cu_tactics forced = {&entry, nullptr, 1, 0};
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, tile >= 0 ? &forced : nullptr));
   const size_t oh = (s.h + 2 * (s.k / 2) - s.k) / s.stride + 1, kk = (size_t)s.k * s.k * s.cin;
   TestRng rng(7);
   auto random = [&](size_t n, float scale) {
@@ -75,24 +80,37 @@ static double time_conv(TestCtx& t, const Shape& s) {
   cudaEventDestroy(e1);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
   return ms * 1000.0 / (20 * 50);
 }
 
 int main() {
   TestCtx t;
-  std::printf("SMs %d; us per conv (graph of 50): tf32 cublas, tf32 fused, fp16 cublas, fp16 fused\n", t.ctx.sm_count);
-  double tot[4] = {0, 0, 0, 0};
+  constexpr int N = 4 + CARVE_CU_IGEMM_TILES + 1;  // + the fp16 best (the tactic a package's create would keep)
+  std::printf("SMs %d; us per conv (graph of 50): tf32 cublas, tf32 fused, fp16 cublas, fp16 fused (the tile rule's); "
+              "fp16 fused 64x64, 64x32, 32x64, 32x32, 32x32 sliced-K; fp16 best\n", t.ctx.sm_count);
+  double tot[N] = {};
   for (const Shape& s : kShapes) {
-    double us[4];
+    double us[N];
     CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_TF32));
     for (int f = 0; f < 2; f++) {
       CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, f ? CARVE_CU_CONV_FUSED : CARVE_CU_CONV_GEMM));
       us[f] = time_conv<float>(t, s);
       us[2 + f] = time_conv<__half>(t, s);
     }
-    std::printf("%-26s %8.2f %8.2f %8.2f %8.2f\n", s.what, us[0], us[1], us[2], us[3]);
-    for (int i = 0; i < 4; i++) tot[i] += us[i];
+    CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+    us[N - 1] = us[2];
+    for (int tile = 0; tile < CARVE_CU_IGEMM_TILES; tile++) {
+      us[4 + tile] = time_conv<__half>(t, s, tile);  // (the stem: its direct kernel whatever the entry)
+      us[N - 1] = std::min(us[N - 1], us[4 + tile]);
+    }
+    std::printf("%-26s", s.what);
+    for (int i = 0; i < N; i++) std::printf(" %8.2f", us[i]);
+    std::printf("\n");
+    for (int i = 0; i < N; i++) tot[i] += us[i];
   }
-  std::printf("%-26s %8.2f %8.2f %8.2f %8.2f\n", "sum", tot[0], tot[1], tot[2], tot[3]);
+  std::printf("%-26s", "sum");
+  for (int i = 0; i < N; i++) std::printf(" %8.2f", tot[i]);
+  std::printf("\n");
   return 0;
 }

@@ -132,11 +132,15 @@ static const Case kCases[] = {
 // double reference (over the operands as TF32 rounds them when tf32_operands, else as stored) and returns
 // the nodes its capture records. Prints the largest error against its tolerance (what a GPU's tensor cores
 // or cuBLAS kernels actually do, for the record), then fails on the worst output out of tolerance.
+// tile >= 0: the fused kernel with that tile (CARVE_CU_IGEMM_TILE_*), through a tactic table's entry.
 template <typename E>
-static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_operands) {
+static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_operands, int tile = -1) {
   typedef typename E::T T;
   TestRng rng(seed);
-  const bool fused = t.ctx.conv_fused != 0;
+  const bool fused = t.ctx.conv_fused != 0 || tile >= 0;
+  uint8_t entry = (uint8_t)(CARVE_CU_PATH_FUSED_TILE + tile);
+  carve_cu_tactics forced = {&entry, nullptr, 1, 0};
+  if (tile >= 0) CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &forced));
   const size_t in_stride = cs.cin + cs.xpad, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
   const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
   const size_t kk = (size_t)cs.kh * cs.kw * cs.cin;
@@ -152,8 +156,9 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   std::vector<T> y0(oh * ow * out_stride, E::canary());
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
-                           in_stride, out_stride, res_stride, cs.act, 1, 0};
-  const char* path = carve_cu_conv_direct(&c) ? "direct" : fused ? "fused" : "cublas";
+                           in_stride, out_stride, res_stride, cs.act, 1, tile >= 0 ? 1u : 0u};
+  const char* path = carve_cu_conv_direct(&c) ? "direct" : tile == CARVE_CU_IGEMM_TILE_32X32_K2 ? "fused (sliced K)"
+                     : fused ? "fused" : "cublas";
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
   t.ctx.sm_count = cs.sms;
@@ -162,6 +167,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   });
   CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p + cs.xoff, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p));
   t.ctx.sm_count = sms;
+  if (tile >= 0) CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
   t.sync();
   const std::vector<T> y = dy.download();
   auto opv = [&](T v) { return tf32_operands ? E::op(v) : E::val(v); };
@@ -252,6 +258,11 @@ static void test_fused(TestCtx& t, bool tf32) {
     CHECK_MSG(fused == 1, "%s conv %ux%u %u->%u: %zu launches fused, want 1", E::name, cs.kh, cs.kw, cs.cin, cs.cout,
               fused);
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+    // the sliced-K tile (a tactic's only), on every case: also those whose K leaves the second warp group nothing
+    const size_t sliced = run_case<E>(t, cs, seed, tf32, CARVE_CU_IGEMM_TILE_32X32_K2);
+    CHECK_MSG(sliced == 1, "%s conv %ux%u %u->%u: %zu launches with the sliced-K tile, want 1", E::name, cs.kh,
+              cs.kw, cs.cin, cs.cout, sliced);
+    reached.insert({CARVE_CU_IGEMM_TILE_32X32_K2, vec_loads<E>(cs)});
     CHECK(t.ctx.conv_fused == 0);
     // The cuBLAS path of the same case: a GEMM (+ im2col) + the epilogue. In fp16 its GEMM result is stored
     // as half before the bias: not within the fused path's one-rounding tolerance, so only its count here
