@@ -222,8 +222,8 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the 64-wide ones
 // only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
-// untimed and CARVE_CU_TUNE_REPLAYS times between two events (the same graph launches and programmatic edges as
-// the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS
+// and, unless that took CARVE_CU_TUNE_LONG_MS or more, CARVE_CU_TUNE_REPLAYS times more between two events (the
+// same graph launches and programmatic edges as the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS
 // path's time and the best fused one into `us`, and the call then runs it (its results are the call's). Calls
 // with an unset entry outside tuning, in a capture, without a slot or a table, and a failed timing (nothing
 // stored; its CUDA errors cleared) take the default rule above (conv_fused, else carve_cu_igemm_preferred).
@@ -253,7 +253,10 @@ struct carve_cu_tactics {
 #define CARVE_CU_TUNE_LAUNCHES 8  // launches of the convolution in the timed graph
 #endif
 #ifndef CARVE_CU_TUNE_REPLAYS
-#define CARVE_CU_TUNE_REPLAYS 4   // timed replays of that graph (after one untimed)
+#define CARVE_CU_TUNE_REPLAYS 4   // timed replays of that graph (after the first)
+#endif
+#ifndef CARVE_CU_TUNE_LONG_MS
+#define CARVE_CU_TUNE_LONG_MS 2.0f  // a first replay this long (ms) is the measurement: no more replays
 #endif
 // Sets ctx->tactics (NULL: none). Host function; CARVE_ERR_INVALID_ARGUMENT for a NULL context, or a table
 // with slots > 0 and a NULL path.

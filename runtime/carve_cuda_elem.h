@@ -548,9 +548,11 @@ static carve_status carve_cu_conv_gemm_path(const carve_cu_ctx* ctx, const carve
 }
 
 // Microseconds per call of run() on ctx->stream, in a CUDA Graph as the model's own (carve_cu_ctx_set_tactics): one
-// eager call (its kernels loaded, cuBLAS' heuristics cached), then CARVE_CU_TUNE_LAUNCHES calls captured and the
-// graph replayed once untimed and CARVE_CU_TUNE_REPLAYS times between two events. -1 when anything fails (the
-// stream capturing, a capture or a call refused): the CUDA errors that leaves are cleared.
+// eager call (its kernels loaded, cuBLAS' heuristics cached), then CARVE_CU_TUNE_LAUNCHES calls captured into a graph,
+// replayed once, timed (the graph's upload with it), and where that replay took less than CARVE_CU_TUNE_LONG_MS,
+// CARVE_CU_TUNE_REPLAYS times more, timed, as the measurement (long calls: the first replay is it, an upload's few
+// microseconds against milliseconds). -1 when anything fails (the stream capturing, a capture or a call refused):
+// the CUDA errors that leaves are cleared.
 template <typename Run>
 static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -567,15 +569,22 @@ static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
   cudaGraphExec_t exec = NULL;
   cudaEvent_t ev[2] = {NULL, NULL};
   float ms = -1.0f;
+  int replays = 1;
   bool ok = cudaStreamEndCapture(ctx->stream, &graph) == cudaSuccess && st == CARVE_OK && graph != NULL &&
             cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess && cudaEventCreate(&ev[0]) == cudaSuccess &&
-            cudaEventCreate(&ev[1]) == cudaSuccess && cudaGraphLaunch(exec, ctx->stream) == cudaSuccess &&
-            cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
-  for (int r = 0; ok && r < CARVE_CU_TUNE_REPLAYS; r++) {
-    ok = cudaGraphLaunch(exec, ctx->stream) == cudaSuccess;
+            cudaEventCreate(&ev[1]) == cudaSuccess;
+  for (int pass = 0; ok && pass < 2; pass++) {
+    ok = cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
+    for (int r = 0; ok && r < replays; r++) {
+      ok = cudaGraphLaunch(exec, ctx->stream) == cudaSuccess;
+    }
+    ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
+    if (ok && pass == 0 && ms >= CARVE_CU_TUNE_LONG_MS) {
+      break;  // the first replay is the measurement
+    }
+    replays = CARVE_CU_TUNE_REPLAYS;
   }
-  ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
-       cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
   for (int i = 0; i < 2; i++) {
     if (ev[i] != NULL) {
       cudaEventDestroy(ev[i]);
@@ -588,7 +597,7 @@ static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
     cudaGraphDestroy(graph);
   }
   (void)cudaGetLastError();
-  return ok && ms >= 0.0f ? ms * 1000.0f / (float)(CARVE_CU_TUNE_LAUNCHES * CARVE_CU_TUNE_REPLAYS) : -1.0f;
+  return ok && ms >= 0.0f ? ms * 1000.0f / (float)(CARVE_CU_TUNE_LAUNCHES * replays) : -1.0f;
 }
 
 // The path of a convolution both paths can run, from its tactic (carve_cu_ctx_set_tactics): the entry of its

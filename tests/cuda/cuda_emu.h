@@ -785,10 +785,12 @@ inline T warp_exchange(T v, int src_lane, const char* what) {
   carve_emu::launch((kernel), dim3(grid), dim3(block), (stream), __VA_ARGS__)
 
 // Tactics (carve_cuda.h): the emulation's times are the host's, so generated packages do not tune by default
-// here (options.conv_tune 0; a test asks for it), and a timing is one launch replayed once.
+// here (options.conv_tune 0; a test asks for it), and a timing is one launch replayed once (every replay is
+// "long").
 #define CARVE_CU_TUNE_DEFAULT 0
 #define CARVE_CU_TUNE_LAUNCHES 1
 #define CARVE_CU_TUNE_REPLAYS 1
+#define CARVE_CU_TUNE_LONG_MS 0.0f
 
 // ---- Device functions --------------------------------------------------------------------
 

@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> paths(YOLO26N_TACTIC_SLOTS + 1, 0xff);
     expect_status(yolo26n_tactics(m, paths.data()), CARVE_OK, "yolo26n_tactics");
     size_t timed = 0, set = 0;
-    for (size_t s = 0; s < YOLO26N_TACTIC_SLOTS; s++) set += paths[s] != 0 && paths[s] < 7;
+    for (size_t s = 0; s < YOLO26N_TACTIC_SLOTS; s++) set += paths[s] != 0 && paths[s] < CARVE_CU_PATHS;
     for (size_t i = 0; i < YOLO26N_NUM_CONVS; i++) timed += yolo26n_conv_path(m, i, nullptr) != 0;
     expect(YOLO26N_TACTIC_SLOTS > 0 && set == YOLO26N_TACTIC_SLOTS && timed >= set && paths[YOLO26N_TACTIC_SLOTS] == 0xff,
            "  every shape timed, each entry a path, nothing written past the slots");
@@ -350,10 +350,10 @@ int main(int argc, char** argv) {
            "  the same paths, rows bit-identical to the tuned create's");
     yolo26n_destroy(m);
     std::vector<uint8_t> wrong(paths);
-    wrong[YOLO26N_TACTIC_SLOTS - 1] = 7;
+    wrong[YOLO26N_TACTIC_SLOTS - 1] = CARVE_CU_PATHS;
     again.tactics = wrong.data();
     m = (yolo26n*)&again;
-    expect_status(yolo26n_create_with(&again, &c.b, &m), CARVE_ERR_INVALID_ARGUMENT, "create_with, an entry 7 (no path)");
+    expect_status(yolo26n_create_with(&again, &c.b, &m), CARVE_ERR_INVALID_ARGUMENT, "create_with, an entry CARVE_CU_PATHS (no path)");
     expect(m == NULL, "  ... and *out is NULL");
     expect_status(yolo26n_tactics(NULL, paths.data()), CARVE_ERR_INVALID_ARGUMENT, "yolo26n_tactics(NULL, ...)");
   }

@@ -32,16 +32,18 @@ def fmt(v, digits=3):
 
 def table(rows: list) -> str:
     out = ["| system | batch | ms per run, input on the GPU | images/s | from a device uint8 image (ms) | "
-           "run_image from host (ms) | launches |", "|---|---:|---:|---:|---:|---:|---:|"]
+           "run_image from host (ms) | launches | convs timed: cuBLAS / fused | create (ms) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["batch"], not r["system"].startswith("carve"), r["system"])):
         if "error" in r:
-            out.append(f"| {r['system']} | {r['batch']} | failed: {r['error'][:80]} | | | | |")
+            out.append(f"| {r['system']} | {r['batch']} | failed: {r['error'][:80]} | | | | | | |")
             continue
         carve = "device_tensor_ms" in r
         ms = r["device_tensor_ms"] if carve else r["ms"]
+        paths = f"{r['convs_gemm']} / {r['convs_fused']}" if "convs_gemm" in r else "-"
         out.append(f"| {r['system']} | {r['batch']} | {fmt(ms)} | {fmt(r.get('throughput_ips'), 0)} | "
                    f"{fmt(r.get('device_image_ms'))} | {fmt(r.get('run_image_ms'))} | "
-                   f"{r.get('graph_nodes', '-')} |")
+                   f"{r.get('graph_nodes', '-')} | {paths} | {fmt(r.get('init_ms'), 0)} |")
     return "\n".join(out)
 
 
