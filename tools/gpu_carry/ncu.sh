@@ -19,7 +19,7 @@ for spec in "$@"; do
   paths=--no-tune
   [ -f "$OUT/tactics-$p.bin" ] && paths="--tactics $OUT/tactics-$p.bin"
   [[ "$opt" == *--fused-conv* || "$opt" == *tune* || "$opt" == *--tactics* ]] && paths=""
-  timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+  timeout "${NCU_TIMEOUT:-150}" ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
     --launch-count 600 "/tmp/bench-$p/build/bench_main" "$D/bus.png" --runs 0 --rows /tmp/ncu-rows.f32 $opt $paths \
     > "$csv" 2> "$csv.err"
   { echo "## $p $opt $paths (ncu rc=$?)"; python3 "$D/ncu_sum.py" "$csv" --top 30 || tail -5 "$csv.err"; echo; } >> "$OUT/ncu.txt"
