@@ -217,10 +217,11 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // with TF32 on: the fused kernel needs tensor cores) and that names a slot (carve_cu_conv.slot, 1-based) takes
 // path[slot - 1] when that is set: CARVE_CU_PATH_GEMM the cuBLAS path, CARVE_CU_PATH_FUSED the fused kernel with
 // its tile rule's tile, CARVE_CU_PATH_FUSED_TILE + t the fused kernel with tile t (CARVE_CU_IGEMM_TILE_*,
-// carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block, and 32x32 with the reduction sliced over
-// two warp groups). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream that is not
+// carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block, 32x32 with the reduction sliced over
+// two warp groups, and 32x32 with its operands copied asynchronously through 4 shared stages). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream that is not
 // capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the 64-wide ones
-// only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step). Each runs once eagerly (its kernels
+// only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step; the
+// asynchronous one only where cin is whole 16-byte chunks). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
 // and, unless that took CARVE_CU_TUNE_LONG_MS or more, CARVE_CU_TUNE_REPLAYS times more between two events (the
 // same graph launches and programmatic edges as the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS
@@ -236,8 +237,8 @@ enum {
   CARVE_CU_PATH_UNSET = 0,
   CARVE_CU_PATH_GEMM = 1,
   CARVE_CU_PATH_FUSED = 2,
-  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 7
-  CARVE_CU_PATHS = 8             // one past the last path
+  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 8
+  CARVE_CU_PATHS = 9             // one past the last path
 };
 struct carve_cu_tactics {
   uint8_t* path;   // `slots` entries: CARVE_CU_PATH_*

@@ -623,6 +623,9 @@ static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c,
     if (tile == CARVE_CU_IGEMM_TILE_32X32_K2 && (size_t)c->kh * c->kw * c->cin * sizeof(T) <= 128) {
       continue;  // the second warp group would have no k
     }
+    if (tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC && c->cin % (16 / sizeof(T)) != 0) {
+      continue;  // no 16-byte chunks: the 32 x 32 kernel again
+    }
     const float us = carve_cu_time_path(ctx, [&]() { return fused_path(tile); });
     if (us < 0.0f) {
       return CARVE_CU_PATH_UNSET;

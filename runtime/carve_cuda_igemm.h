@@ -43,6 +43,7 @@
 
 #ifndef CARVE_CUDA_EMULATION
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <mma.h>
 #endif
 
@@ -51,6 +52,9 @@ static_assert(CARVE_CU_PATHS == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES,
 // Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
 // <= 36 KB a block, allows as many on sm_80+). Also keeps ptxas from a spill it otherwise chooses.
 #define CARVE_CU_IGEMM_MIN_BLOCKS 4
+// Shared stages of the asynchronous 32 x 32 kernel (CARVE_CU_IGEMM_TILE_32X32_ASYNC): 128 bytes of operands per row
+// and step, 9 KB a stage, 36 KB in all.
+#define CARVE_CU_IGEMM_ASYNC_STAGES 4
 
 // Whether TF32 wmma operands exist for the architecture being compiled (always on the host pass and
 // under emulation, where only the runtime checks decide). Half operands need sm_70, below every
@@ -92,6 +96,13 @@ struct carve_cu_igemm_traits<float> {
 #endif
     return c;
   }
+  // A fragment loaded from operands as stored (the asynchronous copies), converted as the tensor cores take them.
+  template <typename F>
+  static __device__ __forceinline__ void frag_op(F& f) {
+#if CARVE_CU_IGEMM_HAS_TF32
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = nvcuda::wmma::__float_to_tf32(f.x[i]);
+#endif
+  }
 };
 
 template <>
@@ -104,15 +115,21 @@ struct carve_cu_igemm_traits<__half> {
     c.w[e / 2] |= (uint32_t)__half_as_ushort(v) << (16 * (e % 2));  // little-endian: element 2j the low half
   }
   static __device__ __forceinline__ carve_cu_v16 to_op(carve_cu_v16 c) { return c; }
+  template <typename F>
+  static __device__ __forceinline__ void frag_op(F&) {}
 };
 
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
 // (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
 // carve_cu_igemm_vec). KS: warp groups of 4 (2 x 2 over the tile) slicing each step along K (KS CARVE_CU_IGEMM_THREADS
 // threads; group g multiplies the step's k in [g BK / KS, (g + 1) BK / KS) into accumulators of its own, which the
-// epilogue sums, group 0's first). (An empty kernel where traits<T>::ok is false: never launched,
-// carve_cu_igemm_fits.)
-template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1>
+// epilogue sums, group 0's first). STAGES 0: the steps pipelined through registers and two shared stages (above);
+// STAGES >= 3 (VEC only): asynchronous copies global -> shared (cp.async, __pipeline_memcpy_async; synchronous
+// copies before sm_80) into STAGES shared stages, STAGES - 1 steps in flight ahead of the one the tensor cores work
+// on, zero-filled where a chunk lies outside (the padding, past K, past the pixels or channels), TF32 operands
+// rounded on the loaded fragments: for reductions of a few steps, about one load latency in all instead of one per
+// step. (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MIN_BLOCKS / KS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
@@ -134,7 +151,8 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     constexpr int STAGE = (BM + BN) * LD;           // one stage: A rows, then B rows
     constexpr int CLD = BN + 4;                     // the float result tile's row pitch
     constexpr int WM = BM / 2, WN = BN / 2, FM = WM / 16, FN = WN / 16;  // a warp's part, in fragments
-    constexpr int OPS = 2 * STAGE, RES = (int)(KS * BM * CLD * sizeof(float) / sizeof(T));
+    constexpr int OPS = (STAGES > 0 ? STAGES : 2) * STAGE, RES = (int)(KS * BM * CLD * sizeof(float) / sizeof(T));
+    static_assert(STAGES == 0 || (STAGES >= 3 && VEC), "asynchronous stages: 3 or more, 16-byte chunks");
     static_assert(BK % VW == 0 && KSL % tr::kstep == 0 && NT % CPR == 0 && KS >= 1, "step");
     static_assert(BM % RSTEP == 0 && BN % RSTEP == 0 && AJ >= 1 && BJ >= 1, "chunks per thread");
     static_assert(FM >= 1 && FN >= 1 && WM % 16 == 0 && WN % 16 == 0, "warp tile");
@@ -164,27 +182,36 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     }
 
     carve_cu_v16 ra[AJ], rb[BJ];
-    // The thread's chunks of step k0 into ra / rb. A: row r0 + j RSTEP, k0 + cc VW ..: consecutive threads,
-    // consecutive chunks of one pixel's channels (coalesced); B: W's row n0 + r0 + j RSTEP, the same k.
-    auto load = [&](uint32_t k0) {
+    // VEC: where the thread's chunks of the step at k0 lie, NULL for a chunk of zeros. The chunk's VW k are one
+    // tap's channels i .. i + VW - 1 (cin % VW == 0), all in K or none. A: row r0 + j RSTEP, k0 + cc VW ..:
+    // consecutive threads, consecutive chunks of one pixel's channels (coalesced); B: W's row n0 + r0 + j RSTEP,
+    // the same k.
+    auto chunks = [&](uint32_t k0, const T* (&a)[AJ], const T* (&b)[BJ]) {
       const uint32_t k = k0 + (uint32_t)(cc * VW);
+      const bool kin = k < k_total;
+      const uint32_t tap = kin ? k / cin : 0, i = k - tap * cin;
+      const int ky = (int)(tap / kw), kx = (int)(tap % kw);
+      for (int j = 0; j < AJ; j++) {
+        const int iy = iy0[j] + ky, ix = ix0[j] + kx;
+        a[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
+                   ? x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i
+                   : nullptr;
+      }
+      for (int j = 0; j < BJ; j++) {
+        const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
+        b[j] = kin && o < cout ? weight + (size_t)o * k_total + k : nullptr;
+      }
+    };
+    // The thread's chunks of step k0 into ra / rb.
+    auto load = [&](uint32_t k0) {
       if constexpr (VEC) {
-        // The chunk's VW k are one tap's channels i .. i + VW - 1 (cin % VW == 0), all in K or none.
-        const bool kin = k < k_total;
-        const uint32_t tap = kin ? k / cin : 0, i = k - tap * cin;
-        const int ky = (int)(tap / kw), kx = (int)(tap % kw);
-        for (int j = 0; j < AJ; j++) {
-          const int iy = iy0[j] + ky, ix = ix0[j] + kx;
-          ra[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
-                      ? carve_cu_ldg16_bytes(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i)
-                      : carve_cu_v16_zero();
-        }
-        for (int j = 0; j < BJ; j++) {
-          const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
-          rb[j] = kin && o < cout ? carve_cu_ldg16_bytes(weight + (size_t)o * k_total + k)
-                                  : carve_cu_v16_zero();
-        }
+        const T* a[AJ];
+        const T* b[BJ];
+        chunks(k0, a, b);
+        for (int j = 0; j < AJ; j++) ra[j] = a[j] != nullptr ? carve_cu_ldg16_bytes(a[j]) : carve_cu_v16_zero();
+        for (int j = 0; j < BJ; j++) rb[j] = b[j] != nullptr ? carve_cu_ldg16_bytes(b[j]) : carve_cu_v16_zero();
       } else {
+        const uint32_t k = k0 + (uint32_t)(cc * VW);
         for (int j = 0; j < AJ; j++) ra[j] = carve_cu_v16_zero();
         for (int j = 0; j < BJ; j++) rb[j] = carve_cu_v16_zero();
         for (int e = 0; e < VW; e++) {
@@ -217,27 +244,66 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     for (int i = 0; i < FM; i++) {
       for (int j = 0; j < FN; j++) wm::fill_fragment(acc[i][j], 0.0f);
     }
-    const uint32_t steps = (k_total + BK - 1) / BK;
-    load(0);
-    store(smem);
-    __syncthreads();
-    for (uint32_t s = 0; s < steps; s++) {
-      const uint32_t k0 = s * BK;
-      const T* const a_tile = smem + (s % 2) * STAGE;
+    // The tensor cores on one stage's step at k0 (this warp group's k of it).
+    auto multiply = [&](const T* a_tile, uint32_t k0) {
       const T* const b_tile = a_tile + BM * LD;
-      if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
       for (int kk = slice * KSL; kk < (slice + 1) * KSL && k0 + (uint32_t)kk < k_total; kk += tr::kstep) {
         wm::fragment<wm::matrix_a, 16, 16, tr::kstep, op, wm::row_major> fa[FM];
         wm::fragment<wm::matrix_b, 16, 16, tr::kstep, op, wm::col_major> fb[FN];
         for (int i = 0; i < FM; i++) wm::load_matrix_sync(fa[i], a_tile + (wm0 + 16 * i) * LD + kk, LD);
         for (int j = 0; j < FN; j++) wm::load_matrix_sync(fb[j], b_tile + (wn0 + 16 * j) * LD + kk, LD);
+        if constexpr (STAGES > 0) {  // as stored: rounded here (TF32)
+          for (int i = 0; i < FM; i++) tr::frag_op(fa[i]);
+          for (int j = 0; j < FN; j++) tr::frag_op(fb[j]);
+        }
         for (int i = 0; i < FM; i++) {
           for (int j = 0; j < FN; j++) wm::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
       }
+    };
+    const uint32_t steps = (k_total + BK - 1) / BK;
+    if constexpr (STAGES > 0) {
+      // Step s lands in stage s % STAGES. Its copies are the thread's group s (an empty group past the steps, so
+      // that every thread commits one group per step); waiting for all but the STAGES - 2 newest completes s.
+      auto issue = [&](uint32_t s) {
+        if (s < steps) {
+          T* const stage = smem + (s % STAGES) * STAGE;
+          const T* a[AJ];
+          const T* b[BJ];
+          chunks(s * BK, a, b);
+          for (int j = 0; j < AJ; j++) {
+            __pipeline_memcpy_async(stage + (r0 + j * RSTEP) * LD + cc * VW, a[j] != nullptr ? a[j] : x, 16,
+                                    a[j] != nullptr ? 0 : 16);
+          }
+          for (int j = 0; j < BJ; j++) {
+            __pipeline_memcpy_async(stage + (BM + r0 + j * RSTEP) * LD + cc * VW, b[j] != nullptr ? b[j] : weight, 16,
+                                    b[j] != nullptr ? 0 : 16);
+          }
+        }
+        __pipeline_commit();
+      };
+      for (int s = 0; s < STAGES - 1; s++) issue((uint32_t)s);
+      for (uint32_t s = 0; s < steps; s++) {
+        __pipeline_wait_prior(STAGES - 2);
+        // Step s's copies of every thread done; every warp done with step s - 1's stage, which the next issue reuses.
+        __syncthreads();
+        issue(s + STAGES - 1);
+        multiply(smem + (s % STAGES) * STAGE, s * BK);
+      }
+      __pipeline_wait_prior(0);
+      __syncthreads();
+    } else {
+    load(0);
+    store(smem);
+    __syncthreads();
+    for (uint32_t s = 0; s < steps; s++) {
+      const uint32_t k0 = s * BK;
+      if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
+      multiply(smem + (s % 2) * STAGE, k0);
       // The other stage was last read in step s - 1, before the barrier that ended it.
       if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
       __syncthreads();
+    }
     }
     // The result tiles over the stages (every read of them ended at the loop's last barrier): one per warp group.
     for (int i = 0; i < FM; i++) {
@@ -283,14 +349,14 @@ static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T
   return c->cin % vw == 0 && c->in_stride % vw == 0 && carve_cu_aligned16(x) && carve_cu_aligned16(weight);
 }
 
-template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1>
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0>
 static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
                                   const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
   const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN));
   void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
                        uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
                        size_t) =
-      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS>;
+      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES>;
   CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x,
                c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
                (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
@@ -314,6 +380,14 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
       break;
     case CARVE_CU_IGEMM_TILE_32X32_K2:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 2>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      break;
+    case CARVE_CU_IGEMM_TILE_32X32_ASYNC:  // 16-byte chunks only: else the 32 x 32 kernel
+      if constexpr (VEC) {
+        carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES>(ctx, c, x, weight, bias, residual, y,
+                                                                                 ow, opix, pixels);
+      } else {
+        carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      }
       break;
     default:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);

@@ -784,6 +784,20 @@ inline T warp_exchange(T v, int src_lane, const char* what) {
 #define CARVE_LAUNCH(kernel, grid, block, stream, ...) \
   carve_emu::launch((kernel), dim3(grid), dim3(block), (stream), __VA_ARGS__)
 
+// cuda_pipeline.h's asynchronous copies (the fused convolution's asynchronous stages): done at once, so that waiting
+// is a no-op; size_and_align - zfill bytes copied, zfill bytes zeroed (all 16 zeroed: src not read).
+inline void __pipeline_memcpy_async(void* dst, const void* src, size_t size_and_align, size_t zfill = 0) {
+  if (size_and_align != 4 && size_and_align != 8 && size_and_align != 16) std::abort();
+  if ((uintptr_t)dst % size_and_align != 0 || (zfill < size_and_align && (uintptr_t)src % size_and_align != 0)) {
+    std::fprintf(stderr, "cuda_emu: __pipeline_memcpy_async: pointers not %zu-byte aligned\n", size_and_align);
+    std::abort();
+  }
+  if (zfill < size_and_align) std::memcpy(dst, src, size_and_align - zfill);
+  std::memset((char*)dst + (size_and_align - zfill), 0, zfill);
+}
+inline void __pipeline_commit() {}
+inline void __pipeline_wait_prior(size_t) {}
+
 // Tactics (carve_cuda.h): the emulation's times are the host's, so generated packages do not tune by default
 // here (options.conv_tune 0; a test asks for it), and a timing is one launch replayed once (every replay is
 // "long").

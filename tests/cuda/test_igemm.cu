@@ -20,6 +20,7 @@
 //     strict float32 not);
 //   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
 //     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
+//   * the tactics' own tiles (sliced K, asynchronous stages) on every case, through a tactic table entry;
 //   * tactics (carve_cu_ctx_set_tactics): a tuning call times both paths and keeps the faster, entries choose
 //     the path, the default rule elsewhere (test_tactics);
 //   * argument errors of carve_cu_ctx_set_conv_impl and _set_tactics.
@@ -157,8 +158,11 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   DevBuf<T> dx(x), dw(wt), db(b), dr(r), dy(y0);
   const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w,
                            in_stride, out_stride, res_stride, cs.act, 1, tile >= 0 ? 1u : 0u};
-  const char* path = carve_cu_conv_direct(&c) ? "direct" : tile == CARVE_CU_IGEMM_TILE_32X32_K2 ? "fused (sliced K)"
-                     : fused ? "fused" : "cublas";
+  const char* path = carve_cu_conv_direct(&c)                  ? "direct"
+                     : tile == CARVE_CU_IGEMM_TILE_32X32_K2    ? "fused (sliced K)"
+                     : tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC ? "fused (async stages)"
+                     : fused                                   ? "fused"
+                                                               : "cublas";
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
   t.ctx.sm_count = cs.sms;
@@ -258,11 +262,15 @@ static void test_fused(TestCtx& t, bool tf32) {
     CHECK_MSG(fused == 1, "%s conv %ux%u %u->%u: %zu launches fused, want 1", E::name, cs.kh, cs.kw, cs.cin, cs.cout,
               fused);
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
-    // the sliced-K tile (a tactic's only), on every case: also those whose K leaves the second warp group nothing
-    const size_t sliced = run_case<E>(t, cs, seed, tf32, CARVE_CU_IGEMM_TILE_32X32_K2);
-    CHECK_MSG(sliced == 1, "%s conv %ux%u %u->%u: %zu launches with the sliced-K tile, want 1", E::name, cs.kh,
-              cs.kw, cs.cin, cs.cout, sliced);
-    reached.insert({CARVE_CU_IGEMM_TILE_32X32_K2, vec_loads<E>(cs)});
+    // the tactics' own tiles on every case: sliced K (also where K leaves the second warp group nothing), the
+    // asynchronous stages (the 32 x 32 kernel where the chunks are not 16-byte loads)
+    for (int tile : {(int)CARVE_CU_IGEMM_TILE_32X32_K2, (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC}) {
+      const size_t n = run_case<E>(t, cs, seed, tf32, tile);
+      CHECK_MSG(n == 1, "%s conv %ux%u %u->%u: %zu launches with tile %d, want 1", E::name, cs.kh, cs.kw, cs.cin,
+                cs.cout, n, tile);
+      const bool own = tile != CARVE_CU_IGEMM_TILE_32X32_ASYNC || vec_loads<E>(cs);
+      reached.insert({own ? tile : (int)CARVE_CU_IGEMM_TILE_32X32, vec_loads<E>(cs)});
+    }
     CHECK(t.ctx.conv_fused == 0);
     // The cuBLAS path of the same case: a GEMM (+ im2col) + the epilogue. In fp16 its GEMM result is stored
     // as half before the bias: not within the fused path's one-rounding tolerance, so only its count here
@@ -273,8 +281,9 @@ static void test_fused(TestCtx& t, bool tf32) {
     }
     seed++;
   }
-  CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES, "%s: the cases reach %zu of the %d kernels", E::name,
-            reached.size(), 2 * CARVE_CU_IGEMM_TILES);
+  // every tile with and without 16-byte loads, but the asynchronous one, which has only the 16-byte kernel
+  CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES - 1, "%s: the cases reach %zu of the %d kernels", E::name,
+            reached.size(), 2 * CARVE_CU_IGEMM_TILES - 1);
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
