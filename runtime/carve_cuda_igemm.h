@@ -3,8 +3,9 @@
 // for T = float (TF32 tensor cores, sm_80 and newer) and T = __half (fp16 operands, sm_70 and newer),
 // both accumulating in float32. Not part of the API; C++ only; included by carve_cuda_elem.h after its
 // loads and stores (carve_cu_ld, carve_cu_store_act, which the epilogue uses). Chosen per context by
-// carve_cu_ctx_set_conv_impl (CARVE_CU_CONV_FUSED); the default stays the cuBLAS path (im2col + GEMM +
-// epilogue) until a GPU has timed both (docs/backends/cuda.md, "The fused convolution").
+// carve_cu_ctx_set_conv_impl (CARVE_CU_CONV_FUSED), per convolution by its tactic (carve_cu_ctx_set_tactics: timed
+// on the device against the cuBLAS path, im2col + GEMM + epilogue), else by carve_cu_igemm_preferred
+// (docs/backends/cuda.md, "The fused convolution", "Tactics").
 //
 // The GEMM: rows are output pixels (M = oh ow), columns output channels (N = cout), the reduction runs
 // over k = (ky kw + kx) cin + i (K = kh kw cin), the OHWI weights' order, so W is the (N, K) row-major
@@ -15,8 +16,9 @@
 // BM/2 x BN/2 part as 16 x 16 wmma accumulators. The tile is chosen per convolution at launch
 // (carve_cu_igemm_tile, runtime/carve_cuda_igemm_tile.h): 64 x 64, 64 x 32, 32 x 64 or 32 x 32, the
 // largest that still gives the device's SMs a block each, so that small-pixel layers (20 x 20, 40 x 40)
-// run on many SMs instead of a few. Per step of BK along K (128 bytes of operands per row; 256 for
-// 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
+// run on many SMs instead of a few; a tactic may also pick 32 x 32 with the reduction sliced over two warp
+// groups (KS 2) or with asynchronous shared stages (STAGES 4), see the kernel. Per step of BK along K (128 bytes
+// of operands per row; 256 for the register-pipelined 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
 // rows: matrix_b col_major) in 16-byte chunks (4 floats / 8 halves of consecutive k), zero-filling rows
 // past the pixels, columns past cout, k past K and the padding taps, so that every fragment is whole.
 // The steps are software-pipelined through registers and two shared stages: the chunks of step s + 1
