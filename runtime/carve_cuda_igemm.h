@@ -295,17 +295,17 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       __pipeline_wait_prior(0);
       __syncthreads();
     } else {
-    load(0);
-    store(smem);
-    __syncthreads();
-    for (uint32_t s = 0; s < steps; s++) {
-      const uint32_t k0 = s * BK;
-      if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
-      multiply(smem + (s % 2) * STAGE, k0);
-      // The other stage was last read in step s - 1, before the barrier that ended it.
-      if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
+      load(0);
+      store(smem);
       __syncthreads();
-    }
+      for (uint32_t s = 0; s < steps; s++) {
+        const uint32_t k0 = s * BK;
+        if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
+        multiply(smem + (s % 2) * STAGE, k0);
+        // The other stage was last read in step s - 1, before the barrier that ended it.
+        if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
+        __syncthreads();
+      }
     }
     // The result tiles over the stages (every read of them ended at the loop's last barrier): one per warp group.
     for (int i = 0; i < FM; i++) {

@@ -13,7 +13,7 @@
 
 #include <stddef.h>
 
-// The kernels' tiles: the first CARVE_CU_IGEMM_RULE_TILES are the rule's (carve_cu_igemm_tile); 32X32_K2 is 32 x 32
+// The kernels' tiles: the first four are the rule's (carve_cu_igemm_tile); 32X32_K2 is 32 x 32
 // with the reduction sliced between two groups of 4 warps (256 threads, each group half of every step along K, the
 // two partial tiles summed in the epilogue: half the chain of dependent tensor-core steps per warp and twice the
 // warps per SM for few-pixel layers with long reductions) and 32X32_ASYNC is 32 x 32 with its operands copied
@@ -24,7 +24,6 @@ enum {
   CARVE_CU_IGEMM_TILE_64X32 = 1,
   CARVE_CU_IGEMM_TILE_32X64 = 2,
   CARVE_CU_IGEMM_TILE_32X32 = 3,
-  CARVE_CU_IGEMM_RULE_TILES = 4,
   CARVE_CU_IGEMM_TILE_32X32_K2 = 4,
   CARVE_CU_IGEMM_TILE_32X32_ASYNC = 5,
   CARVE_CU_IGEMM_TILES = 6

@@ -2,12 +2,12 @@
 
 A groups-1 convolution has two paths on the GPU (runtime/carve_cuda.h, "Tactics"): cuBLAS (im2col, GEMM and an
 epilogue kernel: 2-3 launches) and carve's fused implicit-GEMM kernel (one launch). Which is faster depends on the
-shape and on the GPU, so a package measures both at create, per convolution, as TensorRT times its tactics: each
+shape and on the GPU, so a package measures them at create, per convolution, as TensorRT times its tactics: each
 k_conv descriptor names a slot of the context's tactic table (``carve_cu_conv.slot``), and the first call of a slot
-while the package tunes times both paths and stores the faster.
+while the package tunes times the cuBLAS path and the fused kernel's tiles and stores the fastest.
 
 Convolutions of the same shape (every carve_cu_conv field: sizes, strides, activation, batch) share a slot, timed
-once: yolo26n's 80 descriptors are about 50 slots. Depthwise convolutions and the few-input-channel ones of the
+once: yolo26n's 93 groups-1 convolutions with two paths (of 102 descriptors) are 71 slots. Depthwise convolutions and the few-input-channel ones of the
 direct kernel (the stem) have one path and no slot (0).
 """
 
