@@ -69,7 +69,9 @@
 // 7: lanes: carve_cu_ctx.blas_workspace_bytes and .rebind, carve_cu_ctx_lane (contexts sharing one handle).
 // 8: tactics: carve_cu_conv.slot, carve_cu_ctx.tactics, carve_cu_tactics and carve_cu_ctx_set_tactics (each
 //    convolution's path chosen by timing both on the device).
-#define CARVE_CUDA_ABI 8
+// 9: carve_cu_ctx.split_counters / .split_lanes: the split-K tile's arrival counters at the end of the workspace
+//    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 10.
+#define CARVE_CUDA_ABI 9
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -141,7 +143,20 @@ typedef struct carve_cu_ctx {
   int rebind;            // 1: blas is shared with other contexts (carve_cu_ctx_lane): every cuBLAS call binds
                          // it to this context's stream and workspace first (cublasSetStream + SetWorkspace)
   carve_cu_tactics* tactics;  // NULL, or each convolution's path by its slot (carve_cu_ctx_set_tactics): the caller's
+  unsigned* split_counters;   // device, CARVE_CU_SPLIT_COUNTERS zeroed counters of the split-K tile (NULL: no split)
+  int split_lanes;            // the counter groups after main's that carve_cu_ctx_lane gave away
 } carve_cu_ctx;
+// The split-K tile of the fused convolution (CARVE_CU_IGEMM_TILE_32X32_SPLIT, carve_cuda_igemm_tile.h) splits a
+// layer's reduction over several blocks per output tile: each writes its partial tile to the context's workspace
+// (the cuBLAS workspace: used in stream order, never by cuBLAS and a split kernel at once), then counts itself in
+// the tile's arrival counter; the last one sums the partial tiles and resets the counter to 0. Counters must
+// start at zero and persist between runs, so they live apart: the last CARVE_CU_SPLIT_BYTES of the workspace
+// given to init / init_with, CARVE_CU_SPLIT_GROUPS groups of CARVE_CU_SPLIT_COUNTERS (group 0 the context's, the
+// next ones its lanes', in the order carve_cu_ctx_lane makes them), zeroed at init (cudaMemsetAsync on the
+// stream); blas_workspace_bytes is what is left before them, and lanes' workspaces must lie within it.
+#define CARVE_CU_SPLIT_COUNTERS 1024u  // output tiles of a split launch, at most (32 x 32 each)
+#define CARVE_CU_SPLIT_GROUPS 16u      // the context and up to 15 lanes
+#define CARVE_CU_SPLIT_BYTES ((size_t)CARVE_CU_SPLIT_GROUPS * CARVE_CU_SPLIT_COUNTERS * sizeof(unsigned))
 
 // cuBLAS workspace: NVIDIA's recommended sizes (cublasSetWorkspace): 4 MiB, Hopper 32 MiB.
 #define CARVE_CU_BLAS_WORKSPACE_BYTES ((size_t)4 << 20)
@@ -149,8 +164,8 @@ typedef struct carve_cu_ctx {
 
 // cublasCreate + cublasSetStream + math mode + cudaMalloc and cublasSetWorkspace of
 // the workspace (CARVE_ERR_OUT_OF_MEMORY when that fails); cublasDestroy + cudaFree
-// (accepts NULL and a context whose init failed). Host functions; init allocates,
-// nothing else in this file does.
+// (accepts NULL and a context whose init failed); the workspace's last CARVE_CU_SPLIT_BYTES are the split-K
+// counters (above), zeroed here. Host functions; init allocates, nothing else in this file does.
 carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream);
 void carve_cu_ctx_destroy(carve_cu_ctx* ctx);
 
@@ -177,7 +192,8 @@ carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t stream, cubl
 // first binds the handle to its context's stream and workspace (cublasSetStream, cublasSetWorkspace:
 // host-side settings, allowed while a stream captures, as PyTorch does per stream). The lane owns
 // nothing: carve_cu_ctx_destroy on it frees nothing, and on main (destroy the lanes first) leaves a caller's
-// handle bound to main's stream and workspace again. Host function; CARVE_ERR_INVALID_ARGUMENT for
+// handle bound to main's stream and workspace again. The lane's split-K counters: main's next group (no split-K
+// for lanes past CARVE_CU_SPLIT_GROUPS - 1). Host function; CARVE_ERR_INVALID_ARGUMENT for
 // NULL pointers, a main context without a handle, a NULL workspace or workspace_bytes 0.
 carve_status carve_cu_ctx_lane(carve_cu_ctx* main, cudaStream_t stream, void* workspace, size_t workspace_bytes,
                                carve_cu_ctx* lane);
@@ -218,10 +234,12 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // path[slot - 1] when that is set: CARVE_CU_PATH_GEMM the cuBLAS path, CARVE_CU_PATH_FUSED the fused kernel with
 // its tile rule's tile, CARVE_CU_PATH_FUSED_TILE + t the fused kernel with tile t (CARVE_CU_IGEMM_TILE_*,
 // carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block, 32x32 with the reduction sliced over
-// two warp groups, and 32x32 with its operands copied asynchronously through 4 shared stages). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream that is not
-// capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the 64-wide ones
-// only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step; the
-// asynchronous one only where cin is whole 16-byte chunks). Each runs once eagerly (its kernels
+// two warp groups, 32x32 with its operands copied asynchronously through 4 shared stages, and that one with the
+// reduction split across blocks). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
+// that is not capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the
+// 64-wide ones only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step;
+// the asynchronous one only where cin is whole 16-byte chunks; the split one only where carve_cu_igemm_splits gives
+// it more than one block per tile). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
 // and, unless that took CARVE_CU_TUNE_LONG_MS or more, CARVE_CU_TUNE_REPLAYS times more between two events (the
 // same graph launches and programmatic edges as the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS
@@ -237,8 +255,8 @@ enum {
   CARVE_CU_PATH_UNSET = 0,
   CARVE_CU_PATH_GEMM = 1,
   CARVE_CU_PATH_FUSED = 2,
-  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 8
-  CARVE_CU_PATHS = 9             // one past the last path
+  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 9
+  CARVE_CU_PATHS = 10            // one past the last path
 };
 struct carve_cu_tactics {
   uint8_t* path;   // `slots` entries: CARVE_CU_PATH_*

@@ -602,9 +602,11 @@ static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
 
 // The path of a convolution both paths can run, from its tactic (carve_cu_ctx_set_tactics): the entry of its
 // slot, its candidates timed first while tuning; CARVE_CU_PATH_UNSET where the default rule decides.
-// fused_path(tile): the fused kernel with that tile (-1: the tile rule's).
+// fused_path(tile): the fused kernel with that tile (-1: the tile rule's); splits: the split tile's blocks per
+// output tile (carve_cu_igemm_conv_splits; 1: not a candidate).
 template <typename T, typename Gemm, typename Fused>
-static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c, Gemm gemm_path, Fused fused_path) {
+static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c, Gemm gemm_path, Fused fused_path,
+                                unsigned splits) {
   carve_cu_tactics* const t = ctx->tactics;
   if (t == NULL || c->slot == 0 || c->slot > t->slots) {
     return CARVE_CU_PATH_UNSET;
@@ -625,6 +627,9 @@ static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c,
     }
     if (tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC && c->cin % (16 / sizeof(T)) != 0) {
       continue;  // no 16-byte chunks: the 32 x 32 kernel again
+    }
+    if (tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT && splits <= 1) {
+      continue;  // no split: the asynchronous (or 32 x 32) kernel again
     }
     const float us = carve_cu_time_path(ctx, [&]() { return fused_path(tile); });
     if (us < 0.0f) {
@@ -693,7 +698,10 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   };
   int path = CARVE_CU_PATH_GEMM;
   if (carve_cu_igemm_fits<T>(ctx, c, pixels)) {
-    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED : carve_cu_conv_tactic<T>(ctx, c, gemm_path, fused_path);
+    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED
+                           : carve_cu_conv_tactic<T>(ctx, c, gemm_path, fused_path,
+                                                     carve_cu_igemm_conv_splits<T>(ctx, c, carve_cu_igemm_vec(c, x, weight),
+                                                                                   pixels));
     if (path == CARVE_CU_PATH_UNSET) {
       path = carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels) ? CARVE_CU_PATH_FUSED : CARVE_CU_PATH_GEMM;
     }

@@ -17,7 +17,8 @@
 // (carve_cu_igemm_tile, runtime/carve_cuda_igemm_tile.h): 64 x 64, 64 x 32, 32 x 64 or 32 x 32, the
 // largest that still gives the device's SMs a block each, so that small-pixel layers (20 x 20, 40 x 40)
 // run on many SMs instead of a few; a tactic may also pick 32 x 32 with the reduction sliced over two warp
-// groups (KS 2) or with asynchronous shared stages (STAGES 4), see the kernel. Per step of BK along K (128 bytes
+// groups (KS 2), with asynchronous shared stages (STAGES 4), or that one with the reduction split across blocks
+// (SPLIT: partial tiles in the context's workspace, summed by the last block of each tile), see the kernel. Per step of BK along K (128 bytes
 // of operands per row; 256 for the register-pipelined 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
 // rows: matrix_b col_major) in 16-byte chunks (4 floats / 8 halves of consecutive k), zero-filling rows
 // past the pixels, columns past cout, k past K and the padding taps, so that every fragment is whole.
@@ -130,14 +131,19 @@ struct carve_cu_igemm_traits<__half> {
 // copies before sm_80) into STAGES shared stages, STAGES - 1 steps in flight ahead of the one the tensor cores work
 // on, zero-filled where a chunk lies outside (the padding, past K, past the pixels or channels), TF32 operands
 // rounded on the loaded fragments: for reductions of a few steps, about one load latency in all instead of one per
-// step. (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
-template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0>
+// step. SPLIT: the reduction's steps split evenly over gridDim.z blocks per output tile (block z the steps
+// [z steps / Z, (z + 1) steps / Z)); with gridDim.z > 1 each block stores its partial tile (float32) at `part`
+// (Z tiles x BM BN floats, the context's workspace), fences, and counts itself in the tile's arrival counter
+// (`counters`, zero before the launch); the last to arrive resets the counter to 0 and runs the epilogue on the
+// partial tiles summed in z order (the same sum whichever block arrives last: results do not depend on the
+// schedule). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0, bool SPLIT = false>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MIN_BLOCKS / KS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
                           uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
-                          size_t out_stride) {
+                          size_t out_stride, float* __restrict__ part, unsigned* __restrict__ counters) {
   CARVE_CU_KERNEL_ENTRY();
   typedef carve_cu_igemm_traits<T> tr;
   if constexpr (tr::ok) {
@@ -263,13 +269,19 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         }
       }
     };
+    // The block's steps [s_lo, s_hi) of the reduction: all of them, or its split's.
     const uint32_t steps = (k_total + BK - 1) / BK;
+    uint32_t s_lo = 0, s_hi = steps;
+    if constexpr (SPLIT) {
+      s_lo = (uint32_t)((uint64_t)steps * blockIdx.z / gridDim.z);
+      s_hi = (uint32_t)((uint64_t)steps * (blockIdx.z + 1) / gridDim.z);
+    }
     if constexpr (STAGES > 0) {
-      // Step s lands in stage s % STAGES. Its copies are the thread's group s (an empty group past the steps, so
-      // that every thread commits one group per step); waiting for all but the STAGES - 2 newest completes s.
+      // Step s lands in stage (s - s_lo) % STAGES. Its copies are the thread's group s (an empty group past the
+      // steps, so that every thread commits one group per step); waiting for all but the STAGES - 2 newest completes s.
       auto issue = [&](uint32_t s) {
-        if (s < steps) {
-          T* const stage = smem + (s % STAGES) * STAGE;
+        if (s < s_hi) {
+          T* const stage = smem + ((s - s_lo) % STAGES) * STAGE;
           const T* a[AJ];
           const T* b[BJ];
           chunks(s * BK, a, b);
@@ -284,26 +296,26 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         }
         __pipeline_commit();
       };
-      for (int s = 0; s < STAGES - 1; s++) issue((uint32_t)s);
-      for (uint32_t s = 0; s < steps; s++) {
+      for (int s = 0; s < STAGES - 1; s++) issue(s_lo + (uint32_t)s);
+      for (uint32_t s = s_lo; s < s_hi; s++) {
         __pipeline_wait_prior(STAGES - 2);
         // Step s's copies of every thread done; every warp done with step s - 1's stage, which the next issue reuses.
         __syncthreads();
         issue(s + STAGES - 1);
-        multiply(smem + (s % STAGES) * STAGE, s * BK);
+        multiply(smem + ((s - s_lo) % STAGES) * STAGE, s * BK);
       }
       __pipeline_wait_prior(0);
       __syncthreads();
-    } else {
-      load(0);
+    } else if (s_lo < s_hi) {
+      load(s_lo * BK);
       store(smem);
       __syncthreads();
-      for (uint32_t s = 0; s < steps; s++) {
+      for (uint32_t s = s_lo; s < s_hi; s++) {
         const uint32_t k0 = s * BK;
-        if (s + 1 < steps) load(k0 + BK);  // in flight while the tensor cores work
-        multiply(smem + (s % 2) * STAGE, k0);
+        if (s + 1 < s_hi) load(k0 + BK);  // in flight while the tensor cores work
+        multiply(smem + ((s - s_lo) % 2) * STAGE, k0);
         // The other stage was last read in step s - 1, before the barrier that ended it.
-        if (s + 1 < steps) store(smem + ((s + 1) % 2) * STAGE);
+        if (s + 1 < s_hi) store(smem + ((s - s_lo + 1) % 2) * STAGE);
         __syncthreads();
       }
     }
@@ -315,6 +327,41 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       }
     }
     __syncthreads();
+    if constexpr (SPLIT) {
+      if (gridDim.z > 1) {
+        // The partial tile to the workspace (L2: __stcg), then the arrival; the last block sums them.
+        const uint32_t tiles = gridDim.x * gridDim.y, tile = blockIdx.y * gridDim.x + blockIdx.x;
+        float* const mine = part + ((size_t)blockIdx.z * tiles + tile) * (BM * BN);
+        for (int e = t; e < BM * BN; e += NT) {
+          const int r = e / BN, c = e % BN;
+          float v = c_tile[r * CLD + c];
+          for (int g = 1; g < KS; g++) v += c_tile[g * BM * CLD + r * CLD + c];
+          __stcg(mine + e, v);
+        }
+        __threadfence();  // the partial tile visible device-wide before the arrival is counted
+        __syncthreads();
+        __shared__ int carve_last;
+        if (t == 0) {
+          carve_last = atomicAdd(&counters[tile], 1u) == gridDim.z - 1;
+          if (carve_last) atomicExch(&counters[tile], 0u);  // zero again for the next launch
+        }
+        __syncthreads();
+        if (!carve_last) return;
+        __threadfence();  // (acquire) the other blocks' partial tiles, read from L2 (__ldcg) below
+        for (int e = t; e < BM * BN; e += NT) {
+          const int r = e / BN, c = e % BN;
+          const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
+          if (p < pixels && o < cout) {
+            const float* const first = part + (size_t)tile * (BM * BN) + e;
+            float v = __ldcg(first);
+            for (uint32_t z = 1; z < gridDim.z; z++) v += __ldcg(first + (size_t)z * tiles * (BM * BN));
+            carve_cu_store_act(y, (size_t)p * out_stride + o, v + carve_cu_ld(bias, o), silu, residual,
+                               (size_t)p * res_stride + o);
+          }
+        }
+        return;
+      }
+    }
     // Epilogue: consecutive threads, consecutive output channels of a pixel.
     for (int e = t; e < BM * BN; e += NT) {
       const int r = e / BN, c = e % BN;
@@ -351,17 +398,33 @@ static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T
   return c->cin % vw == 0 && c->in_stride % vw == 0 && carve_cu_aligned16(x) && carve_cu_aligned16(weight);
 }
 
-template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0>
+// splits: gridDim.z (SPLIT kernels only; their partial tiles in the context's workspace, counted in its
+// split_counters).
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0, bool SPLIT = false>
 static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                  const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
-  const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN));
+                                  const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels,
+                                  unsigned splits = 1) {
+  const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN), SPLIT ? splits : 1u);
   void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
                        uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
-                       size_t) =
-      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES>;
+                       size_t, float*, unsigned*) =
+      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES, SPLIT>;
   CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x,
                c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
-               (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y, c->out_stride);
+               (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y,
+               c->out_stride, SPLIT ? (float*)ctx->blas_workspace : (float*)NULL, SPLIT ? ctx->split_counters : NULL);
+}
+
+// The split-K tile's blocks per output tile for this convolution (carve_cu_igemm_splits over the steps of the
+// kernel it runs: the asynchronous one's with 16-byte chunks, else the register-pipelined 32 x 32 one's), 1 where
+// the context has no counters.
+template <typename T>
+static unsigned carve_cu_igemm_conv_splits(const carve_cu_ctx* ctx, const carve_cu_conv* c, bool vec, size_t pixels) {
+  const size_t bk = (vec ? 128 : 256) / sizeof(T), k = (size_t)c->kh * c->kw * c->cin;
+  return ctx->split_counters == NULL
+             ? 1u
+             : carve_cu_igemm_splits(ctx->sm_count, pixels, c->cout, (k + bk - 1) / bk,
+                                     ctx->blas_workspace_bytes / sizeof(float), CARVE_CU_SPLIT_COUNTERS);
 }
 
 // The tile (carve_cu_igemm_tile) and the loads (carve_cu_igemm_vec) of one convolution.
@@ -383,6 +446,18 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
     case CARVE_CU_IGEMM_TILE_32X32_K2:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 2>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
+    case CARVE_CU_IGEMM_TILE_32X32_SPLIT: {  // the asynchronous kernel (16-byte chunks), else the 32 x 32 one, split
+      const unsigned splits = carve_cu_igemm_conv_splits<T>(ctx, c, VEC, pixels);
+      if constexpr (VEC) {
+        carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES, true>(ctx, c, x, weight, bias,
+                                                                                       residual, y, ow, opix, pixels,
+                                                                                       splits);
+      } else {
+        carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 1, 0, true>(ctx, c, x, weight, bias, residual, y, ow, opix,
+                                                                 pixels, splits);
+      }
+      break;
+    }
     case CARVE_CU_IGEMM_TILE_32X32_ASYNC:  // 16-byte chunks only: else the 32 x 32 kernel
       if constexpr (VEC) {
         carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES>(ctx, c, x, weight, bias, residual, y,

@@ -18,7 +18,9 @@
 // two partial tiles summed in the epilogue: half the chain of dependent tensor-core steps per warp and twice the
 // warps per SM for few-pixel layers with long reductions) and 32X32_ASYNC is 32 x 32 with its operands copied
 // asynchronously into 4 shared stages, 3 steps in flight (16-byte chunks only; else the 32 x 32 kernel), which only a
-// tactic picks (carve_cuda.h, "Tactics").
+// tactic picks (carve_cuda.h, "Tactics"). 32X32_SPLIT is the asynchronous 32 x 32 kernel with the reduction split
+// across blocks (carve_cu_igemm_splits of them per output tile, the last to finish sums their partial tiles in a
+// fixed order and runs the epilogue): for layers whose tiles leave most SMs idle, also a tactic's only.
 enum {
   CARVE_CU_IGEMM_TILE_64X64 = 0,
   CARVE_CU_IGEMM_TILE_64X32 = 1,
@@ -26,7 +28,8 @@ enum {
   CARVE_CU_IGEMM_TILE_32X32 = 3,
   CARVE_CU_IGEMM_TILE_32X32_K2 = 4,
   CARVE_CU_IGEMM_TILE_32X32_ASYNC = 5,
-  CARVE_CU_IGEMM_TILES = 6
+  CARVE_CU_IGEMM_TILE_32X32_SPLIT = 6,
+  CARVE_CU_IGEMM_TILES = 7
 };
 
 static inline size_t carve_cu_igemm_blocks(size_t pixels, size_t cout, size_t bm, size_t bn) {
@@ -44,6 +47,25 @@ static inline size_t carve_cu_igemm_blocks(size_t pixels, size_t cout, size_t bm
 #define CARVE_CU_IGEMM_WIDE_PIXELS 51200u  // layer 17's output pixels at batch 32, the smallest measured win
 static inline int carve_cu_igemm_preferred(size_t kh, size_t stride, size_t cout, size_t pixels) {
   return kh > 1 && stride == 2 && cout <= 64 && pixels >= CARVE_CU_IGEMM_WIDE_PIXELS;
+}
+
+// The split-K tile's blocks per output tile (32 x 32 outputs, gridDim.z of the launch): enough for about
+// CARVE_CU_IGEMM_SPLIT_WAVES blocks per SM over the layer's `tiles`, at most CARVE_CU_IGEMM_MAX_SPLITS, at most the
+// `steps` of the reduction (each split at least one step), and only as many as the partial tiles (BM BN floats each)
+// that `workspace_floats` holds; no split (1) when the layer has more tiles than `counters` (the context's arrival
+// counters, one per tile) or already gives every SM as many blocks.
+#define CARVE_CU_IGEMM_SPLIT_WAVES 2u
+#define CARVE_CU_IGEMM_MAX_SPLITS 8u
+static inline unsigned carve_cu_igemm_splits(int sm_count, size_t pixels, size_t cout, size_t steps,
+                                             size_t workspace_floats, size_t counters) {
+  const size_t sms = sm_count < 1 ? 1 : (size_t)sm_count;
+  const size_t tiles = carve_cu_igemm_blocks(pixels, cout, 32, 32);
+  if (tiles == 0 || tiles > counters) return 1u;
+  size_t s = (CARVE_CU_IGEMM_SPLIT_WAVES * sms + tiles - 1) / tiles;
+  if (s > CARVE_CU_IGEMM_MAX_SPLITS) s = CARVE_CU_IGEMM_MAX_SPLITS;
+  if (s > steps) s = steps;
+  if (s > workspace_floats / (tiles * 32 * 32)) s = workspace_floats / (tiles * 32 * 32);
+  return s < 1 ? 1u : (unsigned)s;
 }
 
 static inline int carve_cu_igemm_tile(int sm_count, size_t pixels, size_t cout) {

@@ -58,6 +58,17 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->blas_workspace_bytes = 0;
   ctx->rebind = 0;
   ctx->tactics = NULL;
+  ctx->split_counters = NULL;
+  ctx->split_lanes = 0;
+}
+
+// The split-K counters at the end of the `bytes` of workspace (carve_cuda.h, CARVE_CU_SPLIT_BYTES), zeroed on the
+// stream; the cuBLAS share is what lies before them.
+static carve_status split_counters_init(carve_cu_ctx* ctx, size_t bytes) {
+  ctx->split_counters = (unsigned*)((unsigned char*)ctx->blas_workspace + bytes - CARVE_CU_SPLIT_BYTES);
+  return cudaMemsetAsync(ctx->split_counters, 0, CARVE_CU_SPLIT_BYTES, ctx->stream) == cudaSuccess
+             ? CARVE_OK
+             : CARVE_ERR_BACKEND;
 }
 
 // The device's SM count into ctx->sm_count (the fused convolution's tile choice, carve_cuda_igemm_tile.h).
@@ -85,7 +96,10 @@ extern "C" carve_status carve_cu_ctx_init(carve_cu_ctx* ctx, cudaStream_t stream
     return CARVE_ERR_OUT_OF_MEMORY;
   }
   ctx->owns_workspace = 1;
-  const carve_status status = bind_blas(ctx, NULL, workspace);
+  carve_status status = split_counters_init(ctx, workspace);
+  if (status == CARVE_OK) {
+    status = bind_blas(ctx, NULL, workspace - CARVE_CU_SPLIT_BYTES);
+  }
   if (status != CARVE_OK) {
     carve_cu_ctx_destroy(ctx);
   }
@@ -106,7 +120,10 @@ extern "C" carve_status carve_cu_ctx_init_with(carve_cu_ctx* ctx, cudaStream_t s
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   ctx->blas_workspace = workspace;
-  const carve_status status = bind_blas(ctx, blas, need);
+  carve_status status = split_counters_init(ctx, need);
+  if (status == CARVE_OK) {
+    status = bind_blas(ctx, blas, need - CARVE_CU_SPLIT_BYTES);
+  }
   if (status != CARVE_OK) {
     carve_cu_ctx_destroy(ctx);
   }
@@ -126,6 +143,12 @@ extern "C" carve_status carve_cu_ctx_lane(carve_cu_ctx* main, cudaStream_t strea
   lane->owns_workspace = 0;
   lane->rebind = 1;
   main->rebind = 1;
+  lane->split_lanes = 0;
+  if (main->split_counters != NULL && main->split_lanes + 1 < (int)CARVE_CU_SPLIT_GROUPS) {
+    lane->split_counters = main->split_counters + (size_t)++main->split_lanes * CARVE_CU_SPLIT_COUNTERS;
+  } else {
+    lane->split_counters = NULL;
+  }
   return CARVE_OK;
 }
 
@@ -145,6 +168,7 @@ extern "C" void carve_cu_ctx_destroy(carve_cu_ctx* ctx) {
   ctx->blas_workspace = NULL;
   ctx->owns_blas = 0;
   ctx->owns_workspace = 0;
+  ctx->split_counters = NULL;
 }
 
 extern "C" carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math) {

@@ -11,7 +11,8 @@
 //     dim3, threadIdx, blockIdx, blockDim, gridDim, warpSize. A launch is
 //     CARVE_LAUNCH(kernel, grid, block, stream, args...) (carve_cuda.h's macro; `<<< >>>` is
 //     not C++). Blocks of a launch run one after another on the calling OS thread, in
-//     blockIdx order (x fastest); the threads of a block run as cooperative fibers that
+//     blockIdx order (x fastest; with CARVE_EMU_BLOCK_ORDER=reverse in the environment, read at each launch, the
+//     reverse order: what a kernel's result must not depend on); the threads of a block run as cooperative fibers that
 //     switch only at barriers, so there are no data races and every run is deterministic.
 //     Fast path: thread 0 of each block runs first; when it finishes without reaching a
 //     barrier the other threads run as plain calls, in threadIdx order. A thread that then
@@ -29,7 +30,7 @@
 //     int / unsigned / unsigned long long / float, atomicMax / atomicMin on int / unsigned,
 //     atomicCAS on int / unsigned / unsigned long long, atomicExch on int / unsigned / float.
 //   * Intrinsics: __float_as_uint/__uint_as_float/__float_as_int/__int_as_float, __popc,
-//     __popcll, __clz, __ffs, __brev, __ldg, __fadd_rn/__fsub_rn/__fmul_rn/__dadd_rn/
+//     __popcll, __clz, __ffs, __brev, __ldg, __ldcg, __stcg, __threadfence (a no-op: blocks run in turn), __fadd_rn/__fsub_rn/__fmul_rn/__dadd_rn/
 //     __dsub_rn/__dmul_rn; math functions are the C library's (expf, ...), so float results
 //     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
@@ -719,10 +720,12 @@ inline void run_grid(dim3 grid, dim3 blk, const Work& thread_body) {
   b.n = blk.x * blk.y * blk.z;
   gridDim = grid;
   blockDim = blk;
+  const char* order = std::getenv("CARVE_EMU_BLOCK_ORDER");
+  const bool reverse = order != nullptr && std::strcmp(order, "reverse") == 0;
   for (unsigned z = 0; z < grid.z; z++) {
     for (unsigned y = 0; y < grid.y; y++) {
       for (unsigned x = 0; x < grid.x; x++) {
-        blockIdx = uint3{x, y, z};
+        blockIdx = reverse ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
         run_block(b);
       }
     }
@@ -912,6 +915,12 @@ inline unsigned __brev(unsigned x) {
 }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+template <typename T>
+inline void __stcg(T* p, T v) { *p = v; }
+// Blocks run one after another: every write is visible to the next block without a fence.
+inline void __threadfence() {}
 
 // Correctly rounded arithmetic that nvcc never contracts into an FMA: the host build is
 // ISO C++ (-std=c++17: -ffp-contract=off), so plain operations are the same.

@@ -20,7 +20,8 @@
 //     strict float32 not);
 //   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
 //     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
-//   * the tactics' own tiles (sliced K, asynchronous stages) on every case, through a tactic table entry;
+//   * the tactics' own tiles (sliced K, asynchronous stages, split K) on every case, through a tactic table entry;
+//   * the split K: results independent of the blocks' order, the arrival counters zero after each launch;
 //   * tactics (carve_cu_ctx_set_tactics): a tuning call times both paths and keeps the faster, entries choose
 //     the path, the default rule elsewhere (test_tactics);
 //   * argument errors of carve_cu_ctx_set_conv_impl and _set_tactics.
@@ -129,6 +130,20 @@ static const Case kCases[] = {
     {3, 3, 1, 1, 12, 36, 7, 6, true, CARVE_CU_ACT_SILU, 8, 0, 1},    // cin 12: whole float chunks, not half ones
 };
 
+// The SM count the split tile's cases run with: many SMs for few tiles, so that the reduction is split wherever its
+// steps allow (carve_cu_igemm_splits).
+static const int kSplitSms = 1024;
+
+// The split tile's blocks per output tile for a case (the runtime's rule, carve_cu_igemm_splits, over the steps of
+// the kernel it runs: 128-byte steps with 16-byte chunks, else 256-byte ones).
+template <typename E>
+static unsigned case_splits(const TestCtx& t, const Case& cs, bool vec) {
+  const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
+  const size_t bk = (vec ? 128 : 256) / sizeof(typename E::T), k = (size_t)cs.kh * cs.kw * cs.cin;
+  return carve_cu_igemm_splits(kSplitSms, oh * ow, cs.cout, (k + bk - 1) / bk, t.ctx.blas_workspace_bytes / 4,
+                               CARVE_CU_SPLIT_COUNTERS);
+}
+
 // Runs one case with the context's current settings (its SM count set to the case's); checks it against the
 // double reference (over the operands as TF32 rounds them when tf32_operands, else as stored) and returns
 // the nodes its capture records. Prints the largest error against its tolerance (what a GPU's tensor cores
@@ -161,11 +176,12 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   const char* path = carve_cu_conv_direct(&c)                  ? "direct"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_K2    ? "fused (sliced K)"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC ? "fused (async stages)"
+                     : tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? "fused (split K)"
                      : fused                                   ? "fused"
                                                                : "cublas";
   DevBuf<float> scratch(carve_cu_conv2d_scratch_floats(&c) + 1);
   const int sms = t.ctx.sm_count;
-  t.ctx.sm_count = cs.sms;
+  t.ctx.sm_count = tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? kSplitSms : cs.sms;
   const size_t nodes = captured_nodes(t, [&]() {
     return carve_cu_conv2d(&t.ctx, &c, dx.p + cs.xoff, dw.p, db.p, cs.residual ? dr.p : nullptr, dy.p, scratch.p);
   });
@@ -263,13 +279,19 @@ static void test_fused(TestCtx& t, bool tf32) {
               fused);
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
     // the tactics' own tiles on every case: sliced K (also where K leaves the second warp group nothing), the
-    // asynchronous stages (the 32 x 32 kernel where the chunks are not 16-byte loads)
-    for (int tile : {(int)CARVE_CU_IGEMM_TILE_32X32_K2, (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC}) {
+    // asynchronous stages (the 32 x 32 kernel where the chunks are not 16-byte loads), the split reduction (the
+    // asynchronous or 32 x 32 kernel split over the blocks of kSplitSms SMs, unsplit where K has one step)
+    for (int tile : {(int)CARVE_CU_IGEMM_TILE_32X32_K2, (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC,
+                     (int)CARVE_CU_IGEMM_TILE_32X32_SPLIT}) {
       const size_t n = run_case<E>(t, cs, seed, tf32, tile);
       CHECK_MSG(n == 1, "%s conv %ux%u %u->%u: %zu launches with tile %d, want 1", E::name, cs.kh, cs.kw, cs.cin,
                 cs.cout, n, tile);
-      const bool own = tile != CARVE_CU_IGEMM_TILE_32X32_ASYNC || vec_loads<E>(cs);
-      reached.insert({own ? tile : (int)CARVE_CU_IGEMM_TILE_32X32, vec_loads<E>(cs)});
+      const bool vec = vec_loads<E>(cs);
+      const int fallback = vec ? (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC : (int)CARVE_CU_IGEMM_TILE_32X32;
+      const bool own = tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? case_splits<E>(t, cs, vec) > 1
+                                                                : tile != CARVE_CU_IGEMM_TILE_32X32_ASYNC || vec;
+      reached.insert({own ? tile : tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? fallback : (int)CARVE_CU_IGEMM_TILE_32X32,
+                      vec});
     }
     CHECK(t.ctx.conv_fused == 0);
     // The cuBLAS path of the same case: a GEMM (+ im2col) + the epilogue. In fp16 its GEMM result is stored
@@ -285,6 +307,71 @@ static void test_fused(TestCtx& t, bool tf32) {
   CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES - 1, "%s: the cases reach %zu of the %d kernels", E::name,
             reached.size(), 2 * CARVE_CU_IGEMM_TILES - 1);
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+}
+
+// The split reduction (CARVE_CU_IGEMM_TILE_32X32_SPLIT) on the cases it splits most (yolo26n's 20 x 20 stage, 16-byte
+// chunks; K 360 without them): the results do not depend on which block of a tile arrives last (the emulation's
+// blocks in reverse order give the same bits), every arrival counter is zero again after the launch, and a lane's
+// context has counters of its own (main's next group).
+template <typename E>
+static void test_split(TestCtx& t, bool tf32) {
+  typedef typename E::T T;
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+  CHECK(t.ctx.split_counters != nullptr);
+  for (const Case* cs : {&kCases[11], &kCases[6]}) {
+    const bool vec = vec_loads<E>(*cs);
+    const unsigned splits = case_splits<E>(t, *cs, vec);
+    CHECK_MSG(splits >= 3, "%s conv %u->%u: split %u ways, want >= 3", E::name, cs->cin, cs->cout, splits);
+    TestRng rng(1200);
+    const size_t oh = (cs->h + 2 * cs->pad - cs->kh) / cs->stride + 1, ow = (cs->w + 2 * cs->pad - cs->kw) / cs->stride + 1;
+    const size_t kk = (size_t)cs->kh * cs->kw * cs->cin, in_stride = cs->cin + cs->xpad;
+    auto random = [&](size_t n, float scale) {
+      std::vector<T> v(n);
+      for (auto& e : v) e = E::make(rng.normal() * scale);
+      return v;
+    };
+    DevBuf<T> dx(random(cs->xoff + (size_t)cs->h * cs->w * in_stride, 1.0f));
+    DevBuf<T> dw(random(cs->cout * kk, 1.5f / std::sqrt((float)kk))), db(random(cs->cout, 0.5f));
+    DevBuf<T> dr(random(oh * ow * cs->cout, 1.0f)), dy(oh * ow * cs->cout);
+    const carve_cu_conv c = {cs->kh, cs->kw, cs->stride, cs->pad, 1, cs->cin, cs->cout, cs->h, cs->w, in_stride,
+                             cs->cout, cs->cout, cs->act, 1, 1};
+    uint8_t entry = CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_SPLIT;
+    carve_cu_tactics forced = {&entry, nullptr, 1, 0};
+    CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &forced));
+    const int sms = t.ctx.sm_count;
+    t.ctx.sm_count = kSplitSms;
+    auto run = [&]() {
+      dy.upload(std::vector<T>(dy.n, E::canary()));
+      CHECK_OK(carve_cu_conv2d(&t.ctx, &c, dx.p + cs->xoff, dw.p, db.p, cs->residual ? dr.p : nullptr, dy.p, nullptr));
+      t.sync();
+      CHECK_CUDA(cudaGetLastError());
+      return dy.download();
+    };
+    const std::vector<T> first = run();
+#ifdef CARVE_CUDA_EMULATION
+    setenv("CARVE_EMU_BLOCK_ORDER", "reverse", 1);
+    const std::vector<T> reversed = run();
+    unsetenv("CARVE_EMU_BLOCK_ORDER");
+    CHECK_MSG(std::memcmp(first.data(), reversed.data(), first.size() * sizeof(T)) == 0,
+              "%s conv %u->%u split %u ways: blocks in reverse order give other results", E::name, cs->cin, cs->cout,
+              splits);
+#endif
+    const std::vector<T> again = run();
+    CHECK_MSG(std::memcmp(first.data(), again.data(), first.size() * sizeof(T)) == 0,
+              "%s conv %u->%u split %u ways: a second run gives other results", E::name, cs->cin, cs->cout, splits);
+    for (const T& v : first) CHECK_MSG(!E::is_canary(v), "%s conv %u->%u: an output not written", E::name, cs->cin, cs->cout);
+    std::vector<unsigned> counters(CARVE_CU_SPLIT_COUNTERS, 1u);
+    CHECK_CUDA(cudaMemcpy(counters.data(), t.ctx.split_counters, CARVE_CU_SPLIT_COUNTERS * sizeof(unsigned),
+                          cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < counters.size(); i++) {
+      CHECK_MSG(counters[i] == 0, "%s: split counter %zu is %u after the launch", E::name, i, counters[i]);
+    }
+    t.ctx.sm_count = sms;
+    CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
+    std::printf("%s conv %ux%u %u->%u %ux%u split %u ways: order-independent, counters zero again\n", E::name, cs->kh,
+                cs->kw, cs->cin, cs->cout, cs->h, cs->w, splits);
+  }
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
 }
 
 // The preferred shapes without the fused request (carve_cu_igemm_preferred): a stride-2 3x3 conv with 16 outputs
@@ -457,6 +544,16 @@ static void test_tile() {
   CHECK(carve_cu_igemm_tile(0, 1, 1) == CARVE_CU_IGEMM_TILE_64X32);          // below 1 SM: as 1
   CHECK(carve_cu_igemm_tile(1, 1, 33) == CARVE_CU_IGEMM_TILE_64X64);
   CHECK(carve_cu_igemm_tile(1 << 30, 1, 33) == CARVE_CU_IGEMM_TILE_32X32);
+  // carve_cu_igemm_splits(sms, pixels, cout, steps, workspace floats, counters)
+  const size_t ws = ((size_t)32 << 20) / 4;
+  CHECK(carve_cu_igemm_splits(132, 400, 64, 18, ws, 1024) == 8);    // 20 x 20, 64 ch: 26 tiles, 11 wanted, at most 8
+  CHECK(carve_cu_igemm_splits(132, 400, 256, 36, ws, 1024) == 3);   // 104 tiles: 3 for 2 blocks per SM
+  CHECK(carve_cu_igemm_splits(132, 1600, 128, 18, ws, 1024) == 2);  // 200 tiles: 2 (264 / 200 rounded up)
+  CHECK(carve_cu_igemm_splits(132, 6400, 64, 9, ws, 1024) == 1);    // 400 tiles: every SM busy
+  CHECK(carve_cu_igemm_splits(132, 400, 64, 3, ws, 1024) == 3);     // at most the steps
+  CHECK(carve_cu_igemm_splits(132, 400, 64, 18, 26 * 1024 * 2, 1024) == 2);  // the workspace holds 2 partial sets
+  CHECK(carve_cu_igemm_splits(132, 400, 64, 18, ws, 25) == 1);      // more tiles than counters
+  CHECK(carve_cu_igemm_splits(0, 1, 1, 0, ws, 1024) == 1);          // no steps, no SMs
 }
 
 int main() {
@@ -473,6 +570,8 @@ int main() {
   }
   test_strict_keeps_gemm(t);
   test_fused<F16>(t, false);
+  if (major >= 8) test_split<F32>(t, true);
+  test_split<F16>(t, false);
   if (major >= 8) test_preferred<F32>(t, true);
   test_preferred<F16>(t, false);
   test_stem_direct(t);

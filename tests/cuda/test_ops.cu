@@ -632,6 +632,15 @@ static void test_ctx_init_with(TestCtx& t) {
   CHECK(carve_emu_allocs().cuda_malloc == before.cuda_malloc && carve_emu_allocs().blas_create == before.blas_create);
 #endif
   CHECK(c.blas == mine && c.blas_workspace == ws.get() && !c.owns_blas && !c.owns_workspace);
+  // the split-K counters: the workspace's last CARVE_CU_SPLIT_BYTES, zeroed; cuBLAS gets the rest
+  CHECK(c.blas_workspace_bytes == need - CARVE_CU_SPLIT_BYTES &&
+        (unsigned char*)c.split_counters == (unsigned char*)ws.get() + need - CARVE_CU_SPLIT_BYTES);
+  {
+    std::vector<unsigned> counters(CARVE_CU_SPLIT_BYTES / sizeof(unsigned), 1u);
+    CHECK_CUDA(cudaStreamSynchronize(t.stream));
+    CHECK_CUDA(cudaMemcpy(counters.data(), c.split_counters, CARVE_CU_SPLIT_BYTES, cudaMemcpyDeviceToHost));
+    for (unsigned v : counters) CHECK(v == 0);
+  }
   // it computes like a context of its own: one linear layer against the one of t.ctx
   TestRng rng(7);
   std::vector<float> x(33), w(33 * 5), b(5);
@@ -692,7 +701,7 @@ static void test_lanes(TestCtx& t) {
   CHECK_OK(carve_cu_ctx_init_with(&main_ctx, t.stream, handle, ws.p, ws.n));
   cudaStream_t s2;
   CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-  const size_t half = ws.n / 2 / 256 * 256;
+  const size_t half = main_ctx.blas_workspace_bytes / 2 / 256 * 256;  // lanes within the cuBLAS share
   carve_cu_ctx lane;
   CHECK(carve_cu_ctx_lane(nullptr, s2, ws.p + half, half, &lane) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_lane(&main_ctx, s2, nullptr, half, &lane) == CARVE_ERR_INVALID_ARGUMENT);
@@ -704,6 +713,17 @@ static void test_lanes(TestCtx& t) {
   CHECK_OK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, half, &lane));
   CHECK(lane.rebind && main_ctx.rebind && lane.blas == handle && lane.stream == s2 && !lane.owns_blas &&
         !lane.owns_workspace && lane.blas_workspace == ws.p + half && lane.blas_workspace_bytes == half);
+  // the lane's split-K counters: main's next group; past the last group, none
+  CHECK(lane.split_counters == main_ctx.split_counters + CARVE_CU_SPLIT_COUNTERS && main_ctx.split_lanes == 1);
+  {
+    carve_cu_ctx more;
+    for (unsigned g = 2; g < CARVE_CU_SPLIT_GROUPS; g++) {
+      CHECK_OK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, half, &more));
+      CHECK(more.split_counters == main_ctx.split_counters + (size_t)g * CARVE_CU_SPLIT_COUNTERS);
+    }
+    CHECK_OK(carve_cu_ctx_lane(&main_ctx, s2, ws.p + half, half, &more));
+    CHECK(more.split_counters == nullptr);
+  }
 
   const uint32_t cin = 37, cout = 11;
   TestRng rng(77);
