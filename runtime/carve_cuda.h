@@ -70,7 +70,8 @@
 // 8: tactics: carve_cu_conv.slot, carve_cu_ctx.tactics, carve_cu_tactics and carve_cu_ctx_set_tactics (each
 //    convolution's path chosen by timing both on the device).
 // 9: carve_cu_ctx.split_counters / .split_lanes: the split-K tile's arrival counters at the end of the workspace
-//    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 10.
+//    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 12 (the split-K tile and the
+//    asynchronous 64x32 / 32x64 tiles).
 #define CARVE_CUDA_ABI 9
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -234,11 +235,11 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // path[slot - 1] when that is set: CARVE_CU_PATH_GEMM the cuBLAS path, CARVE_CU_PATH_FUSED the fused kernel with
 // its tile rule's tile, CARVE_CU_PATH_FUSED_TILE + t the fused kernel with tile t (CARVE_CU_IGEMM_TILE_*,
 // carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block, 32x32 with the reduction sliced over
-// two warp groups, 32x32 with its operands copied asynchronously through 4 shared stages, and that one with the
-// reduction split across blocks). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
+// two warp groups, 32x32 with its operands copied asynchronously through 4 shared stages, that one with the
+// reduction split across blocks, and 64x32 / 32x64 with 3 asynchronous stages). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
 // that is not capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the
 // 64-wide ones only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step;
-// the asynchronous one only where cin is whole 16-byte chunks; the split one only where carve_cu_igemm_splits gives
+// the asynchronous ones only where cin is whole 16-byte chunks; the split one only where carve_cu_igemm_splits gives
 // it more than one block per tile). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
 // and, unless that took CARVE_CU_TUNE_LONG_MS or more, CARVE_CU_TUNE_REPLAYS times more between two events (the
@@ -255,8 +256,8 @@ enum {
   CARVE_CU_PATH_UNSET = 0,
   CARVE_CU_PATH_GEMM = 1,
   CARVE_CU_PATH_FUSED = 2,
-  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 9
-  CARVE_CU_PATHS = 10            // one past the last path
+  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 11
+  CARVE_CU_PATHS = 12            // one past the last path
 };
 struct carve_cu_tactics {
   uint8_t* path;   // `slots` entries: CARVE_CU_PATH_*

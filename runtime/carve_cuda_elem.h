@@ -619,14 +619,17 @@ static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c,
   float best_us = gemm_us, fused_us = -1.0f;
   int best = CARVE_CU_PATH_GEMM;
   for (int tile = 0; tile < CARVE_CU_IGEMM_TILES && gemm_us >= 0.0f; tile++) {
-    if (c->cout <= 32 && (tile == CARVE_CU_IGEMM_TILE_64X64 || tile == CARVE_CU_IGEMM_TILE_32X64)) {
+    if (c->cout <= 32 && (tile == CARVE_CU_IGEMM_TILE_64X64 || tile == CARVE_CU_IGEMM_TILE_32X64 ||
+                          tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC)) {
       continue;  // half the block's columns would be zeros
     }
     if (tile == CARVE_CU_IGEMM_TILE_32X32_K2 && (size_t)c->kh * c->kw * c->cin * sizeof(T) <= 128) {
       continue;  // the second warp group would have no k
     }
-    if (tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC && c->cin % (16 / sizeof(T)) != 0) {
-      continue;  // no 16-byte chunks: the 32 x 32 kernel again
+    if ((tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC || tile == CARVE_CU_IGEMM_TILE_64X32_ASYNC ||
+         tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC) &&
+        c->cin % (16 / sizeof(T)) != 0) {
+      continue;  // no 16-byte chunks: the register-pipelined kernel of the tile again
     }
     if (tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT && splits <= 1) {
       continue;  // no split: the asynchronous (or 32 x 32) kernel again

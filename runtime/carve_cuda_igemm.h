@@ -18,7 +18,8 @@
 // largest that still gives the device's SMs a block each, so that small-pixel layers (20 x 20, 40 x 40)
 // run on many SMs instead of a few; a tactic may also pick 32 x 32 with the reduction sliced over two warp
 // groups (KS 2), with asynchronous shared stages (STAGES 4), or that one with the reduction split across blocks
-// (SPLIT: partial tiles in the context's workspace, summed by the last block of each tile), see the kernel. Per step of BK along K (128 bytes
+// (SPLIT: partial tiles in the context's workspace, summed by the last block of each tile), and 64 x 32 / 32 x 64
+// with 3 asynchronous stages, see the kernel. Per step of BK along K (128 bytes
 // of operands per row; 256 for the register-pipelined 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
 // rows: matrix_b col_major) in 16-byte chunks (4 floats / 8 halves of consecutive k), zero-filling rows
 // past the pixels, columns past cout, k past K and the padding taps, so that every fragment is whole.
@@ -53,11 +54,14 @@
 #define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the tile
 static_assert(CARVE_CU_PATHS == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES, "a tactic path per tile (carve_cuda.h)");
 // Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
-// <= 36 KB a block, allows as many on sm_80+). Also keeps ptxas from a spill it otherwise chooses.
+// <= 36 KB a block, allows as many on sm_80+, and the wide asynchronous kernels' 40.5 KB on sm_86+ / sm_90, 3 on an
+// A100's 164 KB). Also keeps ptxas from a spill it otherwise chooses.
 #define CARVE_CU_IGEMM_MIN_BLOCKS 4
 // Shared stages of the asynchronous 32 x 32 kernel (CARVE_CU_IGEMM_TILE_32X32_ASYNC): 128 bytes of operands per row
 // and step, 9 KB a stage, 36 KB in all.
 #define CARVE_CU_IGEMM_ASYNC_STAGES 4
+// Shared stages of the asynchronous 64 x 32 and 32 x 64 kernels: 13.5 KB a stage (96 rows of 128 bytes), 40.5 KB in all.
+#define CARVE_CU_IGEMM_ASYNC_STAGES_WIDE 3
 
 // Whether TF32 wmma operands exist for the architecture being compiled (always on the host pass and
 // under emulation, where only the runtime checks decide). Half operands need sm_70, below every
@@ -458,6 +462,22 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
       }
       break;
     }
+    case CARVE_CU_IGEMM_TILE_64X32_ASYNC:  // 16-byte chunks only: else the 64 x 32 kernel
+      if constexpr (VEC) {
+        carve_cu_igemm_launch<T, 64, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias, residual,
+                                                                                      y, ow, opix, pixels);
+      } else {
+        carve_cu_igemm_launch<T, 64, 32, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      }
+      break;
+    case CARVE_CU_IGEMM_TILE_32X64_ASYNC:  // 16-byte chunks only: else the 32 x 64 kernel
+      if constexpr (VEC) {
+        carve_cu_igemm_launch<T, 32, 64, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias, residual,
+                                                                                      y, ow, opix, pixels);
+      } else {
+        carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      }
+      break;
     case CARVE_CU_IGEMM_TILE_32X32_ASYNC:  // 16-byte chunks only: else the 32 x 32 kernel
       if constexpr (VEC) {
         carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES>(ctx, c, x, weight, bias, residual, y,

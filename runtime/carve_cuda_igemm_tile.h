@@ -20,7 +20,9 @@
 // asynchronously into 4 shared stages, 3 steps in flight (16-byte chunks only; else the 32 x 32 kernel), which only a
 // tactic picks (carve_cuda.h, "Tactics"). 32X32_SPLIT is the asynchronous 32 x 32 kernel with the reduction split
 // across blocks (carve_cu_igemm_splits of them per output tile, the last to finish sums their partial tiles in a
-// fixed order and runs the epilogue): for layers whose tiles leave most SMs idle, also a tactic's only.
+// fixed order and runs the epilogue): for layers whose tiles leave most SMs idle, also a tactic's only; 64X32_ASYNC and
+// 32X64_ASYNC are those tiles with 3 asynchronous shared stages (what fits 48 KB of static shared memory), the same
+// way (16-byte chunks only; else the register-pipelined kernel of the tile), tactics' only too.
 enum {
   CARVE_CU_IGEMM_TILE_64X64 = 0,
   CARVE_CU_IGEMM_TILE_64X32 = 1,
@@ -29,7 +31,9 @@ enum {
   CARVE_CU_IGEMM_TILE_32X32_K2 = 4,
   CARVE_CU_IGEMM_TILE_32X32_ASYNC = 5,
   CARVE_CU_IGEMM_TILE_32X32_SPLIT = 6,
-  CARVE_CU_IGEMM_TILES = 7
+  CARVE_CU_IGEMM_TILE_64X32_ASYNC = 7,
+  CARVE_CU_IGEMM_TILE_32X64_ASYNC = 8,
+  CARVE_CU_IGEMM_TILES = 9
 };
 
 static inline size_t carve_cu_igemm_blocks(size_t pixels, size_t cout, size_t bm, size_t bn) {

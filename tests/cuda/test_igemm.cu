@@ -20,7 +20,8 @@
 //     strict float32 not);
 //   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
 //     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
-//   * the tactics' own tiles (sliced K, asynchronous stages, split K) on every case, through a tactic table entry;
+//   * the tactics' own tiles (sliced K, asynchronous stages of 32x32, 64x32 and 32x64, split K) on every case,
+//     through a tactic table entry;
 //   * the split K: results independent of the blocks' order, the arrival counters zero after each launch;
 //   * tactics (carve_cu_ctx_set_tactics): a tuning call times both paths and keeps the faster, entries choose
 //     the path, the default rule elsewhere (test_tactics);
@@ -176,6 +177,8 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   const char* path = carve_cu_conv_direct(&c)                  ? "direct"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_K2    ? "fused (sliced K)"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC ? "fused (async stages)"
+                     : tile == CARVE_CU_IGEMM_TILE_64X32_ASYNC ? "fused (64x32 async)"
+                     : tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC ? "fused (32x64 async)"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? "fused (split K)"
                      : fused                                   ? "fused"
                                                                : "cublas";
@@ -279,19 +282,25 @@ static void test_fused(TestCtx& t, bool tf32) {
               fused);
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
     // the tactics' own tiles on every case: sliced K (also where K leaves the second warp group nothing), the
-    // asynchronous stages (the 32 x 32 kernel where the chunks are not 16-byte loads), the split reduction (the
-    // asynchronous or 32 x 32 kernel split over the blocks of kSplitSms SMs, unsplit where K has one step)
-    for (int tile : {(int)CARVE_CU_IGEMM_TILE_32X32_K2, (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC,
-                     (int)CARVE_CU_IGEMM_TILE_32X32_SPLIT}) {
+    // asynchronous stages (the tile's register-pipelined kernel where the chunks are not 16-byte loads), the split
+    // reduction (the asynchronous or 32 x 32 kernel split over the blocks of kSplitSms SMs, unsplit where K has one
+    // step); each kernel a tile runs, the tile it is the kernel of
+    for (int tile = CARVE_CU_IGEMM_TILE_32X32_K2; tile < CARVE_CU_IGEMM_TILES; tile++) {
       const size_t n = run_case<E>(t, cs, seed, tf32, tile);
       CHECK_MSG(n == 1, "%s conv %ux%u %u->%u: %zu launches with tile %d, want 1", E::name, cs.kh, cs.kw, cs.cin,
                 cs.cout, n, tile);
       const bool vec = vec_loads<E>(cs);
-      const int fallback = vec ? (int)CARVE_CU_IGEMM_TILE_32X32_ASYNC : (int)CARVE_CU_IGEMM_TILE_32X32;
-      const bool own = tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? case_splits<E>(t, cs, vec) > 1
-                                                                : tile != CARVE_CU_IGEMM_TILE_32X32_ASYNC || vec;
-      reached.insert({own ? tile : tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT ? fallback : (int)CARVE_CU_IGEMM_TILE_32X32,
-                      vec});
+      int ran = tile;
+      if (tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT && case_splits<E>(t, cs, vec) <= 1) {
+        ran = vec ? CARVE_CU_IGEMM_TILE_32X32_ASYNC : CARVE_CU_IGEMM_TILE_32X32;
+      } else if (!vec && tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC) {
+        ran = CARVE_CU_IGEMM_TILE_32X32;
+      } else if (!vec && tile == CARVE_CU_IGEMM_TILE_64X32_ASYNC) {
+        ran = CARVE_CU_IGEMM_TILE_64X32;
+      } else if (!vec && tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC) {
+        ran = CARVE_CU_IGEMM_TILE_32X64;
+      }
+      reached.insert({ran, vec});
     }
     CHECK(t.ctx.conv_fused == 0);
     // The cuBLAS path of the same case: a GEMM (+ im2col) + the epilogue. In fp16 its GEMM result is stored
@@ -303,9 +312,9 @@ static void test_fused(TestCtx& t, bool tf32) {
     }
     seed++;
   }
-  // every tile with and without 16-byte loads, but the asynchronous one, which has only the 16-byte kernel
-  CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES - 1, "%s: the cases reach %zu of the %d kernels", E::name,
-            reached.size(), 2 * CARVE_CU_IGEMM_TILES - 1);
+  // every tile with and without 16-byte loads, but the three asynchronous ones, which have only the 16-byte kernel
+  CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES - 3, "%s: the cases reach %zu of the %d kernels", E::name,
+            reached.size(), 2 * CARVE_CU_IGEMM_TILES - 3);
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
