@@ -194,7 +194,7 @@ class CudaBackend(CBackend):
     families = ("cuda", "cuda_ops", "cuda_pre")
 
     def regions(self, graph: Graph) -> tuple:
-        """The head's lanes (backends/cuda_lanes.py)."""
+        """The lanes: each layer's fork / join branches and the head's (backends/cuda_lanes.py)."""
         return cuda_lanes.regions(graph)
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
@@ -202,8 +202,8 @@ class CudaBackend(CBackend):
         head runs in lanes only when the plan keeps their memory apart (planned with ``regions``)."""
         program = lower(graph, plan, self)
         program["convs"] = program.pop("convs", [])
-        region = plan.regions[0] if plan.regions and plan.regions == self.regions(graph) else None
-        cuda_lanes.assign(program, graph, region)
+        regions = plan.regions if plan.regions and plan.regions == self.regions(graph) else ()
+        cuda_lanes.assign(program, graph, regions)
         program["deconvs"] = [st for lay in program["layers"] for st in lay["steps"] if isinstance(st, CuDeconv)]
         # The host copies the API hands out are dense: the network input, the rows / probabilities and the
         # prototypes must be contiguous storages of their own (the planner's rule for graph inputs and outputs).
