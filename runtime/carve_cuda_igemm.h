@@ -431,6 +431,18 @@ static unsigned carve_cu_igemm_conv_splits(const carve_cu_ctx* ctx, const carve_
                                      ctx->blas_workspace_bytes / sizeof(float), CARVE_CU_SPLIT_COUNTERS);
 }
 
+// A tile's asynchronous kernel (STAGES shared stages, steps of BK), which needs 16-byte chunks; without them (VEC
+// false) the tile's register-pipelined kernel (steps of RBK).
+template <typename T, int BM, int BN, int BK, int RBK, bool VEC, int STAGES>
+static void carve_cu_igemm_launch_async(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
+                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
+  if constexpr (VEC) {
+    carve_cu_igemm_launch<T, BM, BN, BK, VEC, 1, STAGES>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+  } else {
+    carve_cu_igemm_launch<T, BM, BN, RBK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+  }
+}
+
 // The tile (carve_cu_igemm_tile) and the loads (carve_cu_igemm_vec) of one convolution.
 template <typename T, bool VEC>
 static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x,
@@ -462,29 +474,17 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
       }
       break;
     }
-    case CARVE_CU_IGEMM_TILE_64X32_ASYNC:  // 16-byte chunks only: else the 64 x 32 kernel
-      if constexpr (VEC) {
-        carve_cu_igemm_launch<T, 64, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias, residual,
-                                                                                      y, ow, opix, pixels);
-      } else {
-        carve_cu_igemm_launch<T, 64, 32, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
-      }
+    case CARVE_CU_IGEMM_TILE_64X32_ASYNC:
+      carve_cu_igemm_launch_async<T, 64, 32, BK, BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias,
+                                                                                          residual, y, ow, opix, pixels);
       break;
-    case CARVE_CU_IGEMM_TILE_32X64_ASYNC:  // 16-byte chunks only: else the 32 x 64 kernel
-      if constexpr (VEC) {
-        carve_cu_igemm_launch<T, 32, 64, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias, residual,
-                                                                                      y, ow, opix, pixels);
-      } else {
-        carve_cu_igemm_launch<T, 32, 64, BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
-      }
+    case CARVE_CU_IGEMM_TILE_32X64_ASYNC:
+      carve_cu_igemm_launch_async<T, 32, 64, BK, BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias,
+                                                                                          residual, y, ow, opix, pixels);
       break;
-    case CARVE_CU_IGEMM_TILE_32X32_ASYNC:  // 16-byte chunks only: else the 32 x 32 kernel
-      if constexpr (VEC) {
-        carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES>(ctx, c, x, weight, bias, residual, y,
-                                                                                 ow, opix, pixels);
-      } else {
-        carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
-      }
+    case CARVE_CU_IGEMM_TILE_32X32_ASYNC:
+      carve_cu_igemm_launch_async<T, 32, 32, BK, 2 * BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES>(ctx, c, x, weight, bias,
+                                                                                         residual, y, ow, opix, pixels);
       break;
     default:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);

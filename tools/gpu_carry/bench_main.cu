@@ -19,7 +19,7 @@
 // convolutions per path (convs_gemm, convs_fused); --save-tactics FILE writes the paths create picked
 // (yolo26n_tactics: YOLO26N_TACTIC_SLOTS bytes), --tactics FILE creates with them (options.tactics: nothing timed),
 // so that rows compared with each other run the same convolution paths;
-// --serial-head options.serial_head (the head's branches one after another instead of concurrent lanes). The first two runs of
+// --serial-head options.serial_head (the lanes: the head's branches and the C3k forks, one after another instead of concurrent). The first two runs of
 // each kind (eager, graph capture) are warm-up and not timed.
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
 //                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
