@@ -877,8 +877,11 @@ def test_task_predict_matches_layers(task_ref):
         out["detections"] = dets
     p = d / "from_layers.json"
     p.write_text(json.dumps(out))
+    # prob_tol: the predictor's probabilities and the layer dump's are two float32 runs of the same fused model,
+    # equal to about 1e-6 but not bit for bit on every CPU (an AMD EPYC gave 1.67e-6 on class 691's 0.57, a
+    # Sapphire Rapids less than 1e-6); 1e-5 still fails a wrong softmax or a wrong class order by far
     assert oracle.compare_detections(p, d / "bus.json", 0.05, 1e-4, verbose=True, mask_iou=0.999, mask_cells=1,
-                                     kpt_px=0.05, kpt_vis_tol=1e-4, angle_tol=1e-4, prob_tol=1e-6)
+                                     kpt_px=0.05, kpt_vis_tol=1e-4, angle_tol=1e-4, prob_tol=1e-5)
 
 
 def test_task_compare_self_and_perturbed(task_ref, tmp_path):
