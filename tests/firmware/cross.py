@@ -39,11 +39,17 @@ A missing cross compiler or qemu-aarch64 fails (tools/install.sh --test installs
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+# One BLAS thread, as `carve generate --precision int8` runs the pass's calibration (cli.py): int8pkg.package_graph
+# rebuilds the int8 package's graph in this process and wants its scales bit for bit, which OpenBLAS's threads
+# (another summation split) do not give on every CPU (an AMD EPYC: "the rebuilt graph's int8 tensors are not
+# quant.json's"). Read when numpy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fwlib  # noqa: E402
 from fwlib import REPO, log, run  # noqa: E402
