@@ -239,8 +239,8 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // reduction split across blocks, and 64x32 / 32x64 with 3 asynchronous stages). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
 // that is not capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the
 // 64-wide ones only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step;
-// the asynchronous ones only where cin is whole 16-byte chunks; the split one only where carve_cu_igemm_splits gives
-// it more than one block per tile). Each runs once eagerly (its kernels
+// the asynchronous ones only where the operands load as 16-byte chunks, carve_cu_igemm_vec; the split one only where
+// carve_cu_igemm_splits gives it more than one block per tile: carve_cu_igemm_candidate). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
 // and, unless that took CARVE_CU_TUNE_LONG_MS or more, CARVE_CU_TUNE_REPLAYS times more between two events (the
 // same graph launches and programmatic edges as the model's own graph); the fastest goes into the entry (a tie: the first timed, the cuBLAS path), the cuBLAS

@@ -602,11 +602,11 @@ static float carve_cu_time_path(const carve_cu_ctx* ctx, Run run) {
 
 // The path of a convolution both paths can run, from its tactic (carve_cu_ctx_set_tactics): the entry of its
 // slot, its candidates timed first while tuning; CARVE_CU_PATH_UNSET where the default rule decides.
-// fused_path(tile): the fused kernel with that tile (-1: the tile rule's); splits: the split tile's blocks per
-// output tile (carve_cu_igemm_conv_splits; 1: not a candidate).
-template <typename T, typename Gemm, typename Fused>
+// fused_path(tile): the fused kernel with that tile (-1: the tile rule's); candidate(tile): whether to time it
+// (carve_cu_igemm_candidate), asked only while timing.
+template <typename T, typename Gemm, typename Fused, typename Candidate>
 static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c, Gemm gemm_path, Fused fused_path,
-                                unsigned splits) {
+                                Candidate candidate) {
   carve_cu_tactics* const t = ctx->tactics;
   if (t == NULL || c->slot == 0 || c->slot > t->slots) {
     return CARVE_CU_PATH_UNSET;
@@ -619,20 +619,8 @@ static int carve_cu_conv_tactic(const carve_cu_ctx* ctx, const carve_cu_conv* c,
   float best_us = gemm_us, fused_us = -1.0f;
   int best = CARVE_CU_PATH_GEMM;
   for (int tile = 0; tile < CARVE_CU_IGEMM_TILES && gemm_us >= 0.0f; tile++) {
-    if (c->cout <= 32 && (tile == CARVE_CU_IGEMM_TILE_64X64 || tile == CARVE_CU_IGEMM_TILE_32X64 ||
-                          tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC)) {
-      continue;  // half the block's columns would be zeros
-    }
-    if (tile == CARVE_CU_IGEMM_TILE_32X32_K2 && (size_t)c->kh * c->kw * c->cin * sizeof(T) <= 128) {
-      continue;  // the second warp group would have no k
-    }
-    if ((tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC || tile == CARVE_CU_IGEMM_TILE_64X32_ASYNC ||
-         tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC) &&
-        c->cin % (16 / sizeof(T)) != 0) {
-      continue;  // no 16-byte chunks: the register-pipelined kernel of the tile again
-    }
-    if (tile == CARVE_CU_IGEMM_TILE_32X32_SPLIT && splits <= 1) {
-      continue;  // no split: the asynchronous (or 32 x 32) kernel again
+    if (!candidate(tile)) {
+      continue;
     }
     const float us = carve_cu_time_path(ctx, [&]() { return fused_path(tile); });
     if (us < 0.0f) {
@@ -701,10 +689,10 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   };
   int path = CARVE_CU_PATH_GEMM;
   if (carve_cu_igemm_fits<T>(ctx, c, pixels)) {
-    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED
-                           : carve_cu_conv_tactic<T>(ctx, c, gemm_path, fused_path,
-                                                     carve_cu_igemm_conv_splits<T>(ctx, c, carve_cu_igemm_vec(c, x, weight),
-                                                                                   pixels));
+    auto candidate = [&](int tile) {
+      return carve_cu_igemm_candidate<T>(ctx, c, carve_cu_igemm_vec(c, x, weight), pixels, tile);
+    };
+    path = ctx->conv_fused ? CARVE_CU_PATH_FUSED : carve_cu_conv_tactic<T>(ctx, c, gemm_path, fused_path, candidate);
     if (path == CARVE_CU_PATH_UNSET) {
       path = carve_cu_igemm_preferred(c->kh, c->stride, c->cout, pixels) ? CARVE_CU_PATH_FUSED : CARVE_CU_PATH_GEMM;
     }

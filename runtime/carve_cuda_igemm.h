@@ -331,17 +331,23 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       }
     }
     __syncthreads();
+    // Output (r, c) of the block's accumulators: the warp groups' result tiles summed, group 0's first.
+    auto acc_at = [&](int r, int c) {
+      float v = c_tile[r * CLD + c];
+      for (int g = 1; g < KS; g++) v += c_tile[g * BM * CLD + r * CLD + c];
+      return v;
+    };
+    // Split (gridDim.z > 1): the block's partial tile to the workspace (L2: __stcg), then the arrival; only the last
+    // block of the tile goes on, to the epilogue over every partial tile.
+    bool split = false;
+    uint32_t tiles = 0, tile = 0;
     if constexpr (SPLIT) {
-      if (gridDim.z > 1) {
-        // The partial tile to the workspace (L2: __stcg), then the arrival; the last block sums them.
-        const uint32_t tiles = gridDim.x * gridDim.y, tile = blockIdx.y * gridDim.x + blockIdx.x;
+      split = gridDim.z > 1;
+      tiles = gridDim.x * gridDim.y;
+      tile = blockIdx.y * gridDim.x + blockIdx.x;
+      if (split) {
         float* const mine = part + ((size_t)blockIdx.z * tiles + tile) * (BM * BN);
-        for (int e = t; e < BM * BN; e += NT) {
-          const int r = e / BN, c = e % BN;
-          float v = c_tile[r * CLD + c];
-          for (int g = 1; g < KS; g++) v += c_tile[g * BM * CLD + r * CLD + c];
-          __stcg(mine + e, v);
-        }
+        for (int e = t; e < BM * BN; e += NT) __stcg(mine + e, acc_at(e / BN, e % BN));
         __threadfence();  // the partial tile visible device-wide before the arrival is counted
         __syncthreads();
         __shared__ int carve_last;
@@ -352,27 +358,21 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         __syncthreads();
         if (!carve_last) return;
         __threadfence();  // (acquire) the other blocks' partial tiles, read from L2 (__ldcg) below
-        for (int e = t; e < BM * BN; e += NT) {
-          const int r = e / BN, c = e % BN;
-          const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
-          if (p < pixels && o < cout) {
-            const float* const first = part + (size_t)tile * (BM * BN) + e;
-            float v = __ldcg(first);
-            for (uint32_t z = 1; z < gridDim.z; z++) v += __ldcg(first + (size_t)z * tiles * (BM * BN));
-            carve_cu_store_act(y, (size_t)p * out_stride + o, v + carve_cu_ld(bias, o), silu, residual,
-                               (size_t)p * res_stride + o);
-          }
-        }
-        return;
       }
     }
-    // Epilogue: consecutive threads, consecutive output channels of a pixel.
+    // Epilogue: consecutive threads, consecutive output channels of a pixel; split, the partial tiles in z order.
     for (int e = t; e < BM * BN; e += NT) {
       const int r = e / BN, c = e % BN;
       const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
       if (p < pixels && o < cout) {
-        float v = c_tile[r * CLD + c];
-        for (int g = 1; g < KS; g++) v += c_tile[g * BM * CLD + r * CLD + c];
+        float v;
+        if (split) {
+          const float* const first = part + (size_t)tile * (BM * BN) + e;
+          v = __ldcg(first);
+          for (uint32_t z = 1; z < gridDim.z; z++) v += __ldcg(first + (size_t)z * tiles * (BM * BN));
+        } else {
+          v = acc_at(r, c);
+        }
         carve_cu_store_act(y, (size_t)p * out_stride + o, v + carve_cu_ld(bias, o), silu, residual,
                            (size_t)p * res_stride + o);
       }
@@ -431,15 +431,43 @@ static unsigned carve_cu_igemm_conv_splits(const carve_cu_ctx* ctx, const carve_
                                      ctx->blas_workspace_bytes / sizeof(float), CARVE_CU_SPLIT_COUNTERS);
 }
 
+// Whether a tactic times the fused kernel with `tile` on this convolution (carve_cu_conv_tactic): not where the tile
+// would run another tile's kernel or waste it: the 64-wide tiles for cout <= 32 (half the block's columns zeros),
+// the sliced-K tile where K holds at most 128 bytes (the second warp group would have no k), the asynchronous ones
+// without 16-byte chunks (their register-pipelined kernel again), the split one where it gives a tile one block.
+template <typename T>
+static bool carve_cu_igemm_candidate(const carve_cu_ctx* ctx, const carve_cu_conv* c, bool vec, size_t pixels,
+                                     int tile) {
+  switch (tile) {
+    case CARVE_CU_IGEMM_TILE_64X64:
+    case CARVE_CU_IGEMM_TILE_32X64:
+      return c->cout > 32;
+    case CARVE_CU_IGEMM_TILE_32X64_ASYNC:
+      return c->cout > 32 && vec;
+    case CARVE_CU_IGEMM_TILE_32X32_K2:
+      return (size_t)c->kh * c->kw * c->cin * sizeof(T) > 128;
+    case CARVE_CU_IGEMM_TILE_32X32_ASYNC:
+    case CARVE_CU_IGEMM_TILE_64X32_ASYNC:
+      return vec;
+    case CARVE_CU_IGEMM_TILE_32X32_SPLIT:
+      return carve_cu_igemm_conv_splits<T>(ctx, c, vec, pixels) > 1;
+    default:
+      return true;
+  }
+}
+
 // A tile's asynchronous kernel (STAGES shared stages, steps of BK), which needs 16-byte chunks; without them (VEC
-// false) the tile's register-pipelined kernel (steps of RBK).
-template <typename T, int BM, int BN, int BK, int RBK, bool VEC, int STAGES>
+// false) the tile's register-pipelined kernel (steps of RBK); SPLIT: either one split `splits` ways.
+template <typename T, int BM, int BN, int BK, int RBK, bool VEC, int STAGES, bool SPLIT = false>
 static void carve_cu_igemm_launch_async(const carve_cu_ctx* ctx, const carve_cu_conv* c, const T* x, const T* weight,
-                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels) {
+                                        const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels,
+                                        unsigned splits = 1) {
   if constexpr (VEC) {
-    carve_cu_igemm_launch<T, BM, BN, BK, VEC, 1, STAGES>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+    carve_cu_igemm_launch<T, BM, BN, BK, VEC, 1, STAGES, SPLIT>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels,
+                                                                splits);
   } else {
-    carve_cu_igemm_launch<T, BM, BN, RBK, VEC>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+    carve_cu_igemm_launch<T, BM, BN, RBK, VEC, 1, 0, SPLIT>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels,
+                                                            splits);
   }
 }
 
@@ -462,18 +490,10 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
     case CARVE_CU_IGEMM_TILE_32X32_K2:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 2>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
-    case CARVE_CU_IGEMM_TILE_32X32_SPLIT: {  // the asynchronous kernel (16-byte chunks), else the 32 x 32 one, split
-      const unsigned splits = carve_cu_igemm_conv_splits<T>(ctx, c, VEC, pixels);
-      if constexpr (VEC) {
-        carve_cu_igemm_launch<T, 32, 32, BK, VEC, 1, CARVE_CU_IGEMM_ASYNC_STAGES, true>(ctx, c, x, weight, bias,
-                                                                                       residual, y, ow, opix, pixels,
-                                                                                       splits);
-      } else {
-        carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 1, 0, true>(ctx, c, x, weight, bias, residual, y, ow, opix,
-                                                                 pixels, splits);
-      }
+    case CARVE_CU_IGEMM_TILE_32X32_SPLIT:  // the asynchronous 32 x 32 kernel (else the register one), split
+      carve_cu_igemm_launch_async<T, 32, 32, BK, 2 * BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES, true>(
+          ctx, c, x, weight, bias, residual, y, ow, opix, pixels, carve_cu_igemm_conv_splits<T>(ctx, c, VEC, pixels));
       break;
-    }
     case CARVE_CU_IGEMM_TILE_64X32_ASYNC:
       carve_cu_igemm_launch_async<T, 64, 32, BK, BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES_WIDE>(ctx, c, x, weight, bias,
                                                                                           residual, y, ow, opix, pixels);

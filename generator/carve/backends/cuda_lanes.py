@@ -63,10 +63,16 @@ def head_region(graph: Graph) -> Region | None:
         chains.setdefault(find(i), []).append(i)
     if len(chains) < 2:
         return None
+    return _packed(list(chains.values()), idx[0], idx[-1])
+
+
+def _packed(chains: list, lo: int, hi: int) -> Region:
+    """The region [lo, hi] with its chains (lists of op indices) as lanes: at most MAX_LANES, more chains packed
+    longest first onto the lane with the fewest ops (lane 0, on the run's stream, gets the longest)."""
     lanes: list = [[] for _ in range(min(len(chains), MAX_LANES))]
-    for chain in sorted(chains.values(), key=lambda c: (-len(c), c[0])):
+    for chain in sorted(chains, key=lambda c: (-len(c), c[0])):
         min(lanes, key=len).extend(chain)
-    return Region(lo=idx[0], hi=idx[-1], lanes=tuple(tuple(sorted(lane)) for lane in lanes))
+    return Region(lo=lo, hi=hi, lanes=tuple(tuple(sorted(lane)) for lane in lanes))
 
 
 VIEW_KINDS = ("slice", "concat")           # ops that compute nothing on the cuda backend (views, in place)
@@ -110,10 +116,7 @@ def branch_regions(graph: Graph, skip_layer: int | None = None) -> list:
                        for i in members for t in graph.ops[i].outputs)
                 or any(t in graph.outputs.values() for i in members for t in graph.ops[i].outputs)):
             continue
-        lanes: list = [[] for _ in range(min(len(branches), MAX_LANES))]
-        for b in sorted(branches, key=lambda b: (-len(b), b[0])):
-            min(lanes, key=len).extend(b)
-        out.append(Region(lo=members[0], hi=j - 1, lanes=tuple(tuple(sorted(lane)) for lane in lanes)))
+        out.append(_packed(branches, members[0], j - 1))
     return out
 
 
