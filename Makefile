@@ -27,7 +27,7 @@ DEMO_EXE = $(PKG)/build/$(subst -,_,$(MODEL))_demo
 help:
 	@echo "make demo   install what is missing, generate $(MODEL) for $(BACKEND), build it, run it on a sample image"
 	@echo "make test   install what is missing and run the whole test suite through ctest"
-	@echo "make test-full  the same with every oracle variant (all tasks and scales) at full input size (slow)"
+	@echo "make test-full  the same with every scale of every task in every test, the oracles at full input size (slow)"
 	@echo "make fuzz   long fuzzing runs (FUZZ_SECONDS each, default 600): checkpoint reader, manifest loader, package entry points, seg/cls functions"
 	@echo "make cuda-check  on a machine with an NVIDIA GPU: the cuda package against the CPU package (CUDA_MODEL=yolo26n)"
 	@echo "make bench  carve fp32/int8 against ONNX Runtime, OpenVINO (fp32, default, int8), ExecuTorch and PyTorch; writes docs/performance.md (slow)"
@@ -58,11 +58,11 @@ test: install-test
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Every task (detect, segment, pose, obb, classify) and scale at the manifests' full input sizes, in its own build
-# folder. Outside the CI budget; `make test` runs the tasks the generator supports, m/l/x of some at reduced sizes.
+# folder. Outside the CI budget; `make test` runs n of every task and l of segment (CMakeLists.txt).
 .PHONY: test-full
 test-full: install-test
 	cmake -S . -B $(BUILD)/full -DCMAKE_BUILD_TYPE=Release -DCARVE_ORACLE_FULL=ON \
-	  "-DCARVE_ORACLE_TASKS=detect;segment;pose;obb;classify" "-DCARVE_ORACLE_SCALES=n;s;m;l;x" > /dev/null
+	  "-DCARVE_ORACLE_TASKS=detect;segment;pose;obb;classify" > /dev/null
 	cmake --build $(BUILD)/full -j $(JOBS)
 	ctest --test-dir $(BUILD)/full --output-on-failure -j $(JOBS)
 

@@ -63,12 +63,20 @@ carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 +
 add_test(NAME cuda_kernel_entry COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/check_kernel_entry.py)
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
-# with a message, where nvcc is not installed).
-string(REPLACE ";" " " carve_cuda_archs "${CARVE_CUDA_ARCHITECTURES}")
+# with a message, where nvcc is not installed). `make test` (CI time) compiles them for the architectures whose
+# code differs (runtime/carve_cuda.h, carve_cuda_igemm.h test __CUDA_ARCH__ at 700, 800 and 900): sm_75 (wmma
+# fp16, no cp.async), sm_80 (TF32, cp.async) and sm_90 (programmatic dependent launch); sm_86 and sm_89 compile
+# the sm_80 code. `make test-full` compiles every architecture above.
+if(CARVE_ORACLE_FULL)
+  set(carve_cuda_runtime_archs ${CARVE_CUDA_ARCHITECTURES})
+else()
+  set(carve_cuda_runtime_archs 75 80 90)
+endif()
+string(REPLACE ";" " " carve_cuda_archs "${carve_cuda_runtime_archs}")
 add_test(NAME cuda_nvcc_runtime
          COMMAND sh ${CARVE_CUDA_DIR}/nvcc_check.sh "${CARVE_NVCC}" ${CARVE_ROOT}/runtime
                  ${CMAKE_BINARY_DIR}/cuda_nvcc "${carve_cuda_archs}" ${CARVE_CUDA_RUNTIME_SOURCES})
-set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 
 # The same kernel tests with AddressSanitizer + UBSan on the emulated kernels: device
 # buffers are host allocations here, so an out-of-bounds index in a kernel is reported.
@@ -99,15 +107,18 @@ endif()
 # ---- generated packages (cuda-gen) ------------------------------------------------------
 # The generated cuda package of every variant, built on the host with the emulation header, against the
 # xnnpack package of the same checkpoint, layer by layer and final (tests/cuda/cuda_vs_xnnpack.py): one test
-# per task over the five scales (n, s at 96x96; m, l, x at 64x64: emulated kernels run on one CPU core),
-# and yolo26n at its full 640x640 through the package's own CMake emulation option. Checkpoints are shared
-# with the oracle tests (${CARVE_WORK}/checkpoints); the runtimes are compiled once (${CARVE_WORK}/runtimes).
+# per task (n, s at 96x96; m, l, x at 64x64: emulated kernels run on one CPU core), and yolo26n at its full
+# 640x640 through the package's own CMake emulation option. Checkpoints are shared with the oracle tests
+# (${CARVE_WORK}/checkpoints); the runtimes are compiled once (${CARVE_WORK}/runtimes).
+# The scales of each task are the top-level CMakeLists.txt's carve_scales_<task> (`make test`: n of every task and
+# l of segment; `make test-full`: all five): about 17 s of fixed cost a variant.
 foreach(task detect segment pose obb classify)
+  string(REPLACE ";" "," scales "${carve_scales_${task}}")
   add_test(NAME cuda_pkg_${task}
-           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task ${task} --scales n,s,m,l,x
+           COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task ${task} --scales ${scales}
                    --imgsz 96 --imgsz-large 64 --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(cuda_pkg_${task} PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(cuda_pkg_${task} PROPERTIES TIMEOUT 1800)
 endforeach()
 # --head nms (issue 18): the device NMS (runtime/carve_cuda_nms.cu) against the CPU one, yolo26n of each box task at
 # 320 (the random checkpoints' one-to-many head keeps tens of boxes there).
@@ -116,7 +127,7 @@ foreach(task detect segment pose obb)
            COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task ${task} --scales n --imgsz 320 --head nms
                    --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(cuda_pkg_nms_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(cuda_pkg_nms_${task} PROPERTIES TIMEOUT 900)
 endforeach()
 # --precision fp16 (issue 20): the trained demo model as an fp16 cuda package (e2e and --head nms) under emulation,
 # layer by layer against PyTorch float32 within 3x PyTorch float16's own drift, and run_image's detections against
@@ -124,12 +135,12 @@ endforeach()
 add_test(NAME cuda_f16_shapes
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900)
 if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weights, layer by layer (about 4 minutes)
   add_test(NAME cuda_f16_tasks
            COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads "" --random-tasks detect,pose,obb
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(cuda_f16_tasks PROPERTIES TIMEOUT 1800)
 endif()
 # The fused implicit-GEMM convolutions (runtime/carve_cuda_igemm.h, options.fused_conv, the demo's --fused-conv):
 # yolo26n at 96 in TF32 against xnnpack within the TF32 bound, with fewer launches per forward than the cuBLAS path
@@ -139,16 +150,16 @@ add_test(NAME cuda_pkg_fused
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 96 --fused-conv --tune
                  --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_pkg_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_pkg_fused PROPERTIES TIMEOUT 900)
 add_test(NAME cuda_f16_fused
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads e2e --fused-conv
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_f16_fused PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_f16_fused PROPERTIES TIMEOUT 900)
 add_test(NAME cuda_pkg_yolo26n_640
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_vs_xnnpack.py --task detect --scales n --imgsz 640 --cmake
                  --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200)
 
 # The package options (issue 7) under emulation, yolo26n at 64x64: --weights-format file (good file, and
 # damaged magic / version / size / CRC / model each refused with its status), --weights-dtype f16 (rebuilt on
@@ -158,7 +169,7 @@ set_tests_properties(cuda_pkg_yolo26n_640 PROPERTIES TIMEOUT 1200 RESOURCE_LOCK 
 add_test(NAME cuda_options
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_options.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_options PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_options PROPERTIES TIMEOUT 600)
 
 # --batch and the asynchronous API (issue 20), yolo26n fp32 (TF32) at 96x96 and fp16 at 64x64: a --batch 2 package's
 # rows of each image (run_tensors, enqueue_tensors from device memory with pinned results, run_images /
@@ -168,23 +179,27 @@ set_tests_properties(cuda_options PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy
 add_test(NAME cuda_batch
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_batch.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_batch PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(cuda_batch PROPERTIES TIMEOUT 600)
 
 # nvcc: one generated package per task for every architecture above, and the option variants of
 # nvcc_packages.py --options (weights file, f16), -Werror (skipped without nvcc).
-# `make test` compiles the option variants for the oldest and newest architecture only (CI time); `make
-# test-full` for every one.
+# `make test` (CI time) compiles only the option variants (every task is among them), for the oldest and newest
+# architecture (generated packages hold no device code of their own: the runtime's kernels, where the
+# architectures differ, are compiled by cuda_nvcc_runtime above); `make test-full` also the plain package of each
+# task, for every architecture.
 string(REPLACE ";" "," carve_cuda_archs_csv "${CARVE_CUDA_ARCHITECTURES}")
 list(GET CARVE_CUDA_ARCHITECTURES 0 carve_cuda_arch_first)
 list(GET CARVE_CUDA_ARCHITECTURES -1 carve_cuda_arch_last)
 if(CARVE_ORACLE_FULL)
   set(carve_cuda_option_archs ${carve_cuda_archs_csv})
+  set(carve_cuda_package_tasks --tasks=detect,segment,pose,obb,classify)
 else()
   set(carve_cuda_option_archs "${carve_cuda_arch_first},${carve_cuda_arch_last}")
+  set(carve_cuda_package_tasks --tasks=)
 endif()
 add_test(NAME cuda_nvcc_packages
-         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/nvcc_packages.py --work ${CARVE_WORK} --archs ${carve_cuda_archs_csv}
-                 --option-archs ${carve_cuda_option_archs}
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/nvcc_packages.py --work ${CARVE_WORK} ${carve_cuda_package_tasks}
+                 --archs ${carve_cuda_option_archs} --option-archs ${carve_cuda_option_archs}
                  $<$<BOOL:${CARVE_NVCC}>:--nvcc=${CARVE_NVCC}>
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(cuda_nvcc_packages PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
+set_tests_properties(cuda_nvcc_packages PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)

@@ -11,15 +11,13 @@ set(CARVE_DEMO_TESTS ${CARVE_ROOT}/tests/demo)
 add_test(NAME demo_frictions_setup
          COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/frictions.py --work ${CARVE_WORK} --part setup
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(demo_frictions_setup PROPERTIES FIXTURES_SETUP carve_demo_frictions TIMEOUT 600
-                                                     RESOURCE_LOCK cpu_heavy)
+set_tests_properties(demo_frictions_setup PROPERTIES FIXTURES_SETUP carve_demo_frictions TIMEOUT 600)
 foreach(part moved images out)
   add_test(NAME demo_frictions_${part}
            COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/frictions.py --work ${CARVE_WORK} --part ${part}
            WORKING_DIRECTORY ${CARVE_ROOT})
   set_tests_properties(demo_frictions_${part} PROPERTIES FIXTURES_REQUIRED carve_demo_frictions TIMEOUT 600)
 endforeach()
-set_tests_properties(demo_frictions_moved PROPERTIES RESOURCE_LOCK cpu_heavy)  # builds a second copy
 
 # --coco FILE for every task: loaded by pycocotools' COCO.loadRes, equal to the demo's --json (masks decode to the
 # same pixels, the strings pycocotools encodes), and scored by COCOeval at AP >= 0.99 against Ultralytics' own
@@ -28,5 +26,5 @@ foreach(task detect segment pose obb classify)
   add_test(NAME demo_coco_${task}
            COMMAND ${CARVE_PYTHON} ${CARVE_DEMO_TESTS}/coco.py --task ${task} --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(demo_coco_${task} PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(demo_coco_${task} PROPERTIES TIMEOUT 600)
 endforeach()

@@ -15,7 +15,7 @@ set_tests_properties(firmware_generate PROPERTIES TIMEOUT 600 ENVIRONMENT "CARVE
 add_test(NAME firmware_standalone
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/standalone.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_standalone PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_standalone PROPERTIES TIMEOUT 900)
 
 # --weights-format file: runtime checks (f16 widening of all 65536 halves vs numpy, CRC-32 vs zlib), the file read
 # from a path and from the caller's buffer gives the linked blob's detections, and every damaged file (magic,
@@ -23,7 +23,7 @@ set_tests_properties(firmware_standalone PROPERTIES TIMEOUT 900 RESOURCE_LOCK cp
 add_test(NAME firmware_weights_file
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/weights_file.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_weights_file PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_weights_file PROPERTIES TIMEOUT 900)
 
 # --weights-dtype f16 (lossless): the f16 packages of the trained demo model (xnnpack blob, portable file) bit-identical
 # to the f32 ones (every dump, the JSON); carve_weights_expand vs the generator (3 backends, chunks, -ffp-contract=fast);
@@ -31,14 +31,14 @@ set_tests_properties(firmware_weights_file PROPERTIES TIMEOUT 900 RESOURCE_LOCK 
 add_test(NAME firmware_f16
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/f16.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_f16 PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_f16 PROPERTIES TIMEOUT 900)
 
 # Caller-owned memory: create_with + runs + destroy call no allocator (-Wl,--wrap=malloc,...), same rows as create,
 # bad buffers refused.
 add_test(NAME firmware_no_malloc
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/no_malloc.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900)
 
 # The same for an int8 package (issue 19): the int8 demo model, portable (--precision int8, weights linked), the
 # package shared with the int8 tests (tests/int8/int8pkg.py; the quantization pass runs here if no int8 test made it
@@ -46,7 +46,7 @@ set_tests_properties(firmware_no_malloc PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu
 add_test(NAME firmware_no_malloc_int8
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/no_malloc.py --work ${CARVE_WORK} --int8 portable
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_no_malloc_int8 PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_no_malloc_int8 PROPERTIES TIMEOUT 900)
 
 # xnnpack create_with with XNNPACK's memory in the caller's xnn_heap (yolo26n at 320, -seg/-pose/-obb at 160, -cls
 # at 96): the whole process's allocator interposed, 0 calls and 0 frees in create_with + runs + destroy, outputs equal
@@ -56,13 +56,13 @@ set_tests_properties(firmware_no_malloc_int8 PROPERTIES TIMEOUT 900 RESOURCE_LOC
 add_test(NAME firmware_xnn_heap
          COMMAND ${CARVE_PYTHON} ${CARVE_FW}/xnn_heap.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_xnn_heap PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_xnn_heap PROPERTIES TIMEOUT 600)
 
 # --imgsz H W: a non-square yolo26n against Ultralytics, layer by layer and end to end (letterbox included).
 add_test(NAME firmware_oracle_yolo26n_256x384
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/oracle/run_oracle.py --scale n --imgsz 256 384 --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(firmware_oracle_yolo26n_256x384 PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(firmware_oracle_yolo26n_256x384 PROPERTIES TIMEOUT 1800)
 
 # Cross-compiles: portable for a Cortex-M7 (built); xnnpack and portable for aarch64 Linux, linked against Debian's
 # arm64 libraries (tools/arm64_sysroot.sh, unpacked under build/.cache), run under qemu-aarch64 and compared layer
@@ -75,7 +75,7 @@ foreach(target aarch64-xnnpack aarch64-xnnpack-int8 aarch64-portable cortex-m7)
   add_test(NAME firmware_cross_${target}
            COMMAND ${CARVE_PYTHON} ${CARVE_FW}/cross.py --work ${CARVE_WORK} --target ${target}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(firmware_cross_${target} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
+  set_tests_properties(firmware_cross_${target} PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endforeach()
 
 # A portable package run bare-metal on an emulated Cortex-M7 (qemu-system-arm, machine mps2-an500; startup, linker
@@ -102,5 +102,5 @@ foreach(variant ${carve_qemu_m7})
   add_test(NAME firmware_qemu_m7_${name}
            COMMAND ${CARVE_PYTHON} ${CARVE_FW}/qemu_m7.py --work ${CARVE_WORK} --precision ${precision} --quant ${quant}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(firmware_qemu_m7_${name} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy SKIP_RETURN_CODE 77)
+  set_tests_properties(firmware_qemu_m7_${name} PROPERTIES TIMEOUT 900 SKIP_RETURN_CODE 77)
 endforeach()

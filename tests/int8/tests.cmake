@@ -16,7 +16,7 @@ if(TARGET q8conv_tool)
            COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/xnn_vs_portable.py
                    --q8conv-tool $<TARGET_FILE:q8conv_tool> --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(int8_xnn_vs_portable PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(int8_xnn_vs_portable PROPERTIES TIMEOUT 600)
 endif()
 
 # int8_vs_simulator: the portable int8 package against the quantization pass's simulator (generator/carve/quant/
@@ -26,7 +26,7 @@ endif()
 add_test(NAME int8_vs_simulator
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/vs_simulator.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600)
 
 # int8_regenerate: `carve generate --precision int8` run again (a new process, the calibration folder copied to
 #   another path, another output folder) gives the shared portable package's bytes, every file (C, weights,
@@ -34,4 +34,4 @@ set_tests_properties(int8_vs_simulator PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_
 add_test(NAME int8_regenerate
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/int8/regenerate.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(int8_regenerate PROPERTIES TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(int8_regenerate PROPERTIES TIMEOUT 600)

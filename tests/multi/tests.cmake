@@ -7,4 +7,4 @@
 add_test(NAME multi_model
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/multi/multi_model.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(multi_model PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(multi_model PROPERTIES TIMEOUT 900)

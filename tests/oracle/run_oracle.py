@@ -3,10 +3,10 @@
 
     run_oracle.py --scale n --work build/work [--task detect] [--imgsz 640 | --imgsz H W] [--backend xnnpack]
 
-Through ctest (CMakeLists.txt): `make test` runs oracle_yolo26{n,s,m,l,x} (detect) and
+Through ctest (CMakeLists.txt): `make test` runs oracle_yolo26n (detect) and
 oracle_yolo26<scale>_<task> for the other tasks the generator supports (CARVE_ORACLE_DEFAULT_TASKS; the
-cache option -DCARVE_ORACLE_TASKS="detect;pose" picks others), m/l/x of segment and pose at --imgsz 320 and
-of obb at 640 to fit the CI budget; -DCARVE_ORACLE_SCALES trims the scales. `make test-full`
+cache option -DCARVE_ORACLE_TASKS="detect;pose" picks others): n of every task and l of segment (at --imgsz
+320) to fit the CI budget; -DCARVE_ORACLE_SCALES picks the scales. `make test-full`
 (-DCARVE_ORACLE_FULL=ON, every task) runs all 25 variants at their manifests' sizes (640, obb 1024,
 classify 224). One variant by hand:
     python3 tests/oracle/run_oracle.py --task segment --scale n --work /tmp/o [--keep]

@@ -1,7 +1,7 @@
 # Portable backend (issue 7): included by the top-level CMakeLists.txt.
 #
 # portable_kernels: carve_pt_run against plain loops (test_kernels.c), odd sizes, groups, padding.
-# portable_vs_xnnpack_<task>: for the 5 scales of the task, the portable package against the xnnpack package
+# portable_vs_xnnpack_<task>: for scales of the task (below), the portable package against the xnnpack package
 #   of the same checkpoint, layer by layer and final output, at reduced sizes (tests/portable/compare_backends.py;
 #   checkpoints are shared with the oracle tests in ${CARVE_WORK}/checkpoints).
 # oracle_yolo26n_portable: yolo26n at 640 through the portable package against Ultralytics.
@@ -15,11 +15,15 @@ target_compile_options(portable_kernels PRIVATE -Wall -Wextra -Werror)
 add_test(NAME portable_kernels COMMAND $<TARGET_FILE:portable_kernels>)
 set_tests_properties(portable_kernels PROPERTIES TIMEOUT 120)
 
+# The scales of each task: the top-level CMakeLists.txt's carve_scales_<task> (`make test`: n of every task and l of
+# segment; `make test-full`: all five), at compare_backends.py's sizes (n 160: an odd 5x5 P5; l 64: even).
 foreach(task detect segment pose obb classify)
+  string(REPLACE ";" "," scales "${carve_scales_${task}}")
   add_test(NAME portable_vs_xnnpack_${task}
-           COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/portable/compare_backends.py --task ${task} --work ${CARVE_WORK}
+           COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/portable/compare_backends.py --task ${task} --scales ${scales}
+                   --work ${CARVE_WORK}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(portable_vs_xnnpack_${task} PROPERTIES TIMEOUT 900 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(portable_vs_xnnpack_${task} PROPERTIES TIMEOUT 900)
 endforeach()
 
 # yolo26n at its full 640 through the portable package against Ultralytics (layer by layer vs the fp64 model, end to
@@ -27,4 +31,4 @@ endforeach()
 add_test(NAME oracle_yolo26n_portable
          COMMAND ${CARVE_PYTHON} ${CARVE_ROOT}/tests/oracle/run_oracle.py --scale n --backend portable --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(oracle_yolo26n_portable PROPERTIES TIMEOUT 1800 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(oracle_yolo26n_portable PROPERTIES TIMEOUT 1800)

@@ -9,12 +9,12 @@ set(carve_sec_work ${CARVE_WORK}/security)
 set(carve_sec_driver ${CARVE_PYTHON} ${carve_sec}/run_security.py)
 
 add_test(NAME security_setup COMMAND ${carve_sec_driver} setup --work ${carve_sec_work} WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(security_setup PROPERTIES FIXTURES_SETUP carve_security TIMEOUT 600 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(security_setup PROPERTIES FIXTURES_SETUP carve_security TIMEOUT 600)
 
 # carve_security_test(<name> <command...>): a test of the fixture's packages.
 function(carve_security_test name)
   add_test(NAME ${name} COMMAND ${ARGN} WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security TIMEOUT 300 RESOURCE_LOCK cpu_heavy
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security TIMEOUT 300
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endfunction()
 
@@ -37,11 +37,10 @@ endif()
 add_test(NAME security_setup_int8
          COMMAND ${carve_sec_driver} setup-int8 --work ${carve_sec_work} --int8-work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(security_setup_int8 PROPERTIES FIXTURES_SETUP carve_security_int8 TIMEOUT 600
-                     RESOURCE_LOCK cpu_heavy)
+set_tests_properties(security_setup_int8 PROPERTIES FIXTURES_SETUP carve_security_int8 TIMEOUT 600)
 function(carve_security_int8_test name)
   add_test(NAME ${name} COMMAND ${ARGN} WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security_int8 TIMEOUT 300 RESOURCE_LOCK cpu_heavy
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED carve_security_int8 TIMEOUT 300
                        ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
 endfunction()
 carve_security_int8_test(security_asan_int8_api ${carve_sec_work}/san-int8/api_test)
@@ -61,8 +60,7 @@ endif()
 # Per-task functions of segment and classify packages (masks, top-k, caller-owned scratch) under ASan + UBSan.
 add_test(NAME security_setup_tasks COMMAND ${carve_sec_driver} setup-tasks --work ${carve_sec_work}
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(security_setup_tasks PROPERTIES FIXTURES_SETUP carve_security_tasks TIMEOUT 600
-                     RESOURCE_LOCK cpu_heavy)
+set_tests_properties(security_setup_tasks PROPERTIES FIXTURES_SETUP carve_security_tasks TIMEOUT 600)
 foreach(task seg cls)
   add_test(NAME security_asan_${task}_api COMMAND ${carve_sec_work}/san-${task}/task_api_test)
   set_tests_properties(security_asan_${task}_api PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300
@@ -71,8 +69,7 @@ foreach(task seg cls)
   add_test(NAME security_fuzz_${task}
            COMMAND ${carve_sec_driver} fuzz-task --work ${carve_sec_work} --task ${task} --seconds 15
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(security_fuzz_${task} PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300
-                       RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(security_fuzz_${task} PROPERTIES FIXTURES_REQUIRED carve_security_tasks TIMEOUT 300)
 endforeach()
 
 # atheris (PyPI) fuzzers of the generator's readers: only CarveError may escape. An input that rewrites one
@@ -87,10 +84,10 @@ foreach(target checkpoint manifest)
                    -rss_limit_mb=4096 -artifact_prefix=${carve_sec_work}/findings-${target}/
                    ${carve_sec_work}/corpus-${target}
            WORKING_DIRECTORY ${CARVE_ROOT})
-  set_tests_properties(security_fuzz_${target} PROPERTIES TIMEOUT 300 RESOURCE_LOCK cpu_heavy)
+  set_tests_properties(security_fuzz_${target} PROPERTIES TIMEOUT 300)
 endforeach()
 
 # libFuzzer + ASan + UBSan on the Exif orientation parser of runtime/carve_io.c (issue 18), 10 s; skipped without clang's libFuzzer.
 add_test(NAME security_fuzz_exif COMMAND ${CARVE_PYTHON} ${carve_sec}/fuzz_exif.py ${carve_sec_work}/exif 10
          WORKING_DIRECTORY ${CARVE_ROOT})
-set_tests_properties(security_fuzz_exif PROPERTIES TIMEOUT 300 RESOURCE_LOCK cpu_heavy)
+set_tests_properties(security_fuzz_exif PROPERTIES TIMEOUT 300)
