@@ -192,7 +192,7 @@ list(GET CARVE_CUDA_ARCHITECTURES 0 carve_cuda_arch_first)
 list(GET CARVE_CUDA_ARCHITECTURES -1 carve_cuda_arch_last)
 if(CARVE_ORACLE_FULL)
   set(carve_cuda_option_archs ${carve_cuda_archs_csv})
-  set(carve_cuda_package_tasks --tasks=detect,segment,pose,obb,classify)
+  set(carve_cuda_package_tasks "")  # nvcc_packages.py's default: every task
 else()
   set(carve_cuda_option_archs "${carve_cuda_arch_first},${carve_cuda_arch_last}")
   set(carve_cuda_package_tasks --tasks=)
