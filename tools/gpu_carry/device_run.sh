@@ -3,29 +3,50 @@
 # repository root on the GPU machine, the carry made by tools/gpu_carry/prepare_bench.sh):
 #   OUT=$OUT bash build/bench_carry/device_run.sh            (device tool: carry ["build/bench_carry"], timeout 600 s)
 # Steps, each under its own time limit so that a slow one leaves the others' results in $OUT:
-#   1. bench.sh (280 s): the speed table ($OUT/table.md, bench.jsonl, profile.jsonl with each convolution's timed
-#      paths, rows.tar, the tactic files), its log in $OUT/bench.log;
-#   2. ncu.sh fp16-b1 and fp16-b1:--fused-conv (2 x 70 s): each kernel's time ($OUT/ncu.txt);
-#   3. tests/cuda/gpu_kernel_tests.sh for CARVE_CUDA_ARCH (default sm_90) (140 s): the runtime's kernel tests and
-#      bench_igemm (every fused tile per shape) on the GPU ($OUT/kernel_tests.log). At most 570 s in all.
-# Prints $OUT/table.md and each step's exit status at the end.
+#   1. the builds, side by side: bench.sh's packages (STEP=build) and tests/cuda/gpu_kernel_tests.sh's kernel tests
+#      (GKT_STEP=build) for CARVE_CUDA_ARCH (default sm_90) (200 s);
+#   2. bench.sh's rows (STEP=run, BENCH_TIMEOUT, default 280 s): the speed table ($OUT/table.md, bench.jsonl,
+#      profile.jsonl with each convolution's timed paths, rows.tar, the tactic files), its log in $OUT/bench.log;
+#      bench.sh's variables (PKGS, EXTRA, NOPDL, TORCH, TORCH_VARIANTS, RUNS) pass through;
+#   3. the kernel tests' runs and bench_igemm (GKT=0: skipped) (120 s) ($OUT/kernel_tests.log);
+#   4. ncu.sh on NCU_CONFIGS (default fp16-b1; NCU=0: skipped) (90 s): each kernel's time ($OUT/ncu.txt).
+# Every step's limit is cut to what is left of DEADLINE (default 570 s) from the start, so that the command ends
+# inside the device tool's 600 s. Prints $OUT/table.md and each step's exit status and time.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$D/out}
 mkdir -p "$OUT"
-export PATH=$PATH:/usr/local/cuda/bin
+export PATH=$PATH:/usr/local/cuda/bin OUT
+export CARVE_CUDA_ARCH=${CARVE_CUDA_ARCH:-sm_90}
 t0=$(date +%s)
-timeout 280 bash "$D/bench.sh" > "$OUT/bench.log" 2>&1
-bench=$?
-echo "bench.sh: rc $bench at $(( $(date +%s) - t0 )) s"
-NCU_TIMEOUT=70 timeout 150 bash "$D/ncu.sh" fp16-b1 fp16-b1:--fused-conv > "$OUT/ncu.log" 2>&1
-ncu=$?
-echo "ncu.sh: rc $ncu at $(( $(date +%s) - t0 )) s"
-kt=-1
-if [ -f tests/cuda/gpu_kernel_tests.sh ]; then
-  CARVE_CUDA_ARCH=${CARVE_CUDA_ARCH:-sm_90} timeout 140 sh tests/cuda/gpu_kernel_tests.sh /tmp/gkt \
-    > "$OUT/kernel_tests.log" 2>&1
-  kt=$?
+at() { echo "$1 at $(( $(date +%s) - t0 )) s"; }
+limit() {  # limit SECONDS: SECONDS, or less where the whole run's DEADLINE (default 570 s) comes first
+  local left=$(( ${DEADLINE:-570} - ($(date +%s) - t0) ))
+  echo $(( left < $1 ? left : $1 ))
+}
+gkt=${GKT:-1} kt=-1
+if [ "$gkt" != 0 ] && [ -f tests/cuda/gpu_kernel_tests.sh ]; then
+  GKT_STEP=build timeout 200 sh tests/cuda/gpu_kernel_tests.sh /tmp/gkt > "$OUT/kernel_tests_build.log" 2>&1 &
+  gkt_pid=$!
 fi
-echo "gpu_kernel_tests.sh: rc $kt at $(( $(date +%s) - t0 )) s"
-cat "$OUT/table.md" 2>/dev/null || tail -30 "$OUT/bench.log"
+STEP=build timeout 200 bash "$D/bench.sh" > "$OUT/bench_build.log" 2>&1
+build=$?
+[ "$gkt" != 0 ] && [ -n "${gkt_pid:-}" ] && { wait "$gkt_pid"; kt=$?; }
+at "builds: bench rc $build, kernel tests rc $kt,"
+STEP=run timeout "$(limit "${BENCH_TIMEOUT:-280}")" bash "$D/bench.sh" > "$OUT/bench.log" 2>&1
+bench=$?
+[ -s "$OUT/table.md" ] || python3 "$D/bench_table.py" "$OUT/bench.jsonl" > "$OUT/table.md" 2>&1
+at "bench.sh: rc $bench"
+if [ "$gkt" != 0 ] && [ "$kt" = 0 ] && [ "$(limit 120)" -gt 10 ]; then
+  GKT_STEP=run timeout "$(limit 120)" sh tests/cuda/gpu_kernel_tests.sh /tmp/gkt > "$OUT/kernel_tests.log" 2>&1
+  at "gpu_kernel_tests.sh: rc $?"
+fi
+if [ "${NCU:-1}" != 0 ] && [ "$(limit 90)" -gt 30 ]; then
+  # shellcheck disable=SC2086
+  NCU_TIMEOUT=$(( $(limit 90) - 10 )) timeout "$(limit 90)" bash "$D/ncu.sh" ${NCU_CONFIGS:-fp16-b1} > "$OUT/ncu.log" 2>&1
+  at "ncu.sh: rc $?"
+fi
+# the device tool brings back at most 8 files: the figures as they are, the rest (logs, rows, tactics) in one tar
+(cd "$OUT" && rest=$(ls | grep -vxF -e table.md -e bench.jsonl -e profile.jsonl -e kernel_tests.log -e ncu.txt) &&
+  [ -n "$rest" ] && tar cf more.tar $rest && rm -rf $rest)
+cat "$OUT/table.md" 2>/dev/null || tar xOf "$OUT/more.tar" bench.log | tail -30

@@ -60,6 +60,8 @@ def main() -> int:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--variants", default="fp32-tf32,fp16,fp16-channels-last",
+                    help="comma-separated subset of fp32-tf32, fp16, fp16-channels-last (default: all three)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, eager fp32, 2 runs: checks the script")
     args = ap.parse_args()
     import torch
@@ -74,9 +76,14 @@ def main() -> int:
     torch.backends.cudnn.benchmark = True
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     base = load(args.weights, torch)
-    variants = [("fp32-tf32", torch.float32, False)]
-    if not args.dry_run:
-        variants += [("fp16", torch.float16, False), ("fp16-channels-last", torch.float16, True)]
+    known = {"fp32-tf32": (torch.float32, False), "fp16": (torch.float16, False),
+             "fp16-channels-last": (torch.float16, True)}
+    names = ["fp32-tf32"] if args.dry_run else [v for v in args.variants.split(",") if v]
+    unknown = [v for v in names if v not in known]
+    if unknown:
+        print(f"torch_bench: --variants: unknown {', '.join(unknown)} (known: {', '.join(known)})", file=sys.stderr)
+        return 2
+    variants = [(name, *known[name]) for name in names]
     modes = ["eager"] if args.dry_run else ["eager", "graph"]
     info = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu"}
     for name, dtype, channels_last in variants:
