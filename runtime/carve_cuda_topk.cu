@@ -22,9 +22,9 @@
 //      to CARVE_CU_SORT_BLOCK items, otherwise a global bitonic network).
 // That is 14 launches for the head's sizes. Up to CARVE_CU_TOPK_ONE_BLOCK_N values and
 // CARVE_CU_SORT_BLOCK results, one block of 1024 threads does all four steps in one launch
-// (carve_cu_topk_one_block_kernel: the same keys, passes, tie rule and sort, so the same
-// result; the values are read five times from global memory, L2-resident at these sizes).
-// The launches, not the arithmetic, are what the head's top-k costs on a GPU.
+// (carve_cu_topk_one_block_kernel: the same keys, digits and tie rule, so the same result; it stops
+// selecting once a digit's bin is wanted whole and sorts by rank; the values are read up to six times
+// from global memory, L2-resident at these sizes). On one SM, its cost is instructions issued.
 // Every launch is checked; nothing is allocated; nothing synchronises with the host.
 
 #include "carve_cuda_impl.h"
@@ -351,18 +351,27 @@ static __device__ __forceinline__ uint32_t carve_cu_warp_incl_sum(uint32_t v) {
 }
 
 // The whole top-k of vals[0 .. n) in one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads, for
-// kk <= CARVE_CU_SORT_BLOCK (p = the power of two >= kk): steps 1-4 above with the state, the
-// histogram and the composites in shared memory. Warp 0 picks each digit (each lane sums 8 bins, a
-// scan over the lanes finds the bin). For the compaction thread t owns the consecutive values
-// [t c, (t + 1) c), c = ceil(n / 1024): it counts its keys > T and == T, one block-wide scan of the
-// == T counts ranks them in index order, and a second walk writes the keys > T at atomic positions
-// in [0, kk - k_rem) (any order: the composites are distinct and sorted afterwards) and the keys == T
-// ranked below k_rem at [kk - k_rem, kk): the lowest indices, as the multi-launch path. (The first
-// version walked tiles of 1024 values with three barriers each and picked the digit on one thread:
-// 57 us per call on an H100 for the head's 24000 scores, Nsight Compute.)
+// kk <= CARVE_CU_SORT_BLOCK: steps 1-4 above with the state, the histogram and the composites in
+// shared memory, the same result as the multi-launch path. What it does differently (Nsight Compute,
+// H100, the head's 8400 and 24000 scores: 88k and 178k warp instructions, 28 and 47 us, before):
+//  - the histogram: the lanes of a warp that share a bin find each other with one __match_any_sync
+//    and its lowest lane adds their count (keys sharing their leading digits share a bin, and
+//    one bin taking every lane's atomicAdd would serialise the warp);
+//  - a pass whose chosen bin holds exactly the k_rem keys still wanted ends the select: every key
+//    of that bin is in the result and none below it, so the remaining digits cannot change the
+//    set (T stays a prefix under `mask`, and the compaction compares masked keys);
+//  - the sort: composites are distinct, so each one's place is the number of composites above it
+//    (a rank sort: every thread takes a slice of one composite's comparisons, no barrier between
+//    steps), where the bitonic network took 45 barriered steps (31k warp instructions);
+//  - warp 0 picks each digit (each lane sums 8 bins, a scan over the lanes finds the bin).
+// The compaction: thread t owns the consecutive values [t c, (t + 1) c), c = ceil(n / 1024): it
+// counts its keys above T and equal to it, one block-wide scan of the equal counts ranks them in
+// index order, and a second walk writes the keys above T at atomic positions in [0, kk - k_rem) (any
+// order: the rank sort orders them) and the keys equal to T ranked below k_rem at [kk - k_rem, kk):
+// the lowest indices, as the multi-launch path.
 // Block b of a grid of several: the top-k of vals[b n .. (b + 1) n) into idx / val [b kk ..) (a batch).
 __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
-    carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk, uint32_t p,
+    carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk,
                                    int32_t* __restrict__ idx, float* __restrict__ val) {
   CARVE_CU_KERNEL_ENTRY();
   vals += (size_t)blockIdx.x * n;
@@ -371,9 +380,10 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     val += (size_t)blockIdx.x * kk;
   }
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  __shared__ uint32_t place[CARVE_CU_SORT_BLOCK];
   __shared__ uint32_t hist[256];
   __shared__ uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
-  __shared__ uint32_t prefix, mask, k_rem, n_gt;
+  __shared__ uint32_t prefix, mask, k_rem, n_gt, settled;
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   if (t == 0) {
@@ -381,8 +391,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     mask = 0;
     k_rem = kk;
     n_gt = 0;
+    settled = 0;
   }
-  // 2. radix select, four passes of 8 bits.
+  // 2. radix select, up to four passes of 8 bits.
   for (int pass = 0; pass < 4; pass++) {
     const uint32_t shift = 24u - 8u * (uint32_t)pass;
     for (unsigned d = t; d < 256; d += threads) {
@@ -390,11 +401,8 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     }
     __syncthreads();
     const uint32_t pre = prefix, msk = mask;
-    // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram. Keys that
-    // share their leading digits share a bin (the first pass: scores of one sign and similar size),
-    // and one bin taking every lane's atomicAdd serialises the warp: the lanes with the bin of the
-    // warp's first matching lane add once, with their count (the loop bound is warp-uniform, so
-    // every lane takes part in the ballots).
+    // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram (the loop
+    // bound is warp-uniform, so every lane takes part in __match_any_sync).
     for (uint32_t i0 = t - lane; i0 < n; i0 += threads * CARVE_CU_TOPK_UNROLL) {
       uint32_t key[CARVE_CU_TOPK_UNROLL];
       for (int j = 0; j < CARVE_CU_TOPK_UNROLL; j++) {
@@ -405,17 +413,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
         const uint32_t i = i0 + (uint32_t)j * threads + lane;
         const bool match = i < n && (key[j] & msk) == pre;
         const uint32_t bin = (key[j] >> shift) & 255u;
-        const unsigned active = __ballot_sync(0xFFFFFFFFu, match);
-        if (active == 0) {
-          continue;
-        }
-        const int leader = __ffs((int)active) - 1;
-        const uint32_t lead_bin = __shfl_sync(0xFFFFFFFFu, bin, leader);
-        const unsigned same = __ballot_sync(0xFFFFFFFFu, match && bin == lead_bin);
-        if ((int)lane == leader) {
-          atomicAdd(&hist[lead_bin], (uint32_t)__popc(same));
-        } else if (match && bin != lead_bin) {
-          atomicAdd(&hist[bin], 1u);
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
+        if (match && (unsigned)(__ffs((int)peers) - 1) == lane) {
+          atomicAdd(&hist[bin], (uint32_t)__popc(peers));
         }
       }
     }
@@ -431,10 +431,11 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
       const uint32_t incl = carve_cu_warp_incl_sum(sum);  // matching keys in this lane's bins and every bin above
       if (incl - sum < need && need <= incl) {  // one lane: the bin is among its 8
         uint32_t above = incl - sum;
-        uint32_t digit = 0;
+        uint32_t digit = 0, in_bin = 0;
         for (int j = 0; j < 8; j++) {
           if (above + c[j] >= need) {
             digit = 255u - 8u * lane - (uint32_t)j;
+            in_bin = c[j];
             break;
           }
           above += c[j];
@@ -442,17 +443,21 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
         prefix |= digit << shift;
         mask |= 255u << shift;
         k_rem = need - above;
+        settled = in_bin == need - above;  // the whole bin is wanted: the set is known
       }
     }
     __syncthreads();
+    if (settled) {  // block-uniform (shared, after the barrier)
+      break;
+    }
   }
-  // 3. compaction over each thread's consecutive values.
-  const uint32_t thr = prefix, rem = k_rem;
+  // 3. compaction over each thread's consecutive values, on keys under the select's mask.
+  const uint32_t thr = prefix, msk = mask, rem = k_rem;
   const uint32_t chunk = (n + threads - 1) / threads;
   const uint32_t lo = t * chunk < n ? t * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
   uint32_t n_above = 0, n_tie = 0;
   for (uint32_t i = lo; i < hi; i++) {
-    const uint32_t key = carve_cu_order_key(vals[i]);
+    const uint32_t key = carve_cu_order_key(vals[i]) & msk;
     n_above += key > thr;
     n_tie += key == thr;
   }
@@ -470,8 +475,8 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   uint32_t pos = n_above != 0 ? atomicAdd(&n_gt, n_above) : 0u;
   if (n_above != 0 || (n_tie != 0 && rank < rem)) {
     for (uint32_t i = lo; i < hi; i++) {
-      const uint32_t key = carve_cu_order_key(vals[i]);
-      const uint64_t comp = ((uint64_t)key << 32) | (uint64_t)(0xFFFFFFFFu - i);
+      const uint32_t full = carve_cu_order_key(vals[i]), key = full & msk;
+      const uint64_t comp = ((uint64_t)full << 32) | (uint64_t)(0xFFFFFFFFu - i);
       if (key > thr) {
         s[pos++] = comp;
       } else if (key == thr) {
@@ -482,18 +487,30 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
       }
     }
   }
-  __syncthreads();
-  // 4. sort: pad [kk, p) with 0 (below every composite), then the descending bitonic network.
-  for (uint32_t i = kk + t; i < p; i += threads) {
-    s[i] = 0;
+  for (uint32_t e = t; e < kk; e += threads) {
+    place[e] = 0;
   }
   __syncthreads();
-  carve_cu_bitonic_shared(s, p);
-  for (uint32_t i = t; i < kk; i += threads) {
-    const uint32_t index = 0xFFFFFFFFu - (uint32_t)s[i];
-    idx[i] = (int32_t)index;
+  // 4. rank sort, descending: composite e goes to place #{j : s[j] > s[e]}. With kk < 1024 the
+  // threads split: thread t takes composite t % kk against the slice t / kk of the others.
+  const uint32_t parts = kk < threads ? threads / kk : 1u;
+  const uint32_t per = (kk + parts - 1) / parts;
+  for (uint32_t u = t; u < kk * parts; u += threads) {
+    const uint32_t e = u % kk, part = u / kk;
+    const uint32_t j0 = part * per, j1 = j0 + per < kk ? j0 + per : kk;
+    const uint64_t me = s[e];
+    uint32_t above = 0;
+    for (uint32_t jj = j0; jj < j1; jj++) {
+      above += s[jj] > me;
+    }
+    atomicAdd(&place[e], above);
+  }
+  __syncthreads();
+  for (uint32_t e = t; e < kk; e += threads) {
+    const uint32_t index = 0xFFFFFFFFu - (uint32_t)s[e];
+    idx[place[e]] = (int32_t)index;
     if (val != NULL) {
-      val[i] = vals[index];
+      val[place[e]] = vals[index];
     }
   }
 }
@@ -568,7 +585,7 @@ static carve_status topk_batch(cudaStream_t stream, const float* vals, size_t n,
   const size_t p = pow2_at_least(kk);
   if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK && batch <= 0x7FFFFFFFu) {
     CARVE_LAUNCH(carve_cu_topk_one_block_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals,
-                 (uint32_t)n, (uint32_t)kk, (uint32_t)p, idx, val);
+                 (uint32_t)n, (uint32_t)kk, idx, val);
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }

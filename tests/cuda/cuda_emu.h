@@ -23,7 +23,7 @@
 //     in CUDA). Only static __shared__ arrays (no `extern __shared__`).
 //   * __syncthreads(): a barrier of the block's live threads (exited threads no longer count,
 //     as on current GPUs). __syncwarp, __shfl_sync, __shfl_xor_sync, __shfl_down_sync,
-//     __shfl_up_sync, __ballot_sync, __any_sync, __all_sync: barriers among the live lanes
+//     __shfl_up_sync, __ballot_sync, __match_any_sync, __any_sync, __all_sync: barriers among the live lanes
 //     of a 32-lane warp (lane = linear thread index % 32); the mask argument is ignored
 //     (kernels use full warps), width must be 32 (default).
 //   * Atomics (plain read-modify-write: fibers never interleave inside one): atomicAdd on
@@ -865,6 +865,24 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
     if (v != 0 && !b.fibers[base + l].done) r |= 1u << l;
   }
   carve_emu::barrier_wait(b.warp_bar[me / 32], "__ballot_sync");
+  return r;
+}
+
+// Bit i of the result: lane i (live) holds the same value as this lane.
+inline unsigned __match_any_sync(unsigned mask, unsigned value) {
+  (void)mask;
+  carve_emu::Block& b = carve_emu::block();
+  const unsigned me = carve_emu::linear_tid(), base = me & ~31u;
+  const unsigned long long u = value;
+  std::memcpy(b.lane_slot[me], &u, 8);
+  carve_emu::barrier_wait(b.warp_bar[me / 32], "__match_any_sync");
+  unsigned r = 0;
+  for (unsigned l = 0; l < 32 && base + l < b.n; l++) {
+    unsigned long long v;
+    std::memcpy(&v, b.lane_slot[base + l], 8);
+    if (v == u && !b.fibers[base + l].done) r |= 1u << l;
+  }
+  carve_emu::barrier_wait(b.warp_bar[me / 32], "__match_any_sync");
   return r;
 }
 

@@ -165,4 +165,16 @@ static size_t captured_run(TestCtx& t, F&& launch) {
   return nodes;
 }
 
+// The launches of a captured call with `gemms` cuBLAS GEMMs among its `want` kernels: exactly `want` under the
+// emulation (one node per GEMM); on a GPU cuBLAS may run a GEMM as two kernels (a split-K reduction: 6 nodes for
+// the 4 of one image and one head on an H100), so up to one more per GEMM.
+static inline bool launches_as_planned(size_t nodes, size_t want, size_t gemms) {
+#ifdef CARVE_CUDA_EMULATION
+  (void)gemms;
+  return nodes == want;
+#else
+  return nodes >= want && nodes <= want + gemms;
+#endif
+}
+
 #endif  // CARVE_CUDA_TEST_H

@@ -373,7 +373,8 @@ static void test_attention_batch(TestCtx& t) {
                                   v_stride, scratch.p);
       });
       const size_t want_nodes = std::min<size_t>(3 * batch, 2 * heads + 1) + 1;
-      CHECK_MSG(nodes == want_nodes, "half attention batch %u heads %u: %zu launches, want %zu", batch, heads, nodes,
+      const size_t gemms = 2 * heads + 1 < 3 * batch ? 2 * heads : 2 * batch;  // strided-batched: over images or heads
+      CHECK_MSG(launches_as_planned(nodes, want_nodes, gemms), "half attention batch %u heads %u: %zu launches, want %zu", batch, heads, nodes,
                 want_nodes);
       const std::vector<__half> out = dout.download(), v = dv.download();
       for (size_t b = 0; b < batch; b++) {
