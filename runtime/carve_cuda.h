@@ -72,7 +72,8 @@
 // 9: carve_cu_ctx.split_counters / .split_lanes: the split-K tile's arrival counters at the end of the workspace
 //    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 12 (the split-K tile and the
 //    asynchronous 64x32 / 32x64 tiles).
-#define CARVE_CUDA_ABI 9
+// 10: CARVE_CU_PATHS 13 (the 32x32 tile with the reduction sliced over four warp groups).
+#define CARVE_CUDA_ABI 10
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -236,9 +237,11 @@ carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl im
 // its tile rule's tile, CARVE_CU_PATH_FUSED_TILE + t the fused kernel with tile t (CARVE_CU_IGEMM_TILE_*,
 // carve_cuda_igemm_tile.h: 64x64, 64x32, 32x64, 32x32 outputs per block, 32x32 with the reduction sliced over
 // two warp groups, 32x32 with its operands copied asynchronously through 4 shared stages, that one with the
-// reduction split across blocks, and 64x32 / 32x64 with 3 asynchronous stages). While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
+// reduction split across blocks, 64x32 / 32x64 with 3 asynchronous stages, and 32x32 sliced over four warp groups).
+// While `tune` is 1, a call whose entry is still CARVE_CU_PATH_UNSET, on a stream
 // that is not capturing, times its candidates first: the cuBLAS path and the fused kernel with each tile (the
-// 64-wide ones only for cout > 32, the sliced one only where K kh kw cin holds more than 128 bytes: half its step;
+// 64-wide ones only for cout > 32, the sliced ones only where K kh kw cin holds more than 128 bytes (two groups: half
+// their step) or 256 bytes (four groups);
 // the asynchronous ones only where the operands load as 16-byte chunks, carve_cu_igemm_vec; the split one only where
 // carve_cu_igemm_splits gives it more than one block per tile: carve_cu_igemm_candidate). Each runs once eagerly (its kernels
 // loaded), then CARVE_CU_TUNE_LAUNCHES back-to-back launches of it are captured into a CUDA Graph, replayed once
@@ -256,8 +259,8 @@ enum {
   CARVE_CU_PATH_UNSET = 0,
   CARVE_CU_PATH_GEMM = 1,
   CARVE_CU_PATH_FUSED = 2,
-  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 11
-  CARVE_CU_PATHS = 12            // one past the last path
+  CARVE_CU_PATH_FUSED_TILE = 3,  // + the tile: 3 .. 12
+  CARVE_CU_PATHS = 13            // one past the last path
 };
 struct carve_cu_tactics {
   uint8_t* path;   // `slots` entries: CARVE_CU_PATH_*

@@ -17,7 +17,7 @@
 // (carve_cu_igemm_tile, runtime/carve_cuda_igemm_tile.h): 64 x 64, 64 x 32, 32 x 64 or 32 x 32, the
 // largest that still gives the device's SMs a block each, so that small-pixel layers (20 x 20, 40 x 40)
 // run on many SMs instead of a few; a tactic may also pick 32 x 32 with the reduction sliced over two warp
-// groups (KS 2), with asynchronous shared stages (STAGES 4), or that one with the reduction split across blocks
+// groups (KS 2, or 4), with asynchronous shared stages (STAGES 4), or that one with the reduction split across blocks
 // (SPLIT: partial tiles in the context's workspace, summed by the last block of each tile), and 64 x 32 / 32 x 64
 // with 3 asynchronous stages, see the kernel. Per step of BK along K (128 bytes
 // of operands per row; 256 for the register-pipelined 32 x 32, whose blocks are the cheapest), the threads gather A (BM x BK) and B (BN x BK, stored as W's
@@ -52,6 +52,12 @@
 #endif
 
 #define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the tile
+// Unroll the loop that follows (nvcc; host compilers, the emulation, take it as written).
+#ifdef __CUDACC__
+#define CARVE_CU_IGEMM_UNROLL _Pragma("unroll")
+#else
+#define CARVE_CU_IGEMM_UNROLL
+#endif
 static_assert(CARVE_CU_PATHS == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES, "a tactic path per tile (carve_cuda.h)");
 // Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
 // <= 36 KB a block, allows as many on sm_80+, and the wide asynchronous kernels' 40.5 KB on sm_86+ / sm_90, 3 on an
@@ -126,6 +132,32 @@ struct carve_cu_igemm_traits<__half> {
   static __device__ __forceinline__ void frag_op(F&) {}
 };
 
+// Division by a divisor fixed per launch without a divide instruction (the multiply-high method of Granlund and
+// Montgomery, as CUTLASS's FastDivmod): for d >= 1, q(n) = n / d exactly for every n < 2^31. The kernel's address
+// arithmetic divides by cin, kw, ow and opix this way: a division by a runtime value is a software routine of
+// about 20 dependent instructions, and Nsight Compute counted the sliced-K kernel's warps (8 of them per SM on a
+// 20 x 20 layer) issuing about 2850 instructions each, 1270 of them the per-step chunk addresses (H100, 2026-11-27).
+struct carve_cu_fastdiv {
+  uint32_t d, mul, shr;
+};
+static inline carve_cu_fastdiv carve_cu_fastdiv_make(uint32_t d) {
+  carve_cu_fastdiv f = {d, 0u, 0u};
+  if (d > 1) {
+    uint32_t l = 0;  // ceil(log2 d)
+    while ((1ull << l) < d) l++;
+    f.mul = (uint32_t)(((1ull << (31 + l)) + d - 1) / d);  // < 2^32 for d > 1
+    f.shr = l - 1;
+  }
+  return f;
+}
+static __host__ __device__ __forceinline__ uint32_t carve_cu_fastdiv_q(uint32_t n, carve_cu_fastdiv f) {
+  return f.d == 1 ? n : (uint32_t)(((uint64_t)n * f.mul) >> 32) >> f.shr;
+}
+// The launch's divisors.
+struct carve_cu_igemm_divs {
+  carve_cu_fastdiv cin, kw, ow, opix;
+};
+
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
 // (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
 // carve_cu_igemm_vec). KS: warp groups of 4 (2 x 2 over the tile) slicing each step along K (KS CARVE_CU_IGEMM_THREADS
@@ -147,7 +179,8 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
                           uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
-                          size_t out_stride, float* __restrict__ part, unsigned* __restrict__ counters) {
+                          size_t out_stride, float* __restrict__ part, unsigned* __restrict__ counters,
+                          carve_cu_igemm_divs dv) {
   CARVE_CU_KERNEL_ENTRY();
   typedef carve_cu_igemm_traits<T> tr;
   if constexpr (tr::ok) {
@@ -187,10 +220,11 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     int iy0[AJ], ix0[AJ];
     size_t xo[AJ];
     for (int j = 0; j < AJ; j++) {
-      const uint32_t pg = m0 + (uint32_t)(r0 + j * RSTEP), p = pg % opix;
-      iy0[j] = pg < pixels ? (int)((p / ow) * stride) - (int)pad : -0x40000000;
-      ix0[j] = pg < pixels ? (int)((p % ow) * stride) - (int)pad : 0;
-      xo[j] = pg < pixels ? (size_t)(pg / opix) * h * w * in_stride : 0;
+      const uint32_t pg = m0 + (uint32_t)(r0 + j * RSTEP), img = carve_cu_fastdiv_q(pg, dv.opix);
+      const uint32_t p = pg - img * opix, oy = carve_cu_fastdiv_q(p, dv.ow), ox = p - oy * ow;
+      iy0[j] = pg < pixels ? (int)(oy * stride) - (int)pad : -0x40000000;
+      ix0[j] = pg < pixels ? (int)(ox * stride) - (int)pad : 0;
+      xo[j] = pg < pixels ? (size_t)img * h * w * in_stride : 0;
     }
 
     carve_cu_v16 ra[AJ], rb[BJ];
@@ -201,8 +235,9 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     auto chunks = [&](uint32_t k0, const T* (&a)[AJ], const T* (&b)[BJ]) {
       const uint32_t k = k0 + (uint32_t)(cc * VW);
       const bool kin = k < k_total;
-      const uint32_t tap = kin ? k / cin : 0, i = k - tap * cin;
-      const int ky = (int)(tap / kw), kx = (int)(tap % kw);
+      const uint32_t tap = kin ? carve_cu_fastdiv_q(k, dv.cin) : 0, i = k - tap * cin;
+      const uint32_t tap_y = carve_cu_fastdiv_q(tap, dv.kw);
+      const int ky = (int)tap_y, kx = (int)(tap - tap_y * kw);
       for (int j = 0; j < AJ; j++) {
         const int iy = iy0[j] + ky, ix = ix0[j] + kx;
         a[j] = kin && iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
@@ -229,7 +264,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         for (int e = 0; e < VW; e++) {
           const uint32_t ke = k + (uint32_t)e;
           if (ke >= k_total) break;
-          const uint32_t tap = ke / cin, i = ke - tap * cin;
+          const uint32_t tap = ke / cin, i = ke - tap * cin;  // (element by element: a rare, slow path anyway)
           const int ky = (int)(tap / kw), kx = (int)(tap % kw);
           for (int j = 0; j < AJ; j++) {
             const int iy = iy0[j] + ky, ix = ix0[j] + kx;
@@ -259,7 +294,10 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     // The tensor cores on one stage's step at k0 (this warp group's k of it).
     auto multiply = [&](const T* a_tile, uint32_t k0) {
       const T* const b_tile = a_tile + BM * LD;
-      for (int kk = slice * KSL; kk < (slice + 1) * KSL && k0 + (uint32_t)kk < k_total; kk += tr::kstep) {
+      CARVE_CU_IGEMM_UNROLL
+      for (int q = 0; q < KSL / tr::kstep; q++) {  // unrolled: no loop arithmetic between the tensor-core steps
+        const int kk = slice * KSL + q * tr::kstep;
+        if (k0 + (uint32_t)kk >= k_total) break;
         wm::fragment<wm::matrix_a, 16, 16, tr::kstep, op, wm::row_major> fa[FM];
         wm::fragment<wm::matrix_b, 16, 16, tr::kstep, op, wm::col_major> fb[FN];
         for (int i = 0; i < FM; i++) wm::load_matrix_sync(fa[i], a_tile + (wm0 + 16 * i) * LD + kk, LD);
@@ -411,12 +449,14 @@ static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* 
   const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN), SPLIT ? splits : 1u);
   void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
                        uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
-                       size_t, float*, unsigned*) =
+                       size_t, float*, unsigned*, carve_cu_igemm_divs) =
       carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES, SPLIT>;
   CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x,
                c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
                (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y,
-               c->out_stride, SPLIT ? (float*)ctx->blas_workspace : (float*)NULL, SPLIT ? ctx->split_counters : NULL);
+               c->out_stride, SPLIT ? (float*)ctx->blas_workspace : (float*)NULL, SPLIT ? ctx->split_counters : NULL,
+               carve_cu_igemm_divs{carve_cu_fastdiv_make(c->cin), carve_cu_fastdiv_make(c->kw),
+                                   carve_cu_fastdiv_make((uint32_t)ow), carve_cu_fastdiv_make((uint32_t)opix)});
 }
 
 // The split-K tile's blocks per output tile for this convolution (carve_cu_igemm_splits over the steps of the
@@ -446,6 +486,8 @@ static bool carve_cu_igemm_candidate(const carve_cu_ctx* ctx, const carve_cu_con
       return c->cout > 32 && vec;
     case CARVE_CU_IGEMM_TILE_32X32_K2:
       return (size_t)c->kh * c->kw * c->cin * sizeof(T) > 128;
+    case CARVE_CU_IGEMM_TILE_32X32_K4:
+      return (size_t)c->kh * c->kw * c->cin * sizeof(T) > 256;
     case CARVE_CU_IGEMM_TILE_32X32_ASYNC:
     case CARVE_CU_IGEMM_TILE_64X32_ASYNC:
       return vec;
@@ -489,6 +531,9 @@ static void carve_cu_igemm_launch_tile(int tile, const carve_cu_ctx* ctx, const 
       break;
     case CARVE_CU_IGEMM_TILE_32X32_K2:
       carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 2>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
+      break;
+    case CARVE_CU_IGEMM_TILE_32X32_K4:
+      carve_cu_igemm_launch<T, 32, 32, 2 * BK, VEC, 4>(ctx, c, x, weight, bias, residual, y, ow, opix, pixels);
       break;
     case CARVE_CU_IGEMM_TILE_32X32_SPLIT:  // the asynchronous 32 x 32 kernel (else the register one), split
       carve_cu_igemm_launch_async<T, 32, 32, BK, 2 * BK, VEC, CARVE_CU_IGEMM_ASYNC_STAGES, true>(

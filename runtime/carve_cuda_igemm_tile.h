@@ -22,7 +22,11 @@
 // across blocks (carve_cu_igemm_splits of them per output tile, the last to finish sums their partial tiles in a
 // fixed order and runs the epilogue): for layers whose tiles leave most SMs idle, also a tactic's only; 64X32_ASYNC and
 // 32X64_ASYNC are those tiles with 3 asynchronous shared stages (what fits 48 KB of static shared memory), the same
-// way (16-byte chunks only; else the register-pipelined kernel of the tile), tactics' only too.
+// way (16-byte chunks only; else the register-pipelined kernel of the tile), tactics' only too. 32X32_K4 is 32 x 32
+// with the reduction sliced over four warp groups (512 threads: a quarter of every step's k each, half the sliced
+// tile's dependent instructions per warp and twice its warps per SM, for the long reductions of the 20 x 20 and
+// 40 x 40 layers, where Nsight Compute found the sliced tile's 8 warps per SM issuing one instruction in 6.5 cycles
+// each, H100 2026-11-27), a tactic's only.
 enum {
   CARVE_CU_IGEMM_TILE_64X64 = 0,
   CARVE_CU_IGEMM_TILE_64X32 = 1,
@@ -33,7 +37,8 @@ enum {
   CARVE_CU_IGEMM_TILE_32X32_SPLIT = 6,
   CARVE_CU_IGEMM_TILE_64X32_ASYNC = 7,
   CARVE_CU_IGEMM_TILE_32X64_ASYNC = 8,
-  CARVE_CU_IGEMM_TILES = 9
+  CARVE_CU_IGEMM_TILE_32X32_K4 = 9,
+  CARVE_CU_IGEMM_TILES = 10
 };
 
 static inline size_t carve_cu_igemm_blocks(size_t pixels, size_t cout, size_t bm, size_t bn) {

@@ -88,7 +88,8 @@ int main() {
   TestCtx t;
   constexpr int N = 4 + CARVE_CU_IGEMM_TILES + 1;  // + the fp16 best (the tactic a package's create would keep)
   std::printf("SMs %d; us per conv (graph of 50): tf32 cublas, tf32 fused, fp16 cublas, fp16 fused (the tile rule's); "
-              "fp16 fused 64x64, 64x32, 32x64, 32x32, 32x32 sliced-K, 32x32 async stages, 32x32 split-K, 64x32 async, 32x64 async; fp16 best\n", t.ctx.sm_count);
+              "fp16 fused 64x64, 64x32, 32x64, 32x32, 32x32 sliced-K, 32x32 async stages, 32x32 split-K, 64x32 async, 32x64 async, "
+              "32x32 sliced-K4; fp16 best\n", t.ctx.sm_count);
   double tot[N] = {};
   for (const Shape& s : kShapes) {
     double us[N];

@@ -20,7 +20,7 @@
 //     strict float32 not);
 //   * the stem (3 -> 16, 3x3 / 2) with the fused request runs the direct kernel: one launch, float32 results
 //     (no TF32 rounding) in the TF32 math, the fp16 bound in half;
-//   * the tactics' own tiles (sliced K, asynchronous stages of 32x32, 64x32 and 32x64, split K) on every case,
+//   * the tactics' own tiles (sliced K over 2 and 4 warp groups, asynchronous stages of 32x32, 64x32 and 32x64, split K) on every case,
 //     through a tactic table entry;
 //   * the split K: results independent of the blocks' order, the arrival counters zero after each launch;
 //   * tactics (carve_cu_ctx_set_tactics): a tuning call times both paths and keeps the faster, entries choose
@@ -176,6 +176,7 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
                            in_stride, out_stride, res_stride, cs.act, 1, tile >= 0 ? 1u : 0u};
   const char* path = carve_cu_conv_direct(&c)                  ? "direct"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_K2    ? "fused (sliced K)"
+                     : tile == CARVE_CU_IGEMM_TILE_32X32_K4    ? "fused (sliced K4)"
                      : tile == CARVE_CU_IGEMM_TILE_32X32_ASYNC ? "fused (async stages)"
                      : tile == CARVE_CU_IGEMM_TILE_64X32_ASYNC ? "fused (64x32 async)"
                      : tile == CARVE_CU_IGEMM_TILE_32X64_ASYNC ? "fused (32x64 async)"
