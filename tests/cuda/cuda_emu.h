@@ -850,40 +850,36 @@ inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   return carve_emu::warp_exchange(v, (int)(lane >= delta ? lane - delta : lane), "__shfl_up_sync");
 }
 
-// Bit i of the result: the predicate of lane i (live lanes only).
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-  (void)mask;
-  carve_emu::Block& b = carve_emu::block();
-  const unsigned me = carve_emu::linear_tid(), base = me & ~31u;
-  const unsigned long long u = pred != 0;
-  std::memcpy(b.lane_slot[me], &u, 8);
-  carve_emu::barrier_wait(b.warp_bar[me / 32], "__ballot_sync");
+namespace carve_emu {
+// Bit i of the result: live lane i of this warp published a value v (every live lane publishes its `mine`) for
+// which keep(v) holds. The exchange of __ballot_sync and __match_any_sync.
+template <typename Keep>
+inline unsigned warp_mask(unsigned long long mine, Keep keep, const char* what) {
+  Block& b = block();
+  const unsigned me = linear_tid(), base = me & ~31u;
+  std::memcpy(b.lane_slot[me], &mine, 8);
+  barrier_wait(b.warp_bar[me / 32], what);
   unsigned r = 0;
   for (unsigned l = 0; l < 32 && base + l < b.n; l++) {
     unsigned long long v;
     std::memcpy(&v, b.lane_slot[base + l], 8);
-    if (v != 0 && !b.fibers[base + l].done) r |= 1u << l;
+    if (keep(v) && !b.fibers[base + l].done) r |= 1u << l;
   }
-  carve_emu::barrier_wait(b.warp_bar[me / 32], "__ballot_sync");
+  barrier_wait(b.warp_bar[me / 32], what);
   return r;
+}
+}  // namespace carve_emu
+
+// Bit i of the result: the predicate of lane i (live lanes only).
+inline unsigned __ballot_sync(unsigned mask, int pred) {
+  (void)mask;
+  return carve_emu::warp_mask(pred != 0, [](unsigned long long v) { return v != 0; }, "__ballot_sync");
 }
 
 // Bit i of the result: lane i (live) holds the same value as this lane.
 inline unsigned __match_any_sync(unsigned mask, unsigned value) {
   (void)mask;
-  carve_emu::Block& b = carve_emu::block();
-  const unsigned me = carve_emu::linear_tid(), base = me & ~31u;
-  const unsigned long long u = value;
-  std::memcpy(b.lane_slot[me], &u, 8);
-  carve_emu::barrier_wait(b.warp_bar[me / 32], "__match_any_sync");
-  unsigned r = 0;
-  for (unsigned l = 0; l < 32 && base + l < b.n; l++) {
-    unsigned long long v;
-    std::memcpy(&v, b.lane_slot[base + l], 8);
-    if (v == u && !b.fibers[base + l].done) r |= 1u << l;
-  }
-  carve_emu::barrier_wait(b.warp_bar[me / 32], "__match_any_sync");
-  return r;
+  return carve_emu::warp_mask(value, [value](unsigned long long v) { return v == value; }, "__match_any_sync");
 }
 
 inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
