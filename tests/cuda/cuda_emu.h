@@ -35,7 +35,8 @@
 //     can differ from a GPU's by the device libm's error (expf: 2 ulp).
 //   * Runtime API: cudaMalloc/cudaFree/cudaMallocHost/cudaFreeHost, cudaMemcpy(Async),
 //     cudaMemset(Async), streams (create/destroy/synchronize), events (record, synchronize,
-//     elapsed time on the host clock; cudaStreamWaitEvent), graphs (cudaStreamBeginCapture/EndCapture record the
+//     elapsed time on the host clock; cudaStreamWaitEvent; cudaEventRecordWithFlags: external records in a capture
+//     are nodes), graphs (cudaStreamBeginCapture/EndCapture record the
 //     launches, copies, sets and cuBLAS calls of the stream, and of every stream that joins the capture
 //     by waiting on an event recorded in it, as nodes with their dependencies: the stream order and the
 //     event edges; event records and waits make edges, not nodes, as on a GPU. cudaStreamEndCapture
@@ -1208,7 +1209,8 @@ inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, 
 }
 
 // Events: host clock at record time (the work before it is done: every call is synchronous). In a capture,
-// a record notes the stream's tail and a wait adds it to the waiting stream's (joining the capture).
+// a record notes the stream's tail and a wait adds it to the waiting stream's (joining the capture);
+// cudaEventRecordWithFlags with cudaEventRecordExternal records a node instead (below).
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   (void)flags;
   if (e == nullptr) return cudaErrorInvalidValue;
@@ -1234,6 +1236,20 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   e->graph = nullptr;
   e->t = std::chrono::steady_clock::now();
   return cudaSuccess;
+}
+// cudaEventRecordExternal in a capture: a node of the graph (an event-record node) that records the host clock
+// when the graph replays it, as cudaEventRecord does outside a capture; otherwise cudaEventRecord.
+#define cudaEventRecordDefault 0x00
+#define cudaEventRecordExternal 0x01
+inline cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream = nullptr, unsigned flags = 0) {
+  if (e == nullptr || e->magic != carve_emu::kEventMagic) return cudaErrorInvalidResourceHandle;
+  carve_emu::Stream* st = carve_emu::stream_of(stream);
+  if (st == nullptr) return cudaErrorInvalidResourceHandle;
+  if ((flags & cudaEventRecordExternal) == 0 || !st->capturing) return cudaEventRecord(e, stream);
+  return carve_emu::enqueue(stream, [e]() {
+    e->graph = nullptr;
+    e->t = std::chrono::steady_clock::now();
+  });
 }
 // Outside a capture, work after the wait runs after the event's work: always true here (all work is
 // serial). An event recorded in a capture makes the waiting stream's next node depend on the record's

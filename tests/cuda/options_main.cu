@@ -23,6 +23,8 @@
 //   C. tactics: create_with with conv_tune 1 times every convolution shape (no allocation either),
 //      yolo26n_tactics returns a path per shape; a create_with given them (options.tactics) takes the same
 //      paths and gives bit-identical rows; an entry that is no path is refused.
+//   D. options.graph_layer_ms: the graph holds one event-record node per layer end and one at its start, its
+//      rows are bit-identical to the unmarked graph's, yolo26n_layer_ms gives every layer's time after the replay.
 
 #include <cstdint>
 #include <cstdio>
@@ -356,6 +358,33 @@ int main(int argc, char** argv) {
     expect_status(yolo26n_create_with(&again, &c.b, &m), CARVE_ERR_INVALID_ARGUMENT, "create_with, an entry CARVE_CU_PATHS (no path)");
     expect(m == NULL, "  ... and *out is NULL");
     expect_status(yolo26n_tactics(NULL, paths.data()), CARVE_ERR_INVALID_ARGUMENT, "yolo26n_tactics(NULL, ...)");
+
+    // ---- D. layer times inside the graph ----
+    std::printf("D. options.graph_layer_ms (event-record nodes at the layer ends)\n");
+    yolo26n_options marked = opt;
+    marked.graph_layer_ms = 1;
+    expect_status(yolo26n_create_with(&opt, &c.b, &m), CARVE_OK, "create_with, graph_layer_ms 0");
+    std::vector<float> plain_rows;
+    expect(run3(m, &plain_rows) == CARVE_OK, "  three runs");
+    const size_t plain_nodes = yolo26n_graph_nodes(m);
+    yolo26n_destroy(m);
+    expect_status(yolo26n_create_with(&marked, &c.b, &m), CARVE_OK, "create_with, graph_layer_ms 1");
+    reset();
+    expect(run3(m, &rows) == CARVE_OK && same_bits(rows, plain_rows), "  rows bit-identical to the unmarked graph's");
+    expect(none(counts()), "  no malloc/free, cudaMalloc, cudaMallocHost or cublasCreate in the runs");
+    const double* ms = yolo26n_layer_ms(m);
+    bool all = ms != nullptr;
+    double sum = 0.0;
+    for (int l = 0; all && l < YOLO26N_NUM_LAYERS; l++) {
+      all = ms[l] >= 0.0;
+      sum += ms[l];
+    }
+    expect(all && sum > 0.0, "  yolo26n_layer_ms after the graph replay: every layer timed");
+    const size_t marked_nodes = yolo26n_graph_nodes(m);
+    std::printf("    graph nodes: %zu unmarked, %zu marked (%d layers)\n", plain_nodes, marked_nodes, YOLO26N_NUM_LAYERS);
+    expect(plain_nodes > 0 && marked_nodes == plain_nodes + YOLO26N_NUM_LAYERS + 1,
+           "  the marked graph: one event-record node per layer end and one at the start");
+    yolo26n_destroy(m);
   }
   std::free(file);
   std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");

@@ -146,4 +146,4 @@ fi
 echo "carve done at $(( $(date +%s) - t0 )) s"
 
 # (4) the table
-python3 "$D/bench_table.py" "$OUT/bench.jsonl" | tee "$OUT/table.md"
+python3 "$D/bench_table.py" "$OUT/bench.jsonl" "$OUT/profile.jsonl" | tee "$OUT/table.md"

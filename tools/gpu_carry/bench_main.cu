@@ -24,7 +24,10 @@
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
 //                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
 //                   layer's type, device ms of the last run and GFLOP/s, and each convolution's path and its
-//                   two timed paths' microseconds ("convs": [[path, cublas_us, fused_us], ...]; path 0: not timed)
+//                   two timed paths' microseconds ("convs": [[path, cublas_us, fused_us], ...]; path 0: not timed);
+//                   then a third model with the graph and options.graph_layer_ms (an event-record node at every
+//                   layer end): "graph_layers", each layer's device ms inside the graph (median of 20 replays),
+//                   and their sum "graph_marked_ms" (the marks cut the programmatic launches between layers)
 //   --runs 0        one run_images, --rows written, nothing timed (the emulated reference rows)
 //   --rows FILE     image 0's raw end-to-end rows of the last run_images (ROWS_PER_IMAGE x ROW_LEN float32,
 //                   little-endian): the configurations' outputs compared on the host (tools/gpu_carry/rows.py)
@@ -260,7 +263,29 @@ int main(int argc, char** argv) {
     for (int l = 0; l < YOLO26N_NUM_LAYERS; l++)
       std::fprintf(f, "%s[\"%s\", %.5f, %.1f]", l ? ", " : "", yolo26n_layer_type(l), ms[l],
                    ms[l] > 0 ? yolo26n_layer_flops(l) / (ms[l] * 1e6) : 0.0);
-    std::fprintf(f, "], \"convs\": [");
+    // A third model: the CUDA Graph with an event-record node at every layer end (options.graph_layer_ms): each
+    // layer's device time inside the graph, the median of 20 replays ("graph_layers"; the marks cut the
+    // programmatic launches at the layer boundaries, so their sum, "graph_marked_ms", exceeds the plain graph's).
+    yolo26n_options marked = opt;
+    marked.use_graph = 1;
+    marked.graph_layer_ms = 1;
+    yolo26n* g = nullptr;
+    TRY(yolo26n_create(&marked, &g));
+    std::vector<std::vector<double>> per(YOLO26N_NUM_LAYERS);
+    for (int r = 0; r < 22; r++) {
+      TRY(yolo26n_run_images(g, host.data(), 0.25f, dets.data(), YOLO26N_MAX_DETECTIONS, counts.data()));
+      const double* gm = yolo26n_layer_ms(g);
+      for (int l = 0; r >= 2 && gm != nullptr && l < YOLO26N_NUM_LAYERS; l++) per[l].push_back(gm[l]);  // 2 warm-up
+    }
+    std::fprintf(f, "], \"graph_layers\": [");
+    double marked_ms = 0.0;
+    for (int l = 0; l < YOLO26N_NUM_LAYERS; l++) {
+      marked_ms += median(per[l]);
+      std::fprintf(f, "%s%.5f", l ? ", " : "", median(per[l]));
+    }
+    std::fprintf(f, "], \"graph_marked_ms\": %.4f", marked_ms);
+    yolo26n_destroy(g);
+    std::fprintf(f, ", \"convs\": [");
     for (size_t c = 0; c < YOLO26N_NUM_CONVS; c++) {
       const ConvPath& p = conv_paths[c];  // as the first model's create timed them
       std::fprintf(f, "%s[%d, %.2f, %.2f]", c ? ", " : "", p.path, p.us[0], p.us[1]);

@@ -35,7 +35,7 @@ build=$?
 at "builds: bench rc $build, kernel tests rc $kt,"
 STEP=run timeout "$(limit "${BENCH_TIMEOUT:-280}")" bash "$D/bench.sh" > "$OUT/bench.log" 2>&1
 bench=$?
-[ -s "$OUT/table.md" ] || python3 "$D/bench_table.py" "$OUT/bench.jsonl" > "$OUT/table.md" 2>&1
+[ -s "$OUT/table.md" ] || python3 "$D/bench_table.py" "$OUT/bench.jsonl" "$OUT/profile.jsonl" > "$OUT/table.md" 2>&1
 at "bench.sh: rc $bench"
 if [ "$gkt" != 0 ] && [ "$kt" = 0 ] && [ "$(limit 120)" -gt 10 ]; then
   GKT_STEP=run timeout "$(limit 120)" sh tests/cuda/gpu_kernel_tests.sh /tmp/gkt > "$OUT/kernel_tests.log" 2>&1

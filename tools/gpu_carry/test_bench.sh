@@ -4,7 +4,8 @@
 # table must hold carve TF32, carve strict-fp32, carve fp16 and PyTorch rows for both batches, and the
 # fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
 # (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
-# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes; a batch's layers run once for all its images, so batch 2 must
+# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes; every profile
+# line its layers' times inside the marked graph (graph_layers) and the table the Detect target's line; a batch's layers run once for all its images, so batch 2 must
 # add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
 #   tools/gpu_carry/test_bench.sh CHECKPOINT [DIR]     (CHECKPOINT: a yolo26n .pt; DIR default build/bench_test)
 set -eu
@@ -18,8 +19,9 @@ for row in "| carve tf32 | 1 |" "| carve strict-fp32 | 1 |" "| carve tf32 | 2 |"
            "| carve tf32 fused | 1 |" "| carve tf32 fused | 2 |" "| carve fp16 | 1 |" "| carve fp16 fused | 1 |" \
            "| carve fp16 | 2 |" "| carve fp16 fused | 2 |" "| carve fp16 serial-head | 1 |" "| carve tf32 serial-head | 1 |" \
            "| carve fp16 no-tune | 1 |" "| carve tf32 no-tune | 2 |" \
-           "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |"; do
-  grep -qF "$row" "$out/table.md" || { echo "test_bench: FAIL: no row '$row' in $out/table.md"; exit 1; }
+           "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |" \
+           "- Detect layer with the e2e head under 60 us (carve fp16, inside the graph"; do
+  grep -qF -- "$row" "$out/table.md" || { echo "test_bench: FAIL: no row '$row' in $out/table.md"; exit 1; }
 done
 python3 - "$out/bench.jsonl" <<'PY' || exit 1
 import json, sys
@@ -36,6 +38,11 @@ for prec, b in (("tf32", 1), ("tf32", 2), ("fp16", 1), ("fp16", 2)):  # --tune t
     if not tuned or not plain or tuned[0]["convs_gemm"] + tuned[0]["convs_fused"] == 0 or \
             plain[0]["convs_gemm"] + plain[0]["convs_fused"] != 0:
         sys.exit(f"test_bench: FAIL: carve {prec} batch {b}: tuned {tuned[:1]}, no-tune {plain[:1]}")
+profiles = [json.loads(l) for l in open(sys.argv[1].replace("bench.jsonl", "profile.jsonl")) if l.startswith("{")]
+for p in profiles:  # the marked graph's per-layer times (options.graph_layer_ms), one per layer
+    g = p.get("graph_layers")
+    if not g or len(g) != len(p["layers"]) or min(g) < 0 or p.get("graph_marked_ms", 0) <= 0:
+        sys.exit(f"test_bench: FAIL: {p['system']} batch {p['batch']}: graph_layers {g}")
 for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as many nodes as the serial head
     if nodes[(f"carve {prec}", 1)] != nodes[(f"carve {prec} serial-head", 1)]:
         sys.exit(f"test_bench: FAIL: carve {prec}: lanes change the launch count")
