@@ -50,30 +50,9 @@ t0=$(date +%s)
 
 # (1) build: a wrapper project per package (the package as a subdirectory + bench_main); the first batch's
 # packages also as "<name>-nopdl", compiled with -DCARVE_CUDA_NO_PDL (plain launches: rows "carve <prec> no-PDL")
-build() {  # build NAME PACKAGE_DIR [extra CUDA flags]
-  local p=$1 dir=$2 flags=${3:-} w
-  w=/tmp/bench-$p
-  mkdir -p "$w"
-  cat > "$w/CMakeLists.txt" <<CM
-cmake_minimum_required(VERSION 3.18)
-if(CARVE_CUDA_EMULATION_HEADER)
-  project(bench_$p LANGUAGES C CXX ASM)
-else()
-  project(bench_$p LANGUAGES C CXX CUDA ASM)
-endif()
-set(YOLO26N_BUILD_DEMO OFF CACHE BOOL "" FORCE)
-add_subdirectory($dir pkg)
-add_executable(bench_main $D/bench_main.cu $dir/runtime/carve_io.c)
-carve_cuda_sources(bench_main $D/bench_main.cu)
-set_target_properties(bench_main PROPERTIES CXX_STANDARD 17 CUDA_STANDARD 17)
-find_library(STB_LIBRARY NAMES stb HINTS $D/stb/lib REQUIRED)
-target_link_libraries(bench_main PRIVATE yolo26n \${STB_LIBRARY})
-CM
-  ( if [ -n "$EMULATE" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=$ARCH"; fi
-    cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs ${flags:+"-DCMAKE_CUDA_FLAGS=$flags"} \
-      > "$w/cmake.log" 2>&1 &&
-    cmake --build "$w/build" -j "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" > "$w/build.log" 2>&1
-    echo $? > "$w/rc" ) &
+build() {  # build NAME PACKAGE_DIR [extra CUDA flags]: /tmp/bench-NAME/build/bench_main, in the background
+  EMULATE=$EMULATE ARCH=$ARCH bash "$D/wrap_build.sh" "/tmp/bench-$1" "$2" "$D/bench_main.cu" yolo26n "$D/stb/lib" \
+    "${3:-}" &
 }
 PKGS=${PKGS:-$(ls "$D/pkgs")} STEP=${STEP:-all} EXTRA=${EXTRA:-1} NOPDL=${NOPDL:-0}
 BATCHES=$(for p in $PKGS; do echo "${p##*-b}"; done | sort -nu | paste -sd, -)  # PyTorch's: the packages'

@@ -12,29 +12,9 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 export CPATH=$D/stb/include LIBRARY_PATH=$D/stb/lib LD_LIBRARY_PATH=$D/stb/lib PATH=$PATH:/usr/local/cuda/bin
 ARCH=${CUDA_ARCH:-90} EMULATE=${EMULATE:-}
 t0=$(date +%s)
-for prec in fp32 fp16; do
-  w=/tmp/eval-$prec
-  mkdir -p "$w"
-  cat > "$w/CMakeLists.txt" <<CM
-cmake_minimum_required(VERSION 3.18)
-if(CARVE_CUDA_EMULATION_HEADER)
-  project(eval_$prec LANGUAGES C CXX ASM)
-else()
-  project(eval_$prec LANGUAGES C CXX CUDA ASM)
-endif()
-set(YOLO26N_SHAPES_BUILD_DEMO OFF CACHE BOOL "" FORCE)
-add_subdirectory($D/pkgs/$prec pkg)
-add_executable(eval_main $D/eval_main.cu $D/pkgs/$prec/runtime/carve_io.c)
-carve_cuda_sources(eval_main $D/eval_main.cu)
-set_target_properties(eval_main PROPERTIES CXX_STANDARD 17 CUDA_STANDARD 17)
-target_compile_definitions(eval_main PRIVATE MODEL=yolo26n_shapes MODEL_HEADER="yolo26n_shapes.h")
-find_library(STB_LIBRARY NAMES stb HINTS $D/stb/lib REQUIRED)
-target_link_libraries(eval_main PRIVATE yolo26n_shapes \${STB_LIBRARY})
-CM
-  ( if [ -n "$EMULATE" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=$ARCH"; fi
-    cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs > "$w/cmake.log" 2>&1 &&
-    cmake --build "$w/build" -j "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" > "$w/build.log" 2>&1
-    echo $? > "$w/rc" ) &
+for prec in fp32 fp16; do  # /tmp/eval-PREC/build/eval_main, in the background
+  EMULATE=$EMULATE ARCH=$ARCH bash "$D/wrap_build.sh" "/tmp/eval-$prec" "$D/pkgs/$prec" "$D/eval_main.cu" yolo26n_shapes \
+    "$D/stb/lib" "" 'MODEL=yolo26n_shapes MODEL_HEADER="yolo26n_shapes.h"' &
 done
 python3 "$D/eval_render.py" "$D" "$OUT" || exit 1
 wait

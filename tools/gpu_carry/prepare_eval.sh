@@ -43,5 +43,5 @@ for prec in fp32 fp16; do
   "$here/carve" generate "$here/manifests/yolo26n-shapes.yaml" --backend cuda --weights "$here/assets/yolo26n-shapes.pt" \
     --out "$DIR/pkgs/$prec" $opts
 done
-cp "$here/tools/gpu_carry/eval_main.cu" "$here/tools/gpu_carry/eval_device.sh" "$here/tools/gpu_carry/eval_render.py" "$DIR/"
+cp "$here/tools/gpu_carry/eval_main.cu" "$here/tools/gpu_carry/eval_device.sh" "$here/tools/gpu_carry/eval_render.py" "$here/tools/gpu_carry/wrap_build.sh" "$DIR/"
 du -sh "$DIR"
