@@ -582,8 +582,7 @@ static carve_status topk_run(cudaStream_t stream, const float* vals, size_t n, s
 // one launch of the one-block kernel when it applies, else topk_run list by list on the one scratch.
 static carve_status topk_batch(cudaStream_t stream, const float* vals, size_t n, size_t kk, size_t batch, int32_t* idx,
                                float* val, void* scratch) {
-  const size_t p = pow2_at_least(kk);
-  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && p <= CARVE_CU_SORT_BLOCK && batch <= 0x7FFFFFFFu) {
+  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N && kk <= CARVE_CU_SORT_BLOCK && batch <= 0x7FFFFFFFu) {
     CARVE_LAUNCH(carve_cu_topk_one_block_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, stream, vals,
                  (uint32_t)n, (uint32_t)kk, idx, val);
     CARVE_CU_CHECK_LAUNCH();

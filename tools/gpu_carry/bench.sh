@@ -48,8 +48,8 @@ rows=/tmp/bench-rows
 rm -rf "$rows" && mkdir -p "$rows"
 t0=$(date +%s)
 
-# (1) build: a wrapper project per package (the package as a subdirectory + bench_main); the first batch's
-# packages also as "<name>-nopdl", compiled with -DCARVE_CUDA_NO_PDL (plain launches: rows "carve <prec> no-PDL")
+# (1) build: a wrapper project per package (the package as a subdirectory + bench_main: wrap_build.sh); with NOPDL=1
+# the first batch's packages also as "<name>-nopdl", compiled with -DCARVE_CUDA_NO_PDL (rows "carve <prec> no-PDL")
 build() {  # build NAME PACKAGE_DIR [extra CUDA flags]: /tmp/bench-NAME/build/bench_main, in the background
   EMULATE=$EMULATE ARCH=$ARCH bash "$D/wrap_build.sh" "/tmp/bench-$1" "$2" "$D/bench_main.cu" yolo26n "$D/stb/lib" \
     "${3:-}" &
