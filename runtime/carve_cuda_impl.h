@@ -51,6 +51,14 @@ static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
   return st != CUBLAS_STATUS_SUCCESS ? st : cublasSetWorkspace(ctx->blas, ctx->blas_workspace, ctx->blas_workspace_bytes);
 }
 
+// Fully unrolls the loop that follows under nvcc (a per-thread array indexed by the loop variable
+// stays in registers); the emulation's host compiler runs it as written.
+#ifdef __CUDACC__
+#define CARVE_CU_UNROLL _Pragma("unroll")
+#else
+#define CARVE_CU_UNROLL
+#endif
+
 // Grid-stride loop over [0, n) with 64-bit indices.
 #define CARVE_CU_FOR(i, n)                                                              \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \

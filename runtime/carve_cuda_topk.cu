@@ -350,10 +350,77 @@ static __device__ __forceinline__ uint32_t carve_cu_warp_incl_sum(uint32_t v) {
   return v;
 }
 
-// The whole top-k of vals[0 .. n) in one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads, for
-// kk <= CARVE_CU_SORT_BLOCK: steps 1-4 above with the state, the histogram and the composites in
-// shared memory, the same result as the multi-launch path. What it does differently (Nsight Compute,
-// H100, the head's 8400 and 24000 scores: 88k and 178k warp instructions, 28 and 47 us, before):
+// A radix-select pass's digit, by the 32 lanes of one warp (every lane calls it): the largest d with
+// #{matching keys whose digit >= d} >= need. Each lane sums 8 bins from the top (lane l: bins
+// 255 - 8 l - j, j = 0 .. 7) and a scan over the lanes finds the one holding the digit; that lane returns
+// true with the digit, the matching keys above its bin and the keys in it.
+static __device__ __forceinline__ bool carve_cu_pick_digit(const uint32_t* hist, uint32_t need, uint32_t* digit,
+                                                           uint32_t* above, uint32_t* in_bin) {
+  const unsigned lane = threadIdx.x & 31u;
+  uint32_t c[8], sum = 0;
+  for (int j = 0; j < 8; j++) {
+    c[j] = hist[255u - 8u * lane - (uint32_t)j];
+    sum += c[j];
+  }
+  const uint32_t incl = carve_cu_warp_incl_sum(sum);  // matching keys in this lane's bins and every bin above
+  if (!(incl - sum < need && need <= incl)) {
+    return false;
+  }
+  uint32_t a = incl - sum;
+  for (int j = 0; j < 8; j++) {
+    if (a + c[j] >= need) {
+      *digit = 255u - 8u * lane - (uint32_t)j;
+      *above = a;
+      *in_bin = c[j];
+      return true;
+    }
+    a += c[j];
+  }
+  return false;  // not reached: need <= incl
+}
+
+// Descending rank sort of the kk distinct composites s[0 .. kk) (written by the block before the call):
+// composite e goes to place[e] = #{j : s[j] > s[e]}, every comparison made once. With kk < 1024 the threads
+// split: thread t takes composite t % kk against the slice t / kk of the others. Every thread of the block
+// calls it (barriers); place[e] is read after it.
+static __device__ void carve_cu_rank_place(const uint64_t* s, uint32_t kk, uint32_t* place) {
+  const unsigned t = threadIdx.x, threads = blockDim.x;
+  for (uint32_t e = t; e < kk; e += threads) {
+    place[e] = 0;
+  }
+  __syncthreads();
+  const uint32_t parts = kk < threads ? threads / kk : 1u;
+  const uint32_t per = (kk + parts - 1) / parts;
+  for (uint32_t u = t; u < kk * parts; u += threads) {
+    const uint32_t e = u % kk, part = u / kk;
+    const uint32_t j0 = part * per, j1 = j0 + per < kk ? j0 + per : kk;
+    const uint64_t me = s[e];
+    uint32_t above = 0;
+    for (uint32_t jj = j0; jj < j1; jj++) {
+      above += s[jj] > me;
+    }
+    atomicAdd(&place[e], above);
+  }
+  __syncthreads();
+}
+
+// The index a composite carries.
+static __device__ __forceinline__ uint32_t carve_cu_comp_index(uint64_t comp) {
+  return 0xFFFFFFFFu - (uint32_t)comp;
+}
+
+// The state of carve_cu_topk_block in shared memory.
+typedef struct topk_block_shared {
+  uint32_t hist[256];
+  uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
+  uint32_t prefix, mask, k_rem, n_gt, settled;
+} topk_block_shared;
+
+// The whole top-k of vals[0 .. n) (global memory) by one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads,
+// kk <= CARVE_CU_SORT_BLOCK, into idx[0 .. kk) / val (may be NULL; either may be in shared memory): steps 1-4
+// above with the state, the histogram and the kk composites s[] / places place[] in shared memory, the same
+// result as the multi-launch path. What it does differently (Nsight Compute, H100, the head's 8400 and 24000
+// scores: 88k and 178k warp instructions, 28 and 47 us, before):
 //  - the histogram: the lanes of a warp that share a bin find each other with one __match_any_sync
 //    and its lowest lane adds their count (keys sharing their leading digits share a bin, and
 //    one bin taking every lane's atomicAdd would serialise the warp);
@@ -361,46 +428,33 @@ static __device__ __forceinline__ uint32_t carve_cu_warp_incl_sum(uint32_t v) {
 //    of that bin is in the result and none below it, so the remaining digits cannot change the
 //    set (T stays a prefix under `mask`, and the compaction compares masked keys);
 //  - the sort: composites are distinct, so each one's place is the number of composites above it
-//    (a rank sort: every thread takes a slice of one composite's comparisons, no barrier between
-//    steps), where the bitonic network took 45 barriered steps (31k warp instructions);
-//  - warp 0 picks each digit (each lane sums 8 bins, a scan over the lanes finds the bin).
+//    (carve_cu_rank_place: no barrier between steps), where the bitonic network took 45 barriered
+//    steps (31k warp instructions);
+//  - warp 0 picks each digit (carve_cu_pick_digit).
 // The compaction: thread t owns the consecutive values [t c, (t + 1) c), c = ceil(n / 1024): it
 // counts its keys above T and equal to it, one block-wide scan of the equal counts ranks them in
 // index order, and a second walk writes the keys above T at atomic positions in [0, kk - k_rem) (any
 // order: the rank sort orders them) and the keys equal to T ranked below k_rem at [kk - k_rem, kk):
-// the lowest indices, as the multi-launch path.
-// Block b of a grid of several: the top-k of vals[b n .. (b + 1) n) into idx / val [b kk ..) (a batch).
-__global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
-    carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk,
-                                   int32_t* __restrict__ idx, float* __restrict__ val) {
-  CARVE_CU_KERNEL_ENTRY();
-  vals += (size_t)blockIdx.x * n;
-  idx += (size_t)blockIdx.x * kk;
-  if (val != NULL) {
-    val += (size_t)blockIdx.x * kk;
-  }
-  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
-  __shared__ uint32_t place[CARVE_CU_SORT_BLOCK];
-  __shared__ uint32_t hist[256];
-  __shared__ uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
-  __shared__ uint32_t prefix, mask, k_rem, n_gt, settled;
+// the lowest indices, as the multi-launch path. Every thread of the block calls it (barriers).
+static __device__ void carve_cu_topk_block(const float* __restrict__ vals, uint32_t n, uint32_t kk, int32_t* idx,
+                                           float* val, uint64_t* s, uint32_t* place, topk_block_shared* sh) {
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   if (t == 0) {
-    prefix = 0;
-    mask = 0;
-    k_rem = kk;
-    n_gt = 0;
-    settled = 0;
+    sh->prefix = 0;
+    sh->mask = 0;
+    sh->k_rem = kk;
+    sh->n_gt = 0;
+    sh->settled = 0;
   }
   // 2. radix select, up to four passes of 8 bits.
   for (int pass = 0; pass < 4; pass++) {
     const uint32_t shift = 24u - 8u * (uint32_t)pass;
     for (unsigned d = t; d < 256; d += threads) {
-      hist[d] = 0;
+      sh->hist[d] = 0;
     }
     __syncthreads();
-    const uint32_t pre = prefix, msk = mask;
+    const uint32_t pre = sh->prefix, msk = sh->mask;
     // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram (the loop
     // bound is warp-uniform, so every lane takes part in __match_any_sync).
     for (uint32_t i0 = t - lane; i0 < n; i0 += threads * CARVE_CU_TOPK_UNROLL) {
@@ -415,44 +469,29 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
         const uint32_t bin = (key[j] >> shift) & 255u;
         const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
         if (match && (unsigned)(__ffs((int)peers) - 1) == lane) {
-          atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+          atomicAdd(&sh->hist[bin], (uint32_t)__popc(peers));
         }
       }
     }
     __syncthreads();
-    if (warp == 0) {  // as carve_cu_topk_digit_kernel: the largest d with #{digit >= d} >= k_rem
-      const uint32_t need = k_rem;  // read by every lane before one lane writes it below
+    if (warp == 0) {  // as carve_cu_topk_digit_kernel
+      const uint32_t need = sh->k_rem;  // read by every lane before one lane writes it below
       __syncwarp();
-      uint32_t c[8], sum = 0;  // lane l: bins 255 - 8 l - j, j = 0 .. 7 (from the top)
-      for (int j = 0; j < 8; j++) {
-        c[j] = hist[255u - 8u * lane - (uint32_t)j];
-        sum += c[j];
-      }
-      const uint32_t incl = carve_cu_warp_incl_sum(sum);  // matching keys in this lane's bins and every bin above
-      if (incl - sum < need && need <= incl) {  // one lane: the bin is among its 8
-        uint32_t above = incl - sum;
-        uint32_t digit = 0, in_bin = 0;
-        for (int j = 0; j < 8; j++) {
-          if (above + c[j] >= need) {
-            digit = 255u - 8u * lane - (uint32_t)j;
-            in_bin = c[j];
-            break;
-          }
-          above += c[j];
-        }
-        prefix |= digit << shift;
-        mask |= 255u << shift;
-        k_rem = need - above;
-        settled = in_bin == need - above;  // the whole bin is wanted: the set is known
+      uint32_t digit, above, in_bin;
+      if (carve_cu_pick_digit(sh->hist, need, &digit, &above, &in_bin)) {
+        sh->prefix |= digit << shift;
+        sh->mask |= 255u << shift;
+        sh->k_rem = need - above;
+        sh->settled = in_bin == need - above;  // the whole bin is wanted: the set is known
       }
     }
     __syncthreads();
-    if (settled) {  // block-uniform (shared, after the barrier)
+    if (sh->settled) {  // block-uniform (shared, after the barrier)
       break;
     }
   }
   // 3. compaction over each thread's consecutive values, on keys under the select's mask.
-  const uint32_t thr = prefix, msk = mask, rem = k_rem;
+  const uint32_t thr = sh->prefix, msk = sh->mask, rem = sh->k_rem;
   const uint32_t chunk = (n + threads - 1) / threads;
   const uint32_t lo = t * chunk < n ? t * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
   uint32_t n_above = 0, n_tie = 0;
@@ -463,16 +502,16 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   }
   const uint32_t incl = carve_cu_warp_incl_sum(n_tie);  // the ties of this thread and of the lower lanes
   if (lane == 31) {
-    warp_eq[warp] = incl;
+    sh->warp_eq[warp] = incl;
   }
   __syncthreads();
   if (warp == 0) {  // the warps' totals to exclusive offsets (32 warps of 32)
-    const uint32_t total = warp_eq[lane];
-    warp_eq[lane] = carve_cu_warp_incl_sum(total) - total;
+    const uint32_t total = sh->warp_eq[lane];
+    sh->warp_eq[lane] = carve_cu_warp_incl_sum(total) - total;
   }
   __syncthreads();
-  uint32_t rank = warp_eq[warp] + incl - n_tie;  // ties at lower indices
-  uint32_t pos = n_above != 0 ? atomicAdd(&n_gt, n_above) : 0u;
+  uint32_t rank = sh->warp_eq[warp] + incl - n_tie;  // ties at lower indices
+  uint32_t pos = n_above != 0 ? atomicAdd(&sh->n_gt, n_above) : 0u;
   if (n_above != 0 || (n_tie != 0 && rank < rem)) {
     for (uint32_t i = lo; i < hi; i++) {
       const uint32_t full = carve_cu_order_key(vals[i]), key = full & msk;
@@ -487,32 +526,28 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
       }
     }
   }
+  // 4. rank sort, descending.
+  carve_cu_rank_place(s, kk, place);
   for (uint32_t e = t; e < kk; e += threads) {
-    place[e] = 0;
-  }
-  __syncthreads();
-  // 4. rank sort, descending: composite e goes to place #{j : s[j] > s[e]}. With kk < 1024 the
-  // threads split: thread t takes composite t % kk against the slice t / kk of the others.
-  const uint32_t parts = kk < threads ? threads / kk : 1u;
-  const uint32_t per = (kk + parts - 1) / parts;
-  for (uint32_t u = t; u < kk * parts; u += threads) {
-    const uint32_t e = u % kk, part = u / kk;
-    const uint32_t j0 = part * per, j1 = j0 + per < kk ? j0 + per : kk;
-    const uint64_t me = s[e];
-    uint32_t above = 0;
-    for (uint32_t jj = j0; jj < j1; jj++) {
-      above += s[jj] > me;
-    }
-    atomicAdd(&place[e], above);
-  }
-  __syncthreads();
-  for (uint32_t e = t; e < kk; e += threads) {
-    const uint32_t index = 0xFFFFFFFFu - (uint32_t)s[e];
+    const uint32_t index = carve_cu_comp_index(s[e]);
     idx[place[e]] = (int32_t)index;
     if (val != NULL) {
       val[place[e]] = vals[index];
     }
   }
+}
+
+// Block b of a grid of several: the top-k of vals[b n .. (b + 1) n) into idx / val [b kk ..) (a batch),
+// by carve_cu_topk_block.
+__global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
+    carve_cu_topk_one_block_kernel(const float* __restrict__ vals, uint32_t n, uint32_t kk,
+                                   int32_t* __restrict__ idx, float* __restrict__ val) {
+  CARVE_CU_KERNEL_ENTRY();
+  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  __shared__ uint32_t place[CARVE_CU_SORT_BLOCK];
+  __shared__ topk_block_shared sh;
+  carve_cu_topk_block(vals + (size_t)blockIdx.x * n, n, kk, idx + (size_t)blockIdx.x * kk,
+                      val != NULL ? val + (size_t)blockIdx.x * kk : NULL, s, place, &sh);
 }
 
 // idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
