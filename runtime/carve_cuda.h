@@ -418,8 +418,9 @@ carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, siz
 // CPU bit for bit; on a GPU expf differs by up to 2 ulp, so two scores equal on
 // one side and not on the other can swap ranks.
 size_t carve_cu_e2e_scratch_bytes(size_t anchors, size_t nc, size_t k);
-// The same for `batch` images in one call (5 launches for the batch while the anchors and k' nc are at
-// most 65536 and k' at most 2048, else the two top-k steps image by image): image b's maps follow image
+// The same for `batch` images in one call: 2 launches for the batch while A <= 12288 and k' <= 1024 (the anchor
+// scores, then the fused head: one block per image does both top-k steps and the rows), else 5 while A and
+// k' nc are at most 65536 and k' at most 2048, else the two top-k steps image by image. Image b's maps follow image
 // 0's in each view (level l's box, class and extra maps of image b start b h w box_stride, b h w
 // cls_stride and b h w extra_stride floats after `levels`' pointers), its min(k, A) rows follow image
 // b - 1's in `rows`. Scratch: carve_cu_e2e_batch_scratch_bytes. batch 0 is CARVE_ERR_INVALID_ARGUMENT.

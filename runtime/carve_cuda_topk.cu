@@ -358,6 +358,7 @@ static __device__ __forceinline__ bool carve_cu_pick_digit(const uint32_t* hist,
                                                            uint32_t* above, uint32_t* in_bin) {
   const unsigned lane = threadIdx.x & 31u;
   uint32_t c[8], sum = 0;
+  CARVE_CU_UNROLL
   for (int j = 0; j < 8; j++) {
     c[j] = hist[255u - 8u * lane - (uint32_t)j];
     sum += c[j];
@@ -367,6 +368,7 @@ static __device__ __forceinline__ bool carve_cu_pick_digit(const uint32_t* hist,
     return false;
   }
   uint32_t a = incl - sum;
+  CARVE_CU_UNROLL
   for (int j = 0; j < 8; j++) {
     if (a + c[j] >= need) {
       *digit = 255u - 8u * lane - (uint32_t)j;
@@ -435,8 +437,10 @@ typedef struct topk_block_shared {
 // counts its keys above T and equal to it, one block-wide scan of the equal counts ranks them in
 // index order, and a second walk writes the keys above T at atomic positions in [0, kk - k_rem) (any
 // order: the rank sort orders them) and the keys equal to T ranked below k_rem at [kk - k_rem, kk):
-// the lowest indices, as the multi-launch path. Every thread of the block calls it (barriers).
-static __device__ void carve_cu_topk_block(const float* __restrict__ vals, uint32_t n, uint32_t kk, int32_t* idx,
+// the lowest indices, as the multi-launch path. Every thread of the block calls it (barriers). vals is not
+// __restrict__: the fused e2e head calls it on scores the block has just written (a read-only, non-coherent
+// load of them would be undefined).
+static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32_t kk, int32_t* idx,
                                            float* val, uint64_t* s, uint32_t* place, topk_block_shared* sh) {
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
@@ -720,16 +724,40 @@ static __device__ __forceinline__ const T* carve_cu_image_map(const T* base, con
 }
 
 // Step 1 scores: s[b A + a] = sigmoid(max_c logit[a][c]) of image b (= max_c sigmoid, sigmoid being monotonic).
+// CARVE_CU_E2E_SUB lanes per anchor, lane j reading classes j, j + SUB, ... (the lanes of an anchor read
+// neighbouring values), then a butterfly over the lanes: max ignoring NaN is order-free but for the sign of
+// a zero, which sigmoid does not see. The loop bound is warp-uniform (every lane takes part in the shuffles).
+#define CARVE_CU_E2E_SUB 8
 template <typename Lv>
 __global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels<Lv> L, size_t anchors, size_t batch, size_t nc,
                                                   float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, batch * anchors) {
-    const size_t b = e / anchors, a = e % anchors;
-    size_t pixel;
-    const Lv* lv = carve_cu_locate(&L, a, &pixel);
-    const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
-    s[e] = carve_cu_sigmoid(carve_cu_max_ignoring_nan(cls + pixel * lv->cls_stride, nc));
+  const size_t total = batch * anchors * CARVE_CU_E2E_SUB;
+  const unsigned lane = threadIdx.x & 31u, sub = threadIdx.x % CARVE_CU_E2E_SUB;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e - lane < total;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t g = e / CARVE_CU_E2E_SUB, b = g / anchors, a = g % anchors;
+    float m = NAN;
+    if (e < total) {
+      size_t pixel;
+      const Lv* lv = carve_cu_locate(&L, a, &pixel);
+      const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b) + pixel * lv->cls_stride;
+      for (size_t c = sub; c < nc; c += CARVE_CU_E2E_SUB) {
+        const float v = carve_cu_ld(cls, c);
+        if (v > m || m != m) {
+          m = v;
+        }
+      }
+    }
+    for (unsigned off = CARVE_CU_E2E_SUB / 2; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xFFFFFFFFu, m, (int)off);
+      if (o > m || m != m) {
+        m = o;
+      }
+    }
+    if (e < total && sub == 0) {
+      s[g] = carve_cu_sigmoid(m);
+    }
   }
 }
 
@@ -747,10 +775,55 @@ __global__ void carve_cu_e2e_class_scores_kernel(e2e_levels<Lv> L, const int32_t
   }
 }
 
-// Row i from the i-th best (anchor rank, class) pair: the decoded box (xyxy, or OBB's
-// xywh by dist2rbox with each product rounded on its own as PyTorch does), the score, the
-// class and the extras (POSE: kx = (raw_x + ax) s, ky = (raw_y + ay) s, kv = sigmoid(raw_v);
-// others raw), as carve_e2e_postprocess_task.
+// The row of anchor `anchor`, class c of image b: the decoded box (xyxy, or OBB's xywh by dist2rbox with each
+// product rounded on its own as PyTorch does), the score, the class and the extras (POSE: kx = (raw_x + ax) s,
+// ky = (raw_y + ay) s, kv = sigmoid(raw_v); others raw), as carve_e2e_postprocess_task.
+template <typename Lv>
+static __device__ void carve_cu_e2e_row(const e2e_levels<Lv>* L, size_t anchor, size_t c, size_t b,
+                                        size_t extra_channels, int task, float* __restrict__ row) {
+  size_t pixel;
+  const Lv* lv = carve_cu_locate(L, anchor, &pixel);
+  const float ax = (float)(pixel % lv->w) + 0.5f;
+  const float ay = (float)(pixel / lv->w) + 0.5f;
+  const float s = lv->stride;
+  const auto* box = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
+  const float ltrb[4] = {carve_cu_ld(box, 0), carve_cu_ld(box, 1), carve_cu_ld(box, 2), carve_cu_ld(box, 3)};
+  const auto* extra =
+      extra_channels != 0 ? carve_cu_image_map(lv->extra, lv, lv->extra_stride, b) + pixel * lv->extra_stride : NULL;
+  if (task == CARVE_E2E_OBB) {
+    const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
+    const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
+    const float theta = carve_cu_ld(extra, 0);
+    const float co = cosf(theta), sn = sinf(theta);
+    const float x = __fsub_rn(__fmul_rn(xf, co), __fmul_rn(yf, sn));
+    const float y = __fadd_rn(__fmul_rn(xf, sn), __fmul_rn(yf, co));
+    row[0] = (x + ax) * s;
+    row[1] = (y + ay) * s;
+    row[2] = (ltrb[0] + ltrb[2]) * s;
+    row[3] = (ltrb[1] + ltrb[3]) * s;
+  } else {
+    row[0] = (ax - ltrb[0]) * s;
+    row[1] = (ay - ltrb[1]) * s;
+    row[2] = (ax + ltrb[2]) * s;
+    row[3] = (ay + ltrb[3]) * s;
+  }
+  const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
+  row[4] = carve_cu_sigmoid(carve_cu_ld(cls, pixel * lv->cls_stride + c));
+  row[5] = (float)c;
+  if (task == CARVE_E2E_POSE) {
+    for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
+      row[6 + j] = (carve_cu_ld(extra, j) + ax) * s;
+      row[6 + j + 1] = (carve_cu_ld(extra, j + 1) + ay) * s;
+      row[6 + j + 2] = carve_cu_sigmoid(carve_cu_ld(extra, j + 2));
+    }
+  } else {
+    for (size_t j = 0; j < extra_channels; j++) {
+      row[6 + j] = carve_cu_ld(extra, j);
+    }
+  }
+}
+
+// Row i from the i-th best (anchor rank, class) pair (carve_cu_e2e_row).
 // Image b's rows are rows [b k', (b + 1) k'), from its ori / best [b k' ..).
 template <typename Lv>
 __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __restrict__ ori,
@@ -761,48 +834,232 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __rest
   CARVE_CU_FOR(i, batch * kk) {
     const size_t b = i / kk;
     const size_t flat = (size_t)best[i];
-    const size_t c = flat % nc;
-    size_t pixel;
-    const Lv* lv = carve_cu_locate(&L, (size_t)ori[b * kk + flat / nc], &pixel);
-    const float ax = (float)(pixel % lv->w) + 0.5f;
-    const float ay = (float)(pixel / lv->w) + 0.5f;
-    const float s = lv->stride;
-    const auto* box = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
-    const float ltrb[4] = {carve_cu_ld(box, 0), carve_cu_ld(box, 1), carve_cu_ld(box, 2), carve_cu_ld(box, 3)};
-    const auto* extra =
-        extra_channels != 0 ? carve_cu_image_map(lv->extra, lv, lv->extra_stride, b) + pixel * lv->extra_stride : NULL;
-    float* row = rows + i * width;
-    if (task == CARVE_E2E_OBB) {
-      const float xf = (ltrb[2] - ltrb[0]) / 2.0f;
-      const float yf = (ltrb[3] - ltrb[1]) / 2.0f;
-      const float theta = carve_cu_ld(extra, 0);
-      const float co = cosf(theta), sn = sinf(theta);
-      const float x = __fsub_rn(__fmul_rn(xf, co), __fmul_rn(yf, sn));
-      const float y = __fadd_rn(__fmul_rn(xf, sn), __fmul_rn(yf, co));
-      row[0] = (x + ax) * s;
-      row[1] = (y + ay) * s;
-      row[2] = (ltrb[0] + ltrb[2]) * s;
-      row[3] = (ltrb[1] + ltrb[3]) * s;
-    } else {
-      row[0] = (ax - ltrb[0]) * s;
-      row[1] = (ay - ltrb[1]) * s;
-      row[2] = (ax + ltrb[2]) * s;
-      row[3] = (ay + ltrb[3]) * s;
+    carve_cu_e2e_row(&L, (size_t)ori[b * kk + flat / nc], flat % nc, b, extra_channels, task, rows + i * width);
+  }
+}
+
+// ---- The fused head: both top-k steps and the rows in one block per image ------------------------
+//
+// After the anchor scores, one block of 1024 threads per image does the rest (2 launches in all, where
+// the general path takes 5): step 1's select over the A anchor scores held in registers
+// (CARVE_CU_E2E_ITEMS per thread), step 2 over the class scores that can still be chosen, the rows.
+// Step 2 prunes: let T be the k'-th best anchor score of step 1. Each chosen anchor's best class score IS
+// its anchor score (the same sigmoid of the same max logit), so at least k' of the k' nc class scores are
+// >= T, the k'-th best of them is >= T, and no score below T can be chosen: the candidates are the
+// scores >= T (keys, NaN's 0 included), with their flat index r nc + c, and the k' best of them are the k'
+// best of all, the same composites in the same order (ties to the lower flat index). On a trained
+// model few class scores pass T (a few hundred); when more than CARVE_CU_E2E_CAND do (flat scores), the
+// block writes every class score to scratch and runs carve_cu_topk_block over them: the same result.
+// Both selects work on 64-bit composites (key << 32 | ~index), which are distinct, so neither needs a
+// tie pass: carve_cu_select64.
+#define CARVE_CU_E2E_ITEMS 12    // anchor scores per thread in registers: the fused head takes A <= 12288
+#define CARVE_CU_E2E_KMAX 1024   // its largest k' (the shared lists)
+#define CARVE_CU_E2E_CAND 3072   // the step-2 candidates it holds (24 KB)
+#define CARVE_CU_E2E_LOADS 8     // class scores in flight per thread while gathering candidates
+
+// The state of carve_cu_select64 in shared memory.
+typedef struct select64_shared {
+  uint32_t hist[256];
+  unsigned long long prefix;  // the bytes of the k'-th composite fixed so far
+  unsigned long long mask;    // which bytes of prefix are fixed
+  uint32_t k_rem, settled, taken, cand, thr;
+} select64_shared;
+
+// The kk largest of a block's distinct 64-bit composites: a radix select over their eight bytes, most
+// significant first, with carve_cu_topk_block's histogram (__match_any_sync) and early stop. Thread t holds
+// items j = 0 .. rows - 1 (rows <= PT, block-uniform); get(j, &comp) says whether item j exists and gives
+// it. The composites being distinct, the chosen bin ends up wanted whole (after the eighth byte it holds
+// one composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. There must be
+// at least kk composites. Every thread of the block calls it (barriers).
+template <int PT, typename Get>
+static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh) {
+  const unsigned t = threadIdx.x, lane = t & 31u;
+  if (t == 0) {
+    sh->prefix = 0;
+    sh->mask = 0;
+    sh->k_rem = kk;
+    sh->settled = 0;
+    sh->taken = 0;
+  }
+  for (int pass = 0; pass < 8; pass++) {
+    const uint32_t shift = 56u - 8u * (uint32_t)pass;
+    for (unsigned d = t; d < 256; d += blockDim.x) {
+      sh->hist[d] = 0;
     }
-    const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b);
-    row[4] = carve_cu_sigmoid(carve_cu_ld(cls, pixel * lv->cls_stride + c));
-    row[5] = (float)c;
-    if (task == CARVE_E2E_POSE) {
-      for (size_t j = 0; j + 3 <= extra_channels; j += 3) {
-        row[6 + j] = (carve_cu_ld(extra, j) + ax) * s;
-        row[6 + j + 1] = (carve_cu_ld(extra, j + 1) + ay) * s;
-        row[6 + j + 2] = carve_cu_sigmoid(carve_cu_ld(extra, j + 2));
+    __syncthreads();
+    const unsigned long long pre = sh->prefix, msk = sh->mask;
+    CARVE_CU_UNROLL
+    for (int j = 0; j < PT; j++) {
+      if ((uint32_t)j >= rows) {
+        break;
       }
-    } else {
-      for (size_t j = 0; j < extra_channels; j++) {
-        row[6 + j] = carve_cu_ld(extra, j);
+      uint64_t comp = 0;
+      const bool match = get(j, &comp) && (comp & msk) == pre;
+      const uint32_t bin = (uint32_t)(comp >> shift) & 255u;
+      const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
+      if (match && (unsigned)(__ffs((int)peers) - 1) == lane) {
+        atomicAdd(&sh->hist[bin], (uint32_t)__popc(peers));
       }
     }
+    __syncthreads();
+    if (t < 32) {
+      const uint32_t need = sh->k_rem;  // read by every lane before one lane writes it below
+      __syncwarp();
+      uint32_t digit, above, in_bin;
+      if (carve_cu_pick_digit(sh->hist, need, &digit, &above, &in_bin)) {
+        sh->prefix |= (unsigned long long)digit << shift;
+        sh->mask |= 255ull << shift;
+        sh->k_rem = need - above;
+        sh->settled = in_bin == need - above;
+      }
+    }
+    __syncthreads();
+    if (sh->settled) {  // block-uniform
+      break;
+    }
+  }
+}
+
+// After carve_cu_select64 over the same items: the kk chosen composites into out[0 .. kk) (any order), then
+// their places (carve_cu_rank_place): composite out[e] is the place[e]-th best.
+template <int PT, typename Get>
+static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh,
+                                              uint64_t* out, uint32_t* place) {
+  const unsigned long long pre = sh->prefix, msk = sh->mask;
+  CARVE_CU_UNROLL
+  for (int j = 0; j < PT; j++) {
+    if ((uint32_t)j >= rows) {
+      break;
+    }
+    uint64_t comp = 0;
+    if (get(j, &comp) && (comp & msk) >= pre) {
+      out[atomicAdd(&sh->taken, 1u)] = comp;
+    }
+  }
+  carve_cu_rank_place(out, kk, place);  // its first barrier publishes out[]
+}
+
+// Class c's logit of image b's anchor ori[r].
+template <typename Lv>
+static __device__ __forceinline__ float carve_cu_e2e_pair_logit(const e2e_levels<Lv>* L, const int32_t* ori,
+                                                                uint32_t r, uint32_t c, size_t b) {
+  size_t pixel;
+  const Lv* lv = carve_cu_locate(L, (size_t)ori[r], &pixel);
+  return carve_cu_ld(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b), pixel * lv->cls_stride + c);
+}
+
+// Image blockIdx.x: s1 its anchor scores (A <= CARVE_CU_E2E_ITEMS x 1024), kk <= CARVE_CU_E2E_KMAX; s2 its
+// scratch of k' nc class scores (written only when the candidates overflow); rows its k' rows.
+template <typename Lv>
+__global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
+    carve_cu_e2e_head_kernel(e2e_levels<Lv> L, const float* __restrict__ s1, uint32_t anchors, uint32_t nc,
+                             uint32_t kk, uint32_t extra_channels, int task, float* __restrict__ s2,
+                             float* __restrict__ rows) {
+  CARVE_CU_KERNEL_ENTRY();
+  __shared__ uint64_t cand[CARVE_CU_E2E_CAND];
+  __shared__ uint64_t sel[CARVE_CU_E2E_KMAX];
+  __shared__ uint32_t place[CARVE_CU_E2E_KMAX];
+  __shared__ int32_t ori[CARVE_CU_E2E_KMAX], best[CARVE_CU_E2E_KMAX];
+  __shared__ select64_shared sh;
+  __shared__ topk_block_shared tb;
+  const unsigned t = threadIdx.x, lane = t & 31u, threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
+  const size_t b = blockIdx.x;
+  const uint32_t n2 = kk * nc;
+  s1 += b * anchors;
+  s2 += b * n2;
+
+  // Step 1: the k' best anchors, from keys in registers (item j of thread t: anchor j 1024 + t).
+  uint32_t key[CARVE_CU_E2E_ITEMS];
+  const uint32_t rows1 = (anchors + threads - 1) / threads;
+  CARVE_CU_UNROLL
+  for (int j = 0; j < CARVE_CU_E2E_ITEMS; j++) {
+    const uint32_t i = (uint32_t)j * threads + t;
+    key[j] = i < anchors ? carve_cu_order_key(s1[i]) : 0u;
+  }
+  const auto anchor_item = [&](int j, uint64_t* comp) {
+    const uint32_t i = (uint32_t)j * threads + t;
+    *comp = ((uint64_t)key[j] << 32) | (uint64_t)(0xFFFFFFFFu - i);
+    return i < anchors;
+  };
+  carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh);
+  carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, place);
+  for (uint32_t e = t; e < kk; e += threads) {
+    ori[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
+    if (place[e] == kk - 1) {
+      sh.thr = (uint32_t)(sel[e] >> 32);  // T: the k'-th best anchor score's key
+    }
+  }
+  if (t == 0) {
+    sh.cand = 0;
+  }
+  __syncthreads();
+
+  // Step 2: the class scores >= T as composites (key << 32 | ~flat), flat = r nc + c. Warp w takes the items
+  // (anchor rank r, 32 classes from 32 q) with r = w, w + 32, ...: one lane per class, no division per
+  // score, CARVE_CU_E2E_LOADS items' loads in flight; a warp's takers get places with one atomicAdd.
+  const uint32_t thr = sh.thr, warp = t / 32u, warps = threads / 32u;
+  const uint32_t chunks = (nc + 31u) / 32u;
+  const uint32_t items = (warp < kk ? (kk - warp + warps - 1u) / warps : 0u) * chunks;  // this warp's
+  for (uint32_t it0 = 0; it0 < items; it0 += CARVE_CU_E2E_LOADS) {  // warp-uniform
+    float logit[CARVE_CU_E2E_LOADS];
+    uint32_t flat[CARVE_CU_E2E_LOADS];
+    CARVE_CU_UNROLL
+    for (int u = 0; u < CARVE_CU_E2E_LOADS; u++) {
+      const uint32_t it = it0 + (uint32_t)u, r = warp + warps * (it / chunks), c = (it % chunks) * 32u + lane;
+      const bool live = it < items && c < nc;
+      flat[u] = live ? r * nc + c : n2;
+      logit[u] = live ? carve_cu_e2e_pair_logit(&L, ori, r, c, b) : 0.0f;
+    }
+    CARVE_CU_UNROLL
+    for (int u = 0; u < CARVE_CU_E2E_LOADS; u++) {
+      const uint32_t k = carve_cu_order_key(carve_cu_sigmoid(logit[u]));
+      const bool take = flat[u] < n2 && k >= thr;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, take);
+      if (ballot == 0) {
+        continue;  // warp-uniform
+      }
+      const unsigned leader = (unsigned)__ffs((int)ballot) - 1u;
+      uint32_t base = 0;
+      if (lane == leader) {
+        base = atomicAdd(&sh.cand, (uint32_t)__popc(ballot));
+      }
+      base = __shfl_sync(0xFFFFFFFFu, base, (int)leader);
+      const uint32_t pos = base + (uint32_t)__popc(ballot & ((1u << lane) - 1u));
+      if (take && pos < CARVE_CU_E2E_CAND) {
+        cand[pos] = ((uint64_t)k << 32) | (uint64_t)(0xFFFFFFFFu - flat[u]);
+      }
+    }
+  }
+  __syncthreads();
+  const uint32_t count = sh.cand;
+  if (count >= kk && count <= CARVE_CU_E2E_CAND) {  // block-uniform
+    const uint32_t rows2 = (count + threads - 1) / threads;
+    const auto cand_item = [&](int j, uint64_t* comp) {
+      const uint32_t i = (uint32_t)j * threads + t;
+      *comp = i < count ? cand[i] : 0u;
+      return i < count;
+    };
+    carve_cu_select64<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh);
+    carve_cu_select64_take<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh, sel,
+                                                                                place);
+    for (uint32_t e = t; e < kk; e += threads) {
+      best[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
+    }
+  } else {  // every class score through the general one-block top-k
+    for (uint32_t f = t; f < n2; f += threads) {
+      s2[f] = carve_cu_sigmoid(carve_cu_e2e_pair_logit(&L, ori, f / nc, f % nc, b));
+    }
+    __syncthreads();
+    carve_cu_topk_block(s2, n2, kk, best, NULL, sel, place, &tb);
+  }
+  __syncthreads();
+
+  // Rows.
+  const size_t width = 6 + extra_channels;
+  for (uint32_t i = t; i < kk; i += threads) {
+    const uint32_t flat = (uint32_t)best[i];
+    carve_cu_e2e_row(&L, (size_t)ori[flat / nc], flat % nc, b, extra_channels, task,
+                     rows + (b * kk + i) * width);
   }
 }
 
@@ -886,9 +1143,17 @@ static carve_status e2e_batch(const carve_cu_ctx* ctx, const Lv* levels, size_t 
   int32_t* best = (int32_t*)((unsigned char*)ori + align8(batch * kk * sizeof(int32_t)));   // (batch, k') step 2
 
   // Step 1: the k' anchors with the best class score.
-  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel<Lv>, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream,
-               L, anchors, batch, nc, s1);
+  CARVE_LAUNCH(carve_cu_e2e_anchor_scores_kernel<Lv>, carve_cu_blocks(batch * anchors * CARVE_CU_E2E_SUB),
+               CARVE_CU_THREADS, ctx->stream, L, anchors, batch, nc, s1);
   CARVE_CU_CHECK_LAUNCH();
+  if (anchors <= (size_t)CARVE_CU_E2E_ITEMS * CARVE_CU_TOPK_ONE_BLOCK_THREADS && kk <= CARVE_CU_E2E_KMAX &&
+      batch <= 0x7FFFFFFFu) {  // the rest in one launch: the fused head
+    CARVE_LAUNCH(carve_cu_e2e_head_kernel<Lv>, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, ctx->stream, L,
+                 (const float*)s1, (uint32_t)anchors, (uint32_t)nc, (uint32_t)kk, (uint32_t)extra_channels, (int)task,
+                 s2, rows);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
   carve_status st = topk_batch(ctx->stream, s1, anchors, kk, batch, ori, NULL, tk);
   if (st != CARVE_OK) {
     return st;

@@ -7,11 +7,12 @@
 //   * gather against a loop;
 //   * e2e rows of all four tasks equal (bit for bit under emulation; on a GPU indices and
 //     classes exactly, floats within CUDA's expf / cosf error) to the CPU carve_e2e_postprocess_task on
-//     random head outputs with ties, strided level views, k below / equal to / above the
-//     anchor count; the same captured into a CUDA graph and replayed on new inputs;
+//     random head outputs with ties, flat scores, strided level views, k below / equal to / above the
+//     anchor count, every way through the head (the general launches, the fused head from its
+//     candidates, its overflow); the same captured into a CUDA graph and replayed on new inputs;
 //   * the e2e head on half maps (carve_cu_level_h: an fp16 package's head, read where the network
 //     wrote it) bit for bit the float32 function on float32 copies of the same halves, batch 1 and
-//     3, the four tasks, NaN logits; the same 5 launches;
+//     3, the four tasks, NaN logits; the same 2 launches;
 //   * argument errors.
 
 #include <algorithm>
@@ -159,6 +160,7 @@ struct Head {
   std::vector<float> data;  // all levels, level l at offset off[l]
   std::vector<size_t> off;
   size_t anchors = 0;
+  bool flat = false;  // every logit -1 (an untrained head's flat scores: all tie)
 
   Head(std::vector<size_t> h, std::vector<size_t> w, std::vector<float> s, size_t nc_, size_t extra_)
       : hs(h), ws(w), strides(s), nc(nc_), extra(extra_), pix_stride(4 + nc_ + extra_ + 3) {
@@ -179,7 +181,7 @@ struct Head {
         float* px = &data[off[l] + p * pix_stride];
         for (int j = 0; j < 4; j++) px[j] = rng.range(0.0f, 6.0f);
         for (size_t c = 0; c < nc; c++) {
-          px[4 + c] = std::round(rng.normal() * 2.0f) / 2.0f - 2.0f;
+          px[4 + c] = flat ? -1.0f : std::round(rng.normal() * 2.0f) / 2.0f - 2.0f;
           if (nan_logits && rng.below(50) == 0) px[4 + c] = NAN;
         }
         for (size_t e = 0; e < extra; e++) px[4 + nc + e] = rng.range(-1.0f, 1.0f);
@@ -213,9 +215,43 @@ static void compare_rows(const std::vector<float>& got, const std::vector<float>
                 i, j, got[i * width + j], want[i * width + j]);
 }
 
+// The way carve_cu_e2e_postprocess_* takes for an image, from the conditions of carve_cuda_topk.cu's fused head
+// (A <= CARVE_CU_E2E_ITEMS x 1024 = 16384, k' <= CARVE_CU_E2E_KMAX = 1024) and its step-2 candidates, counted
+// here from the CPU's scores: the class scores of the k' chosen anchors that are >= the k'-th anchor score
+// (up to CARVE_CU_E2E_CAND = 3072 in shared memory, else the one-block top-k over all of them).
+enum E2ePath { E2E_GENERAL, E2E_CANDIDATES, E2E_OVERFLOW };
+static int e2e_path_count[3];
+
+static float host_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+static E2ePath e2e_path(const Head& head, size_t k) {
+  const size_t kk = std::min(k, head.anchors);
+  if (head.anchors > 16384 || kk > 1024) return E2E_GENERAL;
+  std::vector<const float*> logits;
+  std::vector<float> s1;
+  for (size_t l = 0; l < head.hs.size(); l++) {
+    for (size_t p = 0; p < head.hs[l] * head.ws[l]; p++) {
+      const float* x = &head.data[head.off[l] + p * head.pix_stride + 4];
+      float m = NAN;
+      for (size_t c = 0; c < head.nc; c++)
+        if (x[c] > m || m != m) m = x[c];
+      logits.push_back(x);
+      s1.push_back(host_sigmoid(m));
+    }
+  }
+  const std::vector<int32_t> top = sort_topk(s1, kk);
+  const uint32_t thr = order_key(s1[top[kk - 1]]);
+  size_t count = 0;
+  for (size_t r = 0; r < kk; r++)
+    for (size_t c = 0; c < head.nc; c++) count += order_key(host_sigmoid(logits[top[r]][c])) >= thr;
+  CHECK_MSG(count >= kk, "e2e: %zu class scores >= the k'-th anchor score, fewer than k' = %zu", count, kk);
+  return count <= 3072 ? E2E_CANDIDATES : E2E_OVERFLOW;
+}
+
 static void check_e2e(TestCtx& t, Head& head, size_t k, carve_e2e_task task, TestRng& rng, bool nan_logits,
                       const char* what) {
   head.fill(rng, nan_logits);
+  e2e_path_count[e2e_path(head, k)]++;
   const size_t kk = std::min(k, head.anchors), width = 6 + head.extra;
   // CPU reference.
   std::vector<unsigned char> cpu_scratch(carve_e2e_scratch_bytes(head.anchors, head.nc, k) + 8);
@@ -243,7 +279,10 @@ static void check_e2e_batch(TestCtx& t, std::vector<Head>& heads, size_t k, carv
   const size_t batch = heads.size(), kk = std::min(k, h0.anchors), width = 6 + h0.extra;
   std::vector<float> data, want(batch * kk * width);
   std::vector<size_t> level_off;
-  for (Head& h : heads) h.fill(rng, false);
+  for (Head& h : heads) {
+    h.fill(rng, false);
+    e2e_path_count[e2e_path(h, k)]++;
+  }
   for (size_t l = 0; l < h0.hs.size(); l++) {
     level_off.push_back(data.size());
     for (const Head& h : heads) {
@@ -294,15 +333,18 @@ static void test_e2e_batch(TestCtx& t) {
     carve_e2e_task task;
     size_t nc, extra, k;
     const char* name;
+    bool flat1 = false;  // image 1's scores flat (the fused head's overflow on an image past the first)
   } cases[] = {
       {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_DETECT, 80, 0, 300, "detect"},
       {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_POSE, 1, 51, 10, "pose"},
       {{13, 7, 4}, {7, 4, 2}, CARVE_E2E_OBB, 15, 1, 50, "obb"},
       {{40, 20, 10}, {40, 20, 10}, CARVE_E2E_SEGMENT, 80, 32, 300, "segment"},
       {{40, 20, 10}, {40, 20, 10}, CARVE_E2E_DETECT, 3, 0, 2100, "detect k = A (the top-k image by image)"},
+      {{40, 20, 10}, {40, 20, 10}, CARVE_E2E_DETECT, 80, 0, 300, "detect, image 1 flat", true},
   };
   for (const auto& c : cases) {
     std::vector<Head> heads(3, Head(c.hs, c.ws, ss, c.nc, c.extra));
+    heads[1].flat = c.flat1;
     char what[160];
     std::snprintf(what, sizeof what, "batch %s A=%zu k=%zu", c.name, heads[0].anchors, c.k);
     check_e2e_batch(t, heads, c.k, c.task, rng, what);
@@ -334,7 +376,9 @@ static const E2eTask kE2eTasks[] = {{CARVE_E2E_DETECT, 80, 0, "detect"},
 static void test_e2e(TestCtx& t) {
   TestRng rng(13);
   int count = 0;
-  // Small odd levels (A = 13*7 + 7*4 + 4*2 = 127) and the 320 detect head (A = 2100).
+  // Small odd levels (A = 13*7 + 7*4 + 4*2 = 127) and the 320 detect head (A = 2100); then the 320 head's flat
+  // scores, where every class score ties with the k'-th anchor score (the fused head's overflow; ties to the
+  // lower index).
   for (int big = 0; big < 2; big++) {
     const std::vector<size_t> hs = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{13, 7, 4};
     const std::vector<size_t> ws = big ? std::vector<size_t>{40, 20, 10} : std::vector<size_t>{7, 4, 2};
@@ -349,7 +393,20 @@ static void test_e2e(TestCtx& t) {
       }
     }
   }
+  for (size_t k : {(size_t)1, (size_t)300}) {
+    Head head({40, 20, 10}, {40, 20, 10}, {8.0f, 16.0f, 32.0f}, 80, 0);
+    head.flat = true;
+    char what[128];
+    std::snprintf(what, sizeof what, "detect flat scores A=%zu k=%zu", head.anchors, k);
+    check_e2e(t, head, k, CARVE_E2E_DETECT, rng, false, what);
+    count++;
+  }
   std::printf("e2e: %d cases (4 tasks) equal to carve_e2e_postprocess_task bit for bit\n", count);
+  // Every way through the e2e head ran: the general launches, the fused head from its candidates, and its
+  // fallback when they overflow.
+  std::printf("e2e: %d images by the general path, %d by the fused head's candidates, %d by its overflow\n",
+              e2e_path_count[E2E_GENERAL], e2e_path_count[E2E_CANDIDATES], e2e_path_count[E2E_OVERFLOW]);
+  for (int w = 0; w < 3; w++) CHECK_MSG(e2e_path_count[w] > 0, "e2e: no case took path %d", w);
 
   // Captured into a graph once, replayed on new inputs (no sync, no allocation inside).
   {
@@ -364,11 +421,11 @@ static void test_e2e(TestCtx& t) {
     CHECK_OK(carve_cu_e2e_postprocess_task(&t.ctx, dl.data(), dl.size(), head.nc, head.extra, k, CARVE_E2E_OBB,
                                            scratch.get(), drows.p));
     CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-    // Five launches: anchor scores, the one-block top-k, class scores, top-k, rows (the top-k of up to
-    // 65536 values is one launch; a GPU pays per launch, not for these kernels' arithmetic).
+    // Two launches: anchor scores, the fused head (a GPU pays per launch, not for these kernels'
+    // arithmetic; the general path's five: anchor scores, the one-block top-k, class scores, top-k, rows).
     size_t nodes = 0;
     CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
-    CHECK_MSG(nodes == 5, "e2e post-processing: %zu graph nodes, want 5", nodes);
+    CHECK_MSG(nodes == 2, "e2e post-processing: %zu graph nodes, want 2", nodes);
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     for (int r = 0; r < 3; r++) {
       head.fill(rng, false);
@@ -510,7 +567,7 @@ static void test_e2e_half(TestCtx& t) {
   check_e2e_half(t, Head({40, 20, 10}, {40, 20, 10}, ss, 80, 0), 2, 300, CARVE_E2E_DETECT, rng, false,
                  "half detect batch 2 A=2100 k=300");
   count++;
-  // The same 5 launches as the float32 function; a refusal as its.
+  // The same 2 launches as the float32 function; a refusal as its.
   {
     Head head({13, 7, 4}, {7, 4, 2}, ss, 15, 1);
     DevBuf<__half> dh(head.data.size());
@@ -525,7 +582,7 @@ static void test_e2e_half(TestCtx& t) {
     CHECK_CUDA(cudaStreamEndCapture(t.stream, &graph));
     size_t nodes = 0;
     CHECK_CUDA(cudaGraphGetNodes(graph, NULL, &nodes));
-    CHECK_MSG(nodes == 5, "e2e on halves: %zu graph nodes, want 5", nodes);
+    CHECK_MSG(nodes == 2, "e2e on halves: %zu graph nodes, want 2", nodes);
     CHECK_CUDA(cudaGraphDestroy(graph));
     CHECK(carve_cu_e2e_postprocess_task(&t.ctx, hl.data(), hl.size(), head.nc, 2, 50, CARVE_E2E_OBB, scratch.get(),
                                         drows.p) == CARVE_ERR_INVALID_ARGUMENT);
