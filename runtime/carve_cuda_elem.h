@@ -361,8 +361,12 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
 }
 
 // carve_cu_depthwise_kernel, CARVE_CU_VEC(T) channels per thread (c, the strides and x, y, residual in
-// whole vectors; the weights are read per channel, as there): each channel's taps in the same order and
-// arithmetic, so the same bits. cv = c / VEC, `items` = batch oh ow cv, opix = oh ow.
+// whole vectors): each channel's taps in the same order and arithmetic, so the same bits. cv = c / VEC,
+// `items` = batch oh ow cv, opix = oh ow. Each block first stages the weights in shared memory transposed to
+// ws[tap][c] when they fit CARVE_CU_DW_STAGE_BYTES (yolo26's depthwise layers: 256 channels x 9 taps at most
+// in the n model, 4.5 KB in fp16), so that a tap's VEC weights are one 16-byte shared load where they were VEC
+// scalar global loads; larger layers read them per channel from global memory.
+#define CARVE_CU_DW_STAGE_BYTES 12288
 template <typename T>
 __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
                                               uint32_t cv, uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad,
@@ -372,6 +376,17 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
                                               T* __restrict__ y, uint32_t out_stride) {
   CARVE_CU_KERNEL_ENTRY();
   constexpr uint32_t V = CARVE_CU_VEC(T);
+  __shared__ carve_cu_v16 ws16[CARVE_CU_DW_STAGE_BYTES / 16];
+  T* const ws = reinterpret_cast<T*>(ws16);
+  const uint32_t c = cv * V, taps = kh * kw;
+  const bool staged = (size_t)c * taps * sizeof(T) <= CARVE_CU_DW_STAGE_BYTES;  // the same for every block
+  if (staged) {
+    for (uint32_t i = threadIdx.x; i < c * taps; i += blockDim.x) {  // weight[ch][tap], read in order
+      const uint32_t ch = i / taps;
+      ws[(i - ch * taps) * c + ch] = weight[i];
+    }
+    __syncthreads();
+  }
   CARVE_CU_FOR32(e, items) {
     const uint32_t p = e / cv, ch = (e - p * cv) * V;
     const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
@@ -383,8 +398,15 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
     }
     carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
       const carve_cu_pack<T> xv = carve_cu_ld16(xb + pixel * in_stride);
-      for (uint32_t j = 0; j < V; j++) {
-        acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(weight, (size_t)(ch + j) * kh * kw + tap);
+      if (staged) {
+        const carve_cu_pack<T> wv = carve_cu_ld16(ws + tap * c + ch);
+        for (uint32_t j = 0; j < V; j++) {
+          acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(wv.e, j);
+        }
+      } else {
+        for (uint32_t j = 0; j < V; j++) {
+          acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(weight, (size_t)(ch + j) * kh * kw + tap);
+        }
       }
     });
     carve_cu_store_act16(y + (size_t)p * out_stride + ch, acc, bias + ch, silu,

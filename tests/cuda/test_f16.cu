@@ -206,6 +206,7 @@ static void test_conv(TestCtx& t) {
       {1, 1, 0, 1, 32, 40, 5, 7, false, CARVE_CU_ACT_SILU, true},  // vector epilogue after one GEMM
       {3, 1, 1, 16, 16, 16, 9, 8, true, CARVE_CU_ACT_SILU, true},  // depthwise, 8-half vectors + residual
       {5, 2, 2, 24, 24, 24, 11, 10, false, CARVE_CU_ACT_NONE, true},  // depthwise 5x5 / 2, vectors
+      {3, 1, 1, 688, 688, 688, 5, 4, true, CARVE_CU_ACT_SILU, true},  // depthwise, weights past the shared stage
   };
   uint64_t seed = 100;
   for (const Case& cs : cases) test_conv_case(t, cs, seed++);

@@ -190,6 +190,7 @@ static void test_conv(TestCtx& t) {
       {3, 2, 1, 16, 16, 16, 11, 9, 0, 3, 0, false, CARVE_CU_ACT_SILU},  // depthwise, stride 2
       {3, 1, 1, 16, 16, 16, 9, 8, 0, 4, 0, true, CARVE_CU_ACT_SILU},   // depthwise, 4-float vectors + residual
       {5, 2, 2, 8, 8, 8, 11, 10, 4, 0, 0, false, CARVE_CU_ACT_NONE},    // depthwise 5x5 / 2, vectors
+      {3, 1, 1, 344, 344, 344, 5, 4, 0, 0, 0, true, CARVE_CU_ACT_SILU}, // depthwise, weights past the shared stage
       {5, 1, 2, 1, 4, 6, 6, 5, 0, 0, 0, false, CARVE_CU_ACT_SILU},      // kernel near the image size
   };
   for (const auto& cc : cases) check_conv(t, cc, rng);
