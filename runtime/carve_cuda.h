@@ -73,7 +73,9 @@
 //    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 12 (the split-K tile and the
 //    asynchronous 64x32 / 32x64 tiles).
 // 10: CARVE_CU_PATHS 13 (the 32x32 tile with the reduction sliced over four warp groups).
-#define CARVE_CUDA_ABI 10
+// 11: the half-output overloads of carve_cu_letterbox and carve_cu_nchw_to_nhwc (an fp16 package's input
+//     without the float32 staging copy and its cast).
+#define CARVE_CUDA_ABI 11
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -491,6 +493,17 @@ carve_status carve_cu_e2e_postprocess_batch(const carve_cu_ctx* ctx, const carve
 carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_cu_level_h* levels, size_t num_levels,
                                            size_t nc, size_t extra_channels, size_t k, carve_e2e_task task,
                                            void* scratch, float* rows);
+
+// ---- Half-precision network inputs (C++: the fp16 packages) -------------------------------
+
+// carve_cu_letterbox / carve_cu_nchw_to_nhwc writing an fp16 package's input as halves: each value the float32
+// function's, rounded once to nearest even (as carve_cu_f32_to_f16 rounds it), so the same halves as the float32
+// function followed by the cast, in one launch fewer and without the float32 staging copy.
+carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
+                                size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
+                                __half* out, void* scratch);
+carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
+                                   __half* y);
 #endif  // __cplusplus
 
 #endif  // CARVE_CUDA_H

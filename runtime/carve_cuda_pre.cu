@@ -43,11 +43,13 @@ __global__ void carve_cu_letterbox_plan_kernel(int src_w, int src_h, int new_w, 
 // source byte (no resize) or the resized one:
 //   S_r = a0 p[y_r][sx][ch] + a1 p[y_r][sx + 1][ch]   (r = 0, 1; sx + 1 clamped)
 //   v = ((S_0 >> 4) b0 >> 16) + ((S_1 >> 4) b1 >> 16), byte = clamp((v + 2) >> 2, 0, 255),
-// then byte / 255.0f.
+// then byte / 255.0f, stored as T (float, or __half for an fp16 package's input: that float rounded once to
+// nearest even, as carve_cu_f32_to_f16 rounds it).
+template <typename T>
 __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int src_w, size_t src_stride, int new_w,
                                           int new_h, int left, int top, int resize, int out_w, int out_h,
                                           const int32_t* __restrict__ cols, const int32_t* __restrict__ rows,
-                                          float* __restrict__ out) {
+                                          T* __restrict__ out) {
   CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, (size_t)out_w * out_h * 3) {
     const size_t p = e / 3, ch = e % 3;
@@ -68,13 +70,15 @@ __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int s
       const int32_t s1 = a0 * p1[c0] + a1 * p1[c1];
       byte = carve_pre_resize_v(s0, s1, r[2], r[3]);
     }
-    out[e] = (float)byte / 255.0f;
+    carve_cu_st(out, e, (float)byte / 255.0f);
   }
 }
 
-extern "C" carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
-                                           size_t src_stride_bytes, const carve_letterbox_info* info, int out_w,
-                                           int out_h, float* out, void* scratch) {
+// carve_cu_letterbox over the output type (the checks and launches of both overloads).
+template <typename T>
+static carve_status letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
+                              size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h, T* out,
+                              void* scratch) {
   if (ctx == NULL || rgb == NULL || info == NULL || out == NULL || scratch == NULL || out_w <= 0 || out_h <= 0 ||
       (uintptr_t)scratch % sizeof(int32_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -97,11 +101,23 @@ extern "C" carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_
                  ctx->stream, src_w, src_h, info->new_w, info->new_h, cols, rows);
     CARVE_CU_CHECK_LAUNCH();
   }
-  CARVE_LAUNCH(carve_cu_letterbox_kernel, carve_cu_blocks((size_t)out_w * out_h * 3), CARVE_CU_THREADS, ctx->stream,
-               rgb, src_w, src_stride_bytes, info->new_w, info->new_h, left, top, resize, out_w, out_h,
+  CARVE_LAUNCH(carve_cu_letterbox_kernel<T>, carve_cu_blocks((size_t)out_w * out_h * 3), CARVE_CU_THREADS,
+               ctx->stream, rgb, src_w, src_stride_bytes, info->new_w, info->new_h, left, top, resize, out_w, out_h,
                (const int32_t*)cols, (const int32_t*)rows, out);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
+                                           size_t src_stride_bytes, const carve_letterbox_info* info, int out_w,
+                                           int out_h, float* out, void* scratch) {
+  return letterbox(ctx, rgb, src_w, src_h, src_stride_bytes, info, out_w, out_h, out, scratch);
+}
+
+carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
+                                size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
+                                __half* out, void* scratch) {
+  return letterbox(ctx, rgb, src_w, src_h, src_stride_bytes, info, out_w, out_h, out, scratch);
 }
 
 // ---- Classification (Pillow BILINEAR resize + centre crop) --------------------------------
@@ -205,23 +221,34 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
 
 // ---- NCHW -> NHWC (a run from a device tensor) ------------------------------------------
 
-// y[(i * w + j) * c + ch] = x[(ch * h + i) * w + j], one thread per output element.
-__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw,
-                                             float* __restrict__ y) {
+// y[(i * w + j) * c + ch] = x[(ch * h + i) * w + j], one thread per output element, stored as T (float: exact;
+// __half: rounded once to nearest even).
+template <typename T>
+__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw, T* __restrict__ y) {
   CARVE_CU_KERNEL_ENTRY();
   CARVE_CU_FOR(e, hw * c) {
     const size_t p = e / c, ch = e % c;
-    y[e] = x[ch * hw + p];
+    carve_cu_st(y, e, x[ch * hw + p]);
   }
 }
 
-extern "C" carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h,
-                                              uint32_t w, float* y) {
+template <typename T>
+static carve_status nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w, T* y) {
   if (ctx == NULL || x == NULL || y == NULL || c == 0 || h == 0 || w == 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const size_t hw = (size_t)h * w;
-  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel, carve_cu_blocks(hw * c), CARVE_CU_THREADS, ctx->stream, x, c, hw, y);
+  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel<T>, carve_cu_blocks(hw * c), CARVE_CU_THREADS, ctx->stream, x, c, hw, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h,
+                                              uint32_t w, float* y) {
+  return nchw_to_nhwc(ctx, x, c, h, w, y);
+}
+
+carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
+                                   __half* y) {
+  return nchw_to_nhwc(ctx, x, c, h, w, y);
 }

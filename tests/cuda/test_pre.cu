@@ -2,10 +2,21 @@
 // (runtime/carve_cuda_pre.cu) bit for bit against the CPU carve_letterbox and
 // carve_classify_preprocess on random images of odd sizes (down- and up-scaling, no
 // resize, one pixel, very wide and very tall, padded rows), and carve_letterbox_geometry
-// against the info carve_letterbox returns.
+// against the info carve_letterbox returns; the half-output overloads of carve_cu_letterbox and
+// carve_cu_nchw_to_nhwc (an fp16 package's input) bit for bit the float32 results rounded to half.
 
+#include "carve_cuda_f16.h"  // __half (cuda_fp16.h; the emulation's cuda_emu_f16.h)
 #include "carve_layout.h"
 #include "cuda_test.h"
+
+// Each half of `got` is `want`'s float rounded once to nearest even (carve_cu_f32_to_f16's rounding).
+static void check_halves(const std::vector<__half>& got, const std::vector<float>& want, const char* what) {
+  CHECK(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); i++) {
+    const __half h = __float2half_rn(want[i]);
+    CHECK_MSG(std::memcmp(&got[i], &h, sizeof h) == 0, "%s: [%zu] %.9g as half differs", what, i, want[i]);
+  }
+}
 
 static std::vector<uint8_t> random_image(TestRng& rng, int w, int h, size_t stride) {
   std::vector<uint8_t> img((size_t)h * stride);
@@ -35,6 +46,13 @@ static void check_letterbox(TestCtx& t, TestRng& rng, int sw, int sh, int ow, in
   for (size_t i = 0; i < cpu.size(); i++)
     CHECK_MSG(same_float(got[i], cpu[i]), "letterbox %dx%d -> %dx%d: [%zu] %.9g vs CPU %.9g", sw, sh, ow, oh, i, got[i],
               cpu[i]);
+  // As halves (an fp16 package's input, written in place of the float32 copy and its cast).
+  DevBuf<__half> dhalf(cpu.size());
+  CHECK_OK(carve_cu_letterbox(&t.ctx, dimg.p, sw, sh, stride, &info, ow, oh, dhalf.p, scratch.get()));
+  t.sync();
+  char what[96];
+  std::snprintf(what, sizeof what, "letterbox %dx%d -> %dx%d as halves", sw, sh, ow, oh);
+  check_halves(dhalf.download(), cpu, what);
 }
 
 static void check_classify(TestCtx& t, TestRng& rng, int w, int h, int out) {
@@ -60,7 +78,8 @@ int main() {
                        {1000, 30, 320, 320}, {30, 1000, 320, 320}, {320, 320, 320, 320}, {160, 120, 640, 640},
                        {641, 479, 640, 640}, {3, 1000, 96, 128},  {810, 1080, 640, 640}, {17, 23, 33, 65}};
   for (const auto& c : lb) check_letterbox(t, rng, c[0], c[1], c[2], c[3]);
-  std::printf("letterbox: %zu sizes bit-identical to carve_letterbox\n", sizeof lb / sizeof lb[0]);
+  std::printf("letterbox: %zu sizes bit-identical to carve_letterbox (and as halves to its values rounded)\n",
+              sizeof lb / sizeof lb[0]);
 
   const int cl[][3] = {{640, 480, 224}, {224, 224, 224}, {300, 224, 224}, {224, 300, 224}, {500, 375, 224},
                        {17, 31, 224},   {1, 1, 32},      {1000, 50, 224}, {225, 224, 224}, {33, 1000, 64},
@@ -79,9 +98,14 @@ int main() {
     CHECK_OK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, c, h, w, dy.p));
     t.sync();
     CHECK(dy.download() == want);
+    DevBuf<__half> dh(want.size());
+    CHECK_OK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, c, h, w, dh.p));
+    t.sync();
+    check_halves(dh.download(), want, "nchw_to_nhwc as halves");
     CHECK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, 0, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
     CHECK(carve_cu_nchw_to_nhwc(&t.ctx, nullptr, c, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
-    std::printf("nchw_to_nhwc: ok\n");
+    CHECK(carve_cu_nchw_to_nhwc(&t.ctx, nullptr, c, h, w, dh.p) == CARVE_ERR_INVALID_ARGUMENT);
+    std::printf("nchw_to_nhwc: ok (float32 and halves)\n");
   }
 
   // Refusals: the geometry of another image, bad sizes, short rows.

@@ -65,10 +65,12 @@ def test_fp16_package(packages, head):
     # the half runtime and the input's cast
     assert "runtime/carve_cuda_f16.cu" in f16 and "runtime/carve_cuda_f16.cu" not in f32
     assert '#include "carve_cuda_f16.h"' in cu and "typedef __half act_t;" in cu
-    assert cu.count("carve_cu_f32_to_f16(&m->cu, input_f32(m, b), A(m, INPUT_OFF) + b * INPUT_FLOATS, "
-                    "INPUT_FLOATS)") == 1  # input_done (image b's)
+    assert cu.count("carve_cu_f32_to_f16(&m->cu, input_f32(m, b), input_dev(m, b), INPUT_FLOATS)") == 1  # input_done
     assert "return F(m, 0) + b * INPUT_FLOATS;" in cu  # input_f32: image b's float32 input in the staging area
-    assert cu.count("TRY(input_done(m, ") >= 2  # run_image and the tensor upload (and run_images, enqueue)
+    assert cu.count("TRY(input_done(m, ") == 1  # only a host tensor's upload is cast
+    # the letterbox (run_image, run_images, enqueue) and a device tensor's layout change write the halves in place
+    assert cu.count("YOLO26N_SHAPES_INPUT_H, input_dev(m, ") >= 1
+    assert "input_dev(m, b));" in cu or "_enqueue_tensors" not in cu
     # the head reads the half maps in place (no float32 copies, no casts), its rows in float32 in the staging area
     assert "carve_cu_f16_to_f32_view" not in cu and cu.count("const carve_cu_level_h levels[3] = {") == 1
     levels = re.search(r"const carve_cu_level_h levels\[3\] = \{[^}]*\n((?:\s*\{A\(m, .*\},\n){3})\s*\};", cu)
