@@ -746,6 +746,39 @@ __global__ void carve_cu_maxpool_kernel(const T* __restrict__ x, size_t in_strid
   }
 }
 
+// carve_cu_maxpool_kernel, CARVE_CU_VEC(T) channels per thread in 32-bit indices (c, the strides and x, y in whole
+// vectors, as the depthwise vector kernel): each channel's window in the same order, so the same bits. cv = c / VEC,
+// `items` = batch oh ow cv, opix = oh ow.
+template <typename T>
+__global__ void carve_cu_maxpool_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
+                                            uint32_t cv, uint32_t k, uint32_t stride, uint32_t pad, uint32_t opix,
+                                            uint32_t ow, uint32_t items, T* __restrict__ y, uint32_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  CARVE_CU_FOR32(e, items) {
+    const uint32_t p = e / cv, ch = (e - p * cv) * V;
+    const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
+    const long long y0 = (long long)oy * stride - pad, x0 = (long long)ox * stride - pad;
+    const T* xb = x + (size_t)img * h * w * in_stride + ch;
+    float m[V];
+    for (uint32_t j = 0; j < V; j++) {
+      m[j] = -INFINITY;
+    }
+    carve_cu_for_window(y0, x0, k, k, h, w, [&](size_t, size_t pixel) {
+      const carve_cu_pack<T> xv = carve_cu_ld16(xb + pixel * in_stride);
+      for (uint32_t j = 0; j < V; j++) {
+        const float v = carve_cu_ld(xv.e, j);
+        m[j] = v > m[j] ? v : m[j];
+      }
+    });
+    carve_cu_pack<T> out;
+    for (uint32_t j = 0; j < V; j++) {
+      carve_cu_st(out.e, j, m[j]);
+    }
+    carve_cu_st16(y + (size_t)p * out_stride + ch, out);
+  }
+}
+
 template <typename T>
 static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
                                          uint32_t k, uint32_t stride, uint32_t pad, const T* x, size_t in_stride, T* y,
@@ -755,8 +788,16 @@ static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t batch
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const size_t oh = carve_cu_conv_out(h, k, stride, pad), ow = carve_cu_conv_out(w, k, stride, pad);
-  CARVE_LAUNCH(carve_cu_maxpool_kernel<T>, carve_cu_blocks((size_t)batch * oh * ow * c), CARVE_CU_THREADS,
-               ctx->stream, x, in_stride, h, w, c, k, stride, pad, oh, ow, batch, y, out_stride);
+  const size_t n = (size_t)batch * oh * ow * c;
+  if (carve_cu_vec_ok<T>(n, {c, in_stride, out_stride}, {x, y})) {  // (so batch oh ow < 2^32)
+    const uint32_t items = (uint32_t)(n / CARVE_CU_VEC(T));
+    CARVE_LAUNCH(carve_cu_maxpool_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
+                 (uint32_t)in_stride, h, w, c / CARVE_CU_VEC(T), k, stride, pad, (uint32_t)(oh * ow), (uint32_t)ow,
+                 items, y, (uint32_t)out_stride);
+  } else {
+    CARVE_LAUNCH(carve_cu_maxpool_kernel<T>, carve_cu_blocks(n), CARVE_CU_THREADS, ctx->stream, x, in_stride, h, w, c, k,
+                 stride, pad, oh, ow, batch, y, out_stride);
+  }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
@@ -774,14 +815,36 @@ __global__ void carve_cu_upsample2x_kernel(const T* __restrict__ x, size_t in_st
   }
 }
 
+// carve_cu_upsample2x_kernel moving CARVE_CU_VEC(T) channels per thread in 32-bit indices (the same bits: a move).
+// cv = c / VEC, `items` = 4 h w cv.
+template <typename T>
+__global__ void carve_cu_upsample2x_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t w, uint32_t cv,
+                                               uint32_t items, T* __restrict__ y, uint32_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  const uint32_t ow = 2 * w;
+  CARVE_CU_FOR32(e, items) {
+    const uint32_t p = e / cv, ch = (e - p * cv) * V;
+    const uint32_t oy = p / ow, ox = p - oy * ow;
+    carve_cu_st16(y + (size_t)p * out_stride + ch, carve_cu_ld16(x + ((size_t)(oy / 2) * w + ox / 2) * in_stride + ch));
+  }
+}
+
 template <typename T>
 static carve_status carve_cu_upsample2x_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const T* x,
                                           size_t in_stride, T* y, size_t out_stride) {
   if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c || out_stride < c) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  CARVE_LAUNCH(carve_cu_upsample2x_kernel<T>, carve_cu_blocks((size_t)h * w * 4 * c), CARVE_CU_THREADS, ctx->stream,
-               x, in_stride, h, w, c, y, out_stride);
+  const size_t n = (size_t)h * w * 4 * c;
+  if (carve_cu_vec_ok<T>(n, {c, in_stride, out_stride}, {x, y})) {
+    const uint32_t items = (uint32_t)(n / CARVE_CU_VEC(T));
+    CARVE_LAUNCH(carve_cu_upsample2x_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
+                 (uint32_t)in_stride, w, c / CARVE_CU_VEC(T), items, y, (uint32_t)out_stride);
+  } else {
+    CARVE_LAUNCH(carve_cu_upsample2x_kernel<T>, carve_cu_blocks(n), CARVE_CU_THREADS, ctx->stream, x, in_stride, h, w, c,
+                 y, out_stride);
+  }
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

@@ -239,13 +239,12 @@ static void test_conv(TestCtx& t) {
 
 // ---- Moves and add ---------------------------------------------------------------------------------
 
-static void test_elementwise(TestCtx& t) {
-  TestRng rng(21);
-  const uint32_t h = 5, w = 7, c = 6;
-  const size_t in_stride = 9, out_stride = 8;
+// Max pool 3x3 / 1 and the 2x upsample of a (5, 7, c) view: c = 6 (strides 9 / 8) takes the scalar kernels,
+// c = 16 (strides 24 / 32) the 16-byte ones.
+static void check_pool_upsample(TestCtx& t, TestRng& rng, uint32_t c, size_t in_stride, size_t out_stride) {
+  const uint32_t h = 5, w = 7;
   const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
-  const std::vector<__half> x2 = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
-  DevBuf<__half> dx(x), dx2(x2);
+  DevBuf<__half> dx(x);
   auto at = [&](const std::vector<__half>& v, size_t p, size_t ch) { return h2f(v[p * in_stride + ch]); };
   {  // maxpool 3x3 / 1, pad 1 (-inf padding)
     std::vector<__half> y0((size_t)h * w * out_stride, __ushort_as_half(kCanaryBits));
@@ -283,6 +282,18 @@ static void test_elementwise(TestCtx& t) {
       }
     }
   }
+}
+
+static void test_elementwise(TestCtx& t) {
+  TestRng rng(21);
+  check_pool_upsample(t, rng, 6, 9, 8);
+  check_pool_upsample(t, rng, 16, 24, 32);
+  const uint32_t h = 5, w = 7, c = 6;
+  const size_t in_stride = 9, out_stride = 8;
+  const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
+  const std::vector<__half> x2 = random_halves(rng, (size_t)h * w * in_stride, 3.0f);
+  DevBuf<__half> dx(x), dx2(x2);
+  auto at = [&](const std::vector<__half>& v, size_t p, size_t ch) { return h2f(v[p * in_stride + ch]); };
   {  // copy and add
     const size_t pixels = (size_t)h * w;
     std::vector<__half> y0(pixels * out_stride, __ushort_as_half(kCanaryBits));

@@ -347,10 +347,13 @@ static void test_elementwise(TestCtx& t) {
   TestRng rng(23);
   // Max pool: SPPF's 5x5 s1 p2, a 3x3 s2 p1 and a 2x2 s2 p0, on odd sizes.
   // Each also as a batch of 2 different images (the windows stay inside their image).
-  const uint32_t pools[][4] = {{5, 1, 2, 1}, {3, 2, 1, 1}, {2, 2, 0, 1}, {5, 1, 2, 2}, {3, 2, 1, 2}};
+  // c = 13 (strides 16 / 15) takes the scalar kernel, c = 16 (strides 20 / 24) the 16-byte one.
+  const uint32_t pools[][7] = {{5, 1, 2, 1, 13, 16, 15}, {3, 2, 1, 1, 13, 16, 15}, {2, 2, 0, 1, 13, 16, 15},
+                               {5, 1, 2, 2, 13, 16, 15}, {3, 2, 1, 2, 13, 16, 15}, {5, 1, 2, 1, 16, 20, 24},
+                               {3, 2, 1, 2, 16, 20, 24}};
   for (const auto& pl : pools) {
-    const uint32_t h = 11, w = 9, c = 13, k = pl[0], s = pl[1], pad = pl[2], batch = pl[3];
-    const size_t in_stride = 16, out_stride = 15;
+    const uint32_t h = 11, w = 9, k = pl[0], s = pl[1], pad = pl[2], batch = pl[3], c = pl[4];
+    const size_t in_stride = pl[5], out_stride = pl[6];
     const size_t oh = (h + 2 * pad - k) / s + 1, ow = (w + 2 * pad - k) / s + 1;
     const std::vector<float> x = random_view(rng, (size_t)batch * h * w, in_stride);
     DevBuf<float> dx(x), dy(batch * oh * ow * out_stride);
@@ -373,10 +376,11 @@ static void test_elementwise(TestCtx& t) {
         }
     check_view(dy.download(), out_stride, want, tol, batch * oh * ow, c, "maxpool");
   }
-  // Upsample against the CPU runtime.
-  {
-    const uint32_t h = 7, w = 5, c = 9;
-    const size_t in_stride = 12, out_stride = 10;
+  // Upsample against the CPU runtime: the scalar kernel (c = 9) and the 16-byte one (c = 8, strides 12 / 16).
+  const uint32_t ups[][3] = {{9, 12, 10}, {8, 12, 16}};
+  for (const auto& up : ups) {
+    const uint32_t h = 7, w = 5, c = up[0];
+    const size_t in_stride = up[1], out_stride = up[2];
     const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
     std::vector<float> cpu(4 * (size_t)h * w * out_stride, kCanary);
     carve_upsample_nearest2x(x.data(), in_stride, h, w, c, cpu.data(), out_stride, nullptr);
