@@ -360,6 +360,25 @@ __global__ void carve_cu_depthwise_kernel(const T* __restrict__ x, size_t in_str
   }
 }
 
+// Item e of a 16-byte window kernel (cv vectors of v channels a pixel, opix = oh ow output pixels an image): its
+// output pixel p of the batch, first channel ch, image img and window origin (y0, x0) in that image.
+struct carve_cu_vec_item {
+  uint32_t p, ch, img;
+  long long y0, x0;
+};
+static __device__ __forceinline__ carve_cu_vec_item carve_cu_vec_window(uint32_t e, uint32_t cv, uint32_t v,
+                                                                        uint32_t opix, uint32_t ow, uint32_t stride,
+                                                                        uint32_t pad) {
+  carve_cu_vec_item it;
+  it.p = e / cv;
+  it.ch = (e - it.p * cv) * v;
+  it.img = it.p / opix;
+  const uint32_t q = it.p - it.img * opix, oy = q / ow, ox = q - oy * ow;
+  it.y0 = (long long)oy * stride - pad;
+  it.x0 = (long long)ox * stride - pad;
+  return it;
+}
+
 // carve_cu_depthwise_kernel, CARVE_CU_VEC(T) channels per thread (c, the strides and x, y, residual in
 // whole vectors): each channel's taps in the same order and arithmetic, so the same bits. cv = c / VEC,
 // `items` = batch oh ow cv, opix = oh ow. Each block first stages the weights in shared memory transposed to
@@ -388,10 +407,10 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
     __syncthreads();
   }
   CARVE_CU_FOR32(e, items) {
-    const uint32_t p = e / cv, ch = (e - p * cv) * V;
-    const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
-    const long long y0 = (long long)oy * stride - pad, x0 = (long long)ox * stride - pad;
-    const T* xb = x + (size_t)img * h * w * in_stride + ch;
+    const carve_cu_vec_item it = carve_cu_vec_window(e, cv, V, opix, ow, stride, pad);
+    const uint32_t p = it.p, ch = it.ch;
+    const long long y0 = it.y0, x0 = it.x0;
+    const T* xb = x + (size_t)it.img * h * w * in_stride + ch;
     float acc[V];
     for (uint32_t j = 0; j < V; j++) {
       acc[j] = 0.0f;
@@ -756,15 +775,13 @@ __global__ void carve_cu_maxpool_vec_kernel(const T* __restrict__ x, uint32_t in
   CARVE_CU_KERNEL_ENTRY();
   constexpr uint32_t V = CARVE_CU_VEC(T);
   CARVE_CU_FOR32(e, items) {
-    const uint32_t p = e / cv, ch = (e - p * cv) * V;
-    const uint32_t img = p / opix, q = p - img * opix, oy = q / ow, ox = q - oy * ow;
-    const long long y0 = (long long)oy * stride - pad, x0 = (long long)ox * stride - pad;
-    const T* xb = x + (size_t)img * h * w * in_stride + ch;
+    const carve_cu_vec_item it = carve_cu_vec_window(e, cv, V, opix, ow, stride, pad);
+    const T* xb = x + (size_t)it.img * h * w * in_stride + it.ch;
     float m[V];
     for (uint32_t j = 0; j < V; j++) {
       m[j] = -INFINITY;
     }
-    carve_cu_for_window(y0, x0, k, k, h, w, [&](size_t, size_t pixel) {
+    carve_cu_for_window(it.y0, it.x0, k, k, h, w, [&](size_t, size_t pixel) {
       const carve_cu_pack<T> xv = carve_cu_ld16(xb + pixel * in_stride);
       for (uint32_t j = 0; j < V; j++) {
         const float v = carve_cu_ld(xv.e, j);
@@ -775,7 +792,7 @@ __global__ void carve_cu_maxpool_vec_kernel(const T* __restrict__ x, uint32_t in
     for (uint32_t j = 0; j < V; j++) {
       carve_cu_st(out.e, j, m[j]);
     }
-    carve_cu_st16(y + (size_t)p * out_stride + ch, out);
+    carve_cu_st16(y + (size_t)it.p * out_stride + it.ch, out);
   }
 }
 

@@ -381,6 +381,68 @@ static __device__ __forceinline__ bool carve_cu_pick_digit(const uint32_t* hist,
   return false;  // not reached: need <= incl
 }
 
+// A radix select's state in shared memory over keys of type K (uint32_t order keys, or uint64_t composites): the
+// digits of the k-th largest key fixed so far (prefix), which bits they are (mask), how many keys matching them are
+// still wanted (k_rem), whether the set is known (settled), and the pass's digit histogram.
+template <typename K>
+struct radix_state {
+  uint32_t hist[256];
+  K prefix, mask;
+  uint32_t k_rem, settled;
+};
+
+// Thread 0 starts a select of the kk largest (a barrier passes before the other threads read the state).
+template <typename K>
+static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, uint32_t kk) {
+  if (threadIdx.x == 0) {
+    rs->prefix = 0;
+    rs->mask = 0;
+    rs->k_rem = kk;
+    rs->settled = 0;
+  }
+}
+
+// Every thread: clears the histogram for a pass, then a barrier.
+template <typename K>
+static __device__ __forceinline__ void carve_cu_radix_clear(radix_state<K>* rs) {
+  for (unsigned d = threadIdx.x; d < 256; d += blockDim.x) {
+    rs->hist[d] = 0;
+  }
+  __syncthreads();
+}
+
+// One key per lane into the histogram (every lane of the warp calls it; match false: not counted): the lanes that
+// share a bin find each other with one __match_any_sync and the lowest adds their count (keys sharing their leading
+// digits share a bin, and one bin taking every lane's atomicAdd would serialise the warp).
+static __device__ __forceinline__ void carve_cu_radix_count(uint32_t* hist, bool match, uint32_t bin) {
+  const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
+  if (match && (unsigned)(__ffs((int)peers) - 1) == (threadIdx.x & 31u)) {
+    atomicAdd(&hist[bin], (uint32_t)__popc(peers));
+  }
+}
+
+// Every thread, after its keys of the pass are counted: a barrier, warp 0 fixes the digit at `shift`
+// (carve_cu_pick_digit), a barrier. True (block-uniform) when the chosen bin is wanted whole: every key of it is in
+// the result and none below it, so the remaining digits cannot change the set and the select stops, the set being
+// the keys with (key & mask) >= prefix.
+template <typename K>
+static __device__ bool carve_cu_radix_fix(radix_state<K>* rs, uint32_t shift) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const uint32_t need = rs->k_rem;  // read by every lane before one lane writes it below
+    __syncwarp();
+    uint32_t digit, above, in_bin;
+    if (carve_cu_pick_digit(rs->hist, need, &digit, &above, &in_bin)) {
+      rs->prefix |= (K)digit << shift;
+      rs->mask |= (K)255u << shift;
+      rs->k_rem = need - above;
+      rs->settled = in_bin == need - above;
+    }
+  }
+  __syncthreads();
+  return rs->settled != 0;
+}
+
 // Descending rank sort of the kk distinct composites s[0 .. kk) (written by the block before the call):
 // composite e goes to place[e] = #{j : s[j] > s[e]}, every comparison made once. With kk < 1024 the threads
 // split: thread t takes composite t % kk against the slice t / kk of the others. Every thread of the block
@@ -413,9 +475,9 @@ static __device__ __forceinline__ uint32_t carve_cu_comp_index(uint64_t comp) {
 
 // The state of carve_cu_topk_block in shared memory.
 typedef struct topk_block_shared {
-  uint32_t hist[256];
+  radix_state<uint32_t> rs;
   uint32_t warp_eq[CARVE_CU_TOPK_ONE_BLOCK_THREADS / 32];
-  uint32_t prefix, mask, k_rem, n_gt, settled;
+  uint32_t n_gt;
 } topk_block_shared;
 
 // The whole top-k of vals[0 .. n) (global memory) by one block of CARVE_CU_TOPK_ONE_BLOCK_THREADS threads,
@@ -444,21 +506,15 @@ static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32
                                            float* val, uint64_t* s, uint32_t* place, topk_block_shared* sh) {
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
+  carve_cu_radix_start(&sh->rs, kk);
   if (t == 0) {
-    sh->prefix = 0;
-    sh->mask = 0;
-    sh->k_rem = kk;
     sh->n_gt = 0;
-    sh->settled = 0;
   }
   // 2. radix select, up to four passes of 8 bits.
   for (int pass = 0; pass < 4; pass++) {
     const uint32_t shift = 24u - 8u * (uint32_t)pass;
-    for (unsigned d = t; d < 256; d += threads) {
-      sh->hist[d] = 0;
-    }
-    __syncthreads();
-    const uint32_t pre = sh->prefix, msk = sh->mask;
+    carve_cu_radix_clear(&sh->rs);
+    const uint32_t pre = sh->rs.prefix, msk = sh->rs.mask;
     // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram (the loop
     // bound is warp-uniform, so every lane takes part in __match_any_sync).
     for (uint32_t i0 = t - lane; i0 < n; i0 += threads * CARVE_CU_TOPK_UNROLL) {
@@ -469,33 +525,15 @@ static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32
       }
       for (int j = 0; j < CARVE_CU_TOPK_UNROLL; j++) {
         const uint32_t i = i0 + (uint32_t)j * threads + lane;
-        const bool match = i < n && (key[j] & msk) == pre;
-        const uint32_t bin = (key[j] >> shift) & 255u;
-        const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
-        if (match && (unsigned)(__ffs((int)peers) - 1) == lane) {
-          atomicAdd(&sh->hist[bin], (uint32_t)__popc(peers));
-        }
+        carve_cu_radix_count(sh->rs.hist, i < n && (key[j] & msk) == pre, (key[j] >> shift) & 255u);
       }
     }
-    __syncthreads();
-    if (warp == 0) {  // as carve_cu_topk_digit_kernel
-      const uint32_t need = sh->k_rem;  // read by every lane before one lane writes it below
-      __syncwarp();
-      uint32_t digit, above, in_bin;
-      if (carve_cu_pick_digit(sh->hist, need, &digit, &above, &in_bin)) {
-        sh->prefix |= digit << shift;
-        sh->mask |= 255u << shift;
-        sh->k_rem = need - above;
-        sh->settled = in_bin == need - above;  // the whole bin is wanted: the set is known
-      }
-    }
-    __syncthreads();
-    if (sh->settled) {  // block-uniform (shared, after the barrier)
+    if (carve_cu_radix_fix(&sh->rs, shift)) {
       break;
     }
   }
   // 3. compaction over each thread's consecutive values, on keys under the select's mask.
-  const uint32_t thr = sh->prefix, msk = sh->mask, rem = sh->k_rem;
+  const uint32_t thr = sh->rs.prefix, msk = sh->rs.mask, rem = sh->rs.k_rem;
   const uint32_t chunk = (n + threads - 1) / threads;
   const uint32_t lo = t * chunk < n ? t * chunk : n, hi = lo + chunk < n ? lo + chunk : n;
   uint32_t n_above = 0, n_tie = 0;
@@ -857,13 +895,26 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __rest
 #define CARVE_CU_E2E_CAND 3072   // the step-2 candidates it holds (24 KB)
 #define CARVE_CU_E2E_LOADS 8     // class scores in flight per thread while gathering candidates
 
-// The state of carve_cu_select64 in shared memory.
+// The state of carve_cu_select64 and the fused head in shared memory.
 typedef struct select64_shared {
-  uint32_t hist[256];
-  unsigned long long prefix;  // the bytes of the k'-th composite fixed so far
-  unsigned long long mask;    // which bytes of prefix are fixed
-  uint32_t k_rem, settled, taken, cand, thr;
+  radix_state<unsigned long long> rs;
+  uint32_t taken;  // chosen composites written so far
+  uint32_t cand;   // step-2 candidates found so far
+  uint32_t thr;    // T: the key of the k'-th best anchor score
 } select64_shared;
+
+// f(j) for j = 0 .. rows - 1 (rows <= PT, block-uniform), unrolled: a per-thread array indexed by j stays in
+// registers.
+template <int PT, typename F>
+static __device__ __forceinline__ void carve_cu_for_items(uint32_t rows, const F& f) {
+  CARVE_CU_UNROLL
+  for (int j = 0; j < PT; j++) {
+    if ((uint32_t)j >= rows) {
+      break;
+    }
+    f(j);
+  }
+}
 
 // The kk largest of a block's distinct 64-bit composites: a radix select over their eight bytes, most
 // significant first, with carve_cu_topk_block's histogram (__match_any_sync) and early stop. Thread t holds
@@ -873,48 +924,20 @@ typedef struct select64_shared {
 // at least kk composites. Every thread of the block calls it (barriers).
 template <int PT, typename Get>
 static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh) {
-  const unsigned t = threadIdx.x, lane = t & 31u;
-  if (t == 0) {
-    sh->prefix = 0;
-    sh->mask = 0;
-    sh->k_rem = kk;
-    sh->settled = 0;
+  carve_cu_radix_start(&sh->rs, kk);
+  if (threadIdx.x == 0) {
     sh->taken = 0;
   }
   for (int pass = 0; pass < 8; pass++) {
     const uint32_t shift = 56u - 8u * (uint32_t)pass;
-    for (unsigned d = t; d < 256; d += blockDim.x) {
-      sh->hist[d] = 0;
-    }
-    __syncthreads();
-    const unsigned long long pre = sh->prefix, msk = sh->mask;
-    CARVE_CU_UNROLL
-    for (int j = 0; j < PT; j++) {
-      if ((uint32_t)j >= rows) {
-        break;
-      }
+    carve_cu_radix_clear(&sh->rs);
+    const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
+    carve_cu_for_items<PT>(rows, [&](int j) {
       uint64_t comp = 0;
       const bool match = get(j, &comp) && (comp & msk) == pre;
-      const uint32_t bin = (uint32_t)(comp >> shift) & 255u;
-      const unsigned peers = __match_any_sync(0xFFFFFFFFu, match ? bin : 0xFFFFFFFFu);
-      if (match && (unsigned)(__ffs((int)peers) - 1) == lane) {
-        atomicAdd(&sh->hist[bin], (uint32_t)__popc(peers));
-      }
-    }
-    __syncthreads();
-    if (t < 32) {
-      const uint32_t need = sh->k_rem;  // read by every lane before one lane writes it below
-      __syncwarp();
-      uint32_t digit, above, in_bin;
-      if (carve_cu_pick_digit(sh->hist, need, &digit, &above, &in_bin)) {
-        sh->prefix |= (unsigned long long)digit << shift;
-        sh->mask |= 255ull << shift;
-        sh->k_rem = need - above;
-        sh->settled = in_bin == need - above;
-      }
-    }
-    __syncthreads();
-    if (sh->settled) {  // block-uniform
+      carve_cu_radix_count(sh->rs.hist, match, (uint32_t)(comp >> shift) & 255u);
+    });
+    if (carve_cu_radix_fix(&sh->rs, shift)) {
       break;
     }
   }
@@ -925,17 +948,13 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
 template <int PT, typename Get>
 static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh,
                                               uint64_t* out, uint32_t* place) {
-  const unsigned long long pre = sh->prefix, msk = sh->mask;
-  CARVE_CU_UNROLL
-  for (int j = 0; j < PT; j++) {
-    if ((uint32_t)j >= rows) {
-      break;
-    }
+  const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
+  carve_cu_for_items<PT>(rows, [&](int j) {
     uint64_t comp = 0;
     if (get(j, &comp) && (comp & msk) >= pre) {
       out[atomicAdd(&sh->taken, 1u)] = comp;
     }
-  }
+  });
   carve_cu_rank_place(out, kk, place);  // its first barrier publishes out[]
 }
 
