@@ -73,8 +73,8 @@
 //    (CARVE_CU_SPLIT_BYTES; blas_workspace_bytes excludes them); CARVE_CU_PATHS 12 (the split-K tile and the
 //    asynchronous 64x32 / 32x64 tiles).
 // 10: CARVE_CU_PATHS 13 (the 32x32 tile with the reduction sliced over four warp groups).
-// 11: the half-output overloads of carve_cu_letterbox and carve_cu_nchw_to_nhwc (an fp16 package's input
-//     without the float32 staging copy and its cast).
+// 11: carve_cu_nchw_to_nhwc_batch (a batch's device tensors in one launch), the half-output overloads of it and
+//     of carve_cu_letterbox (an fp16 package's input without the float32 staging copy and its cast).
 #define CARVE_CUDA_ABI 11
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -457,6 +457,10 @@ carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int
 // input of a run from a device tensor (carve_nchw_to_nhwc of carve_layout.h on the device, exact).
 carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
                                    float* y);
+// The same for `batch` tensors one after another (tensor b at x + b c h w, its NHWC copy at y + b h w c), in one
+// launch. batch 0 is CARVE_ERR_INVALID_ARGUMENT.
+carve_status carve_cu_nchw_to_nhwc_batch(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c,
+                                         uint32_t h, uint32_t w, float* y);
 
 // carve_classify_preprocess on the device, bit-identical to the CPU one.
 size_t carve_cu_classify_scratch_bytes(int w, int h, int out);
@@ -496,14 +500,14 @@ carve_status carve_cu_e2e_postprocess_task(const carve_cu_ctx* ctx, const carve_
 
 // ---- Half-precision network inputs (C++: the fp16 packages) -------------------------------
 
-// carve_cu_letterbox / carve_cu_nchw_to_nhwc writing an fp16 package's input as halves: each value the float32
-// function's, rounded once to nearest even (as carve_cu_f32_to_f16 rounds it), so the same halves as the float32
-// function followed by the cast, in one launch fewer and without the float32 staging copy.
+// carve_cu_letterbox / carve_cu_nchw_to_nhwc_batch writing an fp16 package's input as halves: each value the
+// float32 function's, rounded once to nearest even (as carve_cu_f32_to_f16 rounds it), so the same halves as the
+// float32 function followed by the cast, in one launch fewer and without the float32 staging copy.
 carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int src_w, int src_h,
                                 size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h,
                                 __half* out, void* scratch);
-carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
-                                   __half* y);
+carve_status carve_cu_nchw_to_nhwc_batch(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c,
+                                         uint32_t h, uint32_t w, __half* y);
 #endif  // __cplusplus
 
 #endif  // CARVE_CUDA_H

@@ -13,7 +13,7 @@
 //     The scratch of conv2d and attention is still passed as float* (the fp32 signature) and
 //     used as halves: the fp32 scratch sizes are upper bounds of the fp16 needs.
 //   * The edges of the network: the letterbox and a device tensor's layout change write the input
-//     as halves (carve_cuda.h's __half overloads of carve_cu_letterbox / carve_cu_nchw_to_nhwc), a
+//     as halves (carve_cuda.h's __half overloads of carve_cu_letterbox / carve_cu_nchw_to_nhwc_batch), a
 //     host tensor is uploaded as float32 and cast (carve_cu_f32_to_f16); the head (top-k, NMS, box decoding) reads the half maps where the
 //     network wrote them (carve_cu_level_h: the carve_cuda.h / carve_cuda_nms.h overloads of the
 //     e2e and NMS functions, in carve_cuda_topk.cu / carve_cuda_nms.cu), widening each value to

@@ -221,34 +221,43 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
 
 // ---- NCHW -> NHWC (a run from a device tensor) ------------------------------------------
 
-// y[(i * w + j) * c + ch] = x[(ch * h + i) * w + j], one thread per output element, stored as T (float: exact;
-// __half: rounded once to nearest even).
+// y_b[(i * w + j) * c + ch] = x_b[(ch * h + i) * w + j] for each of `batch` images (x_b = x + b c h w, y_b = y + b h w c),
+// one thread per output element, stored as T (float: exact; __half: rounded once to nearest even).
 template <typename T>
-__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw, T* __restrict__ y) {
+__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw, size_t batch,
+                                             T* __restrict__ y) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, hw * c) {
-    const size_t p = e / c, ch = e % c;
-    carve_cu_st(y, e, x[ch * hw + p]);
+  const size_t image = hw * c;
+  CARVE_CU_FOR(e, batch * image) {
+    const size_t b = e / image, r = e - b * image, p = r / c, ch = r % c;
+    carve_cu_st(y, e, x[b * image + ch * hw + p]);
   }
 }
 
 template <typename T>
-static carve_status nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w, T* y) {
-  if (ctx == NULL || x == NULL || y == NULL || c == 0 || h == 0 || w == 0) {
+static carve_status nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c, uint32_t h,
+                                 uint32_t w, T* y) {
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || c == 0 || h == 0 || w == 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   const size_t hw = (size_t)h * w;
-  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel<T>, carve_cu_blocks(hw * c), CARVE_CU_THREADS, ctx->stream, x, c, hw, y);
+  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel<T>, carve_cu_blocks((size_t)batch * hw * c), CARVE_CU_THREADS, ctx->stream,
+               x, c, hw, (size_t)batch, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
 
 extern "C" carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h,
                                               uint32_t w, float* y) {
-  return nchw_to_nhwc(ctx, x, c, h, w, y);
+  return nchw_to_nhwc(ctx, x, 1, c, h, w, y);
 }
 
-carve_status carve_cu_nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t c, uint32_t h, uint32_t w,
-                                   __half* y) {
-  return nchw_to_nhwc(ctx, x, c, h, w, y);
+extern "C" carve_status carve_cu_nchw_to_nhwc_batch(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c,
+                                                    uint32_t h, uint32_t w, float* y) {
+  return nchw_to_nhwc(ctx, x, batch, c, h, w, y);
+}
+
+carve_status carve_cu_nchw_to_nhwc_batch(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c,
+                                         uint32_t h, uint32_t w, __half* y) {
+  return nchw_to_nhwc(ctx, x, batch, c, h, w, y);
 }

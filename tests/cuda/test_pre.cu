@@ -2,8 +2,9 @@
 // (runtime/carve_cuda_pre.cu) bit for bit against the CPU carve_letterbox and
 // carve_classify_preprocess on random images of odd sizes (down- and up-scaling, no
 // resize, one pixel, very wide and very tall, padded rows), and carve_letterbox_geometry
-// against the info carve_letterbox returns; the half-output overloads of carve_cu_letterbox and
-// carve_cu_nchw_to_nhwc (an fp16 package's input) bit for bit the float32 results rounded to half.
+// against the info carve_letterbox returns; carve_cu_nchw_to_nhwc(_batch) exact; the half-output overloads of
+// carve_cu_letterbox and carve_cu_nchw_to_nhwc_batch (an fp16 package's input) bit for bit the float32 results
+// rounded to half.
 
 #include "carve_cuda_f16.h"  // __half (cuda_fp16.h; the emulation's cuda_emu_f16.h)
 #include "carve_layout.h"
@@ -98,14 +99,24 @@ int main() {
     CHECK_OK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, c, h, w, dy.p));
     t.sync();
     CHECK(dy.download() == want);
-    DevBuf<__half> dh(want.size());
-    CHECK_OK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, c, h, w, dh.p));
+    // A batch of 3 different tensors in one launch, float32 and halves, each image against the CPU.
+    const uint32_t batch = 3;
+    std::vector<float> xb((size_t)batch * c * h * w), wantb(xb.size());
+    for (auto& v : xb) v = rng.normal();
+    for (uint32_t b = 0; b < batch; b++)
+      carve_nchw_to_nhwc(xb.data() + (size_t)b * c * h * w, c, h, w, wantb.data() + (size_t)b * h * w * c, c);
+    DevBuf<float> dxb(xb), dyb(wantb.size());
+    DevBuf<__half> dh(wantb.size());
+    CHECK_OK(carve_cu_nchw_to_nhwc_batch(&t.ctx, dxb.p, batch, c, h, w, dyb.p));
+    CHECK_OK(carve_cu_nchw_to_nhwc_batch(&t.ctx, dxb.p, batch, c, h, w, dh.p));
     t.sync();
-    check_halves(dh.download(), want, "nchw_to_nhwc as halves");
+    CHECK(dyb.download() == wantb);
+    check_halves(dh.download(), wantb, "nchw_to_nhwc batch 3 as halves");
+    CHECK(carve_cu_nchw_to_nhwc_batch(&t.ctx, dxb.p, 0, c, h, w, dyb.p) == CARVE_ERR_INVALID_ARGUMENT);
     CHECK(carve_cu_nchw_to_nhwc(&t.ctx, dx.p, 0, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
     CHECK(carve_cu_nchw_to_nhwc(&t.ctx, nullptr, c, h, w, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
-    CHECK(carve_cu_nchw_to_nhwc(&t.ctx, nullptr, c, h, w, dh.p) == CARVE_ERR_INVALID_ARGUMENT);
-    std::printf("nchw_to_nhwc: ok (float32 and halves)\n");
+    CHECK(carve_cu_nchw_to_nhwc_batch(&t.ctx, nullptr, batch, c, h, w, dh.p) == CARVE_ERR_INVALID_ARGUMENT);
+    std::printf("nchw_to_nhwc: ok (one tensor, a batch of 3, float32 and halves)\n");
   }
 
   // Refusals: the geometry of another image, bad sizes, short rows.

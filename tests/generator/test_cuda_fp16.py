@@ -70,7 +70,7 @@ def test_fp16_package(packages, head):
     assert cu.count("TRY(input_done(m, ") == 1  # only a host tensor's upload is cast
     # the letterbox (run_image, run_images, enqueue) and a device tensor's layout change write the halves in place
     assert cu.count("YOLO26N_SHAPES_INPUT_H, input_dev(m, ") >= 1
-    assert "input_dev(m, b));" in cu or "_enqueue_tensors" not in cu
+    assert "carve_cu_nchw_to_nhwc_batch(&m->cu, tensors, BATCH," in cu or "_enqueue_tensors" not in cu
     # the head reads the half maps in place (no float32 copies, no casts), its rows in float32 in the staging area
     assert "carve_cu_f16_to_f32_view" not in cu and cu.count("const carve_cu_level_h levels[3] = {") == 1
     levels = re.search(r"const carve_cu_level_h levels\[3\] = \{[^}]*\n((?:\s*\{A\(m, .*\},\n){3})\s*\};", cu)
