@@ -245,10 +245,6 @@ static inline int carve_cu_vec_ok(size_t items, std::initializer_list<size_t> co
   return 1;
 }
 
-// Blocks for a 32-bit grid-stride launch over n items (n < 2^32).
-#define CARVE_CU_FOR32(i, n)                                                                   \
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (uint32_t)(n); i += gridDim.x * blockDim.x)
-
 // y[p][o] = act(y[p][o] + bias[o]) + residual[p][o] (residual optional) over (pixels, cout) (a batch's
 // pixels: every image's).
 template <typename T>

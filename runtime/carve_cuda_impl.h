@@ -64,6 +64,11 @@ static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \
        i += (size_t)gridDim.x * blockDim.x)
 
+// Grid-stride loop over [0, n) with 32-bit indices (n < 2^32): where a 64-bit index would cost a software
+// division per element.
+#define CARVE_CU_FOR32(i, n)                                                                   \
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (uint32_t)(n); i += gridDim.x * blockDim.x)
+
 // Element loads and stores over the storage type (float, or __half in the fp16 packages): a load
 // widens to float (exact), a store rounds once to nearest even for __half; for float both are
 // the plain access.

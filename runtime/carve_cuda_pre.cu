@@ -44,33 +44,42 @@ __global__ void carve_cu_letterbox_plan_kernel(int src_w, int src_h, int new_w, 
 //   S_r = a0 p[y_r][sx][ch] + a1 p[y_r][sx + 1][ch]   (r = 0, 1; sx + 1 clamped)
 //   v = ((S_0 >> 4) b0 >> 16) + ((S_1 >> 4) b1 >> 16), byte = clamp((v + 2) >> 2, 0, 255),
 // then byte / 255.0f, stored as T (float, or __half for an fp16 package's input: that float rounded once to
-// nearest even, as carve_cu_f32_to_f16 rounds it).
+// nearest even, as carve_cu_f32_to_f16 rounds it). One thread per output pixel (its 3 channels share the
+// column and row coefficients), 32-bit indices (out_w out_h < 2^31: checked by the caller).
 template <typename T>
 __global__ void carve_cu_letterbox_kernel(const uint8_t* __restrict__ rgb, int src_w, size_t src_stride, int new_w,
                                           int new_h, int left, int top, int resize, int out_w, int out_h,
                                           const int32_t* __restrict__ cols, const int32_t* __restrict__ rows,
                                           T* __restrict__ out) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(e, (size_t)out_w * out_h * 3) {
-    const size_t p = e / 3, ch = e % 3;
-    const int y = (int)(p / (size_t)out_w), x = (int)(p % (size_t)out_w);
+  CARVE_CU_FOR32(p, (uint32_t)out_w * (uint32_t)out_h) {
+    const int y = (int)(p / (uint32_t)out_w), x = (int)(p - (uint32_t)y * (uint32_t)out_w);
     const int dy = y - top, dx = x - left;
-    int byte;
+    int byte[3];
     if (dy < 0 || dy >= new_h || dx < 0 || dx >= new_w) {
-      byte = CARVE_PRE_LETTERBOX_PAD;
+      for (int ch = 0; ch < 3; ch++) {
+        byte[ch] = CARVE_PRE_LETTERBOX_PAD;
+      }
     } else if (!resize) {
-      byte = rgb[(size_t)dy * src_stride + (size_t)dx * 3 + ch];
+      const uint8_t* px = rgb + (size_t)dy * src_stride + (size_t)dx * 3;
+      for (int ch = 0; ch < 3; ch++) {
+        byte[ch] = px[ch];
+      }
     } else {
-      const int32_t sx = cols[3 * (size_t)dx], a0 = cols[3 * (size_t)dx + 1], a1 = cols[3 * (size_t)dx + 2];
-      const int32_t* r = rows + 4 * (size_t)dy;
-      const size_t c0 = (size_t)sx * 3 + ch, c1 = (sx + 1 < src_w ? (size_t)(sx + 1) : (size_t)sx) * 3 + ch;
+      const int32_t sx = cols[3 * dx], a0 = cols[3 * dx + 1], a1 = cols[3 * dx + 2];
+      const int32_t* r = rows + 4 * dy;
+      const size_t c0 = (size_t)sx * 3, c1 = (sx + 1 < src_w ? (size_t)(sx + 1) : (size_t)sx) * 3;
       const uint8_t* p0 = rgb + (size_t)r[0] * src_stride;
       const uint8_t* p1 = rgb + (size_t)r[1] * src_stride;
-      const int32_t s0 = a0 * p0[c0] + a1 * p0[c1];
-      const int32_t s1 = a0 * p1[c0] + a1 * p1[c1];
-      byte = carve_pre_resize_v(s0, s1, r[2], r[3]);
+      for (int ch = 0; ch < 3; ch++) {
+        const int32_t s0 = a0 * p0[c0 + ch] + a1 * p0[c1 + ch];
+        const int32_t s1 = a0 * p1[c0 + ch] + a1 * p1[c1 + ch];
+        byte[ch] = carve_pre_resize_v(s0, s1, r[2], r[3]);
+      }
     }
-    carve_cu_st(out, e, (float)byte / 255.0f);
+    for (int ch = 0; ch < 3; ch++) {
+      carve_cu_st(out, (size_t)p * 3 + ch, (float)byte[ch] / 255.0f);
+    }
   }
 }
 
@@ -80,7 +89,7 @@ static carve_status letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int s
                               size_t src_stride_bytes, const carve_letterbox_info* info, int out_w, int out_h, T* out,
                               void* scratch) {
   if (ctx == NULL || rgb == NULL || info == NULL || out == NULL || scratch == NULL || out_w <= 0 || out_h <= 0 ||
-      (uintptr_t)scratch % sizeof(int32_t) != 0) {
+      (size_t)out_w * (size_t)out_h > (size_t)INT32_MAX || (uintptr_t)scratch % sizeof(int32_t) != 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   if (src_w <= 0 || src_h <= 0 || src_stride_bytes < (size_t)src_w * 3) {
@@ -101,7 +110,7 @@ static carve_status letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int s
                  ctx->stream, src_w, src_h, info->new_w, info->new_h, cols, rows);
     CARVE_CU_CHECK_LAUNCH();
   }
-  CARVE_LAUNCH(carve_cu_letterbox_kernel<T>, carve_cu_blocks((size_t)out_w * out_h * 3), CARVE_CU_THREADS,
+  CARVE_LAUNCH(carve_cu_letterbox_kernel<T>, carve_cu_blocks((size_t)out_w * out_h), CARVE_CU_THREADS,
                ctx->stream, rgb, src_w, src_stride_bytes, info->new_w, info->new_h, left, top, resize, out_w, out_h,
                (const int32_t*)cols, (const int32_t*)rows, out);
   CARVE_CU_CHECK_LAUNCH();
@@ -222,27 +231,30 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
 // ---- NCHW -> NHWC (a run from a device tensor) ------------------------------------------
 
 // y_b[(i * w + j) * c + ch] = x_b[(ch * h + i) * w + j] for each of `batch` images (x_b = x + b c h w, y_b = y + b h w c),
-// one thread per output element, stored as T (float: exact; __half: rounded once to nearest even).
+// one thread per pixel of the batch (its c channels), stored as T (float: exact; __half: rounded once to nearest
+// even); 32-bit pixel indices (batch h w < 2^31: checked by the caller).
 template <typename T>
-__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, size_t hw, size_t batch,
+__global__ void carve_cu_nchw_to_nhwc_kernel(const float* __restrict__ x, uint32_t c, uint32_t hw, uint32_t pixels,
                                              T* __restrict__ y) {
   CARVE_CU_KERNEL_ENTRY();
-  const size_t image = hw * c;
-  CARVE_CU_FOR(e, batch * image) {
-    const size_t b = e / image, r = e - b * image, p = r / c, ch = r % c;
-    carve_cu_st(y, e, x[b * image + ch * hw + p]);
+  CARVE_CU_FOR32(q, pixels) {
+    const uint32_t b = q / hw, p = q - b * hw;
+    const float* xb = x + (size_t)b * hw * c + p;
+    for (uint32_t ch = 0; ch < c; ch++) {
+      carve_cu_st(y, (size_t)q * c + ch, xb[(size_t)ch * hw]);
+    }
   }
 }
 
 template <typename T>
 static carve_status nchw_to_nhwc(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c, uint32_t h,
                                  uint32_t w, T* y) {
-  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || c == 0 || h == 0 || w == 0) {
+  const size_t hw = (size_t)h * w, pixels = hw * batch;
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || c == 0 || h == 0 || w == 0 || pixels > (size_t)INT32_MAX) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  const size_t hw = (size_t)h * w;
-  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel<T>, carve_cu_blocks((size_t)batch * hw * c), CARVE_CU_THREADS, ctx->stream,
-               x, c, hw, (size_t)batch, y);
+  CARVE_LAUNCH(carve_cu_nchw_to_nhwc_kernel<T>, carve_cu_blocks(pixels), CARVE_CU_THREADS, ctx->stream, x, c,
+               (uint32_t)hw, (uint32_t)pixels, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
