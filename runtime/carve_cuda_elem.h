@@ -967,15 +967,16 @@ __global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_st
   }
 }
 
-// v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e].
-template <typename T>
+// v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e]. I: the element index type (uint32_t where n heads hd < 2^32,
+// the launch's usual case: a 64-bit index costs a software division per element; else size_t).
+template <typename T, typename I>
 __global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t heads,
                                          uint32_t key_dim, uint32_t head_dim, T* __restrict__ v_out,
                                          size_t v_stride) {
   CARVE_CU_KERNEL_ENTRY();
-  const size_t c = (size_t)heads * head_dim;
-  CARVE_CU_FOR(e, (size_t)n * c) {
-    const size_t i = e / c, ch = e % c, h = ch / head_dim, d = ch % head_dim;
+  const I c = (I)heads * head_dim, total = (I)n * c;
+  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
+    const I i = e / c, ch = e - i * c, h = ch / head_dim, d = ch - h * head_dim;
     v_out[i * v_stride + ch] = qkv[i * qkv_stride + h * (2 * (size_t)key_dim + head_dim) + 2 * (size_t)key_dim + d];
   }
 }
@@ -1061,9 +1062,11 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
     }
   }
   if (v_out != NULL) {  // a pixel-wise gather: the batch's pixels at once
-    CARVE_LAUNCH(carve_cu_gather_v_kernel<T>, carve_cu_blocks((size_t)batch * n * heads * head_dim),
-                 CARVE_CU_THREADS, ctx->stream, qkv, qkv_stride, batch * n, heads, key_dim, head_dim, v_out,
-                 v_stride);
+    const size_t total = (size_t)batch * n * heads * head_dim;
+    void (*const gather)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, T*, size_t) =
+        total < ((size_t)1 << 32) ? carve_cu_gather_v_kernel<T, uint32_t> : carve_cu_gather_v_kernel<T, size_t>;
+    CARVE_LAUNCH(gather, carve_cu_blocks(total), CARVE_CU_THREADS, ctx->stream, qkv, qkv_stride, batch * n, heads,
+                 key_dim, head_dim, v_out, v_stride);
     CARVE_CU_CHECK_LAUNCH();
   }
   return CARVE_OK;

@@ -774,7 +774,8 @@ __global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels<Lv> L, size_t ancho
   const unsigned lane = threadIdx.x & 31u, sub = threadIdx.x % CARVE_CU_E2E_SUB;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e - lane < total;
        e += (size_t)gridDim.x * blockDim.x) {
-    const size_t g = e / CARVE_CU_E2E_SUB, b = g / anchors, a = g % anchors;
+    // batch A < 2^31 (carve_cu_e2e_batch_scratch_bytes): 32-bit divisions where size_t ones are software sequences
+    const uint32_t g = (uint32_t)(e / CARVE_CU_E2E_SUB), b = g / (uint32_t)anchors, a = g - b * (uint32_t)anchors;
     float m = NAN;
     if (e < total) {
       size_t pixel;
