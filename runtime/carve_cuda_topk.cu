@@ -742,17 +742,9 @@ static __device__ __forceinline__ const Lv* carve_cu_locate(const e2e_levels<Lv>
   return &L->lv[l];
 }
 
-// max over c of x[c], ignoring NaN; NaN only when every x[c] is NaN (carve_post.c's rule).
-template <typename T>
-static __device__ __forceinline__ float carve_cu_max_ignoring_nan(const T* x, size_t n) {
-  float m = NAN;
-  for (size_t c = 0; c < n; c++) {
-    const float v = carve_cu_ld(x, c);
-    if (v > m || m != m) {
-      m = v;
-    }
-  }
-  return m;
+// One step of a max ignoring NaN from m = NaN: NaN only when every value is NaN (carve_post.c's rule).
+static __device__ __forceinline__ float carve_cu_max_ignoring_nan(float m, float v) {
+  return v > m || m != m ? v : m;
 }
 
 // Image b's map of a view whose image 0 starts at `base` (images one after another: h w stride elements each).
@@ -782,17 +774,11 @@ __global__ void carve_cu_e2e_anchor_scores_kernel(e2e_levels<Lv> L, size_t ancho
       const Lv* lv = carve_cu_locate(&L, a, &pixel);
       const auto* cls = carve_cu_image_map(lv->cls, lv, lv->cls_stride, b) + pixel * lv->cls_stride;
       for (size_t c = sub; c < nc; c += CARVE_CU_E2E_SUB) {
-        const float v = carve_cu_ld(cls, c);
-        if (v > m || m != m) {
-          m = v;
-        }
+        m = carve_cu_max_ignoring_nan(m, carve_cu_ld(cls, c));
       }
     }
     for (unsigned off = CARVE_CU_E2E_SUB / 2; off > 0; off /= 2) {
-      const float o = __shfl_xor_sync(0xFFFFFFFFu, m, (int)off);
-      if (o > m || m != m) {
-        m = o;
-      }
+      m = carve_cu_max_ignoring_nan(m, __shfl_xor_sync(0xFFFFFFFFu, m, (int)off));
     }
     if (e < total && sub == 0) {
       s[g] = carve_cu_sigmoid(m);
@@ -944,19 +930,24 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
   }
 }
 
-// After carve_cu_select64 over the same items: the kk chosen composites into out[0 .. kk) (any order), then
-// their places (carve_cu_rank_place): composite out[e] is the place[e]-th best.
+// After carve_cu_select64 over the same items: the indices of the kk chosen composites, best first, into
+// idx[0 .. kk) (readable by the block on return), through sel (the chosen composites in any order) and place
+// (carve_cu_rank_place: sel[e] is the place[e]-th best).
 template <int PT, typename Get>
 static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh,
-                                              uint64_t* out, uint32_t* place) {
+                                              uint64_t* sel, uint32_t* place, int32_t* idx) {
   const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
   carve_cu_for_items<PT>(rows, [&](int j) {
     uint64_t comp = 0;
     if (get(j, &comp) && (comp & msk) >= pre) {
-      out[atomicAdd(&sh->taken, 1u)] = comp;
+      sel[atomicAdd(&sh->taken, 1u)] = comp;
     }
   });
-  carve_cu_rank_place(out, kk, place);  // its first barrier publishes out[]
+  carve_cu_rank_place(sel, kk, place);  // its first barrier publishes sel[]
+  for (uint32_t e = threadIdx.x; e < kk; e += blockDim.x) {
+    idx[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
+  }
+  __syncthreads();
 }
 
 // Class c's logit of image b's anchor ori[r].
@@ -1002,14 +993,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     return i < anchors;
   };
   carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh);
-  carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, place);
-  for (uint32_t e = t; e < kk; e += threads) {
-    ori[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
-    if (place[e] == kk - 1) {
-      sh.thr = (uint32_t)(sel[e] >> 32);  // T: the k'-th best anchor score's key
-    }
-  }
+  carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, place, ori);
   if (t == 0) {
+    sh.thr = carve_cu_order_key(s1[ori[kk - 1]]);  // T: the k'-th best anchor score's key
     sh.cand = 0;
   }
   __syncthreads();
@@ -1061,10 +1047,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     };
     carve_cu_select64<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh);
     carve_cu_select64_take<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh, sel,
-                                                                                place);
-    for (uint32_t e = t; e < kk; e += threads) {
-      best[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
-    }
+                                                                                place, best);
   } else {  // every class score through the general one-block top-k
     for (uint32_t f = t; f < n2; f += threads) {
       s2[f] = carve_cu_sigmoid(carve_cu_e2e_pair_logit(&L, ori, f / nc, f % nc, b));
