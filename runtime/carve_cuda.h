@@ -75,7 +75,8 @@
 // 10: CARVE_CU_PATHS 13 (the 32x32 tile with the reduction sliced over four warp groups).
 // 11: carve_cu_nchw_to_nhwc_batch (a batch's device tensors in one launch), the half-output overloads of it and
 //     of carve_cu_letterbox (an fp16 package's input without the float32 staging copy and its cast).
-#define CARVE_CUDA_ABI 11
+// 12: carve_cu_maxpool2d_chain (SPPF's chained max pools in one launch).
+#define CARVE_CUDA_ABI 12
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -349,6 +350,15 @@ carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, 
 carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
                                 uint32_t k, uint32_t stride, uint32_t pad, const float* x, size_t in_stride, float* y,
                                 size_t out_stride);
+
+// n chained k x k max pools with stride 1 and -inf padding k / 2 (k odd), as SPPF runs them: y_1 = pool(x),
+// y_j = pool(y_{j-1}), output j (1 .. n) at y + (j - 1) y_step (y_step >= c: e.g. the next channel slot of one
+// concat), each (batch, h, w, c) with pixel stride out_stride. The values of n carve_cu_maxpool2d calls, in one
+// launch where n (k / 2) <= CARVE_CU_POOL_CHAIN_HALO (8) and the pointers, c and the strides allow 16-byte
+// accesses (else n launches). x and the outputs must not overlap.
+carve_status carve_cu_maxpool2d_chain(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                      uint32_t k, uint32_t n, const float* x, size_t in_stride, float* y,
+                                      size_t out_stride, size_t y_step);
 
 // Nearest 2x upsample: y[2i + a][2j + b][c] = x[i][j][c].
 carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const float* x,

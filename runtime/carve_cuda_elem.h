@@ -815,6 +815,135 @@ static carve_status carve_cu_maxpool2d_t(const carve_cu_ctx* ctx, uint32_t batch
   return CARVE_OK;
 }
 
+// ---- Chained max pools (SPPF) in one launch ---------------------------------------------------
+//
+// SPPF pools its input n times in a row with the same k x k window, stride 1 and -inf padding p = k / 2 (k odd):
+// y_j = pool(y_{j-1}), y_0 = x. y_j is also the maximum over the (2 j p + 1)^2 window of x around each pixel (a
+// window of windows; every input position within j p of the pixel lies in one of them, the positions outside the
+// image being -inf), so one block computes every y_j of its tile from one staged region of x: a
+// CARVE_CU_POOL_CHAIN_TILE^2 tile of output pixels and one 16-byte vector of channels, the region R = n p around
+// the tile (R <= CARVE_CU_POOL_CHAIN_HALO) in shared memory (-inf outside the image). Then per j, the row maxima
+// over |dx| <= j p (the previous j's maxima and the p new columns on each side) into a second shared array, and
+// each output the column maximum of those over |dy| <= j p. Every maximum ignores NaN as carve_cu_maxpool_kernel's
+// (v > m), so each y_j holds the values of the j-th of n carve_cu_maxpool2d calls (a maximum is one of its
+// inputs; of a +0 and a -0 in one window either may be kept). One launch where the three pools of SPPF were three,
+// each reading its 25 taps from global memory: one 16-byte load per pixel of the region here.
+#define CARVE_CU_POOL_CHAIN_TILE 16  // output pixels per tile side: 256 threads, one per pixel
+#define CARVE_CU_POOL_CHAIN_HALO 8   // the largest n p of the one-launch kernel (SPPF: 3 x 2)
+
+// m[e] = max(m[e], element e of the 16 bytes v), ignoring NaN (v > m).
+template <typename T>
+static __device__ __forceinline__ void carve_cu_max_pack(float (&m)[CARVE_CU_VEC(T)], const carve_cu_v16& v) {
+  carve_cu_pack<T> pk;
+  memcpy(&pk, &v, sizeof pk);
+  for (uint32_t e = 0; e < CARVE_CU_VEC(T); e++) {
+    const float f = carve_cu_ld(pk.e, e);
+    m[e] = f > m[e] ? f : m[e];
+  }
+}
+
+template <typename T>
+static __device__ __forceinline__ carve_cu_v16 carve_cu_pack_of(const float (&m)[CARVE_CU_VEC(T)]) {
+  carve_cu_pack<T> pk;
+  for (uint32_t e = 0; e < CARVE_CU_VEC(T); e++) {
+    carve_cu_st(pk.e, e, m[e]);  // (a value of T: exact)
+  }
+  carve_cu_v16 v;
+  memcpy(&v, &pk, sizeof v);
+  return v;
+}
+
+// Grid (tiles_x tiles_y, c / VEC, batch): block (tile, channel vector, image). Output j (1 .. n) at y + (j - 1)
+// y_step. x's channels start at x, the outputs' at y (16-byte aligned, strides whole vectors; carve_cu_vec_ok).
+template <typename T>
+__global__ void __launch_bounds__(CARVE_CU_POOL_CHAIN_TILE* CARVE_CU_POOL_CHAIN_TILE)
+    carve_cu_maxpool_chain_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w, uint32_t p,
+                                  uint32_t n, uint32_t tiles_x, T* __restrict__ y, uint32_t out_stride,
+                                  uint32_t y_step) {
+  CARVE_CU_KERNEL_ENTRY();
+  constexpr int TS = CARVE_CU_POOL_CHAIN_TILE, RS = TS + 2 * CARVE_CU_POOL_CHAIN_HALO, NT = TS * TS;
+  constexpr uint32_t V = CARVE_CU_VEC(T);
+  __shared__ carve_cu_v16 region[RS * RS];  // x around the tile, row pitch RS
+  __shared__ carve_cu_v16 rows[RS * TS];    // the row maxima of radius j p: region row, tile column
+  const int t = (int)threadIdx.x, R = (int)(n * p), RH = TS + 2 * R;  // the region's rows and columns
+  const int ty0 = (int)(blockIdx.x / tiles_x) * TS, tx0 = (int)(blockIdx.x % tiles_x) * TS;
+  const uint32_t ch = blockIdx.y * V, img = blockIdx.z;
+  const T* const xb = x + (size_t)img * h * w * in_stride + ch;
+  float ninf[V];
+  for (uint32_t e = 0; e < V; e++) ninf[e] = -INFINITY;
+  for (int e = t; e < RH * RH; e += NT) {
+    const int iy = ty0 - R + e / RH, ix = tx0 - R + e % RH;
+    region[e / RH * RS + e % RH] = iy >= 0 && iy < (int)h && ix >= 0 && ix < (int)w
+                                       ? carve_cu_ld16_bytes(xb + ((size_t)iy * w + (size_t)ix) * in_stride)
+                                       : carve_cu_pack_of<T>(ninf);
+  }
+  __syncthreads();
+  // The thread's row maxima: entries e = t + q NT < RH TS (region row e / TS, tile column e % TS), kept across j.
+  constexpr int Q = (RS * TS + NT - 1) / NT;
+  float hm[Q][V];
+  const int oy = ty0 + t / TS, ox = tx0 + t % TS;
+  for (uint32_t j = 1; j <= n; j++) {
+    const int r = (int)(j * p), r0 = (int)((j - 1) * p);
+    for (int q = 0; q < Q; q++) {
+      const int e = t + q * NT;
+      if (e < RH * TS) {
+        const carve_cu_v16* const centre = region + e / TS * RS + e % TS + R;
+        if (j == 1) {
+          for (uint32_t c = 0; c < V; c++) hm[q][c] = -INFINITY;
+          carve_cu_max_pack<T>(hm[q], centre[0]);
+        }
+        for (int d = r0 + 1; d <= r; d++) {
+          carve_cu_max_pack<T>(hm[q], centre[-d]);
+          carve_cu_max_pack<T>(hm[q], centre[d]);
+        }
+        rows[e] = carve_cu_pack_of<T>(hm[q]);
+      }
+    }
+    __syncthreads();
+    if (oy < (int)h && ox < (int)w) {
+      float m[V];
+      for (uint32_t c = 0; c < V; c++) m[c] = -INFINITY;
+      for (int dy = -r; dy <= r; dy++) carve_cu_max_pack<T>(m, rows[(t / TS + R + dy) * TS + t % TS]);
+      T* const yj = y + (size_t)(j - 1) * y_step + ch;
+      carve_cu_st16_bytes(yj + (((size_t)img * h + (size_t)oy) * w + (size_t)ox) * out_stride, carve_cu_pack_of<T>(m));
+    }
+    __syncthreads();  // rows is rewritten for j + 1
+  }
+}
+
+// n chained k x k max pools (stride 1, pad k / 2, k odd): one launch of carve_cu_maxpool_chain_kernel where it
+// takes the shapes, else n launches of carve_cu_maxpool2d_t (the same values).
+template <typename T>
+static carve_status carve_cu_maxpool2d_chain_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w,
+                                               uint32_t c, uint32_t k, uint32_t n, const T* x, size_t in_stride, T* y,
+                                               size_t out_stride, size_t y_step) {
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || h == 0 || w == 0 || c == 0 || k % 2 == 0 || n == 0 ||
+      in_stride < c || out_stride < c || (n > 1 && y_step < c)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const uint32_t p = k / 2;
+  const size_t tiles_x = ((size_t)w + CARVE_CU_POOL_CHAIN_TILE - 1) / CARVE_CU_POOL_CHAIN_TILE;
+  const size_t tiles = tiles_x * (((size_t)h + CARVE_CU_POOL_CHAIN_TILE - 1) / CARVE_CU_POOL_CHAIN_TILE);
+  if ((size_t)n * p <= CARVE_CU_POOL_CHAIN_HALO && h < 0x40000000u && w < 0x40000000u && tiles < 0x80000000u &&
+      batch <= 65535u && c / CARVE_CU_VEC(T) <= 65535u &&
+      carve_cu_vec_ok<T>((size_t)batch * h * w * c, {c, in_stride, out_stride, y_step}, {x, y})) {
+    const dim3 grid((unsigned)tiles, c / CARVE_CU_VEC(T), batch);
+    CARVE_LAUNCH(carve_cu_maxpool_chain_kernel<T>, grid, CARVE_CU_POOL_CHAIN_TILE * CARVE_CU_POOL_CHAIN_TILE,
+                 ctx->stream, x, (uint32_t)in_stride, h, w, p, n, (uint32_t)tiles_x, y, (uint32_t)out_stride,
+                 (uint32_t)y_step);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  for (uint32_t j = 0; j < n; j++) {
+    const carve_status st = carve_cu_maxpool2d_t(ctx, batch, h, w, c, k, 1, p, j == 0 ? x : y + (j - 1) * y_step,
+                                                 j == 0 ? in_stride : out_stride, y + j * y_step, out_stride);
+    if (st != CARVE_OK) {
+      return st;
+    }
+  }
+  return CARVE_OK;
+}
+
 // y[oy][ox][c] = x[oy / 2][ox / 2][c] over the (2h, 2w, c) output.
 template <typename T>
 __global__ void carve_cu_upsample2x_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w,
@@ -967,6 +1096,54 @@ __global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_st
   }
 }
 
+// The attention's rows (batch heads n rows of n, n = h w: 400 at yolo26n's 20 x 20) one warp each,
+// CARVE_CU_SOFTMAX_WARP_ROWS rows a block: a block per row spent these short rows in its two 8-step reductions
+// over shared memory and their barriers (Nsight Compute, H100: 6.2 µs for the 800 rows of each of yolo26n's two
+// attention layers at batch 1, with 1.3 MB to move). The same three
+// passes and arithmetic as carve_cu_softmax_rows_kernel: m NaN-propagating, each lane's terms of the double sum in
+// order, the lanes' maxima and sums combined by a butterfly (a fixed order: the same result on every run; lane 0's
+// values broadcast so that the warp agrees even on the sign of a zero maximum or a NaN's payload), each result one
+// rounding. y may be x (each lane rewrites only the entries it read).
+#define CARVE_CU_SOFTMAX_WARP_ROWS 8
+
+template <typename T>
+__global__ void carve_cu_softmax_warp_rows_kernel(const T* x, uint32_t n, uint32_t rows, size_t row_stride, T* y) {
+  CARVE_CU_KERNEL_ENTRY();
+  const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * CARVE_CU_SOFTMAX_WARP_ROWS + threadIdx.x / 32;
+  if (row >= rows) {
+    return;  // (whole warps: the shuffles below have all 32 lanes)
+  }
+  const T* xr = x + (size_t)row * row_stride;
+  T* yr = y + (size_t)row * row_stride;
+  float m = -INFINITY;
+  for (uint32_t j = lane; j < n; j += 32) {
+    m = carve_cu_max_nan(m, carve_cu_ld(xr, j));
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    m = carve_cu_max_nan(m, __shfl_xor_sync(0xffffffffu, m, o));
+  }
+  m = __shfl_sync(0xffffffffu, m, 0);
+  double s = 0.0;
+  for (uint32_t j = lane; j < n; j += 32) {
+    s += (double)expf(carve_cu_ld(xr, j) - m);
+  }
+  for (int o = 16; o > 0; o /= 2) {
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+  }
+  const float inv = 1.0f / (float)__shfl_sync(0xffffffffu, s, 0);
+  for (uint32_t j = lane; j < n; j += 32) {
+    carve_cu_st(yr, j, expf(carve_cu_ld(xr, j) - m) * inv);
+  }
+}
+
+// P = softmax over each of `rows` rows of n at s, in place (carve_cu_softmax_warp_rows_kernel).
+template <typename T>
+static void carve_cu_softmax_rows(const carve_cu_ctx* ctx, T* s, uint32_t n, size_t rows) {
+  const unsigned blocks = (unsigned)((rows + CARVE_CU_SOFTMAX_WARP_ROWS - 1) / CARVE_CU_SOFTMAX_WARP_ROWS);
+  CARVE_LAUNCH(carve_cu_softmax_warp_rows_kernel<T>, blocks, 32 * CARVE_CU_SOFTMAX_WARP_ROWS, ctx->stream, s, n,
+               (uint32_t)rows, (size_t)n, s);
+}
+
 // v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e]. I: the element index type (uint32_t where n heads hd < 2^32,
 // the launch's usual case: a 64-bit index costs a software division per element; else size_t).
 template <typename T, typename I>
@@ -1026,8 +1203,7 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
       }
     }
     // P = softmax over each row of S: batch * heads * n rows of n, in place, one launch.
-    CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)batch * heads * n), CARVE_CU_SOFTMAX_THREADS,
-                 ctx->stream, s, (size_t)n, (size_t)n, s);
+    carve_cu_softmax_rows(ctx, s, n, (size_t)batch * heads * n);
     CARVE_CU_CHECK_LAUNCH();
     for (uint32_t h = 0; h < heads; h++) {  // O of head h of every image, at column h hd of out
       const carve_status st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f,
@@ -1049,8 +1225,7 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
         return st;
       }
       // P = softmax over each row of S (heads * n rows of n), in place.
-      CARVE_LAUNCH(carve_cu_softmax_rows_kernel<T>, (unsigned)((size_t)heads * n), CARVE_CU_SOFTMAX_THREADS,
-                   ctx->stream, s, (size_t)n, (size_t)n, s);
+      carve_cu_softmax_rows(ctx, s, n, (size_t)heads * n);
       CARVE_CU_CHECK_LAUNCH();
       // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
       // at column h hd of out.

@@ -54,6 +54,9 @@ carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, co
 carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
                                 uint32_t k, uint32_t stride, uint32_t pad, const __half* x, size_t in_stride,
                                 __half* y, size_t out_stride);
+carve_status carve_cu_maxpool2d_chain(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                      uint32_t k, uint32_t n, const __half* x, size_t in_stride, __half* y,
+                                      size_t out_stride, size_t y_step);
 carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const __half* x,
                                  size_t in_stride, __half* y, size_t out_stride);
 carve_status carve_cu_copy(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const __half* x, size_t in_stride,

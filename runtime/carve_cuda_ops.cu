@@ -358,6 +358,12 @@ extern "C" carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t bat
   return carve_cu_maxpool2d_t(ctx, batch, h, w, c, k, stride, pad, x, in_stride, y, out_stride);
 }
 
+extern "C" carve_status carve_cu_maxpool2d_chain(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w,
+                                                 uint32_t c, uint32_t k, uint32_t n, const float* x,
+                                                 size_t in_stride, float* y, size_t out_stride, size_t y_step) {
+  return carve_cu_maxpool2d_chain_t(ctx, batch, h, w, c, k, n, x, in_stride, y, out_stride, y_step);
+}
+
 extern "C" carve_status carve_cu_upsample2x(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c,
                                             const float* x, size_t in_stride, float* y, size_t out_stride) {
   return carve_cu_upsample2x_t(ctx, h, w, c, x, in_stride, y, out_stride);

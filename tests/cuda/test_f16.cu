@@ -20,6 +20,7 @@
 #include "carve_cuda_f16.h"
 #include "carve_weights.h"
 #include "cuda_test.h"
+#include "pool_chain_check.h"
 
 static const unsigned short kCanaryBits = 0x7bffu;  // 65504: never a result here
 static const double kU = 1.0 / 2048.0;               // fp16's unit roundoff 2^-11
@@ -288,6 +289,7 @@ static void test_elementwise(TestCtx& t) {
   TestRng rng(21);
   check_pool_upsample(t, rng, 6, 9, 8);
   check_pool_upsample(t, rng, 16, 24, 32);
+  check_pool_chains<__half>(t, [&](size_t n) { return random_halves(rng, n, 3.0f); }, __ushort_as_half(0x7e00u));
   const uint32_t h = 5, w = 7, c = 6;
   const size_t in_stride = 9, out_stride = 8;
   const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 3.0f);

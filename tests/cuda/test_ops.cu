@@ -16,6 +16,7 @@
 #include "carve_weights.h"
 #include "carve_cuda_direct.h"
 #include "cuda_test.h"
+#include "pool_chain_check.h"
 
 static const float kCanary = -12345.5f;
 
@@ -376,6 +377,7 @@ static void test_elementwise(TestCtx& t) {
         }
     check_view(dy.download(), out_stride, want, tol, batch * oh * ow, c, "maxpool");
   }
+  check_pool_chains<float>(t, [&](size_t n) { return random_view(rng, n, 1); }, NAN);
   // Upsample against the CPU runtime: the scalar kernel (c = 9) and the 16-byte one (c = 8, strides 12 / 16).
   const uint32_t ups[][3] = {{9, 12, 10}, {8, 12, 16}};
   for (const auto& up : ups) {

@@ -14,13 +14,14 @@ checks it against the xnnpack package without a GPU.
 from __future__ import annotations
 
 from ..errors import CarveError
-from ..ir import Graph
+from ..ir import Graph, op_flops
 from ..planner import Plan
 from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
     nms_rule, upsample_x2_rule
 from . import cuda_lanes, cuda_tactics
-from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuSoftmax
+from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuMaxpoolChain, \
+    CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
 MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
@@ -103,10 +104,66 @@ def _cu_conv(lw: Lowering, op) -> list:
                    "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")]
 
 
+def _same_size_pool(op) -> bool:
+    """A max pool that keeps the size: stride 1, an odd window k, padding k // 2 (SPPF's)."""
+    a = op.attrs
+    return op.kind == "maxpool2d" and a["stride"] == 1 and a["kernel"] % 2 == 1 and a["pad"] == a["kernel"] // 2
+
+
+def pool_chain(graph: Graph, op) -> list:
+    """The pools chained with ``op`` in run order (SPPF: y_j = pool(y_{j-1}), three in a row): each op after the
+    first the next op of the graph, a same-size pool (``_same_size_pool``) of the one before's output with its
+    window. [op] when op chains with nothing."""
+    ops = graph.ops
+    i = ops.index(op)
+
+    def chained(a, b) -> bool:
+        return (_same_size_pool(a) and _same_size_pool(b) and a.attrs["kernel"] == b.attrs["kernel"]
+                and b.inputs[0] == a.outputs[0])
+
+    lo = i
+    while lo > 0 and chained(ops[lo - 1], ops[lo]):
+        lo -= 1
+    hi = i
+    while hi + 1 < len(ops) and chained(ops[hi], ops[hi + 1]):
+        hi += 1
+    return ops[lo:hi + 1]
+
+
+def _chain_step(lw: Lowering, chain: list) -> int | None:
+    """The distance in channels between the chain's consecutive outputs when one call can write them all: every
+    output a view of one storage (alive from the chain's first op: nothing else can share its memory meanwhile) with
+    one pixel stride, evenly spaced by at least a tensor's channels, and the input's channels apart from them.
+    None otherwise (the pools run one by one)."""
+    x, outs = chain[0].inputs[0], [op.outputs[0] for op in chain]
+    c = lw.shape(x)[2]
+    views = [lw.views[t] for t in outs]
+    if len({(v.storage, v.stride) for v in views}) != 1:
+        return None
+    step = views[1].offset - views[0].offset
+    if step < c or any(b.offset - a.offset != step for a, b in zip(views, views[1:])):
+        return None
+    xv = lw.views[x]
+    if xv.storage == views[0].storage and not (xv.stride == views[0].stride and (
+            xv.offset + c <= views[0].offset or xv.offset >= views[-1].offset + c)):
+        return None
+    return step
+
+
 def _cu_maxpool(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     h, w, c = lw.shape(x)
     a = op.attrs
+    chain = pool_chain(lw.graph, op)
+    step = _chain_step(lw, chain) if len(chain) > 1 else None
+    if step is not None and op is not chain[0]:
+        return [lw.cls("view")(**lw.head(op), what=f"computed by {chain[0].name}'s chain of {len(chain)} pools")]
+    if step is not None:
+        head = dict(lw.head(op), source=f"{op.source}, {len(chain)} chained (each pooling the one before)",
+                    flops=sum(op_flops(lw.graph, o) for o in chain),
+                    shapes=f"({h},{w},{c}) -> {len(chain)} x ({h},{w},{c})")
+        return [CuMaxpoolChain(**head, h=h, w=w, c=c, k=a["kernel"], n=len(chain), x_off=lw.off(x),
+                               x_stride=lw.stride(x), y_off=lw.off(y), y_stride=lw.stride(y), y_step=step)]
     return [CuMaxpool(**lw.head(op), h=h, w=w, c=c, k=a["kernel"], stride=a["stride"], pad=a["pad"], x_off=lw.off(x),
                       x_stride=lw.stride(x), y_off=lw.off(y), y_stride=lw.stride(y))]
 

@@ -480,6 +480,26 @@ class CuMaxpool(CuStep):
 
 
 @dataclass(kw_only=True)
+class CuMaxpoolChain(CuStep):
+    """n chained k x k max pools, stride 1, pad k / 2 (SPPF's), in one call: output j (1 .. n) at y_off + (j - 1)
+    y_step, each with pixel stride y_stride; the chain's later pools lower to views."""
+
+    h: int
+    w: int
+    c: int
+    k: int
+    n: int
+    x_off: str
+    x_stride: int
+    y_off: str
+    y_stride: int
+    y_step: int
+    kind: ClassVar[str] = "maxpool_chain"
+    macro: ClassVar[str] = "cu_maxpool_chain"
+    function: ClassVar[str] = "carve_cu_maxpool2d_chain"
+
+
+@dataclass(kw_only=True)
 class CuCopy(CuStep):
     pixels: int
     c: int
