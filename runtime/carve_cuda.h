@@ -75,7 +75,8 @@
 // 10: CARVE_CU_PATHS 13 (the 32x32 tile with the reduction sliced over four warp groups).
 // 11: carve_cu_nchw_to_nhwc_batch (a batch's device tensors in one launch), the half-output overloads of it and
 //     of carve_cu_letterbox (an fp16 package's input without the float32 staging copy and its cast).
-// 12: carve_cu_maxpool2d_chain (SPPF's chained max pools in one launch).
+// 12: carve_cu_maxpool2d_chain (SPPF's chained max pools in one launch), carve_cu_conv2d_dwpw (a depthwise
+//     convolution and the 1x1 after it, fused by tactic).
 #define CARVE_CUDA_ABI 12
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -333,6 +334,17 @@ size_t carve_cu_conv2d_scratch_floats(const carve_cu_conv* c);
 
 carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const float* x, const float* weight,
                              const float* bias, const float* residual, float* y, float* scratch);
+
+// A depthwise convolution `dw` (groups == cin == cout, no residual) and the 1x1 convolution `pw` that alone reads its
+// output (stride 1, pad 0, groups 1, pw->cin == dw->cout, pw's input the depthwise output: its size and
+// pw->in_stride == dw->out_stride): y = pw(dw(x)) (+ residual on pw). Either carve_cu_conv2d(dw) into `mid` and
+// carve_cu_conv2d(pw) from it, or one launch of the fused kernel computing the depthwise values on the fly (`mid`
+// untouched): by dw's tactic slot (dw->slot; timed like a convolution's, after pw's own), the fused one where
+// carve_cu_ctx_set_conv_impl asks for it, else the two launches. No scratch when fused; else the two calls'.
+carve_status carve_cu_conv2d_dwpw(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw,
+                                  const float* x, const float* dw_weight, const float* dw_bias, float* mid,
+                                  const float* pw_weight, const float* pw_bias, const float* residual, float* y,
+                                  float* scratch);
 
 // Transposed conv with kernel == stride (k), pad 0, groups 1: input (h, w, cin),
 // output (h k, w k, cout). Weights (cout, k, k, cin) (OHWI of the equivalent conv,

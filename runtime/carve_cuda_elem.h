@@ -737,6 +737,101 @@ static carve_status carve_cu_conv2d_t(const carve_cu_ctx* ctx, const carve_cu_co
   return path == CARVE_CU_PATH_GEMM ? gemm_path() : fused_path(path - CARVE_CU_PATH_FUSED_TILE);
 }
 
+// ---- A depthwise convolution and the 1x1 convolution after it ------------------------------------
+//
+// YOLO26's head runs DWConv -> 1x1 Conv twice in each class branch (cv3): a depthwise launch writing a map that only
+// the next launch reads. The fused kernel can compute that map on the fly instead: in DW mode
+// (carve_cu_igemm_kernel's DW) each A chunk is the depthwise convolution of its pixel and channels, so the pair is
+// one launch and the map is never written. Where both can run, the pair's tactic (the depthwise descriptor's slot)
+// times the two launches against the fused pair with each 32 x 32 tile that is a candidate for the 1x1 convolution;
+// without a tactic the two launches run (the behaviour before the pair existed).
+
+// Whether the pair can run fused: the 1x1 convolution fits the fused kernel (carve_cu_igemm_fits), its K chunks are
+// 16-byte loads of the depthwise input (channels and input stride whole chunks, x, the bias and W aligned), the
+// depthwise weights fit the stage and its geometry the kernel's 32-bit indices.
+template <typename T>
+static int carve_cu_dwpw_fusable(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw, const T* x,
+                                 const T* dw_bias, const T* pw_weight, size_t pixels) {
+  const size_t v = 16 / sizeof(T);
+  return carve_cu_igemm_fits<T>(ctx, pw, pixels) && pw->cin % v == 0 && dw->in_stride % v == 0 &&
+         carve_cu_aligned16(x) && carve_cu_aligned16(dw_bias) && carve_cu_aligned16(pw_weight) &&
+         (size_t)dw->kh * dw->kw * dw->cout * sizeof(T) <= CARVE_CU_IGEMM_DW_STAGE_BYTES && dw->h < 0x20000000u &&
+         dw->w < 0x20000000u && dw->pad < 0x10000000u && dw->kh < 0x10000000u && dw->kw < 0x10000000u;
+}
+
+// The fused pair, one launch with a 32 x 32 tile (CARVE_CU_IGEMM_TILE_32X32, _K2 or _K4; others take the first).
+template <typename T, int KS>
+static void carve_cu_dwpw_launch(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw, const T* x,
+                                 const T* dw_weight, const T* dw_bias, const T* pw_weight, const T* pw_bias,
+                                 const T* residual, T* y, size_t pixels) {
+  constexpr int BK = 256 / (int)sizeof(T);  // the 32 x 32 tiles' step: 256 bytes a row
+  const dim3 grid((unsigned)((pixels + 31) / 32), (unsigned)((pw->cout + 31) / 32), 1u);
+  carve_cu_igemm_kernel_fn<T> const kernel = carve_cu_igemm_kernel<T, 32, 32, BK, true, KS, 0, false, true>;
+  const uint32_t ow = pw->w, opix = pw->h * pw->w;
+  CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x, dw->in_stride, dw->h, dw->w, pw->cin, 1u,
+               1u, dw->stride, dw->pad, ow, opix, (uint32_t)pixels, pw->cout, pw_weight, pw_bias, residual,
+               pw->res_stride, pw->act == CARVE_CU_ACT_SILU, y, pw->out_stride, (float*)NULL, (unsigned*)NULL,
+               carve_cu_igemm_divs{carve_cu_fastdiv_make(pw->cin), carve_cu_fastdiv_make(1u),
+                                   carve_cu_fastdiv_make(ow), carve_cu_fastdiv_make(opix)},
+               carve_cu_igemm_dw<T>{dw_weight, dw_bias, dw->kh, dw->kw, dw->act == CARVE_CU_ACT_SILU});
+}
+
+// y = pw(dw(x)) (+ residual on pw), the depthwise output in `mid` where the two launches run (untouched when fused).
+template <typename T>
+static carve_status carve_cu_conv2d_dwpw_t(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw,
+                                           const T* x, const T* dw_weight, const T* dw_bias, T* mid,
+                                           const T* pw_weight, const T* pw_bias, const T* residual, T* y,
+                                           float* scratch, carve_cu_gemm_nt_fn<T> gemm) {
+  if (!carve_cu_ctx_ok(ctx) || dw == NULL || pw == NULL || !carve_cu_conv_valid(dw) || !carve_cu_conv_valid(pw) ||
+      x == NULL || dw_weight == NULL || dw_bias == NULL || mid == NULL || pw_weight == NULL || pw_bias == NULL ||
+      y == NULL || dw->groups != dw->cin || dw->cout != dw->cin || pw->kh != 1 || pw->kw != 1 || pw->stride != 1 ||
+      pw->pad != 0 || pw->groups != 1 || pw->cin != dw->cout || carve_cu_batch(pw) != carve_cu_batch(dw) ||
+      pw->h != carve_cu_conv_out(dw->h, dw->kh, dw->stride, dw->pad) ||
+      pw->w != carve_cu_conv_out(dw->w, dw->kw, dw->stride, dw->pad) || pw->in_stride != dw->out_stride) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  auto unfused = [&]() {
+    const carve_status st = carve_cu_conv2d_t(ctx, dw, x, dw_weight, dw_bias, (const T*)NULL, mid, scratch, gemm);
+    return st != CARVE_OK ? st : carve_cu_conv2d_t(ctx, pw, mid, pw_weight, pw_bias, residual, y, scratch, gemm);
+  };
+  const size_t pixels = (size_t)pw->h * pw->w * carve_cu_batch(pw);
+  if (!carve_cu_dwpw_fusable(ctx, dw, pw, x, dw_bias, pw_weight, pixels)) {
+    return unfused();
+  }
+  auto fused = [&](int tile) {
+    if (tile == CARVE_CU_IGEMM_TILE_32X32_K4) {
+      carve_cu_dwpw_launch<T, 4>(ctx, dw, pw, x, dw_weight, dw_bias, pw_weight, pw_bias, residual, y, pixels);
+    } else if (tile == CARVE_CU_IGEMM_TILE_32X32_K2) {
+      carve_cu_dwpw_launch<T, 2>(ctx, dw, pw, x, dw_weight, dw_bias, pw_weight, pw_bias, residual, y, pixels);
+    } else {
+      carve_cu_dwpw_launch<T, 1>(ctx, dw, pw, x, dw_weight, dw_bias, pw_weight, pw_bias, residual, y, pixels);
+    }
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  };
+  auto candidate = [&](int tile) {
+    return (tile == CARVE_CU_IGEMM_TILE_32X32 || tile == CARVE_CU_IGEMM_TILE_32X32_K2 ||
+            tile == CARVE_CU_IGEMM_TILE_32X32_K4) &&
+           carve_cu_igemm_candidate<T>(ctx, pw, true, pixels, tile);
+  };
+  if (ctx->conv_fused) {
+    return fused(CARVE_CU_IGEMM_TILE_32X32);
+  }
+  const carve_cu_tactics* const t = ctx->tactics;
+  if (t != NULL && t->tune && dw->slot != 0 && dw->slot <= t->slots && t->path[dw->slot - 1] == CARVE_CU_PATH_UNSET) {
+    // The 1x1 convolution's own path first (timed here if its entry is unset): the timing below runs the two
+    // launches as they will run, and a tactic cannot be timed inside another's timing.
+    const carve_status st = unfused();
+    if (st != CARVE_OK) {
+      return st;
+    }
+  }
+  const int path = carve_cu_conv_tactic<T>(ctx, dw, unfused, fused, candidate);
+  return path >= CARVE_CU_PATH_FUSED_TILE ? fused(path - CARVE_CU_PATH_FUSED_TILE)
+         : path == CARVE_CU_PATH_FUSED   ? fused(CARVE_CU_IGEMM_TILE_32X32)
+                                         : unfused();
+}
+
 // ---- Pooling, upsample, copy, add -----------------------------------------------------------
 
 // y[oy][ox][c] = max over the k x k window at (oy stride - pad, ox stride - pad) of x,

@@ -51,6 +51,11 @@ carve_status carve_cu_f32_to_f16(const carve_cu_ctx* ctx, const float* x, __half
 carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_conv* c, const __half* x, const __half* weight,
                              const __half* bias, const __half* residual, __half* y, float* scratch);
 
+carve_status carve_cu_conv2d_dwpw(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw,
+                                  const __half* x, const __half* dw_weight, const __half* dw_bias, __half* mid,
+                                  const __half* pw_weight, const __half* pw_bias, const __half* residual, __half* y,
+                                  float* scratch);
+
 carve_status carve_cu_maxpool2d(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
                                 uint32_t k, uint32_t stride, uint32_t pad, const __half* x, size_t in_stride,
                                 __half* y, size_t out_stride);

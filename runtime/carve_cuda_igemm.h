@@ -158,6 +158,19 @@ struct carve_cu_igemm_divs {
   carve_cu_fastdiv cin, kw, ow, opix;
 };
 
+// A depthwise convolution whose output is the A operand (DW kernels, carve_cu_conv2d_dwpw): its weights [c][tap]
+// (OHWI with one input channel per group), bias, window and activation; its input, stride and padding are the
+// kernel's x, in_stride, h, w, stride and pad. Each block stages the weights in shared memory as [tap][c] (they fit
+// CARVE_CU_IGEMM_DW_STAGE_BYTES: carve_cu_dwpw_fusable), one 16-byte load per tap and chunk.
+template <typename T>
+struct carve_cu_igemm_dw {
+  const T* weight;
+  const T* bias;
+  uint32_t kh, kw;
+  int silu;
+};
+#define CARVE_CU_IGEMM_DW_STAGE_BYTES 9216  // 256 channels x 9 taps of float32
+
 // The block's BM x BN tile of Y at (blockIdx.x BM, blockIdx.y BN), with its epilogue; BK the step along K
 // (a multiple of the chunk and of the wmma k). VEC: every chunk is one 16-byte load (the caller checked
 // carve_cu_igemm_vec). KS: warp groups of 4 (2 x 2 over the tile) slicing each step along K (KS CARVE_CU_IGEMM_THREADS
@@ -173,14 +186,14 @@ struct carve_cu_igemm_divs {
 // (`counters`, zero before the launch); the last to arrive resets the counter to 0 and runs the epilogue on the
 // partial tiles summed in z order (the same sum whichever block arrives last: results do not depend on the
 // schedule). (An empty kernel where traits<T>::ok is false: never launched, carve_cu_igemm_fits.)
-template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0, bool SPLIT = false>
+template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0, bool SPLIT = false, bool DW = false>
 __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MIN_BLOCKS / KS)
     carve_cu_igemm_kernel(const T* __restrict__ x, size_t in_stride, uint32_t h, uint32_t w, uint32_t cin,
                           uint32_t kh, uint32_t kw, uint32_t stride, uint32_t pad, uint32_t ow, uint32_t opix,
                           uint32_t pixels, uint32_t cout, const T* __restrict__ weight, const T* __restrict__ bias,
                           const T* __restrict__ residual, size_t res_stride, int silu, T* __restrict__ y,
                           size_t out_stride, float* __restrict__ part, unsigned* __restrict__ counters,
-                          carve_cu_igemm_divs dv) {
+                          carve_cu_igemm_divs dv, carve_cu_igemm_dw<T> dw) {
   CARVE_CU_KERNEL_ENTRY();
   typedef carve_cu_igemm_traits<T> tr;
   if constexpr (tr::ok) {
@@ -204,10 +217,13 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     static_assert((16 * LD * sizeof(T)) % 32 == 0 && (BM * LD * sizeof(T)) % 32 == 0 &&
                       (STAGE * sizeof(T)) % 32 == 0 && (tr::kstep * sizeof(T)) % 32 == 0,
                   "wmma pointers 32-byte aligned");
-    static_assert((OPS > RES ? OPS : RES) * sizeof(T) <= 48 * 1024, "static shared memory");
+    static_assert(!DW || (STAGES == 0 && VEC && !SPLIT), "depthwise A: the register-pipelined kernel, 16-byte chunks");
+    constexpr int DWS = DW ? CARVE_CU_IGEMM_DW_STAGE_BYTES / 16 : 1;  // the depthwise weights' stage, in chunks
+    static_assert((OPS > RES ? OPS : RES) * sizeof(T) + DWS * 16 <= 48 * 1024, "static shared memory");
     // Two operand stages; after the loop the result tile over them.
     alignas(32) __shared__ T smem[OPS > RES ? OPS : RES];
     float* const c_tile = reinterpret_cast<float*>(smem);
+    __shared__ carve_cu_v16 dw_stage[DWS];
 
     const int t = (int)threadIdx.x, cc = t % CPR, r0 = t / CPR;  // the thread's chunk column and first row
     const uint32_t m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -227,6 +243,44 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       xo[j] = pg < pixels ? (size_t)img * h * w * in_stride : 0;
     }
 
+    if constexpr (DW) {  // the depthwise weights [c][tap] -> dw_stage [tap][c] (the first load() reads them)
+      T* const ws = reinterpret_cast<T*>(dw_stage);
+      const uint32_t taps = dw.kh * dw.kw;
+      for (uint32_t e = (uint32_t)t; e < cin * taps; e += NT) {
+        const uint32_t ch = e / taps;
+        ws[(e - ch * taps) * cin + ch] = dw.weight[e];
+      }
+      __syncthreads();
+    }
+    // DW: the A chunk of row j, channels i .. i + VW - 1: the depthwise convolution at the row's pixel, its taps
+    // in carve_cu_for_window's order with the depthwise kernel's arithmetic (carve_cu_depthwise_vec_kernel), the
+    // bias, the activation and one rounding to T: the values that kernel stores.
+    auto dw_chunk = [&](int j, uint32_t i) {
+      const T* const ws = reinterpret_cast<const T*>(dw_stage);
+      float acc[VW];
+      for (int e = 0; e < VW; e++) acc[e] = 0.0f;
+      for (uint32_t ky = 0; ky < dw.kh; ky++) {
+        const int iy = iy0[j] + (int)ky;
+        if (iy < 0 || iy >= (int)h) continue;
+        for (uint32_t kx = 0; kx < dw.kw; kx++) {
+          const int ix = ix0[j] + (int)kx;
+          if (ix < 0 || ix >= (int)w) continue;
+          const carve_cu_pack<T> xv = carve_cu_ld16(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i);
+          const carve_cu_pack<T> wv = carve_cu_ld16(ws + (ky * dw.kw + kx) * cin + i);
+          for (int e = 0; e < VW; e++) acc[e] += carve_cu_ld(xv.e, e) * carve_cu_ld(wv.e, e);
+        }
+      }
+      const carve_cu_pack<T> b = carve_cu_ld16(dw.bias + i);
+      carve_cu_pack<T> out;
+      for (int e = 0; e < VW; e++) {
+        float v = acc[e] + carve_cu_ld(b.e, e);
+        if (dw.silu) v = carve_cu_silu(v);
+        carve_cu_st(out.e, e, v);
+      }
+      carve_cu_v16 r;
+      memcpy(&r, &out, sizeof r);
+      return r;
+    };
     carve_cu_v16 ra[AJ], rb[BJ];
     // VEC: where the thread's chunks of the step at k0 lie, NULL for a chunk of zeros. The chunk's VW k are one
     // tap's channels i .. i + VW - 1 (cin % VW == 0), all in K or none. A: row r0 + j RSTEP, k0 + cc VW ..:
@@ -251,7 +305,18 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     };
     // The thread's chunks of step k0 into ra / rb.
     auto load = [&](uint32_t k0) {
-      if constexpr (VEC) {
+      if constexpr (DW) {  // K = cin (a 1x1 convolution of the depthwise output): chunk k is channels k ..
+        const uint32_t i = k0 + (uint32_t)(cc * VW);
+        const bool kin = i < k_total;
+        CARVE_CU_IGEMM_UNROLL  // (the rows' origins stay in registers)
+        for (int j = 0; j < AJ; j++) {
+          ra[j] = kin && m0 + (uint32_t)(r0 + j * RSTEP) < pixels ? dw_chunk(j, i) : carve_cu_v16_zero();
+        }
+        for (int j = 0; j < BJ; j++) {
+          const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
+          rb[j] = kin && o < cout ? carve_cu_ldg16_bytes(weight + (size_t)o * k_total + i) : carve_cu_v16_zero();
+        }
+      } else if constexpr (VEC) {
         const T* a[AJ];
         const T* b[BJ];
         chunks(k0, a, b);
@@ -440,6 +505,13 @@ static inline int carve_cu_igemm_vec(const carve_cu_conv* c, const T* x, const T
   return c->cin % vw == 0 && c->in_stride % vw == 0 && carve_cu_aligned16(x) && carve_cu_aligned16(weight);
 }
 
+// The kernel's type (every instantiation's).
+template <typename T>
+using carve_cu_igemm_kernel_fn = void (*)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
+                                          uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*,
+                                          const T*, size_t, int, T*, size_t, float*, unsigned*, carve_cu_igemm_divs,
+                                          carve_cu_igemm_dw<T>);
+
 // splits: gridDim.z (SPLIT kernels only; their partial tiles in the context's workspace, counted in its
 // split_counters).
 template <typename T, int BM, int BN, int BK, bool VEC, int KS = 1, int STAGES = 0, bool SPLIT = false>
@@ -447,16 +519,14 @@ static void carve_cu_igemm_launch(const carve_cu_ctx* ctx, const carve_cu_conv* 
                                   const T* bias, const T* residual, T* y, size_t ow, size_t opix, size_t pixels,
                                   unsigned splits = 1) {
   const dim3 grid((unsigned)((pixels + BM - 1) / BM), (unsigned)((c->cout + BN - 1) / BN), SPLIT ? splits : 1u);
-  void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t,
-                       uint32_t, uint32_t, uint32_t, uint32_t, const T*, const T*, const T*, size_t, int, T*,
-                       size_t, float*, unsigned*, carve_cu_igemm_divs) =
-      carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES, SPLIT>;
+  carve_cu_igemm_kernel_fn<T> const kernel = carve_cu_igemm_kernel<T, BM, BN, BK, VEC, KS, STAGES, SPLIT>;
   CARVE_LAUNCH(kernel, grid, CARVE_CU_IGEMM_THREADS * KS, ctx->stream, x,
                c->in_stride, c->h, c->w, c->cin, c->kh, c->kw, c->stride, c->pad, (uint32_t)ow, (uint32_t)opix,
                (uint32_t)pixels, c->cout, weight, bias, residual, c->res_stride, c->act == CARVE_CU_ACT_SILU, y,
                c->out_stride, SPLIT ? (float*)ctx->blas_workspace : (float*)NULL, SPLIT ? ctx->split_counters : NULL,
                carve_cu_igemm_divs{carve_cu_fastdiv_make(c->cin), carve_cu_fastdiv_make(c->kw),
-                                   carve_cu_fastdiv_make((uint32_t)ow), carve_cu_fastdiv_make((uint32_t)opix)});
+                                   carve_cu_fastdiv_make((uint32_t)ow), carve_cu_fastdiv_make((uint32_t)opix)},
+               carve_cu_igemm_dw<T>{NULL, NULL, 0u, 0u, 0});
 }
 
 // The split-K tile's blocks per output tile for this convolution (carve_cu_igemm_splits over the steps of the

@@ -303,6 +303,14 @@ extern "C" carve_status carve_cu_conv2d(const carve_cu_ctx* ctx, const carve_cu_
   return carve_cu_conv2d_t(ctx, c, x, weight, bias, residual, y, scratch, gemm_conv);
 }
 
+extern "C" carve_status carve_cu_conv2d_dwpw(const carve_cu_ctx* ctx, const carve_cu_conv* dw, const carve_cu_conv* pw,
+                                             const float* x, const float* dw_weight, const float* dw_bias, float* mid,
+                                             const float* pw_weight, const float* pw_bias, const float* residual,
+                                             float* y, float* scratch) {
+  return carve_cu_conv2d_dwpw_t(ctx, dw, pw, x, dw_weight, dw_bias, mid, pw_weight, pw_bias, residual, y, scratch,
+                                gemm_conv);
+}
+
 // ---- Transposed convolution (kernel == stride) ------------------------------------------
 
 extern "C" size_t carve_cu_deconv2d_scratch_floats(uint32_t h, uint32_t w, uint32_t k, uint32_t cout) {

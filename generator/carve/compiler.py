@@ -246,7 +246,7 @@ def compile_model(manifest_path: str, backend: str, weights, imgsz=None,
     be.check(graph)
     progress("planning memory")
     faults.point("plan")
-    plan = plan_memory(graph, be.regions(graph))
+    plan = plan_memory(graph, be.regions(graph), be.reads(graph))
     progress(f"emitting the {be.name} package")
     faults.point("emit")
     files = be.emit(graph, plan, options)

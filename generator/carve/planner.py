@@ -18,6 +18,11 @@
    alive in the region (read or written by several lanes or by the ops that
    follow the lanes, or alive across the region's ends) lives over the whole
    region. Storages of one lane still reuse each other's memory in op order.
+5. Later reads (a backend's ``reads``: tensor -> op index). A backend that
+   runs several ops as one call reads the first op's inputs until the last
+   of them (the cuda backend's depthwise + 1x1 pairs: the fused kernel reads
+   the depthwise input while it writes the 1x1's output), so such a tensor
+   lives at least to that op.
 
 The plan is a pure function of the graph; its arena size is emitted as a
 constant in the generated code.
@@ -94,8 +99,9 @@ def _base(tensor: str, slice_of: dict) -> tuple:
     return tensor, off
 
 
-def plan_memory(graph: Graph, regions: tuple = ()) -> Plan:
-    """The plan of ``graph`` run op by op, or with the concurrent ``regions`` (``Region``: see 4. above)."""
+def plan_memory(graph: Graph, regions: tuple = (), reads: dict | None = None) -> Plan:
+    """The plan of ``graph`` run op by op, or with the concurrent ``regions`` (``Region``: see 4. above) and the
+    backend's later ``reads`` (5. above)."""
     producer_idx = {graph.input: -1}
     last_use: dict = {}
     slice_of: dict = {}
@@ -109,6 +115,8 @@ def plan_memory(graph: Graph, regions: tuple = ()) -> Plan:
     end = len(graph.ops)
     for t in graph.outputs.values():
         last_use[t] = end
+    for t, i in (reads or {}).items():
+        last_use[t] = max(last_use.get(t, -1), i)
     for layer in graph.layers:  # layer outputs are read by the per-layer callback right after the layer
         last_layer_op = max(i for i, op in enumerate(graph.ops) if op.layer == layer.index)
         last_use[layer.output] = max(last_use.get(layer.output, -1), last_layer_op)

@@ -519,6 +519,147 @@ static void test_tactics(TestCtx& t, bool tf32) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
 }
 
+// The depthwise + 1x1 pair (carve_cu_conv2d_dwpw): fused with each 32 x 32 tile (an entry on the depthwise
+// descriptor's slot), bit for bit what the two launches give with the 1x1 on the same tile (its own entry): the
+// fused kernel's depthwise values are the depthwise kernel's; the map in `mid` untouched when fused and written
+// when not; one launch fused, two not. A tuning call times the 1x1's paths, then the pair's, and its results are
+// those of the entries it stored; conv_fused fuses; strict float32 and channels that are not whole chunks run the
+// two launches whatever the entry; argument errors.
+struct DwPwCase {
+  uint32_t h, w, c, cout, k, stride, batch;
+  bool residual;
+};
+static const DwPwCase kDwPw[] = {
+    {13, 11, 16, 24, 3, 1, 1, false},  // the class branch's DWConv 3x3 / 1 -> 1x1 Conv (2 chunks of channels)
+    {15, 14, 16, 40, 3, 2, 2, true},   // stride 2, a batch of 2, a residual on the 1x1
+    {9, 7, 144, 80, 3, 1, 1, false},   // K 144: 2 steps in fp16, 3 in float32 (a partial last one)
+    {8, 8, 64, 33, 5, 1, 1, false},    // 5x5 window, cout not a multiple of 16
+};
+
+template <typename E>
+static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32) {
+  typedef typename E::T T;
+  TestRng rng(4242 + pc.c + pc.k);
+  auto random = [&](size_t n, float scale) {
+    std::vector<T> v(n);
+    for (auto& e : v) e = E::make(rng.normal() * scale);
+    return v;
+  };
+  const uint32_t pad = pc.k / 2, oh = (pc.h + 2 * pad - pc.k) / pc.stride + 1, ow = (pc.w + 2 * pad - pc.k) / pc.stride + 1;
+  const size_t opix = (size_t)pc.batch * oh * ow;
+  DevBuf<T> dx(random((size_t)pc.batch * pc.h * pc.w * pc.c, 1.0f)), dww(random((size_t)pc.c * pc.k * pc.k, 0.4f));
+  DevBuf<T> dwb(random(pc.c, 0.3f)), pww(random((size_t)pc.cout * pc.c, 1.5f / std::sqrt((float)pc.c)));
+  DevBuf<T> pwb(random(pc.cout, 0.3f)), dr(random(opix * pc.cout, 1.0f)), mid(opix * pc.c), dy(opix * pc.cout);
+  const carve_cu_conv dw = {pc.k, pc.k, pc.stride, pad, pc.c, pc.c, pc.c, pc.h, pc.w, pc.c, pc.c, 0,
+                            CARVE_CU_ACT_SILU, pc.batch, 1};
+  const carve_cu_conv pw = {1, 1, 1, 0, 1, pc.c, pc.cout, oh, ow, pc.c, pc.cout, pc.cout, CARVE_CU_ACT_SILU,
+                            pc.batch, 2};
+  const T* residual = pc.residual ? dr.p : nullptr;
+  uint8_t path[2] = {CARVE_CU_PATH_UNSET, CARVE_CU_PATH_UNSET};
+  float us[4] = {0, 0, 0, 0};
+  carve_cu_tactics tactics = {path, us, 2, 0};
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &tactics));
+  auto call = [&]() {
+    return carve_cu_conv2d_dwpw(&t.ctx, &dw, &pw, dx.p, dww.p, dwb.p, mid.p, pww.p, pwb.p, residual, dy.p, nullptr);
+  };
+  // (launches, y, whether mid was written) of one call from canaries
+  auto run = [&](size_t* launches) {
+    mid.upload(std::vector<T>(mid.n, E::canary()));
+    dy.upload(std::vector<T>(dy.n, E::canary()));
+    *launches = captured_run(t, call);
+    const std::vector<T> m = mid.download();
+    size_t written = 0;
+    for (const T& v : m) written += !E::is_canary(v);
+    CHECK_MSG(written == 0 || written == m.size(), "%s dwpw %ux%u c %u: mid partly written", E::name, pc.h, pc.w, pc.c);
+    return std::make_pair(dy.download(), written > 0);
+  };
+  std::set<uint16_t> spread;
+  for (int tile : {CARVE_CU_IGEMM_TILE_32X32, CARVE_CU_IGEMM_TILE_32X32_K2, CARVE_CU_IGEMM_TILE_32X32_K4}) {
+    path[0] = path[1] = (uint8_t)(CARVE_CU_PATH_FUSED_TILE + tile);
+    size_t fused_launches = 0, two_launches = 0;
+    const auto fused = run(&fused_launches);
+    path[0] = CARVE_CU_PATH_GEMM;
+    const auto two = run(&two_launches);
+    CHECK_MSG(fused_launches == 1 && !fused.second && two_launches == 2 && two.second,
+              "%s dwpw %ux%u c %u tile %d: %zu / %zu launches, mid written %d / %d", E::name, pc.h, pc.w, pc.c, tile,
+              fused_launches, two_launches, (int)fused.second, (int)two.second);
+    for (size_t i = 0; i < fused.first.size(); i++) {
+      CHECK_MSG(std::memcmp(&fused.first[i], &two.first[i], sizeof(T)) == 0 && !E::is_canary(fused.first[i]),
+                "%s dwpw %ux%u c %u tile %d: output %zu: %g fused, %g in two launches", E::name, pc.h, pc.w, pc.c,
+                tile, i, E::val(fused.first[i]), E::val(two.first[i]));
+      uint16_t bits;
+      std::memcpy(&bits, (const char*)&fused.first[i] + sizeof(T) - 2, 2);
+      spread.insert(bits);
+    }
+  }
+  CHECK_MSG(spread.size() > opix * pc.cout / 4, "%s dwpw: outputs flat (%zu distinct)", E::name, spread.size());
+  // Tuning: the 1x1's entry first, then the pair's; the call's results are its stored entries' (bit for bit).
+  path[0] = path[1] = CARVE_CU_PATH_UNSET;
+  tactics.tune = 1;
+  dy.upload(std::vector<T>(dy.n, E::canary()));
+  CHECK_OK(call());
+  t.sync();
+  const std::vector<T> tuned = dy.download();
+  tactics.tune = 0;
+  const bool pair_fused = path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32 ||
+                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K2 ||
+                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K4;
+  CHECK_MSG((pair_fused || path[0] == CARVE_CU_PATH_GEMM) && path[1] != CARVE_CU_PATH_UNSET && us[0] > 0.0f &&
+                us[1] > 0.0f && pair_fused == (us[1] < us[0]),
+            "%s dwpw: tuned entries %d %d, times %g / %g us", E::name, path[0], path[1], us[0], us[1]);
+  size_t launches = 0;
+  const auto again = run(&launches);
+  const bool pw_gemm = path[1] == CARVE_CU_PATH_GEMM;  // the 1x1's cuBLAS path: a GEMM and the epilogue
+  CHECK_MSG(launches_as_planned(launches, pair_fused ? 1u : pw_gemm ? 3u : 2u, pair_fused ? 0u : pw_gemm) &&
+                again.second == !pair_fused &&
+                std::memcmp(again.first.data(), tuned.data(), tuned.size() * sizeof(T)) == 0,
+            "%s dwpw: the tuned call differs from its stored entries (%d %d: %zu launches, mid %d)", E::name, path[0], path[1], launches, (int)again.second);
+  // conv_fused: one launch whatever the entry; strict float32: two launches (and the 1x1's cuBLAS path: 3).
+  path[0] = CARVE_CU_PATH_GEMM;
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
+  CHECK_MSG(captured_nodes(t, call) == 1, "%s dwpw: conv_fused", E::name);
+  CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
+  if (sizeof(T) == 4) {
+    path[0] = path[1] = CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32;
+    CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+    CHECK_MSG(captured_nodes(t, call) == 3, "%s dwpw: strict float32 fused", E::name);
+  }
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+}
+
+template <typename E>
+static void test_dwpw(TestCtx& t, bool tf32) {
+  typedef typename E::T T;
+  for (const DwPwCase& pc : kDwPw) check_dwpw<E>(t, pc, tf32);
+  // Channels that are not whole 16-byte chunks (6): the two launches even with a fused entry.
+  DevBuf<T> b(std::vector<T>(6 * 6 * 8 * 4, E::make(0.5f)));
+  const carve_cu_conv dw = {3, 3, 1, 1, 6, 6, 6, 6, 6, 6, 6, 0, CARVE_CU_ACT_SILU, 1, 1};
+  carve_cu_conv pw = {1, 1, 1, 0, 1, 6, 8, 6, 6, 6, 8, 8, CARVE_CU_ACT_SILU, 1, 2};
+  uint8_t path[2] = {CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32,
+                     CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32};
+  carve_cu_tactics tactics = {path, nullptr, 2, 0};
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &tactics));
+  T* const p = b.p;
+  auto call = [&]() { return carve_cu_conv2d_dwpw(&t.ctx, &dw, &pw, p, p, p, p + 256, p, p, nullptr, p + 512, nullptr); };
+  CHECK_MSG(captured_nodes(t, call) == 2, "%s dwpw: 6 channels", E::name);
+  // Errors: the 1x1's input channels, its stride, a missing map.
+  pw.cin = 5;
+  CHECK(call() == CARVE_ERR_INVALID_ARGUMENT);
+  pw.cin = 6;
+  pw.stride = 2;
+  CHECK(call() == CARVE_ERR_INVALID_ARGUMENT);
+  pw.stride = 1;
+  CHECK(carve_cu_conv2d_dwpw(&t.ctx, &dw, &pw, p, p, p, nullptr, p, p, nullptr, p + 512, nullptr) ==
+        CARVE_ERR_INVALID_ARGUMENT);
+  CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
+  CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
+  std::printf("%s depthwise + 1x1 pairs: %zu shapes, fused = two launches bit for bit on each 32 x 32 tile\n", E::name,
+              sizeof(kDwPw) / sizeof(kDwPw[0]));
+}
+
 static void test_args(TestCtx& t) {
   carve_cu_tactics no_path = {nullptr, nullptr, 1, 0}, empty = {nullptr, nullptr, 0, 1};
   CHECK(carve_cu_ctx_set_tactics(nullptr, &empty) == CARVE_ERR_INVALID_ARGUMENT);
@@ -587,6 +728,8 @@ int main() {
   test_stem_direct(t);
   if (major >= 8) test_tactics<F32>(t, true);
   test_tactics<F16>(t, false);
+  if (major >= 8) test_dwpw<F32>(t, true);
+  test_dwpw<F16>(t, false);
   std::printf("ok: fused implicit-GEMM convolution (TF32 and fp16), %zu shapes each\n",
               sizeof(kCases) / sizeof(kCases[0]));
   return 0;

@@ -1,7 +1,8 @@
 """The cuda backend's steps that run several IR ops in one call (generator/carve/backends/cuda.py): SPPF's chained
-max pools (pool_chain: one carve_cu_maxpool2d_chain call): which ops combine, the layouts one call can write, and
-the yolo26n program. Running the call against the single ops is tests/cuda/pool_chain_check.h (test_ops, test_f16);
-a whole package against the xnnpack one, tests/cuda/cuda_vs_xnnpack.py."""
+max pools (pool_chain: one carve_cu_maxpool2d_chain call) and a depthwise convolution with the 1x1 after it
+(dwpw_partner: one carve_cu_conv2d_dwpw call, its own tactic slot): which ops combine, the layouts one call can
+write, and the yolo26n program. Running the calls against the single ops is tests/cuda/pool_chain_check.h (test_ops,
+test_f16) and test_igemm.cu (test_dwpw); a whole package against the xnnpack one, tests/cuda/cuda_vs_xnnpack.py."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ sys.path.insert(0, str(HERE))
 
 from carve import compiler  # noqa: E402
 from carve.backends import get_backend  # noqa: E402
-from carve.backends.cuda import _cu_maxpool, pool_chain  # noqa: E402
+from carve.backends import cuda_tactics  # noqa: E402
+from carve.backends.cuda import _cu_maxpool, dwpw_partner, pool_chain  # noqa: E402
 from carve.backends.lowering import Lowering  # noqa: E402
-from carve.ir import GraphBuilder  # noqa: E402
+from carve.ir import GraphBuilder, Layer  # noqa: E402
 from carve.manifest import load_manifest  # noqa: E402
 from carve.planner import plan_memory  # noqa: E402
 
@@ -77,7 +79,7 @@ def yolo26n_program(irsim_yolo26n_pt):
     _, g = compiler._optimized_graph(manifest, str(irsim_yolo26n_pt), 96, compiler.head_options(manifest, {}),
                                      lambda *a: None)
     be = get_backend("cuda")
-    return g, be.lower(g, plan_memory(g, be.regions(g)))
+    return g, be.lower(g, plan_memory(g, be.regions(g), be.reads(g)))
 
 
 def test_yolo26n_sppf_is_one_launch(yolo26n_program):
@@ -87,3 +89,70 @@ def test_yolo26n_sppf_is_one_launch(yolo26n_program):
     chain = next(st for st in steps if st.macro == "cu_maxpool_chain")
     assert (chain.n, chain.k, chain.c, chain.y_step) == (3, 5, 128, 128) and chain.name.startswith("model.9.")
 
+
+def test_yolo26n_class_branches_are_pairs(yolo26n_program):
+    g, program = yolo26n_program
+    steps = [st for lay in program["layers"] for st in lay["steps"]]
+    pairs = [st for st in steps if st.macro == "cu_conv_pair"]
+    # two per level of the one-to-one head's class branches (cv3: DWConv -> Conv, twice), each with its partner a
+    # comment; the attention's depthwise pe (a residual) stays a depthwise conv
+    assert [st.name.split(".", 2)[2] for st in pairs] == [f"one2one_cv3.{lv}.{j}.0" for lv in range(3) for j in range(2)]
+    convs = program["convs"]
+    for st in pairs:
+        dw, pw = convs[st.index], convs[st.pw_index]
+        assert st.pw_index == st.index + 1 and dw["pw"] == st.pw_index and dw["groups"] == dw["cin"] > 1
+        assert (pw["kh"], pw["stride"], pw["groups"], pw["cin"], pw["in_stride"]) == (1, 1, 1, dw["cout"],
+                                                                                      dw["out_stride"])
+        assert program["conv_lanes"][st.index] == program["conv_lanes"][st.pw_index] == st.lane >= 0
+        partner = next(s for s in steps if s.name == pw["name"])
+        assert partner.macro == "view" and st.name in partner.what
+    assert sum(st.macro == "cu_conv" and convs[st.index]["groups"] > 1 for st in steps) == 2  # the pe convs
+    # the fused kernel reads the depthwise input while it writes the 1x1's output: never the same memory
+    plan = plan_memory(g, get_backend("cuda").regions(g), get_backend("cuda").reads(g))
+    for st in pairs:
+        dw = next(op for op in g.ops if op.name == convs[st.index]["name"])
+        x, y = (plan.storages[plan.views[t].storage] for t in (dw.inputs[0], g.ops[g.ops.index(dw) + 1].outputs[0]))
+        assert x.offset + x.floats * 4 <= y.offset or y.offset + y.floats * 4 <= x.offset
+    # tactic slots: the pairs' own (distinct shapes: 6), the groups-1 convs' as before, the other depthwise none
+    slots = cuda_tactics.assign(convs, lambda c: c["cin"] <= 4)
+    pair_slots = {convs[st.index]["slot"] for st in pairs}
+    assert len(pair_slots) == 6 and 0 not in pair_slots
+    assert all(c["slot"] == 0 for c in convs if c["groups"] > 1 and "pw" not in c)
+    assert slots == len({c["slot"] for c in convs} - {0})
+
+
+def _dw_graph(readers=1, layer_output=False, residual=False, pw_stride=1):
+    """input (10,10,16) -> depthwise 3x3 (+ input as residual) -> 1x1 16 -> 24 (stride pw_stride); `readers` 2: a
+    max pool reads the depthwise output too; `layer_output`: the depthwise output is layer 0's."""
+    gb = GraphBuilder("t", (10, 10, 16))
+    dw = gb.add("conv2d", "dw", [gb.input, gb.input] if residual else [gb.input], 0,
+                dict(kernel=(3, 3), stride=1, pad=1, groups=16, cin=16, cout=16, act="silu"))[0]
+    pw = gb.add("conv2d", "pw", [dw], 1, dict(kernel=(1, 1), stride=pw_stride, pad=0, groups=1, cin=16, cout=24,
+                                              act="silu"))[0]
+    outs = {"output0": pw}
+    if readers > 1:
+        outs["output1"] = gb.add("maxpool2d", "mp", [dw], 1, POOL5)[0]
+    if layer_output:
+        gb.layers.append(Layer(index=0, type="DWConv", output=dw, sources=(-1,)))
+    return gb.build(outs, {})
+
+
+def test_which_depthwise_convs_pair():
+    g = _dw_graph()
+    assert dwpw_partner(g, g.ops[0]) is g.ops[1] and dwpw_partner(g, g.ops[1]) is None
+    for g in (_dw_graph(readers=2), _dw_graph(layer_output=True), _dw_graph(residual=True), _dw_graph(pw_stride=2)):
+        assert dwpw_partner(g, g.ops[0]) is None
+
+
+def test_pairs_need_the_plan_to_keep_their_input(yolo26n_program):
+    """Planned without the backend's reads, a pair whose 1x1 output may take its depthwise input's memory (that
+    input dies at the depthwise conv) runs as two steps; with them every pair forms."""
+    g, _ = yolo26n_program
+    be = get_backend("cuda")
+    reads = be.reads(g)
+    assert len(reads) == 6 and all(g.ops[i - 1].inputs[0] == t for t, i in reads.items())
+    plain = be.lower(g, plan_memory(g, be.regions(g)))
+    formed = sum(st.macro == "cu_conv_pair" for lay in plain["layers"] for st in lay["steps"])
+    plan = plan_memory(g, be.regions(g))
+    early = [t for t, i in reads.items() if plan.storages[plan.views[t].storage].last < i]
+    assert early and formed == 6 - len(early)

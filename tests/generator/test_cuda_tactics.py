@@ -37,6 +37,10 @@ def test_assign_shares_slots_by_shape():
     assert [c["slot"] for c in convs] == [1, 0, 0, 1, 2, 3, 4, 1]
     assert slots == 4
     assert cuda_tactics.assign([], direct=lambda c: False) == 0
+    # a depthwise conv paired with its 1x1 (carve_cu_conv2d_dwpw) takes the pair's slot: the two shapes' key
+    convs = [_conv(groups=16, pw=1), _conv(), _conv(groups=16, pw=3), _conv(), _conv(groups=16, pw=5), _conv(cout=8)]
+    assert cuda_tactics.assign(convs, direct=lambda c: False) == 4
+    assert [c["slot"] for c in convs] == [1, 2, 1, 2, 3, 4]
 
 
 def test_rendered_slots_and_tuning(irsim_yolo26n_pt):
@@ -49,8 +53,10 @@ def test_rendered_slots_and_tuning(irsim_yolo26n_pt):
     assert rows and int(re.search(r"^#define YOLO26N_NUM_CONVS (\d+)", h, re.M).group(1)) == len(rows)
     used = sorted({int(r[4]) for r in rows} - {0})
     assert used == list(range(1, slots + 1)) and 0 < slots < len(rows)  # equal shapes share (the head's levels)
-    for kh, stride, groups, cin, slot in rows:
-        one_path = groups != "1" or int(cin) <= 4  # depthwise, the stem's direct kernel
+    paired = {int(i) for i in re.findall(r"carve_cu_conv2d_dwpw\([^,]+, &k_conv\[(\d+)\]", cu)}
+    assert len(paired) == 6  # the class branches' depthwise convs: their pair's slot (two launches or one)
+    for i, (kh, stride, groups, cin, slot) in enumerate(rows):
+        one_path = (groups != "1" and i not in paired) or int(cin) <= 4  # depthwise alone, the stem's direct kernel
         assert (slot == "0") == one_path, (kh, stride, groups, cin, slot)
     # create tunes (options.conv_tune) after the weights, before anything runs; the lanes share the table
     init = cu[cu.index("static carve_status init("):]

@@ -16,7 +16,8 @@
 // options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each);
 // --tune / --no-tune options.conv_tune 1 / 0 (each convolution shape's path timed at create, or the fixed rule;
 // without either the package's default: on with a GPU, off under the emulation), reported as conv_tune with the
-// convolutions per path (convs_gemm, convs_fused); --save-tactics FILE writes the paths create picked
+// convolutions per path (convs_gemm, convs_fused; a depthwise conv paired with its 1x1, carve_cu_conv2d_dwpw,
+// counts its pair's entry: gemm the two launches, fused one); --save-tactics FILE writes the paths create picked
 // (yolo26n_tactics: YOLO26N_TACTIC_SLOTS bytes), --tactics FILE creates with them (options.tactics: nothing timed),
 // so that rows compared with each other run the same convolution paths;
 // --serial-head options.serial_head (the lanes: the head's branches and the C3k forks, one after another instead of concurrent). The first two runs of

@@ -40,6 +40,11 @@ class Backend:
         (everything in op order) unless the backend says otherwise (the cuda backend's lanes)."""
         return ()
 
+    def reads(self, graph: Graph) -> dict:
+        """Tensors the backend reads later than the graph says (planner 5.: tensor -> the op index it is read
+        until): none unless the backend runs several ops as one call (the cuda backend's depthwise + 1x1 pairs)."""
+        return {}
+
     def check_precision(self, precision: str) -> None:
         """Refuse a precision this backend never takes (before any work)."""
         if precision == "int8" and self.int8_refusal:

@@ -20,8 +20,8 @@ from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
     nms_rule, upsample_x2_rule
 from . import cuda_lanes, cuda_tactics
-from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, CuMaxpoolChain, \
-    CuSoftmax
+from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuConvPair, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, \
+    CuMaxpoolChain, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
 MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
@@ -73,7 +73,70 @@ def _softmax_rule(op, graph):
 # ---- Lowering: IR op kind -> carve_cu_* steps (steps.Cu*) ---------------------------------------------------
 
 
+def dwpw_partner(graph: Graph, op):
+    """The 1x1 convolution run with depthwise ``op`` as one call (carve_cu_conv2d_dwpw: one launch where the tactic
+    fuses them): the next op of the graph, a 1x1 stride-1 groups-1 conv2d of op's output, which nothing else reads
+    and which is neither a graph output nor a layer's (the layer callback reads those; fused, it is never
+    written). YOLO26's class branches: DWConv -> 1x1 Conv, twice per level. None otherwise (op has no residual)."""
+    a = op.attrs
+    if op.kind != "conv2d" or len(op.inputs) != 1 or a["groups"] == 1 or not a["groups"] == a["cin"] == a["cout"]:
+        return None
+    i = graph.ops.index(op)
+    nxt = graph.ops[i + 1] if i + 1 < len(graph.ops) else None
+    t = op.outputs[0]
+    if nxt is None or nxt.kind != "conv2d" or nxt.inputs[0] != t:
+        return None
+    b = nxt.attrs
+    if tuple(b["kernel"]) != (1, 1) or b["stride"] != 1 or b["pad"] != 0 or b["groups"] != 1:
+        return None
+    readers = sum(t in o.inputs for o in graph.ops)
+    if readers != 1 or t in graph.outputs.values() or any(layer.output == t for layer in graph.layers):
+        return None
+    return nxt
+
+
+def pair_reads(graph: Graph) -> dict:
+    """The depthwise inputs the pairs read until their 1x1 (the fused kernel reads one while it writes the 1x1's
+    output): the memory plan keeps each alive to there (planner 5., ``CudaBackend.reads``)."""
+    reads = {}
+    for i, op in enumerate(graph.ops):
+        if dwpw_partner(graph, op) is not None:
+            reads[op.inputs[0]] = i + 1
+    return reads
+
+
+def _planned_partner(lw: Lowering, op):
+    """``dwpw_partner`` where the plan keeps the depthwise input alive until the partner (so that the partner's
+    output never shares its memory: planned with ``pair_reads``); None otherwise (the two run as two steps)."""
+    pw = dwpw_partner(lw.graph, op)
+    if pw is None or lw.plan.storages[lw.views[op.inputs[0]].storage].last < lw.graph.ops.index(pw):
+        return None
+    return pw
+
+
 def _cu_conv(lw: Lowering, op) -> list:
+    """A conv2d / deconv2d's steps: a depthwise conv and its 1x1 partner (``_planned_partner``) as one CuConvPair
+    (the partner a comment), others one step each (``_cu_conv_step``)."""
+    if op.kind == "conv2d":
+        i = lw.graph.ops.index(op)
+        if i > 0 and _planned_partner(lw, lw.graph.ops[i - 1]) is op:
+            return [lw.cls("view")(**lw.head(op), what=f"run with {lw.graph.ops[i - 1].name} (carve_cu_conv2d_dwpw)")]
+        pw = _planned_partner(lw, op)
+        if pw is not None:
+            dw_step, pw_step = _cu_conv_step(lw, op), _cu_conv_step(lw, pw)
+            lw.tables["convs"][dw_step.index]["pw"] = pw_step.index
+            head = dict(lw.head(op), source=f"{op.source}, then {pw.name}: {pw.source}",
+                        flops=dw_step.flops + pw_step.flops,
+                        shapes=f"{lw.head(op)['shapes']} -> {lw.head(pw)['shapes'].split(' -> ')[-1]}")
+            return [CuConvPair(**head, index=dw_step.index, x_off=dw_step.x_off, w_off=dw_step.w_off,
+                               b_off=dw_step.b_off, mid_off=dw_step.y_off, pw_index=pw_step.index,
+                               pw_w_off=pw_step.w_off, pw_b_off=pw_step.b_off, r_off=pw_step.r_off,
+                               y_off=pw_step.y_off,
+                               path="depthwise + 1x1: one fused launch or two, by tactic")]
+    return [_cu_conv_step(lw, op)]
+
+
+def _cu_conv_step(lw: Lowering, op):
     """conv2d: one k_conv descriptor (shapes, strides, activation) and a carve_cu_conv2d call with its offsets;
     deconv2d: carve_cu_deconv2d. Weights OHWI (the xnnpack backend's LAYOUTS), bias and SiLU / residual fused."""
     x, y = op.inputs[0], op.outputs[0]
@@ -84,10 +147,10 @@ def _cu_conv(lw: Lowering, op) -> list:
     if op.kind == "deconv2d":
         if residual is not None:  # pragma: no cover - fuse_residual fuses into convs only
             raise AssertionError(f"{op.name}: residual on a transposed conv")
-        return [CuDeconv(**lw.head(op), h=h, w=w, cin=a["cin"], cout=a["cout"], k=a["kernel"][0], x_off=lw.off(x),
-                         x_stride=lw.stride(x), w_off=lw.weight(op, "weight", lambda t: LAYOUTS.deconv(t, a)),
-                         b_off=lw.weight(op, "bias"), act=act, y_off=lw.off(y),
-                         y_stride=lw.stride(y))]
+        return CuDeconv(**lw.head(op), h=h, w=w, cin=a["cin"], cout=a["cout"], k=a["kernel"][0], x_off=lw.off(x),
+                        x_stride=lw.stride(x), w_off=lw.weight(op, "weight", lambda t: LAYOUTS.deconv(t, a)),
+                        b_off=lw.weight(op, "bias"), act=act, y_off=lw.off(y),
+                        y_stride=lw.stride(y))
     k = a["kernel"][0]
     convs = lw.tables.setdefault("convs", [])
     convs.append(dict(name=op.name, kh=k, kw=k, stride=a["stride"], pad=a["pad"], groups=a["groups"], cin=a["cin"],
@@ -95,13 +158,13 @@ def _cu_conv(lw: Lowering, op) -> list:
                       res_stride=lw.stride(residual) if residual else 0, act=act))
     one_by_one = k == 1 and a["stride"] == 1 and a["pad"] == 0 and a["groups"] == 1
     direct = _conv_direct(convs[-1])  # the stem (carve_cuda_direct.h)
-    return [CuConv(**lw.head(op), index=len(convs) - 1, x_off=lw.off(x),
-                   w_off=lw.weight(op, "weight", lambda t: LAYOUTS.conv(t, a)),
-                   b_off=lw.weight(op, "bias"),
-                   r_off=lw.off(residual) if residual else None, y_off=lw.off(y),
-                   path="direct kernel (few input channels)" if direct else
-                   "one GEMM on the NHWC view" if one_by_one else
-                   "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")]
+    return CuConv(**lw.head(op), index=len(convs) - 1, x_off=lw.off(x),
+                  w_off=lw.weight(op, "weight", lambda t: LAYOUTS.conv(t, a)),
+                  b_off=lw.weight(op, "bias"),
+                  r_off=lw.off(residual) if residual else None, y_off=lw.off(y),
+                  path="direct kernel (few input channels)" if direct else
+                  "one GEMM on the NHWC view" if one_by_one else
+                  "depthwise kernel" if a["groups"] > 1 else "im2col + GEMM")
 
 
 def _same_size_pool(op) -> bool:
@@ -253,6 +316,10 @@ class CudaBackend(CBackend):
     def regions(self, graph: Graph) -> tuple:
         """The lanes: each layer's fork / join branches and the head's (backends/cuda_lanes.py)."""
         return cuda_lanes.regions(graph)
+
+    def reads(self, graph: Graph) -> dict:
+        """The depthwise + 1x1 pairs' inputs, read until the 1x1 (``pair_reads``)."""
+        return pair_reads(graph)
 
     def lower(self, graph: Graph, plan: Plan) -> dict:
         """The program the templates render: the carve_cu_* steps, the k_conv descriptors and the host sizes. The

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ..ir import Graph
 from ..planner import Region
-from .steps import CuConv, CuDeconv
+from .steps import CuConv, CuConvPair, CuDeconv
 
 MAX_LANES = 8                               # streams of one package (the head of a pose / seg model has 9-10 chains)
 POST_KINDS = ("e2e_detect", "nms_detect")   # the post-processing op the chains meet in (it runs after the join)
@@ -159,6 +159,8 @@ def assign(program: dict, graph: Graph, regions: tuple) -> dict:
         program["lanes"] = max(program["lanes"], len(region.lanes))
         for st in (st for steps in lanes for st in steps if isinstance(st, CuConv)):
             program["conv_lanes"][st.index] = st.lane
+            if isinstance(st, CuConvPair):
+                program["conv_lanes"][st.pw_index] = st.lane
         program["lane_deconvs"] += [st for steps in lanes for st in steps if isinstance(st, CuDeconv)]
     return program
 

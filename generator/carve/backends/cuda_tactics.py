@@ -7,8 +7,10 @@ k_conv descriptor names a slot of the context's tactic table (``carve_cu_conv.sl
 while the package tunes times the cuBLAS path and the fused kernel's tiles and stores the fastest.
 
 Convolutions of the same shape (every carve_cu_conv field: sizes, strides, activation, batch) share a slot, timed
-once: yolo26n's 93 groups-1 convolutions with two paths (of 102 descriptors) are 71 slots. Depthwise convolutions and the few-input-channel ones of the
-direct kernel (the stem) have one path and no slot (0).
+once: yolo26n's 93 groups-1 convolutions with two paths (of 102 descriptors) are 71 slots. Depthwise convolutions and
+the few-input-channel ones of the direct kernel (the stem) have one path and no slot (0), but for a depthwise
+convolution run with the 1x1 after it (``pw``: the index of that one, carve_cu_conv2d_dwpw): its slot is the pair's,
+shared by pairs of the same two shapes, and holds whether the pair runs as two launches or fused with a tile.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ def assign(convs: list, direct) -> int:
     number of slots. ``direct(conv)``: whether the conv runs as the direct kernel (cuda.py's _conv_direct)."""
     slots: dict = {}
     for c in convs:
-        if c["groups"] != 1 or direct(c):
+        if "pw" in c:  # a depthwise conv with its 1x1 partner (carve_cu_conv2d_dwpw): the pair's slot
+            key = ("pair",) + tuple(c[f] for f in SHAPE_FIELDS) + tuple(convs[c["pw"]][f] for f in SHAPE_FIELDS)
+        elif c["groups"] != 1 or direct(c):
             c["slot"] = 0
             continue
-        c["slot"] = slots.setdefault(tuple(c[f] for f in SHAPE_FIELDS), len(slots) + 1)
+        else:
+            key = tuple(c[f] for f in SHAPE_FIELDS)
+        c["slot"] = slots.setdefault(key, len(slots) + 1)
     return len(slots)

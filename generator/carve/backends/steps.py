@@ -444,6 +444,20 @@ class CuConv(CuStep):
 
 
 @dataclass(kw_only=True)
+class CuConvPair(CuConv):
+    """A depthwise convolution (k_conv[index], its output at mid_off) and the 1x1 convolution after it
+    (k_conv[pw_index], residual and output of the pair) as one carve_cu_conv2d_dwpw call."""
+
+    mid_off: str
+    pw_index: int
+    pw_w_off: WeightRef
+    pw_b_off: WeightRef
+    kind: ClassVar[str] = "conv_pair"
+    macro: ClassVar[str] = "cu_conv_pair"
+    function: ClassVar[str] = "carve_cu_conv2d_dwpw"
+
+
+@dataclass(kw_only=True)
 class CuDeconv(CuStep):
     h: int
     w: int
