@@ -536,8 +536,36 @@ static const DwPwCase kDwPw[] = {
     {8, 8, 64, 33, 5, 1, 1, false},    // 5x5 window, cout not a multiple of 16
 };
 
+// The tuning part of check_dwpw: an eager call with both entries unset times them; then the stored entries' results.
+template <typename E, typename Call, typename Run>
+static void check_dwpw_tuning(TestCtx& t, carve_cu_tactics& tactics, uint8_t (&path)[2], const float (&us)[4],
+                              Call&& call, Run&& run, DevBuf<typename E::T>& dy) {
+  typedef typename E::T T;
+  path[0] = path[1] = CARVE_CU_PATH_UNSET;
+  tactics.tune = 1;
+  dy.upload(std::vector<T>(dy.n, E::canary()));
+  CHECK_OK(call());  // eager (a capture times nothing): its results are the paths' it stores
+  t.sync();
+  const std::vector<T> tuned = dy.download();
+  tactics.tune = 0;
+  size_t launches = 0;
+  const bool pair_fused = path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32 ||
+                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K2 ||
+                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K4;
+  CHECK_MSG((pair_fused || path[0] == CARVE_CU_PATH_GEMM) && path[1] != CARVE_CU_PATH_UNSET && us[0] > 0.0f &&
+                us[1] > 0.0f && pair_fused == (us[1] < us[0]),
+            "%s dwpw: tuned entries %d %d, times %g / %g us", E::name, path[0], path[1], us[0], us[1]);
+  const auto again = run(&launches);
+  const bool pw_gemm = path[1] == CARVE_CU_PATH_GEMM;  // the 1x1's cuBLAS path: a GEMM and the epilogue
+  CHECK_MSG(launches_as_planned(launches, pair_fused ? 1u : pw_gemm ? 3u : 2u, pair_fused ? 0u : pw_gemm) &&
+                again.second == !pair_fused &&
+                std::memcmp(again.first.data(), tuned.data(), tuned.size() * sizeof(T)) == 0,
+            "%s dwpw: the tuned call differs from its stored entries (%d %d: %zu launches, mid %d)", E::name,
+            path[0], path[1], launches, (int)again.second);
+}
+
 template <typename E>
-static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32) {
+static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32, bool tune) {
   typedef typename E::T T;
   TestRng rng(4242 + pc.c + pc.k);
   auto random = [&](size_t n, float scale) {
@@ -594,27 +622,9 @@ static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32) {
     }
   }
   CHECK_MSG(spread.size() > opix * pc.cout / 4, "%s dwpw: outputs flat (%zu distinct)", E::name, spread.size());
-  // Tuning: the 1x1's entry first, then the pair's; the call's results are its stored entries' (bit for bit).
-  path[0] = path[1] = CARVE_CU_PATH_UNSET;
-  tactics.tune = 1;
-  dy.upload(std::vector<T>(dy.n, E::canary()));
-  CHECK_OK(call());
-  t.sync();
-  const std::vector<T> tuned = dy.download();
-  tactics.tune = 0;
-  const bool pair_fused = path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32 ||
-                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K2 ||
-                          path[0] == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32_K4;
-  CHECK_MSG((pair_fused || path[0] == CARVE_CU_PATH_GEMM) && path[1] != CARVE_CU_PATH_UNSET && us[0] > 0.0f &&
-                us[1] > 0.0f && pair_fused == (us[1] < us[0]),
-            "%s dwpw: tuned entries %d %d, times %g / %g us", E::name, path[0], path[1], us[0], us[1]);
-  size_t launches = 0;
-  const auto again = run(&launches);
-  const bool pw_gemm = path[1] == CARVE_CU_PATH_GEMM;  // the 1x1's cuBLAS path: a GEMM and the epilogue
-  CHECK_MSG(launches_as_planned(launches, pair_fused ? 1u : pw_gemm ? 3u : 2u, pair_fused ? 0u : pw_gemm) &&
-                again.second == !pair_fused &&
-                std::memcmp(again.first.data(), tuned.data(), tuned.size() * sizeof(T)) == 0,
-            "%s dwpw: the tuned call differs from its stored entries (%d %d: %zu launches, mid %d)", E::name, path[0], path[1], launches, (int)again.second);
+  // Tuning (the first shape: each timing replays its launches many times, slow under the emulation): the 1x1's
+  // entry first, then the pair's; the call's results are its stored entries' (bit for bit).
+  if (tune) check_dwpw_tuning<E>(t, tactics, path, us, call, run, dy);
   // conv_fused: one launch whatever the entry; strict float32: two launches (and the 1x1's cuBLAS path: 3).
   path[0] = CARVE_CU_PATH_GEMM;
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
@@ -632,7 +642,7 @@ static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32) {
 template <typename E>
 static void test_dwpw(TestCtx& t, bool tf32) {
   typedef typename E::T T;
-  for (const DwPwCase& pc : kDwPw) check_dwpw<E>(t, pc, tf32);
+  for (const DwPwCase& pc : kDwPw) check_dwpw<E>(t, pc, tf32, &pc == &kDwPw[0]);
   // Channels that are not whole 16-byte chunks (6): the two launches even with a fused entry.
   DevBuf<T> b(std::vector<T>(6 * 6 * 8 * 4, E::make(0.5f)));
   const carve_cu_conv dw = {3, 3, 1, 1, 6, 6, 6, 6, 6, 6, 6, 0, CARVE_CU_ACT_SILU, 1, 1};
