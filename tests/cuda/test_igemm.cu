@@ -573,7 +573,8 @@ static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32, bool tune) {
     for (auto& e : v) e = E::make(rng.normal() * scale);
     return v;
   };
-  const uint32_t pad = pc.k / 2, oh = (pc.h + 2 * pad - pc.k) / pc.stride + 1, ow = (pc.w + 2 * pad - pc.k) / pc.stride + 1;
+  const uint32_t pad = pc.k / 2;
+  const uint32_t oh = (pc.h + 2 * pad - pc.k) / pc.stride + 1, ow = (pc.w + 2 * pad - pc.k) / pc.stride + 1;
   const size_t opix = (size_t)pc.batch * oh * ow;
   DevBuf<T> dx(random((size_t)pc.batch * pc.h * pc.w * pc.c, 1.0f)), dww(random((size_t)pc.c * pc.k * pc.k, 0.4f));
   DevBuf<T> dwb(random(pc.c, 0.3f)), pww(random((size_t)pc.cout * pc.c, 1.5f / std::sqrt((float)pc.c)));
@@ -653,7 +654,9 @@ static void test_dwpw(TestCtx& t, bool tf32) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
   CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &tactics));
   T* const p = b.p;
-  auto call = [&]() { return carve_cu_conv2d_dwpw(&t.ctx, &dw, &pw, p, p, p, p + 256, p, p, nullptr, p + 512, nullptr); };
+  auto call = [&]() {
+    return carve_cu_conv2d_dwpw(&t.ctx, &dw, &pw, p, p, p, p + 256, p, p, nullptr, p + 512, nullptr);
+  };
   CHECK_MSG(captured_nodes(t, call) == 2, "%s dwpw: 6 channels", E::name);
   // Errors: the 1x1's input channels, its stride, a missing map.
   pw.cin = 5;
