@@ -253,32 +253,20 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       __syncthreads();
     }
     // DW: the A chunk of row j, channels i .. i + VW - 1: the depthwise convolution at the row's pixel, its taps
-    // in carve_cu_for_window's order with the depthwise kernel's arithmetic (carve_cu_depthwise_vec_kernel), the
-    // bias, the activation and one rounding to T: the values that kernel stores.
+    // in carve_cu_for_window's order with the depthwise kernel's arithmetic and its end (carve_cu_store_act16: the
+    // bias, the activation, one rounding to T), as carve_cu_depthwise_vec_kernel: the values that kernel stores.
     auto dw_chunk = [&](int j, uint32_t i) {
       const T* const ws = reinterpret_cast<const T*>(dw_stage);
+      const T* const xc = x + xo[j] + i;
       float acc[VW];
       for (int e = 0; e < VW; e++) acc[e] = 0.0f;
-      for (uint32_t ky = 0; ky < dw.kh; ky++) {
-        const int iy = iy0[j] + (int)ky;
-        if (iy < 0 || iy >= (int)h) continue;
-        for (uint32_t kx = 0; kx < dw.kw; kx++) {
-          const int ix = ix0[j] + (int)kx;
-          if (ix < 0 || ix >= (int)w) continue;
-          const carve_cu_pack<T> xv = carve_cu_ld16(x + xo[j] + ((size_t)iy * w + (size_t)ix) * in_stride + i);
-          const carve_cu_pack<T> wv = carve_cu_ld16(ws + (ky * dw.kw + kx) * cin + i);
-          for (int e = 0; e < VW; e++) acc[e] += carve_cu_ld(xv.e, e) * carve_cu_ld(wv.e, e);
-        }
-      }
-      const carve_cu_pack<T> b = carve_cu_ld16(dw.bias + i);
-      carve_cu_pack<T> out;
-      for (int e = 0; e < VW; e++) {
-        float v = acc[e] + carve_cu_ld(b.e, e);
-        if (dw.silu) v = carve_cu_silu(v);
-        carve_cu_st(out.e, e, v);
-      }
-      carve_cu_v16 r;
-      memcpy(&r, &out, sizeof r);
+      carve_cu_for_window(iy0[j], ix0[j], dw.kh, dw.kw, h, w, [&](size_t tap, size_t pixel) {
+        const carve_cu_pack<T> xv = carve_cu_ld16(xc + pixel * in_stride);
+        const carve_cu_pack<T> wv = carve_cu_ld16(ws + tap * cin + i);
+        for (int e = 0; e < VW; e++) acc[e] += carve_cu_ld(xv.e, e) * carve_cu_ld(wv.e, e);
+      });
+      carve_cu_v16 r;  // (16-byte aligned: carve_cu_store_act16's store)
+      carve_cu_store_act16(reinterpret_cast<T*>(&r), acc, dw.bias + i, dw.silu, (const T*)nullptr);
       return r;
     };
     carve_cu_v16 ra[AJ], rb[BJ];
@@ -312,10 +300,10 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         for (int j = 0; j < AJ; j++) {
           ra[j] = kin && m0 + (uint32_t)(r0 + j * RSTEP) < pixels ? dw_chunk(j, i) : carve_cu_v16_zero();
         }
-        for (int j = 0; j < BJ; j++) {
-          const uint32_t o = n0 + (uint32_t)(r0 + j * RSTEP);
-          rb[j] = kin && o < cout ? carve_cu_ldg16_bytes(weight + (size_t)o * k_total + i) : carve_cu_v16_zero();
-        }
+        const T* a[AJ];  // (unused: A is computed above)
+        const T* b[BJ];
+        chunks(k0, a, b);
+        for (int j = 0; j < BJ; j++) rb[j] = b[j] != nullptr ? carve_cu_ldg16_bytes(b[j]) : carve_cu_v16_zero();
       } else if constexpr (VEC) {
         const T* a[AJ];
         const T* b[BJ];
