@@ -1201,15 +1201,10 @@ __global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_st
 // rounding. y may be x (each lane rewrites only the entries it read).
 #define CARVE_CU_SOFTMAX_WARP_ROWS 8
 
-template <typename T>
-__global__ void carve_cu_softmax_warp_rows_kernel(const T* x, uint32_t n, uint32_t rows, size_t row_stride, T* y) {
-  CARVE_CU_KERNEL_ENTRY();
-  const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * CARVE_CU_SOFTMAX_WARP_ROWS + threadIdx.x / 32;
-  if (row >= rows) {
-    return;  // (whole warps: the shuffles below have all 32 lanes)
-  }
-  const T* xr = x + (size_t)row * row_stride;
-  T* yr = y + (size_t)row * row_stride;
+// One row's softmax by the 32 lanes of a warp (all of them, converged): x and y float or T (carve_cu_ld /
+// carve_cu_st), y may be x.
+template <typename X, typename Y>
+static __device__ __forceinline__ void carve_cu_softmax_warp_row(const X* xr, uint32_t n, Y* yr, uint32_t lane) {
   float m = -INFINITY;
   for (uint32_t j = lane; j < n; j += 32) {
     m = carve_cu_max_nan(m, carve_cu_ld(xr, j));
@@ -1231,6 +1226,16 @@ __global__ void carve_cu_softmax_warp_rows_kernel(const T* x, uint32_t n, uint32
   }
 }
 
+template <typename T>
+__global__ void carve_cu_softmax_warp_rows_kernel(const T* x, uint32_t n, uint32_t rows, size_t row_stride, T* y) {
+  CARVE_CU_KERNEL_ENTRY();
+  const uint32_t lane = threadIdx.x % 32, row = blockIdx.x * CARVE_CU_SOFTMAX_WARP_ROWS + threadIdx.x / 32;
+  if (row >= rows) {
+    return;  // (whole warps: the shuffles have all 32 lanes)
+  }
+  carve_cu_softmax_warp_row(x + (size_t)row * row_stride, n, y + (size_t)row * row_stride, lane);
+}
+
 // P = softmax over each of `rows` rows of n at s, in place (carve_cu_softmax_warp_rows_kernel).
 template <typename T>
 static void carve_cu_softmax_rows(const carve_cu_ctx* ctx, T* s, uint32_t n, size_t rows) {
@@ -1239,107 +1244,6 @@ static void carve_cu_softmax_rows(const carve_cu_ctx* ctx, T* s, uint32_t n, siz
                (uint32_t)rows, (size_t)n, s);
 }
 
-// v_out[i][h hd + e] = qkv[i][h (2 kd + hd) + 2 kd + e]. I: the element index type (uint32_t where n heads hd < 2^32,
-// the launch's usual case: a 64-bit index costs a software division per element; else size_t).
-template <typename T, typename I>
-__global__ void carve_cu_gather_v_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t heads,
-                                         uint32_t key_dim, uint32_t head_dim, T* __restrict__ v_out,
-                                         size_t v_stride) {
-  CARVE_CU_KERNEL_ENTRY();
-  const I c = (I)heads * head_dim, total = (I)n * c;
-  for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (I)gridDim.x * blockDim.x) {
-    const I i = e / c, ch = e - i * c, h = ch / head_dim, d = ch - h * head_dim;
-    v_out[i * v_stride + ch] = qkv[i * qkv_stride + h * (2 * (size_t)key_dim + head_dim) + 2 * (size_t)key_dim + d];
-  }
-}
-
-// How carve_cu_attention_t runs `batch` images of `heads` heads, whichever takes fewer launches (V's
-// gather aside): per image (3 batch launches: S's GEMM over the heads, the softmax of the image's rows,
-// O's GEMM over the heads), or per head (2 heads + 1: S's GEMM over the images for each head, ONE
-// softmax of every row of the batch, O's GEMM over the images for each head). A tie (and batch 1)
-// runs per image, whose scratch holds one image's S.
-static inline int carve_cu_attention_per_head(uint32_t batch, uint32_t heads) {
-  return 2 * (uint64_t)heads + 1 < 3 * (uint64_t)batch;
-}
-
-// carve_cu_attention over T with the precision's batched GEMM; scratch:
-// carve_cu_attention_scratch_floats(batch, n, heads) floats, used as that many T (S, then P in
-// place). The images of a batch one after another (each image's n pixels follow the previous
-// image's: a uniform n qkv_stride elements apart). S of image b, head h is the n x n block
-// (b heads + h) of the scratch when run per head (block h, reused by every image, per image); the
-// GEMM of each (image, head) pair and the softmax of each row are the same either way, only
-// grouped differently into launches. V of every image at once.
-template <typename T>
-static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
-                                         uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
-                                         float scale, T* out, size_t out_stride, T* v_out, size_t v_stride,
-                                         float* scratch, carve_cu_gemm_batched_fn<T> gemm) {
-  const size_t per_head = 2 * (size_t)key_dim + head_dim;
-  if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || batch == 0 || n == 0 || heads == 0 ||
-      key_dim == 0 || head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
-      (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
-      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n) || !carve_cu_fits_int(batch) ||
-      !carve_cu_fits_int(heads) || !carve_cu_fits_int((size_t)batch * heads * n)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  T* s = (T*)scratch;
-  const long long nn = (long long)n * n;
-  if (carve_cu_attention_per_head(batch, heads)) {
-    const long long in_img = (long long)n * (long long)qkv_stride;   // image b + 1's pixels after image b's
-    const long long out_img = (long long)n * (long long)out_stride;
-    const long long s_img = (long long)heads * nn;                   // image b + 1's S blocks after image b's
-    for (uint32_t h = 0; h < heads; h++) {  // S of head h of every image (the GEMM of the per-image path)
-      const T* q = qkv + h * per_head;
-      const carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim,
-                                   (int)qkv_stride, in_img, q, (int)qkv_stride, in_img, s + h * nn, (int)n, s_img,
-                                   (int)batch);
-      if (st != CARVE_OK) {
-        return st;
-      }
-    }
-    // P = softmax over each row of S: batch * heads * n rows of n, in place, one launch.
-    carve_cu_softmax_rows(ctx, s, n, (size_t)batch * heads * n);
-    CARVE_CU_CHECK_LAUNCH();
-    for (uint32_t h = 0; h < heads; h++) {  // O of head h of every image, at column h hd of out
-      const carve_status st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f,
-                                   qkv + h * per_head + 2 * (size_t)key_dim, (int)qkv_stride, in_img, s + h * nn,
-                                   (int)n, s_img, out + (size_t)h * head_dim, (int)out_stride, out_img, (int)batch);
-      if (st != CARVE_OK) {
-        return st;
-      }
-    }
-  } else {
-    for (uint32_t b = 0; b < batch; b++) {
-      const T* q = qkv + (size_t)b * n * qkv_stride;  // image b's n pixels
-      T* o = out + (size_t)b * n * out_stride;
-      // Per head h: S_h (n, n) row-major = scale Q_h K_h^T, i.e. column-major S^T = scale K Q^T:
-      // A = K_h (column-major (kd, n), ld qkv_stride) transposed, B = Q_h (kd, n).
-      carve_status st = gemm(ctx, CUBLAS_OP_T, (int)n, (int)n, (int)key_dim, scale, q + key_dim, (int)qkv_stride,
-                             (long long)per_head, q, (int)qkv_stride, (long long)per_head, s, (int)n, nn, (int)heads);
-      if (st != CARVE_OK) {
-        return st;
-      }
-      // P = softmax over each row of S (heads * n rows of n), in place.
-      carve_cu_softmax_rows(ctx, s, n, (size_t)heads * n);
-      CARVE_CU_CHECK_LAUNCH();
-      // O_h (n, hd) = P_h V_h, i.e. column-major O^T (hd, n) = V^T (hd, n) P^T (n, n), written
-      // at column h hd of out.
-      st = gemm(ctx, CUBLAS_OP_N, (int)head_dim, (int)n, (int)n, 1.0f, q + 2 * (size_t)key_dim, (int)qkv_stride,
-                (long long)per_head, s, (int)n, nn, o, (int)out_stride, (long long)head_dim, (int)heads);
-      if (st != CARVE_OK) {
-        return st;
-      }
-    }
-  }
-  if (v_out != NULL) {  // a pixel-wise gather: the batch's pixels at once
-    const size_t total = (size_t)batch * n * heads * head_dim;
-    void (*const gather)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, T*, size_t) =
-        total < ((size_t)1 << 32) ? carve_cu_gather_v_kernel<T, uint32_t> : carve_cu_gather_v_kernel<T, size_t>;
-    CARVE_LAUNCH(gather, carve_cu_blocks(total), CARVE_CU_THREADS, ctx->stream, qkv, qkv_stride, batch * n, heads,
-                 key_dim, head_dim, v_out, v_stride);
-    CARVE_CU_CHECK_LAUNCH();
-  }
-  return CARVE_OK;
-}
+#include "carve_cuda_attention.h"
 
 #endif  // CARVE_CUDA_ELEM_H

@@ -52,12 +52,6 @@
 #endif
 
 #define CARVE_CU_IGEMM_THREADS 128  // 4 warps, 2 x 2 over the tile
-// Unroll the loop that follows (nvcc; host compilers, the emulation, take it as written).
-#ifdef __CUDACC__
-#define CARVE_CU_IGEMM_UNROLL _Pragma("unroll")
-#else
-#define CARVE_CU_IGEMM_UNROLL
-#endif
 static_assert(CARVE_CU_PATHS == CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILES, "a tactic path per tile (carve_cuda.h)");
 // Blocks an SM should hold at once (__launch_bounds__: at most 128 registers a thread; the shared memory,
 // <= 36 KB a block, allows as many on sm_80+, and the wide asynchronous kernels' 40.5 KB on sm_86+ / sm_90, 3 on an
@@ -296,7 +290,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
       if constexpr (DW) {  // K = cin (a 1x1 convolution of the depthwise output): chunk k is channels k ..
         const uint32_t i = k0 + (uint32_t)(cc * VW);
         const bool kin = i < k_total;
-        CARVE_CU_IGEMM_UNROLL  // (the rows' origins stay in registers)
+        CARVE_CU_UNROLL  // (the rows' origins stay in registers)
         for (int j = 0; j < AJ; j++) {
           ra[j] = kin && m0 + (uint32_t)(r0 + j * RSTEP) < pixels ? dw_chunk(j, i) : carve_cu_v16_zero();
         }
@@ -347,7 +341,7 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
     // The tensor cores on one stage's step at k0 (this warp group's k of it).
     auto multiply = [&](const T* a_tile, uint32_t k0) {
       const T* const b_tile = a_tile + BM * LD;
-      CARVE_CU_IGEMM_UNROLL
+      CARVE_CU_UNROLL
       for (int q = 0; q < KSL / tr::kstep; q++) {  // unrolled: no loop arithmetic between the tensor-core steps
         const int kk = slice * KSL + q * tr::kstep;
         if (k0 + (uint32_t)kk >= k_total) break;

@@ -59,6 +59,13 @@ static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
 #define CARVE_CU_UNROLL
 #endif
 
+// Unroll the loop that follows (nvcc; host compilers, the emulation, take it as written).
+#ifdef __CUDACC__
+#define CARVE_CU_UNROLL _Pragma("unroll")
+#else
+#define CARVE_CU_UNROLL
+#endif
+
 // Grid-stride loop over [0, n) with 64-bit indices.
 #define CARVE_CU_FOR(i, n)                                                              \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \

@@ -60,6 +60,7 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->tactics = NULL;
   ctx->split_counters = NULL;
   ctx->split_lanes = 0;
+  ctx->attention_gemm = 0;
 }
 
 // The split-K counters at the end of the `bytes` of workspace (carve_cuda.h, CARVE_CU_SPLIT_BYTES), zeroed on the
@@ -194,6 +195,14 @@ extern "C" carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_c
     return CARVE_ERR_BACKEND;
   }
   ctx->conv_fused = impl == CARVE_CU_CONV_FUSED && major >= 7;  // wmma: Volta and newer
+  return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_ctx_set_attention_impl(carve_cu_ctx* ctx, carve_cu_attention_impl impl) {
+  if (ctx == NULL || (impl != CARVE_CU_ATTENTION_FUSED && impl != CARVE_CU_ATTENTION_GEMM)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  ctx->attention_gemm = impl == CARVE_CU_ATTENTION_GEMM;
   return CARVE_OK;
 }
 

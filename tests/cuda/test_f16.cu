@@ -324,100 +324,136 @@ static void test_elementwise(TestCtx& t) {
 
 static void test_attention(TestCtx& t) {
   TestRng rng(31);
-  const uint32_t n = 20, heads = 2, kd = 8, hd = 16;
-  const size_t per = 2 * kd + hd, qkv_stride = heads * per + 3, out_stride = heads * hd + 1, v_stride = heads * hd;
-  const float scale = 1.0f / std::sqrt((float)kd);
-  const std::vector<__half> qkv = random_halves(rng, n * qkv_stride, 1.0f);
-  DevBuf<__half> dq(qkv), dout(n * out_stride), dv(n * v_stride);
-  DevBuf<float> scratch(carve_cu_attention_scratch_floats(1, n, heads));
-  CHECK_OK(carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
-                              scratch.p));
-  t.sync();
-  const std::vector<__half> out = dout.download(), v = dv.download();
-  auto q = [&](size_t i, size_t hh, size_t e) { return (double)h2f(qkv[i * qkv_stride + hh * per + e]); };
-  for (size_t hh = 0; hh < heads; hh++) {
-    for (size_t i = 0; i < n; i++) {
-      std::vector<double> s(n);
-      double m = -INFINITY, sum = 0.0;
-      for (size_t j = 0; j < n; j++) {
-        double d = 0.0;
-        for (size_t e = 0; e < kd; e++) d += q(i, hh, e) * q(j, hh, kd + e);
-        s[j] = scale * d;
-        m = std::max(m, s[j]);
-      }
-      for (size_t j = 0; j < n; j++) sum += (s[j] = std::exp(s[j] - m));
-      for (size_t e = 0; e < hd; e++) {
-        double o = 0.0, mag = 0.0;
-        for (size_t j = 0; j < n; j++) {
-          o += s[j] / sum * q(j, hh, 2 * kd + e);
-          mag += s[j] / sum * std::fabs(q(j, hh, 2 * kd + e));
+  struct Shape {
+    uint32_t n, heads, kd, hd;
+  };
+  int cases = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (const Shape sh : {Shape{20, 2, 8, 16}, Shape{100, 2, 32, 64}}) {  // odd; yolo26's heads
+      const uint32_t n = sh.n, heads = sh.heads, kd = sh.kd, hd = sh.hd;
+      const size_t per = 2 * kd + hd, qkv_stride = heads * per + 3, out_stride = heads * hd + 1, v_stride = heads * hd;
+      const float scale = 1.0f / std::sqrt((float)kd);
+      const std::vector<__half> qkv = random_halves(rng, n * qkv_stride, 1.0f);
+      DevBuf<__half> dq(qkv), dout(n * out_stride), dv(n * v_stride);
+      DevBuf<float> scratch(carve_cu_attention_scratch_floats(1, n, heads));
+      const size_t nodes = captured_run(t, [&] {
+        return carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p,
+                                  v_stride, scratch.p);
+      });
+      CHECK_MSG(impl == CARVE_CU_ATTENTION_FUSED ? nodes == 1 : nodes > 2, "half attention (impl %d): %zu launches",
+                (int)impl, nodes);
+      const std::vector<__half> out = dout.download(), v = dv.download();
+      auto q = [&](size_t i, size_t hh, size_t e) { return (double)h2f(qkv[i * qkv_stride + hh * per + e]); };
+      double lo = INFINITY, hi = -INFINITY;
+      for (size_t hh = 0; hh < heads; hh++) {
+        for (size_t i = 0; i < n; i++) {
+          std::vector<double> s(n);
+          double m = -INFINITY, sum = 0.0;
+          for (size_t j = 0; j < n; j++) {
+            double d = 0.0;
+            for (size_t e = 0; e < kd; e++) d += q(i, hh, e) * q(j, hh, kd + e);
+            s[j] = scale * d;
+            m = std::max(m, s[j]);
+          }
+          for (size_t j = 0; j < n; j++) sum += (s[j] = std::exp(s[j] - m));
+          for (size_t e = 0; e < hd; e++) {
+            double o = 0.0, mag = 0.0;
+            for (size_t j = 0; j < n; j++) {
+              o += s[j] / sum * q(j, hh, 2 * kd + e);
+              mag += s[j] / sum * std::fabs(q(j, hh, 2 * kd + e));
+            }
+            // GEMM path: scores rounded to half (u |S| <= u 4 in the exponent), probabilities (u), the output
+            // (u |o|); the fused kernel rounds only the output
+            const double tol = (4.0 * kU * (1.0 + std::fabs(m)) + 2.0 * kU) * mag + kU * std::fabs(o) + 1e-6;
+            const double got = h2f(out[i * out_stride + hh * hd + e]);
+            CHECK_MSG(near_float(got, o, tol),
+                      "attention (impl %d) n %u head %zu row %zu col %zu: %.6g vs %.6g "
+                      "(tol %.3g)",
+                      (int)impl, n, hh, i, e, got, o, tol);
+            CHECK(same_float(h2f(v[i * v_stride + hh * hd + e]), (float)q(i, hh, 2 * kd + e)));
+            lo = std::min(lo, o), hi = std::max(hi, o);
+          }
         }
-        // scores rounded to half (u |S| <= u 4 in the exponent), probabilities (u), the output (u |o|)
-        const double tol = (4.0 * kU * (1.0 + std::fabs(m)) + 2.0 * kU) * mag + kU * std::fabs(o) + 1e-6;
-        const double got = h2f(out[i * out_stride + hh * hd + e]);
-        CHECK_MSG(near_float(got, o, tol), "attention head %zu row %zu col %zu: %.6g vs %.6g (tol %.3g)", hh, i, e,
-                  got, o, tol);
-        CHECK(same_float(h2f(v[i * v_stride + hh * hd + e]), (float)q(i, hh, 2 * kd + e)));
       }
+      CHECK_MSG(hi - lo > 0.05, "half attention n %u: the outputs do not spread (%g .. %g)", n, lo, hi);
+      CHECK(carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
+                               nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+      cases++;
     }
   }
-  CHECK(carve_cu_attention(&t.ctx, 1, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p, v_stride,
-                           nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  std::printf("half attention: %d cases (fused and the GEMM path) against a double loop\n", cases);
 }
 
-// A batch of images in one call (per head where that launches less: heads 2 from batch 2 on) against each
-// image alone: the same halves under the emulation (the same GEMM per (image, head), the same softmax;
-// on a GPU cuBLAS may pick another kernel for another GEMM batch count: within the output's rounding).
+// A batch of images in one call against each image alone, both ways: the fused kernel (one launch up to
+// CARVE_CU_ATTN_MAX_BATCH images: the same halves on a GPU too) and the GEMM path (per head where that launches
+// less: heads 2 from batch 2 on; the same halves under the emulation, the same GEMM per (image, head), the same
+// softmax; on a GPU cuBLAS may pick another kernel for another GEMM batch count: within the output's rounding).
+// A batch of 5 asked to fuse runs the GEMMs and its images alone the fused kernel: within the output's rounding.
 static void test_attention_batch(TestCtx& t) {
   TestRng rng(33);
   const uint32_t n = 20, kd = 8, hd = 16;
   const size_t per = 2 * kd + hd;
-  int cases = 0, per_head = 0;
-  for (uint32_t heads : {2u, 4u}) {
-    const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 1, v_stride = heads * hd;
-    const float scale = 1.0f / std::sqrt((float)kd);
-    for (uint32_t batch : {2u, 3u, 5u}) {
-      const std::vector<__half> qkv = random_halves(rng, batch * n * qkv_stride, 1.0f);
-      DevBuf<__half> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride), one_out(n * out_stride),
-          one_v(n * v_stride);
-      DevBuf<float> scratch(carve_cu_attention_scratch_floats(batch, n, heads)),
-          one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
-      const size_t nodes = captured_run(t, [&] {
-        return carve_cu_attention(&t.ctx, batch, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p,
-                                  v_stride, scratch.p);
-      });
-      const size_t want_nodes = std::min<size_t>(3 * batch, 2 * heads + 1) + 1;
-      const size_t gemms = 2 * heads + 1 < 3 * batch ? 2 * heads : 2 * batch;  // strided-batched: over images or heads
-      CHECK_MSG(launches_as_planned(nodes, want_nodes, gemms), "half attention batch %u heads %u: %zu launches, want %zu", batch, heads, nodes,
-                want_nodes);
-      const std::vector<__half> out = dout.download(), v = dv.download();
-      for (size_t b = 0; b < batch; b++) {
-        DevBuf<__half> dq1(std::vector<__half>(qkv.begin() + (long)(b * n * qkv_stride),
-                                               qkv.begin() + (long)((b + 1) * n * qkv_stride)));
-        CHECK_OK(carve_cu_attention(&t.ctx, 1, dq1.p, qkv_stride, n, heads, kd, hd, scale, one_out.p, out_stride,
-                                    one_v.p, v_stride, one_scratch.p));
-        t.sync();
-        const std::vector<__half> o1 = one_out.download(), v1 = one_v.download();
-        for (size_t p = 0; p < n; p++) {
-          for (size_t ch = 0; ch < heads * hd; ch++) {
-            const float got = h2f(out[(b * n + p) * out_stride + ch]), alone = h2f(o1[p * out_stride + ch]);
+  int cases = 0, per_head = 0, fused = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (uint32_t heads : {2u, 4u}) {
+      const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 1, v_stride = heads * hd;
+      const float scale = 1.0f / std::sqrt((float)kd);
+      for (uint32_t batch : {2u, 3u, 5u}) {
+        const std::vector<__half> qkv = random_halves(rng, batch * n * qkv_stride, 1.0f);
+        DevBuf<__half> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride), one_out(n * out_stride),
+            one_v(n * v_stride);
+        DevBuf<float> scratch(carve_cu_attention_scratch_floats(batch, n, heads)),
+            one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
+        const size_t nodes = captured_run(t, [&] {
+          return carve_cu_attention(&t.ctx, batch, dq.p, qkv_stride, n, heads, kd, hd, scale, dout.p, out_stride, dv.p,
+                                    v_stride, scratch.p);
+        });
+        const bool one = impl == CARVE_CU_ATTENTION_FUSED && batch <= CARVE_CU_ATTN_MAX_BATCH;
+        const size_t want_nodes = one ? 1 : std::min<size_t>(3 * batch, 2 * heads + 1) + 1;
+        const size_t gemms = one ? 0 : 2 * heads + 1 < 3 * batch ? 2 * heads : 2 * batch;  // over images or heads
+        CHECK_MSG(launches_as_planned(nodes, want_nodes, gemms),
+                  "half attention batch %u heads %u: %zu launches, want %zu", batch, heads, nodes, want_nodes);
+        const std::vector<__half> out = dout.download(), v = dv.download();
+        // a batch past CARVE_CU_ATTN_MAX_BATCH takes the GEMMs, its images alone the fused kernel: to rounding
+        const bool alone_fused = !one && impl == CARVE_CU_ATTENTION_FUSED;
+        for (size_t b = 0; b < batch; b++) {
+          DevBuf<__half> dq1(std::vector<__half>(qkv.begin() + (long)(b * n * qkv_stride),
+                                                 qkv.begin() + (long)((b + 1) * n * qkv_stride)));
+          CHECK_OK(carve_cu_attention(&t.ctx, 1, dq1.p, qkv_stride, n, heads, kd, hd, scale, one_out.p, out_stride,
+                                      one_v.p, v_stride, one_scratch.p));
+          t.sync();
+          const std::vector<__half> o1 = one_out.download(), v1 = one_v.download();
+          for (size_t p = 0; p < n; p++) {
+            for (size_t ch = 0; ch < heads * hd; ch++) {
+              const float got = h2f(out[(b * n + p) * out_stride + ch]), alone = h2f(o1[p * out_stride + ch]);
 #ifdef CARVE_CUDA_EMULATION
-            const bool same = same_float(got, alone);
+              const bool exact = !alone_fused;
 #else
-            const bool same = near_float(got, alone, 2.0 * kU * std::fabs(alone) + 1e-6);
+              const bool exact = one;
 #endif
-            CHECK_MSG(same, "half attention batch %u heads %u: image %zu pixel %zu ch %zu: %.6g, alone %.6g", batch,
-                      heads, b, p, ch, got, alone);
-            CHECK(same_float(h2f(v[(b * n + p) * v_stride + ch]), h2f(v1[p * v_stride + ch])));
+              // the GEMM path's scores (|S| <= 4: 4 u) and probabilities (u) rounded to half, |v| <= 1; each output u
+              const double tol = alone_fused ? 5.0 * kU + 2.0 * kU * std::fabs(alone) : 2.0 * kU * std::fabs(alone);
+              const bool same = exact ? same_float(got, alone) : near_float(got, alone, tol + 1e-6);
+              CHECK_MSG(same, "half attention batch %u heads %u: image %zu pixel %zu ch %zu: %.6g, alone %.6g", batch,
+                        heads, b, p, ch, got, alone);
+              CHECK(same_float(h2f(v[(b * n + p) * v_stride + ch]), h2f(v1[p * v_stride + ch])));
+            }
           }
         }
+        per_head += !one && 2 * heads + 1 < 3 * batch;
+        fused += one;
+        cases++;
       }
-      per_head += 2 * heads + 1 < 3 * batch;
-      cases++;
     }
   }
-  CHECK(per_head > 0 && per_head < cases);  // both groupings ran (heads 4, batch 2 and 3: per image)
-  std::printf("half attention batches: %d cases (%d per head) equal to each image alone\n", cases, per_head);
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  // both groupings ran (heads 4, batch 2 and 3: per image), and the fused kernel
+  CHECK(per_head > 0 && per_head < cases - fused && fused > 0);
+  std::printf("half attention batches: %d cases (%d fused, %d per head) equal to each image alone\n", cases, fused,
+              per_head);
 }
 
 int main() {

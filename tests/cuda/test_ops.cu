@@ -479,100 +479,147 @@ static void test_linear_softmax(TestCtx& t) {
 
 // ---- Attention, mask logits ---------------------------------------------------------------
 
+// carve_cu_attention against carve_attention (the CPU runtime), image by image, both ways: the fused kernel and the
+// GEMM path (carve_cu_ctx_set_attention_impl). Shapes: odd ones, yolo26's heads (key_dim 32, head_dim 64: several
+// outputs a thread), the fused kernel's limits (key_dim = head_dim = CARVE_CU_ATTN_MAX_DIM, n = CARVE_CU_ATTN_MAX_N)
+// and one past (n = CARVE_CU_ATTN_MAX_N + 1 and a batch of CARVE_CU_ATTN_MAX_BATCH + 1: the GEMM path even when
+// fused is asked); each call's launches counted (fused: 1, V's copy included). The scores spread (random q, k).
 static void test_attention(TestCtx& t) {
   TestRng rng(25);
-  const size_t n = 63, heads = 2, kd = 8, hd = 16, per = 2 * kd + hd;
-  const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
-  const float scale = 1.0f / std::sqrt((float)kd);
-  for (size_t batch = 1; batch <= 3; batch += 2) {  // one image; 3 different images, one call (run per head)
-    const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
-    std::vector<float> cpu_out(batch * n * out_stride, kCanary), cpu_v(batch * n * v_stride, kCanary);
-    std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
-    for (size_t b = 0; b < batch; b++)  // the CPU reference, image by image
-      carve_attention(qkv.data() + b * n * qkv_stride, qkv_stride, n, heads, kd, hd, scale,
-                      cpu_out.data() + b * n * out_stride, out_stride, cpu_v.data() + b * n * v_stride, v_stride,
-                      cpu_scratch.data(), nullptr);
-    DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride),
-        scratch(carve_cu_attention_scratch_floats((uint32_t)batch, n, heads));
-    dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
-    dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
-    CHECK_OK(carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
-                                (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p));
-    t.sync();
-    const std::vector<float> out = dout.download(), v = dv.download();
-    for (size_t i = 0; i < batch * n * out_stride; i++)
-      CHECK_MSG(near_float(out[i], cpu_out[i], 2e-6 * (std::fabs(cpu_out[i]) + 1)), "attention batch %zu [%zu]: %g vs %g",
-                batch, i, out[i], cpu_out[i]);
-    for (size_t i = 0; i < batch * n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
-  }
-  std::printf("attention: ok (batch 1 and 3)\n");
-}
-
-// A batch's result against the same image alone: the same bits under the emulation (the same GEMM per
-// (image, head), the same softmax); on a GPU, cuBLAS may choose another kernel for another GEMM batch count.
-static bool same_as_alone(float batch, float alone) {
-#ifdef CARVE_CUDA_EMULATION
-  return same_float(batch, alone);
-#else
-  return near_float(batch, alone, 2e-6 * (std::fabs(alone) + 1));
-#endif
-}
-
-// A batch in one call, per image or per head (whichever launches less), against the same function on each
-// image alone (batch 1: per image): the same bits (emulation), every output channel and V; the launches of one call
-// (min(3 batch, 2 heads + 1) + V's gather) counted in a captured graph; the scratch is the batch's.
-static void test_attention_batch(TestCtx& t) {
-  TestRng rng(27);
-  const size_t n = 21, kd = 8, hd = 16, per = 2 * kd + hd;
-  int per_head = 0, cases = 0;
-  for (size_t heads : {1, 2, 4}) {
-    const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
-    const float scale = 1.0f / std::sqrt((float)kd);
-    for (size_t batch : {1, 2, 3, 4, 5}) {
+  struct Shape {
+    size_t n, heads, kd, hd, batch;
+  };
+  const Shape shapes[] = {{63, 2, 8, 16, 1},
+                          {63, 2, 8, 16, 3},
+                          {100, 2, 32, 64, 2},
+                          {20, 1, CARVE_CU_ATTN_MAX_DIM, CARVE_CU_ATTN_MAX_DIM, 1},
+                          {CARVE_CU_ATTN_MAX_N, 1, 2, 3, 1},
+                          {CARVE_CU_ATTN_MAX_N + 1, 1, 2, 3, 1},
+                          {9, 3, 4, 8, CARVE_CU_ATTN_MAX_BATCH + 1}};
+  int fused = 0, cases = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (const Shape& sh : shapes) {
+      const size_t n = sh.n, heads = sh.heads, kd = sh.kd, hd = sh.hd, batch = sh.batch, per = 2 * kd + hd;
+      const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
+      const float scale = 1.0f / std::sqrt((float)kd);
       const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
-      DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride), one_out(n * out_stride),
-          one_v(n * v_stride);
-      const size_t floats = carve_cu_attention_scratch_floats((uint32_t)batch, n, heads);
-      const bool by_head = 2 * heads + 1 < 3 * batch;
-      CHECK_MSG(floats == (by_head ? batch : 1) * heads * n * n, "attention scratch batch %zu heads %zu: %zu floats",
-                batch, heads, floats);
-      DevBuf<float> scratch(floats), one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
+      std::vector<float> cpu_out(batch * n * out_stride, kCanary), cpu_v(batch * n * v_stride, kCanary);
+      std::vector<float> cpu_scratch(carve_attention_scratch_floats(n, heads, kd));
+      for (size_t b = 0; b < batch; b++)  // the CPU reference, image by image
+        carve_attention(qkv.data() + b * n * qkv_stride, qkv_stride, n, heads, kd, hd, scale,
+                        cpu_out.data() + b * n * out_stride, out_stride, cpu_v.data() + b * n * v_stride, v_stride,
+                        cpu_scratch.data(), nullptr);
+      DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride),
+          scratch(carve_cu_attention_scratch_floats((uint32_t)batch, n, heads));
       dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
       dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
       const size_t nodes = captured_run(t, [&] {
         return carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads,
                                   (uint32_t)kd, (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p);
       });
-      const size_t want_nodes = std::min(3 * batch, 2 * heads + 1) + 1;
-      const size_t gemms = by_head ? 2 * heads : 2 * batch;  // strided-batched GEMMs: over images, or over heads
-      CHECK_MSG(launches_as_planned(nodes, want_nodes, gemms), "attention batch %zu heads %zu: %zu launches, want %zu",
-                batch, heads, nodes, want_nodes);
+      const bool one = impl == CARVE_CU_ATTENTION_FUSED && n <= CARVE_CU_ATTN_MAX_N && batch <= CARVE_CU_ATTN_MAX_BATCH;
+      CHECK_MSG(one ? nodes == 1 : nodes > 2, "attention n %zu batch %zu (impl %d): %zu launches", n, batch, (int)impl,
+                nodes);
       const std::vector<float> out = dout.download(), v = dv.download();
-      for (size_t b = 0; b < batch; b++) {
-        DevBuf<float> dq1(std::vector<float>(qkv.begin() + (long)(b * n * qkv_stride),
-                                             qkv.begin() + (long)((b + 1) * n * qkv_stride)));
-        one_out.upload(std::vector<float>(n * out_stride, kCanary));
-        one_v.upload(std::vector<float>(n * v_stride, kCanary));
-        CHECK_OK(carve_cu_attention(&t.ctx, 1, dq1.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
-                                    (uint32_t)hd, scale, one_out.p, out_stride, one_v.p, v_stride, one_scratch.p));
-        t.sync();
-        const std::vector<float> o1 = one_out.download(), v1 = one_v.download();
-        for (size_t i = 0; i < o1.size(); i++)
-          CHECK_MSG(same_as_alone(out[b * n * out_stride + i], o1[i]),
-                    "attention batch %zu heads %zu: image %zu [%zu]: %.9g, alone %.9g", batch, heads, b, i,
-                    out[b * n * out_stride + i], o1[i]);
-        CHECK_MSG(std::memcmp(v1.data(), v.data() + b * n * v_stride, v1.size() * sizeof(float)) == 0,
-                  "attention batch %zu heads %zu: image %zu's V differs from the image alone", batch, heads, b);
+      const double tol = 2e-6 * std::max(1.0, (double)n / 256);  // the sums' orders differ: P V over n keys
+      double lo = INFINITY, hi = -INFINITY;
+      for (size_t i = 0; i < batch * n * out_stride; i++) {
+        CHECK_MSG(near_float(out[i], cpu_out[i], tol * (std::fabs(cpu_out[i]) + 1)),
+                  "attention n %zu batch %zu (impl %d) [%zu]: %g vs %g", n, batch, (int)impl, i, out[i], cpu_out[i]);
+        if (cpu_out[i] != kCanary) lo = std::min(lo, (double)cpu_out[i]), hi = std::max(hi, (double)cpu_out[i]);
       }
-      if (batch > 1) {  // the images differ (a call reading image 0 for every image would fail)
-        CHECK(std::memcmp(out.data(), out.data() + n * out_stride, n * out_stride * sizeof(float)) != 0);
-      }
-      per_head += by_head;
+      CHECK_MSG(hi - lo > 0.05, "attention n %zu: the outputs do not spread (%g .. %g)", n, lo, hi);
+      for (size_t i = 0; i < batch * n * v_stride; i++) CHECK(same_float(v[i], cpu_v[i]));
+      fused += one;
       cases++;
     }
   }
-  CHECK(per_head > 0 && per_head < cases);  // both groupings ran
-  std::printf("attention batches: %d cases (%d per head) bit-identical to each image alone\n", cases, per_head);
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK(carve_cu_ctx_set_attention_impl(&t.ctx, (carve_cu_attention_impl)2) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_ctx_set_attention_impl(nullptr, CARVE_CU_ATTENTION_GEMM) == CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("attention: %d cases against carve_attention, %d of them fused\n", cases, fused);
+}
+
+// A batch's result against the same image alone: the same bits from the fused kernel (`exact`), and under the
+// emulation (the same GEMM per (image, head), the same softmax); on a GPU, cuBLAS may choose another kernel for
+// another GEMM batch count.
+static bool same_as_alone(float batch, float alone, bool exact) {
+#ifdef CARVE_CUDA_EMULATION
+  (void)exact;
+  return same_float(batch, alone);
+#else
+  return exact ? same_float(batch, alone) : near_float(batch, alone, 2e-6 * (std::fabs(alone) + 1));
+#endif
+}
+
+// A batch in one call against the same function on each image alone, both ways: the fused kernel (one launch up to
+// CARVE_CU_ATTN_MAX_BATCH images: the same bits on a GPU too) and the GEMM path, per image or per head (whichever
+// launches less; min(3 batch, 2 heads + 1) + V's gather, the same bits under the emulation); every output channel
+// and V; the launches of one call counted in a captured graph; the scratch is the batch's. (A batch of 5 asked to
+// fuse runs the GEMMs and its images alone the fused kernel: equal to rounding.)
+static void test_attention_batch(TestCtx& t) {
+  TestRng rng(27);
+  const size_t n = 21, kd = 8, hd = 16, per = 2 * kd + hd;
+  int per_head = 0, cases = 0, fused = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (size_t heads : {1, 2, 4}) {
+      const size_t qkv_stride = heads * per + 3, out_stride = heads * hd + 2, v_stride = heads * hd + 1;
+      const float scale = 1.0f / std::sqrt((float)kd);
+      for (size_t batch : {1, 2, 3, 4, 5}) {
+        const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
+        DevBuf<float> dq(qkv), dout(batch * n * out_stride), dv(batch * n * v_stride), one_out(n * out_stride),
+            one_v(n * v_stride);
+        const size_t floats = carve_cu_attention_scratch_floats((uint32_t)batch, n, heads);
+        const bool by_head = 2 * heads + 1 < 3 * batch;
+        CHECK_MSG(floats == (by_head ? batch : 1) * heads * n * n, "attention scratch batch %zu heads %zu: %zu floats",
+                  batch, heads, floats);
+        DevBuf<float> scratch(floats), one_scratch(carve_cu_attention_scratch_floats(1, n, heads));
+        dout.upload(std::vector<float>(batch * n * out_stride, kCanary));
+        dv.upload(std::vector<float>(batch * n * v_stride, kCanary));
+        const size_t nodes = captured_run(t, [&] {
+          return carve_cu_attention(&t.ctx, (uint32_t)batch, dq.p, qkv_stride, (uint32_t)n, (uint32_t)heads,
+                                    (uint32_t)kd, (uint32_t)hd, scale, dout.p, out_stride, dv.p, v_stride, scratch.p);
+        });
+        const bool one = impl == CARVE_CU_ATTENTION_FUSED && batch <= CARVE_CU_ATTN_MAX_BATCH;
+        const size_t want_nodes = one ? 1 : std::min(3 * batch, 2 * heads + 1) + 1;
+        const size_t gemms = one ? 0 : by_head ? 2 * heads : 2 * batch;  // strided-batched: over images, or over heads
+        CHECK_MSG(launches_as_planned(nodes, want_nodes, gemms),
+                  "attention batch %zu heads %zu: %zu launches, want %zu", batch, heads, nodes, want_nodes);
+        const std::vector<float> out = dout.download(), v = dv.download();
+        // a batch past CARVE_CU_ATTN_MAX_BATCH takes the GEMMs, its images alone the fused kernel: to rounding
+        const bool alone_fused = !one && impl == CARVE_CU_ATTENTION_FUSED;
+        for (size_t b = 0; b < batch; b++) {
+          DevBuf<float> dq1(std::vector<float>(qkv.begin() + (long)(b * n * qkv_stride),
+                                               qkv.begin() + (long)((b + 1) * n * qkv_stride)));
+          one_out.upload(std::vector<float>(n * out_stride, kCanary));
+          one_v.upload(std::vector<float>(n * v_stride, kCanary));
+          CHECK_OK(carve_cu_attention(&t.ctx, 1, dq1.p, qkv_stride, (uint32_t)n, (uint32_t)heads, (uint32_t)kd,
+                                      (uint32_t)hd, scale, one_out.p, out_stride, one_v.p, v_stride, one_scratch.p));
+          t.sync();
+          const std::vector<float> o1 = one_out.download(), v1 = one_v.download();
+          for (size_t i = 0; i < o1.size(); i++)
+            CHECK_MSG(alone_fused ? near_float(out[b * n * out_stride + i], o1[i], 2e-6 * (std::fabs(o1[i]) + 1))
+                                  : same_as_alone(out[b * n * out_stride + i], o1[i], one),
+                      "attention batch %zu heads %zu: image %zu [%zu]: %.9g, alone %.9g", batch, heads, b, i,
+                      out[b * n * out_stride + i], o1[i]);
+          CHECK_MSG(std::memcmp(v1.data(), v.data() + b * n * v_stride, v1.size() * sizeof(float)) == 0,
+                    "attention batch %zu heads %zu: image %zu's V differs from the image alone", batch, heads, b);
+        }
+        if (batch > 1) {  // the images differ (a call reading image 0 for every image would fail)
+          CHECK(std::memcmp(out.data(), out.data() + n * out_stride, n * out_stride * sizeof(float)) != 0);
+        }
+        per_head += !one && by_head;
+        fused += one;
+        cases++;
+      }
+    }
+  }
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK(per_head > 0 && per_head < cases - fused && fused > 0);  // both groupings ran, and the fused kernel
+  std::printf("attention batches: %d cases (%d fused, %d per head) bit-identical to each image alone\n", cases, fused,
+              per_head);
 }
 
 static void test_mask_logits(TestCtx& t) {
