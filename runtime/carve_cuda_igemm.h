@@ -31,8 +31,8 @@
 // element (the stem's 3 channels). TF32 operands are rounded once, where a chunk is stored to shared
 // memory (wmma::__float_to_tf32: cvt.rna, as cuBLAS' TF32 kernels convert theirs). After the last step
 // the accumulators go to a shared BM x BN float tile (over the operand stages) and the epilogue reads
-// it: v = acc + b[o], SiLU, + residual, one store of T per output (one rounding for __half: the cuBLAS
-// path rounds the GEMM's result to half before the epilogue, this one does not).
+// it: v = acc + b[o], SiLU, + residual, one rounding per output for __half (the cuBLAS path rounds the GEMM's result
+// to half before the epilogue, this one does not), stored 16 bytes at a time where the outputs allow.
 //
 // Builds with nvcc for every architecture of tests/cuda/tests.cmake: the TF32 kernel's body needs
 // sm_80 (wmma::precision::tf32) and is empty below (never launched there: carve_cu_ctx_set_conv_math
@@ -445,21 +445,40 @@ __global__ void __launch_bounds__(CARVE_CU_IGEMM_THREADS * KS, CARVE_CU_IGEMM_MI
         __threadfence();  // (acquire) the other blocks' partial tiles, read from L2 (__ldcg) below
       }
     }
-    // Epilogue: consecutive threads, consecutive output channels of a pixel; split, the partial tiles in z order.
-    for (int e = t; e < BM * BN; e += NT) {
-      const int r = e / BN, c = e % BN;
-      const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
-      if (p < pixels && o < cout) {
-        float v;
-        if (split) {
-          const float* const first = part + (size_t)tile * (BM * BN) + e;
-          v = __ldcg(first);
-          for (uint32_t z = 1; z < gridDim.z; z++) v += __ldcg(first + (size_t)z * tiles * (BM * BN));
-        } else {
-          v = acc_at(r, c);
+    // Output (r, c) before the epilogue: the accumulators, or split, the partial tiles summed in z order.
+    auto out_at = [&](int r, int c) {
+      if (!split) return acc_at(r, c);
+      const float* const first = part + (size_t)tile * (BM * BN) + r * BN + c;
+      float v = __ldcg(first);
+      for (uint32_t z = 1; z < gridDim.z; z++) v += __ldcg(first + (size_t)z * tiles * (BM * BN));
+      return v;
+    };
+    // Epilogue: consecutive threads, consecutive output channels of a pixel. In 16-byte vectors (VW outputs a
+    // thread: one load of the bias and of the residual, one store; carve_cu_store_act16, the same arithmetic per
+    // output) where every vector is whole and aligned (cout and the strides whole vectors; y, bias and residual
+    // 16-byte aligned), else one output a thread.
+    const bool vec_out = cout % VW == 0 && out_stride % VW == 0 && (residual == nullptr || res_stride % VW == 0) &&
+                         (((uintptr_t)y | (uintptr_t)bias | (uintptr_t)residual) & 15u) == 0;
+    if (vec_out) {
+      for (int e = t; e < BM * BN / VW; e += NT) {
+        const int r = e / (BN / VW), c = e % (BN / VW) * VW;
+        const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
+        if (p < pixels && o < cout) {  // (o + VW <= cout: both whole vectors)
+          float v[VW];
+          CARVE_CU_UNROLL
+          for (int j = 0; j < VW; j++) v[j] = out_at(r, c + j);
+          carve_cu_store_act16(y + (size_t)p * out_stride + o, v, bias + o, silu,
+                               residual != nullptr ? residual + (size_t)p * res_stride + o : nullptr);
         }
-        carve_cu_store_act(y, (size_t)p * out_stride + o, v + carve_cu_ld(bias, o), silu, residual,
-                           (size_t)p * res_stride + o);
+      }
+    } else {
+      for (int e = t; e < BM * BN; e += NT) {
+        const int r = e / BN, c = e % BN;
+        const uint32_t p = m0 + (uint32_t)r, o = n0 + (uint32_t)c;
+        if (p < pixels && o < cout) {
+          carve_cu_store_act(y, (size_t)p * out_stride + o, out_at(r, c) + carve_cu_ld(bias, o), silu, residual,
+                             (size_t)p * res_stride + o);
+        }
       }
     }
   }

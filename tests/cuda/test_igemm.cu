@@ -13,6 +13,8 @@
 // tile of carve_cuda_igemm_tile.h (the case's SM count picks it) with the 16-byte loads (channels and
 // pixel stride whole chunks, aligned) and without (odd channels, cin 12 in halves, x misaligned). Each
 // output varies (not flat). Each case prints its worst error against its tolerance.
+// The epilogue stores 16-byte vectors where cout and the output / residual strides are whole vectors (the vout
+// cases, the last four) and one output a thread elsewhere (the others: strides cout + 2 / cout + 1).
 //   * one launch per convolution (a stream capture's node count), against 2-3 for the cuBLAS path;
 //   * strict float32 (conv_tf32 = 0) with the fused request keeps the cuBLAS path and its float32 results;
 //   * without the request, the shapes where the fused kernel is the faster path (carve_cu_igemm_preferred: a
@@ -110,6 +112,7 @@ struct Case {
   carve_cu_act act;
   uint32_t xpad, xoff;
   int sms;
+  bool vout = false;  // output and residual strides of whole 16-byte vectors (cout + 8, cout + 16), else cout + 2 / + 1
 };
 
 static const Case kCases[] = {
@@ -129,6 +132,11 @@ static const Case kCases[] = {
     {3, 3, 2, 1, 128, 256, 40, 40, true, CARVE_CU_ACT_SILU, 8, 0, 132},
     {1, 1, 1, 0, 32, 24, 6, 5, false, CARVE_CU_ACT_SILU, 8, 1, 1},   // channels of whole chunks, x misaligned
     {3, 3, 1, 1, 12, 36, 7, 6, true, CARVE_CU_ACT_SILU, 8, 0, 1},    // cin 12: whole float chunks, not half ones
+    // 16-byte stores of the epilogue too (cout and the output / residual strides whole vectors):
+    {1, 1, 1, 0, 32, 48, 12, 10, true, CARVE_CU_ACT_SILU, 8, 0, 1, true},   // 1x1 + residual: 64x64
+    {3, 3, 2, 1, 24, 24, 15, 13, false, CARVE_CU_ACT_NONE, 8, 0, 1, true},  // 3x3 / 2, cout 24: 64x32, a partial tile
+    {3, 3, 1, 1, 40, 72, 13, 11, true, CARVE_CU_ACT_SILU, 3, 0, 8, true},   // chunks element by element: 32x64
+    {3, 3, 1, 1, 64, 64, 10, 9, true, CARVE_CU_ACT_SILU, 8, 0, 132, true},  // K 576 over many SMs: 32x32, split
 };
 
 // The SM count the split tile's cases run with: many SMs for few tiles, so that the reduction is split wherever its
@@ -158,7 +166,8 @@ static size_t run_case(TestCtx& t, const Case& cs, uint64_t seed, bool tf32_oper
   uint8_t entry = (uint8_t)(CARVE_CU_PATH_FUSED_TILE + tile);
   carve_cu_tactics forced = {&entry, nullptr, 1, 0};
   if (tile >= 0) CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, &forced));
-  const size_t in_stride = cs.cin + cs.xpad, out_stride = cs.cout + 2, res_stride = cs.cout + 1;
+  const size_t in_stride = cs.cin + cs.xpad, out_stride = cs.cout + (cs.vout ? 8 : 2),
+               res_stride = cs.cout + (cs.vout ? 16 : 1);
   const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
   const size_t kk = (size_t)cs.kh * cs.kw * cs.cin;
   auto random = [&](size_t n, float scale) {
@@ -269,6 +278,7 @@ static void test_fused(TestCtx& t, bool tf32) {
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, tf32 ? CARVE_CU_MATH_TF32 : CARVE_CU_MATH_STRICT));
   uint64_t seed = 500;
   std::set<std::pair<int, bool>> reached;  // (tile, 16-byte loads) of the fused launches
+  int vec_stores = 0;                       // cases whose outputs the epilogue stores in 16-byte vectors
   for (const Case& cs : kCases) {
     const size_t oh = (cs.h + 2 * cs.pad - cs.kh) / cs.stride + 1, ow = (cs.w + 2 * cs.pad - cs.kw) / cs.stride + 1;
     const carve_cu_conv c = {cs.kh, cs.kw, cs.stride, cs.pad, 1, cs.cin, cs.cout, cs.h, cs.w, cs.cin + cs.xpad,
@@ -276,6 +286,7 @@ static void test_fused(TestCtx& t, bool tf32) {
     CHECK_MSG(!carve_cu_conv_direct(&c), "conv %ux%u %u->%u: the direct kernel's, not this test's", cs.kh, cs.kw,
               cs.cin, cs.cout);  // (so that `reached` counts fused launches)
     reached.insert({carve_cu_igemm_tile(cs.sms, oh * ow, cs.cout), vec_loads<E>(cs)});
+    vec_stores += cs.vout && cs.cout % (16 / sizeof(typename E::T)) == 0;  // the epilogue's 16-byte stores
     CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_FUSED));
     CHECK(t.ctx.conv_fused == 1);
     const size_t fused = run_case<E>(t, cs, seed, tf32);
@@ -316,6 +327,8 @@ static void test_fused(TestCtx& t, bool tf32) {
   // every tile with and without 16-byte loads, but the three asynchronous ones, which have only the 16-byte kernel
   CHECK_MSG(reached.size() == 2 * CARVE_CU_IGEMM_TILES - 3, "%s: the cases reach %zu of the %d kernels", E::name,
             reached.size(), 2 * CARVE_CU_IGEMM_TILES - 3);
+  // both epilogues: 16-byte stores (every tile, with and without 16-byte loads) and one output a thread
+  CHECK(vec_stores >= 3 && vec_stores < (int)(sizeof(kCases) / sizeof(kCases[0])));
   CHECK_OK(carve_cu_ctx_set_conv_impl(&t.ctx, CARVE_CU_CONV_GEMM));
 }
 
