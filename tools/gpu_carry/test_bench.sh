@@ -4,7 +4,8 @@
 # table must hold carve TF32, carve strict-fp32, carve fp16 and PyTorch rows for both batches, and the
 # fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
 # (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
-# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes; every profile
+# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes, the gemm-attention rows (--gemm-attention) 6 more
+# (yolo26n's 2 attention layers at 4 launches instead of 1); every profile
 # line its layers' times inside the marked graph (graph_layers) and the table the Detect target's line; a batch's layers run once for all its images, so batch 2 must
 # add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
 #   tools/gpu_carry/test_bench.sh CHECKPOINT [DIR]     (CHECKPOINT: a yolo26n .pt; DIR default build/bench_test)
@@ -18,6 +19,7 @@ EMULATE="$here/tests/cuda/cuda_emu.h" OUT="$out" bash "$DIR/bench.sh"
 for row in "| carve tf32 | 1 |" "| carve strict-fp32 | 1 |" "| carve tf32 | 2 |" "| carve strict-fp32 | 2 |" \
            "| carve tf32 fused | 1 |" "| carve tf32 fused | 2 |" "| carve fp16 | 1 |" "| carve fp16 fused | 1 |" \
            "| carve fp16 | 2 |" "| carve fp16 fused | 2 |" "| carve fp16 serial-head | 1 |" "| carve tf32 serial-head | 1 |" \
+           "| carve fp16 gemm-attention | 1 |" "| carve tf32 gemm-attention | 1 |" \
            "| carve fp16 no-tune | 1 |" "| carve tf32 no-tune | 2 |" \
            "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |" \
            "- Detect layer with the e2e head under 60 us (carve fp16, inside the graph"; do
@@ -46,6 +48,10 @@ for p in profiles:  # the marked graph's per-layer times (options.graph_layer_ms
 for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as many nodes as the serial head
     if nodes[(f"carve {prec}", 1)] != nodes[(f"carve {prec} serial-head", 1)]:
         sys.exit(f"test_bench: FAIL: carve {prec}: lanes change the launch count")
+for prec in ("tf32", "fp16"):  # the attention's GEMMs: 3 launches more in each of yolo26n's 2 attention layers
+    gemm = nodes[(f"carve {prec} gemm-attention", 1)]
+    if gemm != nodes[(f"carve {prec}", 1)] + 6:
+        sys.exit(f"test_bench: FAIL: carve {prec} gemm-attention: {gemm} launches")
 for prec in ("tf32", "fp16"):  # batched layers: a second image costs only its e2e head's launches
     one, two = nodes[(f"carve {prec}", 1)], nodes[(f"carve {prec}", 2)]
     if not two < 1.5 * one:
