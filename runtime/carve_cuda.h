@@ -77,7 +77,8 @@
 //     of carve_cu_letterbox (an fp16 package's input without the float32 staging copy and its cast).
 // 12: carve_cu_maxpool2d_chain (SPPF's chained max pools in one launch), carve_cu_conv2d_dwpw (a depthwise
 //     convolution and the 1x1 after it, fused by tactic).
-// 13: carve_cu_ctx.attention_gemm and carve_cu_ctx_set_attention_impl (the attention in one fused launch by default).
+// 13: carve_cu_ctx.attention_gemm and carve_cu_ctx_set_attention_impl (the attention in one fused launch by default),
+//     carve_cu_attention_pe (the attention and the pe convolution after it as one call).
 #define CARVE_CUDA_ABI 13
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -432,6 +433,18 @@ size_t carve_cu_attention_scratch_floats(uint32_t batch, uint32_t n, uint32_t he
 carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const float* qkv, size_t qkv_stride,
                                 uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                 float* out, size_t out_stride, float* v_out, size_t v_stride, float* scratch);
+
+// The attention and the PSA block's pe convolution after it (out = act(pe(v) + b) + o, pe a depthwise k x k
+// convolution of the attention's v, stride 1, padding k / 2, its residual the attention's o) as one call: where the
+// attention runs fused (carve_cu_ctx_set_attention_impl; the limits above), one launch that computes each output
+// pixel's pe from V's neighbours in qkv and adds O unrounded: o and v are not written, out must not overlap qkv; else
+// carve_cu_attention into o and v, then carve_cu_conv2d(pe). The attention's n and batch are pe's h w and batch, o's
+// stride pe's res_stride, v's its in_stride; heads head_dim = pe's channels. CARVE_ERR_INVALID_ARGUMENT for another
+// pe (not depthwise over those channels, an even or strided window, other padding) or what carve_cu_attention refuses.
+carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride, uint32_t heads,
+                                   uint32_t key_dim, uint32_t head_dim, float scale, float* o, float* v,
+                                   const carve_cu_conv* pe, const float* pe_weight, const float* pe_bias, float* out,
+                                   float* scratch);
 
 // ---- Top-k and gather ----------------------------------------------------------------
 

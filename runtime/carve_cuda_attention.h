@@ -42,11 +42,22 @@ static inline int carve_cu_attention_fusable(const carve_cu_ctx* ctx, uint32_t b
 // scale. Softmax: the row's NaN-propagating maximum m, the sum of expf(s - m) in double (each lane its terms j = lane,
 // lane + 32, ..., then the warp's shuffle tree), p = expf(s - m) / sum. O[d] = sum over j of p[j] v[j][d] in j order
 // (fmaf, float32), stored with carve_cu_st (one rounding for __half); V copied as T.
+// The PSA block's pe convolution after the attention (carve_cu_attention_pe): a depthwise k x k convolution of V
+// (stride 1, padding k / 2) over the image's h x w pixels, its weights [c][ky][kx] and bias (c = head head_dim + d),
+// optionally SiLU, plus the attention's output: out = act(pe(V) + b) + O.
 template <typename T>
+struct carve_cu_attn_pe {
+  const T* weight;
+  const T* bias;
+  uint32_t h, w, k;
+  int silu;
+};
+
+template <typename T, bool PE = false>
 __global__ void __launch_bounds__(CARVE_CU_ATTN_THREADS)
     carve_cu_attention_fused_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t key_dim,
                                     uint32_t head_dim, float scale, T* __restrict__ out, size_t out_stride,
-                                    T* __restrict__ v_out, size_t v_stride) {
+                                    T* __restrict__ v_out, size_t v_stride, carve_cu_attn_pe<T> pe) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ float q_s[CARVE_CU_ATTN_ROWS][CARVE_CU_ATTN_MAX_DIM];
   __shared__ float p_s[CARVE_CU_ATTN_ROWS][CARVE_CU_ATTN_MAX_N];
@@ -102,10 +113,32 @@ __global__ void __launch_bounds__(CARVE_CU_ATTN_THREADS)
   CARVE_CU_UNROLL
   for (int k = 0; k < CARVE_CU_ATTN_PAIRS; k++) {
     if (threadIdx.x + (uint32_t)k * CARVE_CU_ATTN_THREADS < outputs) {
-      const size_t pixel = first + i0 + pr[k];
-      carve_cu_st(out, pixel * out_stride + (size_t)head * head_dim + pd[k], acc[k]);
-      if (v_out != NULL) {
-        v_out[pixel * v_stride + (size_t)head * head_dim + pd[k]] = v[(size_t)(i0 + pr[k]) * qkv_stride + pd[k]];
+      const uint32_t i = i0 + pr[k];
+      const size_t pixel = first + i, c = (size_t)head * head_dim + pd[k];
+      if constexpr (PE) {  // out = act(pe(V) + b) + O: the taps in (ky, kx) order, those outside the image skipped
+        const uint32_t y = i / pe.w, x = i - y * pe.w, r = pe.k / 2;
+        const T* wc = pe.weight + c * pe.k * pe.k;
+        float a = 0.0f;
+        for (uint32_t ky = 0; ky < pe.k; ky++) {
+          const uint32_t iy = y + ky - r;  // (wraps past 2^31 above the image)
+          if (iy >= pe.h) continue;
+          for (uint32_t kx = 0; kx < pe.k; kx++) {
+            const uint32_t ix = x + kx - r;
+            if (ix >= pe.w) continue;
+            const float vi = carve_cu_ld(v, (size_t)(iy * pe.w + ix) * qkv_stride + pd[k]);
+            a = fmaf(vi, carve_cu_ld(wc, ky * pe.k + kx), a);
+          }
+        }
+        float y_out = a + carve_cu_ld(pe.bias, c);
+        if (pe.silu) {
+          y_out = carve_cu_silu(y_out);
+        }
+        carve_cu_st(out, pixel * out_stride + c, y_out + acc[k]);
+      } else {
+        carve_cu_st(out, pixel * out_stride + c, acc[k]);
+        if (v_out != NULL) {
+          v_out[pixel * v_stride + c] = v[(size_t)i * qkv_stride + pd[k]];
+        }
       }
     }
   }
@@ -134,6 +167,20 @@ static inline int carve_cu_attention_per_head(uint32_t batch, uint32_t heads) {
   return 2 * (uint64_t)heads + 1 < 3 * (uint64_t)batch;
 }
 
+// carve_cu_attention's arguments: the views hold what they must, and the GEMM path's sizes fit cuBLAS' ints.
+template <typename T>
+static inline int carve_cu_attention_args_ok(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
+                                             uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
+                                             const T* out, size_t out_stride, const T* v_out, size_t v_stride,
+                                             const float* scratch) {
+  const size_t per_head = 2 * (size_t)key_dim + head_dim;
+  return carve_cu_ctx_ok(ctx) && qkv != NULL && out != NULL && scratch != NULL && batch != 0 && n != 0 &&
+         heads != 0 && key_dim != 0 && head_dim != 0 && qkv_stride >= heads * per_head &&
+         out_stride >= (size_t)heads * head_dim && (v_out == NULL || v_stride >= (size_t)heads * head_dim) &&
+         carve_cu_fits_int(qkv_stride) && carve_cu_fits_int(out_stride) && carve_cu_fits_int((size_t)n * n) &&
+         carve_cu_fits_int(batch) && carve_cu_fits_int(heads) && carve_cu_fits_int((size_t)batch * heads * n);
+}
+
 // carve_cu_attention over T: the fused kernel where carve_cu_attention_fusable (one launch, the scratch unused),
 // else the GEMM path with the precision's batched GEMM; scratch:
 // carve_cu_attention_scratch_floats(batch, n, heads) floats, used as that many T (S, then P in
@@ -147,18 +194,17 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
                                          uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
                                          float scale, T* out, size_t out_stride, T* v_out, size_t v_stride,
                                          float* scratch, carve_cu_gemm_batched_fn<T> gemm) {
-  const size_t per_head = 2 * (size_t)key_dim + head_dim;
-  if (!carve_cu_ctx_ok(ctx) || qkv == NULL || out == NULL || scratch == NULL || batch == 0 || n == 0 || heads == 0 ||
-      key_dim == 0 || head_dim == 0 || qkv_stride < heads * per_head || out_stride < (size_t)heads * head_dim ||
-      (v_out != NULL && v_stride < (size_t)heads * head_dim) || !carve_cu_fits_int(qkv_stride) ||
-      !carve_cu_fits_int(out_stride) || !carve_cu_fits_int((size_t)n * n) || !carve_cu_fits_int(batch) ||
-      !carve_cu_fits_int(heads) || !carve_cu_fits_int((size_t)batch * heads * n)) {
+  if (!carve_cu_attention_args_ok(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, out, out_stride, v_out,
+                                  v_stride, scratch)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
+  const size_t per_head = 2 * (size_t)key_dim + head_dim;
   if (carve_cu_attention_fusable(ctx, batch, n, heads, key_dim, head_dim)) {
     const dim3 grid((n + CARVE_CU_ATTN_ROWS - 1) / CARVE_CU_ATTN_ROWS, heads, batch);
-    CARVE_LAUNCH(carve_cu_attention_fused_kernel<T>, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n,
-                 key_dim, head_dim, scale, out, out_stride, v_out, v_stride);
+    void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, float, T*, size_t, T*, size_t,
+                         carve_cu_attn_pe<T>) = carve_cu_attention_fused_kernel<T, false>;
+    CARVE_LAUNCH(kernel, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n, key_dim, head_dim, scale, out,
+                 out_stride, v_out, v_stride, carve_cu_attn_pe<T>{NULL, NULL, 0u, 0u, 0u, 0});
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }
@@ -220,6 +266,44 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
     CARVE_CU_CHECK_LAUNCH();
   }
   return CARVE_OK;
+}
+
+
+// carve_cu_attention_pe over T: the attention and the pe convolution after it as one fused launch (o and v not
+// written) where carve_cu_attention_fusable, else carve_cu_attention_t into o and v, then the pe convolution
+// (carve_cu_conv2d_t) with o as its residual. pe: depthwise over heads head_dim channels, k x k (k odd), stride 1,
+// padding k / 2, its in_stride v's, res_stride o's, out_stride out's, h w the attention's pixels, batch its images.
+template <typename T>
+static carve_status carve_cu_attention_pe_t(const carve_cu_ctx* ctx, const T* qkv, size_t qkv_stride, uint32_t heads,
+                                            uint32_t key_dim, uint32_t head_dim, float scale, T* o, T* v,
+                                            const carve_cu_conv* pe, const T* pe_weight, const T* pe_bias, T* out,
+                                            float* scratch, carve_cu_gemm_batched_fn<T> gemm,
+                                            carve_cu_gemm_nt_fn<T> gemm_nt) {
+  if (!carve_cu_ctx_ok(ctx) || pe == NULL || !carve_cu_conv_valid(pe) || pe_weight == NULL || pe_bias == NULL ||
+      out == NULL || o == NULL || v == NULL || heads == 0 || head_dim == 0 ||
+      pe->cin != (uint64_t)heads * head_dim || pe->groups != pe->cin || pe->kh != pe->kw || pe->kh % 2 != 1 ||
+      pe->stride != 1 || pe->pad != pe->kh / 2 || (uint64_t)pe->h * pe->w > 0xFFFFFFFFu) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const uint32_t batch = carve_cu_batch(pe), n = pe->h * pe->w;
+  if (!carve_cu_attention_args_ok(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, (const T*)o,
+                                  pe->res_stride, (const T*)v, pe->in_stride, scratch)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (carve_cu_attention_fusable(ctx, batch, n, heads, key_dim, head_dim)) {
+    const dim3 grid((n + CARVE_CU_ATTN_ROWS - 1) / CARVE_CU_ATTN_ROWS, heads, batch);
+    void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, float, T*, size_t, T*, size_t,
+                         carve_cu_attn_pe<T>) = carve_cu_attention_fused_kernel<T, true>;
+    CARVE_LAUNCH(kernel, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n, key_dim, head_dim, scale, out,
+                 pe->out_stride, (T*)NULL, (size_t)0,
+                 carve_cu_attn_pe<T>{pe_weight, pe_bias, pe->h, pe->w, pe->kh, pe->act == CARVE_CU_ACT_SILU});
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  const carve_status st = carve_cu_attention_t(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, o,
+                                               pe->res_stride, v, pe->in_stride, scratch, gemm);
+  return st != CARVE_OK ? st : carve_cu_conv2d_t(ctx, pe, (const T*)v, pe_weight, pe_bias, (const T*)o, out, scratch,
+                                                 gemm_nt);
 }
 
 #endif  // CARVE_CUDA_ATTENTION_H

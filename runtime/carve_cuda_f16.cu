@@ -108,3 +108,11 @@ carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const _
   return carve_cu_attention_t(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, out_stride, v_out,
                               v_stride, scratch, h_gemm_batched);
 }
+
+carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const __half* qkv, size_t qkv_stride, uint32_t heads,
+                                   uint32_t key_dim, uint32_t head_dim, float scale, __half* o, __half* v,
+                                   const carve_cu_conv* pe, const __half* pe_weight, const __half* pe_bias,
+                                   __half* out, float* scratch) {
+  return carve_cu_attention_pe_t(ctx, qkv, qkv_stride, heads, key_dim, head_dim, scale, o, v, pe, pe_weight, pe_bias,
+                                 out, scratch, h_gemm_batched, h_gemm_nt);
+}

@@ -76,5 +76,10 @@ carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, co
 carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t batch, const __half* qkv, size_t qkv_stride,
                                 uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
                                 __half* out, size_t out_stride, __half* v_out, size_t v_stride, float* scratch);
+// carve_cu_attention_pe in half: fused, the pe convolution's sum, bias and O in float, one rounding.
+carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const __half* qkv, size_t qkv_stride, uint32_t heads,
+                                   uint32_t key_dim, uint32_t head_dim, float scale, __half* o, __half* v,
+                                   const carve_cu_conv* pe, const __half* pe_weight, const __half* pe_bias,
+                                   __half* out, float* scratch);
 
 #endif  // CARVE_CUDA_F16_H

@@ -481,6 +481,14 @@ extern "C" carve_status carve_cu_attention(const carve_cu_ctx* ctx, uint32_t bat
                               v_stride, scratch, gemm_batched);
 }
 
+extern "C" carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const float* qkv, size_t qkv_stride,
+                                              uint32_t heads, uint32_t key_dim, uint32_t head_dim, float scale,
+                                              float* o, float* v, const carve_cu_conv* pe, const float* pe_weight,
+                                              const float* pe_bias, float* out, float* scratch) {
+  return carve_cu_attention_pe_t(ctx, qkv, qkv_stride, heads, key_dim, head_dim, scale, o, v, pe, pe_weight, pe_bias,
+                                 out, scratch, gemm_batched, gemm_conv);
+}
+
 // ---- Mask logits --------------------------------------------------------------------------
 
 extern "C" carve_status carve_cu_mask_logits(const carve_cu_ctx* ctx, const float* rows, size_t n,

@@ -165,6 +165,33 @@ static size_t captured_run(TestCtx& t, F&& launch) {
   return nodes;
 }
 
+// carve_cu_attention_pe (into out, its launches counted in a captured graph, returned) and the two calls it stands
+// for, carve_cu_attention into o2 / v2 and carve_cu_conv2d of the pe into out2, on the same inputs (test_ops,
+// test_f16: test_attention_pe). T float or __half (the overloads of carve_cuda.h / carve_cuda_f16.h).
+template <typename T>
+struct AttentionPeCall {
+  const T* qkv;
+  size_t qkv_stride;
+  uint32_t heads, kd, hd;
+  float scale;
+  const carve_cu_conv* pe;
+  const T *w, *b;
+  T *o, *v, *out, *o2, *v2, *out2;
+  float* scratch;
+};
+template <typename T>
+static size_t attention_pe_and_two_calls(TestCtx& t, const AttentionPeCall<T>& a) {
+  const size_t nodes = captured_run(t, [&] {
+    return carve_cu_attention_pe(&t.ctx, a.qkv, a.qkv_stride, a.heads, a.kd, a.hd, a.scale, a.o, a.v, a.pe, a.w, a.b,
+                                 a.out, a.scratch);
+  });
+  CHECK_OK(carve_cu_attention(&t.ctx, a.pe->batch, a.qkv, a.qkv_stride, a.pe->h * a.pe->w, a.heads, a.kd, a.hd,
+                              a.scale, a.o2, a.pe->res_stride, a.v2, a.pe->in_stride, a.scratch));
+  CHECK_OK(carve_cu_conv2d(&t.ctx, a.pe, a.v2, a.w, a.b, a.o2, a.out2, a.scratch));
+  t.sync();
+  return nodes;
+}
+
 // The launches of a captured call with `gemms` cuBLAS GEMMs among its `want` kernels: exactly `want` under the
 // emulation (one node per GEMM); on a GPU cuBLAS may run a GEMM as two kernels (a split-K reduction: 6 nodes for
 // the 4 of one image and one head on an H100), so up to one more per GEMM.

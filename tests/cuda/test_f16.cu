@@ -456,6 +456,59 @@ static void test_attention_batch(TestCtx& t) {
               per_head);
 }
 
+// carve_cu_attention_pe in half against the two calls (carve_cu_attention, carve_cu_conv2d of the pe) on the same
+// halves: fused, O is added unrounded (the two calls round it to half first): within that rounding and the output's;
+// with the GEMM path, the two calls exactly; o and v untouched when fused; one launch.
+static void test_attention_pe(TestCtx& t) {
+  TestRng rng(35);
+  const uint32_t h = 4, w = 6, n = h * w, heads = 2, kd = 8, hd = 16, c = heads * hd, per = 2 * kd + hd;
+  const size_t qkv_stride = heads * per + 3, o_stride = c + 2, v_stride = c, out_stride = c + 1;
+  const float scale = 1.0f / std::sqrt((float)kd);
+  const __half canary = __ushort_as_half(kCanaryBits);
+  int cases = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (uint32_t batch : {1u, 2u}) {
+      const carve_cu_conv pe = {3, 3, 1, 1, c, c, c, h, w, v_stride, out_stride, o_stride, CARVE_CU_ACT_NONE, batch, 0};
+      DevBuf<__half> dq(random_halves(rng, batch * n * qkv_stride, 1.0f)), dw(random_halves(rng, c * 9, 0.3f)),
+          db(random_halves(rng, c, 0.3f)), o(batch * n * o_stride), v(batch * n * v_stride),
+          out(batch * n * out_stride), o2(batch * n * o_stride), v2(batch * n * v_stride),
+          out2(batch * n * out_stride);
+      DevBuf<float> scratch(carve_cu_attention_scratch_floats(batch, n, heads));
+      for (DevBuf<__half>* d : {&o, &v, &out, &o2, &v2, &out2}) d->upload(std::vector<__half>(d->n, canary));
+      const size_t nodes = attention_pe_and_two_calls<__half>(
+          t, {dq.p, qkv_stride, heads, kd, hd, scale, &pe, dw.p, db.p, o.p, v.p, out.p, o2.p, v2.p, out2.p, scratch.p});
+      const bool fused = impl == CARVE_CU_ATTENTION_FUSED;
+      CHECK_MSG(fused ? nodes == 1 : nodes > 2, "half attention_pe batch %u (impl %d): %zu launches", batch,
+                (int)impl, nodes);
+      const std::vector<__half> got = out.download(), want = out2.download(), om = o2.download(), m1 = o.download(),
+                                v1 = v.download();
+      double lo = INFINITY, hi = -INFINITY;
+      for (size_t i = 0; i < got.size(); i++) {
+        const size_t p = i / out_stride, ch = i % out_stride;
+        if (ch >= c) {
+          CHECK(__half_as_ushort(got[i]) == kCanaryBits);
+          continue;
+        }
+        const double g = h2f(got[i]), x = h2f(want[i]), oo = h2f(om[p * o_stride + ch]);
+        // fused: O unrounded (half an ulp of |O| apart), then each result's rounding
+        const double tol = kU * std::fabs(oo) + 2.0 * kU * std::fabs(x) + 1e-6;
+        CHECK_MSG(fused ? near_float(g, x, tol) : __half_as_ushort(got[i]) == __half_as_ushort(want[i]),
+                  "half attention_pe batch %u (impl %d) pixel %zu ch %zu: %.6g vs %.6g", batch, (int)impl, p, ch, g, x);
+        lo = std::min(lo, x), hi = std::max(hi, x);
+      }
+      CHECK_MSG(hi - lo > 0.5, "half attention_pe: outputs flat (%g .. %g)", lo, hi);
+      if (fused) {  // o and v untouched
+        for (const __half& e : m1) CHECK(__half_as_ushort(e) == kCanaryBits);
+        for (const __half& e : v1) CHECK(__half_as_ushort(e) == kCanaryBits);
+      }
+      cases++;
+    }
+  }
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  std::printf("half attention + pe: %d cases, fused against the two calls, the GEMM path equal to them\n", cases);
+}
+
 int main() {
   test_conversions();
   TestCtx t;
@@ -469,6 +522,7 @@ int main() {
   test_elementwise(t);
   test_attention(t);
   test_attention_batch(t);
+  test_attention_pe(t);
   std::printf("test_f16: all ok\n");
   return 0;
 }

@@ -622,6 +622,82 @@ static void test_attention_batch(TestCtx& t) {
               per_head);
 }
 
+// carve_cu_attention_pe: the attention and the pe convolution after it (depthwise k x k of V, residual O) as one
+// call, against the two calls (carve_cu_attention into o and v, carve_cu_conv2d of the pe) on the same inputs:
+// fused (one launch, o and v left as they were) within float32's summation orders; with the GEMM path, the two
+// calls exactly. 3x3 and 5x5 windows, SiLU or none, a batch of 3; the outputs spread; refusals.
+static void test_attention_pe(TestCtx& t) {
+  TestRng rng(28);
+  const uint32_t h = 5, w = 7, n = h * w, heads = 2, kd = 8, hd = 16, c = heads * hd, per = 2 * kd + hd;
+  const size_t qkv_stride = heads * per + 3, o_stride = c + 2, v_stride = c + 1, out_stride = c + 3;
+  const float scale = 1.0f / std::sqrt((float)kd);
+  int cases = 0;
+  for (carve_cu_attention_impl impl : {CARVE_CU_ATTENTION_FUSED, CARVE_CU_ATTENTION_GEMM}) {
+    CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, impl));
+    for (uint32_t k : {3u, 5u}) {
+      for (uint32_t batch : {1u, 3u}) {
+        const carve_cu_act act = k == 5 ? CARVE_CU_ACT_SILU : CARVE_CU_ACT_NONE;
+        const carve_cu_conv pe = {k, k, 1, k / 2, c, c, c, h, w, v_stride, out_stride, o_stride, act, batch, 0};
+        const std::vector<float> qkv = random_view(rng, batch * n, qkv_stride);
+        std::vector<float> wt(c * k * k), b(c);
+        for (float& e : wt) e = rng.range(-0.5f, 0.5f);
+        for (float& e : b) e = rng.range(-0.5f, 0.5f);
+        DevBuf<float> dq(qkv), dw(wt), db(b), o(batch * n * o_stride), v(batch * n * v_stride),
+            out(batch * n * out_stride), o2(batch * n * o_stride), v2(batch * n * v_stride),
+            out2(batch * n * out_stride), scratch(carve_cu_attention_scratch_floats(batch, n, heads));
+        for (DevBuf<float>* d : {&o, &v, &out, &o2, &v2, &out2}) d->upload(std::vector<float>(d->n, kCanary));
+        const size_t nodes = attention_pe_and_two_calls<float>(t, {dq.p, qkv_stride, heads, kd, hd, scale, &pe, dw.p,
+                                                                   db.p, o.p, v.p, out.p, o2.p, v2.p, out2.p,
+                                                                   scratch.p});
+        const bool fused = impl == CARVE_CU_ATTENTION_FUSED;
+        CHECK_MSG(fused ? nodes == 1 : nodes > 2, "attention_pe k %u batch %u (impl %d): %zu launches", k, batch,
+                  (int)impl, nodes);
+        const std::vector<float> got = out.download(), want = out2.download(), om = o.download(), vm = v.download();
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t i = 0; i < got.size(); i++) {
+          const bool pad = i % out_stride >= c;
+          const bool ok = pad     ? got[i] == kCanary
+                          : fused ? near_float(got[i], want[i], 1e-6 * (std::fabs(want[i]) + 1))
+                                  : same_float(got[i], want[i]);
+          CHECK_MSG(ok, "attention_pe k %u batch %u (impl %d) [%zu]: %.9g vs %.9g", k, batch, (int)impl, i, got[i],
+                    want[i]);
+          if (!pad) lo = std::min(lo, (double)want[i]), hi = std::max(hi, (double)want[i]);
+        }
+        CHECK_MSG(hi - lo > 0.5, "attention_pe: outputs flat (%g .. %g)", lo, hi);
+        if (fused) {  // o and v untouched
+          for (float e : om) CHECK(e == kCanary);
+          for (float e : vm) CHECK(e == kCanary);
+        }
+        cases++;
+      }
+    }
+  }
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  DevBuf<float> dq(n * qkv_stride), dw(c * 9), db(c), o(n * o_stride), v(n * v_stride), out(n * out_stride),
+      scratch(carve_cu_attention_scratch_floats(1, n, heads));
+  auto refused = [&](carve_cu_conv pe) {
+    return carve_cu_attention_pe(&t.ctx, dq.p, qkv_stride, heads, kd, hd, scale, o.p, v.p, &pe, dw.p, db.p, out.p,
+                                 scratch.p) == CARVE_ERR_INVALID_ARGUMENT;
+  };
+  const carve_cu_conv good = {3, 3, 1, 1, c, c, c, h, w, v_stride, out_stride, o_stride, CARVE_CU_ACT_NONE, 1, 0};
+  carve_cu_conv bad = good;
+  bad.groups = 1;  // not depthwise
+  CHECK(refused(bad));
+  bad = good, bad.stride = 2;
+  CHECK(refused(bad));
+  bad = good, bad.pad = 0;
+  CHECK(refused(bad));
+  bad = good, bad.kh = bad.kw = 2;
+  CHECK(refused(bad));
+  bad = good, bad.cin = bad.cout = bad.groups = c / 2;  // not heads head_dim channels
+  CHECK(refused(bad));
+  bad = good, bad.res_stride = c - 1;  // o too narrow
+  CHECK(refused(bad));
+  CHECK(carve_cu_attention_pe(&t.ctx, dq.p, qkv_stride, heads, kd, hd, scale, o.p, v.p, nullptr, dw.p, db.p, out.p,
+                              scratch.p) == CARVE_ERR_INVALID_ARGUMENT);
+  std::printf("attention + pe: %d cases, fused against the two calls, the GEMM path equal to them; refusals\n", cases);
+}
+
 static void test_mask_logits(TestCtx& t) {
   TestRng rng(26);
   const size_t n = 7, nm = 32, row_stride = 38, coef = 6, ph = 9, pw = 11, proto_stride = 35;
@@ -820,6 +896,7 @@ int main() {
   test_linear_softmax(t);
   test_attention(t);
   test_attention_batch(t);
+  test_attention_pe(t);
   test_mask_logits(t);
   test_f16(t);
   test_ctx_init_with(t);

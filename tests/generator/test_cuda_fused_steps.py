@@ -1,8 +1,10 @@
 """The cuda backend's steps that run several IR ops in one call (generator/carve/backends/cuda.py): SPPF's chained
-max pools (pool_chain: one carve_cu_maxpool2d_chain call) and a depthwise convolution with the 1x1 after it
-(dwpw_partner: one carve_cu_conv2d_dwpw call, its own tactic slot): which ops combine, the layouts one call can
-write, and the yolo26n program. Running the calls against the single ops is tests/cuda/pool_chain_check.h (test_ops,
-test_f16) and test_igemm.cu (test_dwpw); a whole package against the xnnpack one, tests/cuda/cuda_vs_xnnpack.py."""
+max pools (pool_chain: one carve_cu_maxpool2d_chain call), a depthwise convolution with the 1x1 after it
+(dwpw_partner: one carve_cu_conv2d_dwpw call, its own tactic slot) and an attention with the PSA block's pe
+convolution after it (attention_pe_partner: one carve_cu_attention_pe call): which ops combine, the layouts one call
+can write, and the yolo26n program. Running the calls against the single ops is tests/cuda/pool_chain_check.h
+(test_ops, test_f16), test_igemm.cu (test_dwpw) and test_ops.cu / test_f16.cu (test_attention_pe); a whole package
+against the xnnpack one, tests/cuda/cuda_vs_xnnpack.py."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ sys.path.insert(0, str(HERE))
 from carve import compiler  # noqa: E402
 from carve.backends import get_backend  # noqa: E402
 from carve.backends import cuda_tactics  # noqa: E402
-from carve.backends.cuda import _cu_maxpool, dwpw_partner, pool_chain  # noqa: E402
+from carve.backends.cuda import _cu_maxpool, attention_pe_partner, dwpw_partner, pool_chain  # noqa: E402
 from carve.backends.lowering import Lowering  # noqa: E402
 from carve.ir import GraphBuilder, Layer  # noqa: E402
 from carve.manifest import load_manifest  # noqa: E402
@@ -95,7 +97,7 @@ def test_yolo26n_class_branches_are_pairs(yolo26n_program):
     steps = [st for lay in program["layers"] for st in lay["steps"]]
     pairs = [st for st in steps if st.macro == "cu_conv_pair"]
     # two per level of the one-to-one head's class branches (cv3: DWConv -> Conv, twice), each with its partner a
-    # comment; the attention's depthwise pe (a residual) stays a depthwise conv
+    # comment; the attention's depthwise pe (a residual) goes with its attention (below)
     assert [st.name.split(".", 2)[2] for st in pairs] == [f"one2one_cv3.{lv}.{j}.0" for lv in range(3) for j in range(2)]
     convs = program["convs"]
     for st in pairs:
@@ -106,7 +108,7 @@ def test_yolo26n_class_branches_are_pairs(yolo26n_program):
         assert program["conv_lanes"][st.index] == program["conv_lanes"][st.pw_index] == st.lane >= 0
         partner = next(s for s in steps if s.name == pw["name"])
         assert partner.macro == "view" and st.name in partner.what
-    assert sum(st.macro == "cu_conv" and convs[st.index]["groups"] > 1 for st in steps) == 2  # the pe convs
+    assert sum(st.macro == "cu_conv" and convs[st.index]["groups"] > 1 for st in steps) == 0  # (the pe convs: below)
     # the fused kernel reads the depthwise input while it writes the 1x1's output: never the same memory
     plan = plan_memory(g, get_backend("cuda").regions(g), get_backend("cuda").reads(g))
     for st in pairs:
@@ -150,9 +152,53 @@ def test_pairs_need_the_plan_to_keep_their_input(yolo26n_program):
     g, _ = yolo26n_program
     be = get_backend("cuda")
     reads = be.reads(g)
-    assert len(reads) == 6 and all(g.ops[i - 1].inputs[0] == t for t, i in reads.items())
+    assert len(reads) == 8 and all(g.ops[i - 1].inputs[0] == t for t, i in reads.items())
+    pair_reads = {t: i for t, i in reads.items() if g.ops[i - 1].kind == "conv2d"}
     plain = be.lower(g, plan_memory(g, be.regions(g)))
     formed = sum(st.macro == "cu_conv_pair" for lay in plain["layers"] for st in lay["steps"])
     plan = plan_memory(g, be.regions(g))
-    early = [t for t, i in reads.items() if plan.storages[plan.views[t].storage].last < i]
-    assert early and formed == 6 - len(early)
+    early = [t for t, i in pair_reads.items() if plan.storages[plan.views[t].storage].last < i]
+    assert len(pair_reads) == 6 and early and formed == 6 - len(early)
+
+
+def test_yolo26n_attention_runs_with_its_pe(yolo26n_program):
+    """Both PSA attentions (layers 10 and 22) are one carve_cu_attention_pe step each, the pe conv a comment, its
+    k_conv descriptor the call's; the plan keeps qkv (read by the fused kernel to the end) apart from the output."""
+    g, program = yolo26n_program
+    steps = [st for lay in program["layers"] for st in lay["steps"]]
+    calls = [st for st in steps if st.macro == "cu_attention_pe"]
+    assert [st.name.split(".")[1] for st in calls] == ["10", "22"]
+    assert not any(st.macro == "cu_attention" for st in steps)
+    plan = plan_memory(g, get_backend("cuda").regions(g), get_backend("cuda").reads(g))
+    for st in calls:
+        att = next(op for op in g.ops if op.name == st.name)
+        pe = g.ops[g.ops.index(att) + 1]
+        assert program["convs"][st.index]["name"] == pe.name and program["convs"][st.index]["groups"] == 128
+        assert (st.heads, st.key_dim, st.head_dim, st.n) == (2, 32, 64, 9)  # at 96: 3 x 3 pixels
+        partner = next(s for s in steps if s.name == pe.name)
+        assert partner.macro == "view" and "carve_cu_attention_pe" in partner.what
+        x, y = (plan.storages[plan.views[t].storage] for t in (att.inputs[0], pe.outputs[0]))
+        assert x.offset + x.floats * 4 <= y.offset or y.offset + y.floats * 4 <= x.offset
+
+
+def _attn_graph(v_readers=1, o_readers=1, groups=16, kernel=3, swap=False):
+    """input (6,5,48) -> attention (2 heads, key_dim 8, head_dim 8) -> pe: a k x k conv (groups 16: depthwise) of v,
+    residual o (`swap`: of o, residual v); `v_readers` / `o_readers` 2: a max pool reads v / o too."""
+    gb = GraphBuilder("t", (6, 5, 48))
+    o, v = gb.add("attention", "attn", [gb.input], 0, dict(heads=2, key_dim=8, head_dim=8, scale=0.5),
+                  outputs=["attn.o", "attn.v"])
+    pe = gb.add("conv2d", "pe", [o, v] if swap else [v, o], 0,
+                dict(kernel=(kernel, kernel), stride=1, pad=kernel // 2, groups=groups, cin=16, cout=16,
+                     act="none"))[0]
+    outs = {"output0": pe}
+    for j, (t, n) in enumerate(((v, v_readers), (o, o_readers))):
+        if n > 1:
+            outs[f"output{j + 1}"] = gb.add("maxpool2d", f"mp{j}", [t], 0, POOL5)[0]
+    return gb.build(outs, {})
+
+
+def test_which_attentions_take_their_pe():
+    for g in (_attn_graph(), _attn_graph(kernel=5)):
+        assert attention_pe_partner(g, g.ops[0]) is g.ops[1] and attention_pe_partner(g, g.ops[1]) is None
+    for g in (_attn_graph(v_readers=2), _attn_graph(o_readers=2), _attn_graph(groups=1), _attn_graph(swap=True)):
+        assert attention_pe_partner(g, g.ops[0]) is None

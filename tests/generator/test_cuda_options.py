@@ -125,7 +125,9 @@ def test_cuda_batch_sizes(weights):
     assert not re.search(r"^#define S_\w+ +\(", cu1, re.M)  # batch 1: plain offsets
     for cu in (cu1, cu4):
         assert re.search(r"\.batch = BATCH, \.slot = \d+\},", cu)  # k_conv
-        assert "m->img" not in cu and "carve_cu_maxpool2d_chain(&m->cu, BATCH, " in cu and "carve_cu_attention(&m->cu, BATCH, " in cu
+        assert "m->img" not in cu and "carve_cu_maxpool2d_chain(&m->cu, BATCH, " in cu
+        # the attention with its pe: the image count from the pe's k_conv descriptor (its .batch = BATCH above)
+        assert len(re.findall(r"carve_cu_attention_pe\(&m->cu, [^;]*&k_conv\[\d+\]", cu)) == 2
     # the head once for the batch too (carve_cu_e2e_postprocess_batch), no per-image loop anywhere in the forward
     assert len(re.findall(r"carve_cu_e2e_postprocess_batch\(&m->cu, levels, 3, 80, 0, \d+, CARVE_E2E_DETECT, BATCH,",
                           cu4)) == 1

@@ -18,10 +18,10 @@ from ..ir import Graph, op_flops
 from ..planner import Plan
 from .emit_c import CPackage, runtime_define
 from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, concat_lowering, e2e_rule, lower, \
-    nms_rule, upsample_x2_rule
+    lower_attention, nms_rule, upsample_x2_rule
 from . import cuda_lanes, cuda_tactics
-from .steps import CUDA_STEP_CLASSES, CuAdd, CuConv, CuConvPair, CuCopy, CuDeconv, CuGap, CuLinear, CuMaxpool, \
-    CuMaxpoolChain, CuSoftmax
+from .steps import CUDA_STEP_CLASSES, CuAdd, CuAttentionPe, CuConv, CuConvPair, CuCopy, CuDeconv, CuGap, CuLinear, \
+    CuMaxpool, CuMaxpoolChain, CuSoftmax
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
 MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
@@ -95,23 +95,64 @@ def dwpw_partner(graph: Graph, op):
     return nxt
 
 
+def attention_pe_partner(graph: Graph, op):
+    """The PSA block's pe convolution run with attention ``op`` as one call (carve_cu_attention_pe: one launch where
+    the attention runs fused): the next op of the graph, a depthwise k x k (k odd) stride-1 conv2d with padding
+    k // 2 of op's v whose residual is op's o, neither of them read by anything else nor a graph's or a layer's
+    output (fused, they are never written). None otherwise."""
+    if op.kind != "attention":
+        return None
+    i = graph.ops.index(op)
+    nxt = graph.ops[i + 1] if i + 1 < len(graph.ops) else None
+    o, v = op.outputs
+    if nxt is None or nxt.kind != "conv2d" or tuple(nxt.inputs) != (v, o):
+        return None
+    b = nxt.attrs
+    k = tuple(b["kernel"])
+    if k[0] != k[1] or k[0] % 2 != 1 or b["stride"] != 1 or b["pad"] != k[0] // 2 or \
+            not b["groups"] == b["cin"] == b["cout"] == op.attrs["heads"] * op.attrs["head_dim"]:
+        return None
+    for t in (o, v):
+        if sum(t in x.inputs for x in graph.ops) != 1 or t in graph.outputs.values() or \
+                any(layer.output == t for layer in graph.layers):
+            return None
+    return nxt
+
+
 def pair_reads(graph: Graph) -> dict:
-    """The depthwise inputs the pairs read until their 1x1 (the fused kernel reads one while it writes the 1x1's
-    output): the memory plan keeps each alive to there (planner 5., ``CudaBackend.reads``)."""
+    """The inputs the multi-op calls read until their last op, which the memory plan keeps alive to there (planner
+    5., ``CudaBackend.reads``): a depthwise + 1x1 pair's depthwise input (the fused kernel reads it while it writes
+    the 1x1's output), an attention + pe's qkv (the fused kernel reads V's neighbours while it writes the pe's
+    output)."""
     reads = {}
     for i, op in enumerate(graph.ops):
-        if dwpw_partner(graph, op) is not None:
+        if dwpw_partner(graph, op) is not None or attention_pe_partner(graph, op) is not None:
             reads[op.inputs[0]] = i + 1
     return reads
 
 
 def _planned_partner(lw: Lowering, op):
-    """``dwpw_partner`` where the plan keeps the depthwise input alive until the partner (so that the partner's
-    output never shares its memory: planned with ``pair_reads``); None otherwise (the two run as two steps)."""
-    pw = dwpw_partner(lw.graph, op)
+    """``dwpw_partner`` or ``attention_pe_partner`` where the plan keeps op's input alive until the partner (so that
+    the partner's output never shares its memory: planned with ``pair_reads``); None otherwise (two steps)."""
+    pw = dwpw_partner(lw.graph, op) or attention_pe_partner(lw.graph, op)
     if pw is None or lw.plan.storages[lw.views[op.inputs[0]].storage].last < lw.graph.ops.index(pw):
         return None
     return pw
+
+
+def _cu_attention(lw: Lowering, op) -> list:
+    """An attention: with its pe partner (``_planned_partner``) one CuAttentionPe step (the partner a comment),
+    else the shared lowering (CuAttention)."""
+    pe = _planned_partner(lw, op)
+    if pe is None:
+        return lower_attention(lw, op)
+    att, pe_step = lower_attention(lw, op)[0], _cu_conv_step(lw, pe)
+    head = dict(lw.head(op), source=f"{op.source}, then {pe.name}: {pe.source}", flops=att.flops + pe_step.flops,
+                shapes=f"{lw.head(op)['shapes'].split(' -> ')[0]} -> {lw.head(pe)['shapes'].split(' -> ')[-1]}")
+    return [CuAttentionPe(**head, qkv_off=att.qkv_off, qkv_stride=att.qkv_stride, n=att.n, heads=att.heads,
+                          key_dim=att.key_dim, head_dim=att.head_dim, scale=att.scale, o_off=att.o_off,
+                          o_stride=att.o_stride, v_off=att.v_off, v_stride=att.v_stride, index=pe_step.index,
+                          w_off=pe_step.w_off, b_off=pe_step.b_off, y_off=pe_step.y_off)]
 
 
 def _cu_conv(lw: Lowering, op) -> list:
@@ -120,7 +161,9 @@ def _cu_conv(lw: Lowering, op) -> list:
     if op.kind == "conv2d":
         i = lw.graph.ops.index(op)
         if i > 0 and _planned_partner(lw, lw.graph.ops[i - 1]) is op:
-            return [lw.cls("view")(**lw.head(op), what=f"run with {lw.graph.ops[i - 1].name} (carve_cu_conv2d_dwpw)")]
+            prev = lw.graph.ops[i - 1]
+            call = "carve_cu_attention_pe" if prev.kind == "attention" else "carve_cu_conv2d_dwpw"
+            return [lw.cls("view")(**lw.head(op), what=f"run with {prev.name} ({call})")]
         pw = _planned_partner(lw, op)
         if pw is not None:
             dw_step, pw_step = _cu_conv_step(lw, op), _cu_conv_step(lw, pw)
@@ -274,6 +317,7 @@ CUDA_LOWERINGS = dict(CPU_LOWERINGS, **{
     "global_avgpool": _cu_gap,
     "linear": _cu_linear,
     "softmax": _cu_softmax,
+    "attention": _cu_attention,
     "concat": concat_lowering(_cu_copy),
 })
 
@@ -318,7 +362,8 @@ class CudaBackend(CBackend):
         return cuda_lanes.regions(graph)
 
     def reads(self, graph: Graph) -> dict:
-        """The depthwise + 1x1 pairs' inputs, read until the 1x1 (``pair_reads``)."""
+        """The depthwise + 1x1 pairs' and the attention + pe calls' inputs, read until their last op
+        (``pair_reads``)."""
         return pair_reads(graph)
 
     def lower(self, graph: Graph, plan: Plan) -> dict:

@@ -594,6 +594,21 @@ class CuAttention(Attention):
 
 
 @dataclass(kw_only=True)
+class CuAttentionPe(CuAttention):
+    """An attention and the pe convolution after it (k_conv[index]: depthwise over V, its residual the attention's
+    output; weights w_off / b_off, output y_off) as one carve_cu_attention_pe call; o and v written only when the
+    attention takes the GEMM path."""
+
+    index: int
+    w_off: WeightRef
+    b_off: WeightRef
+    y_off: str
+    kind: ClassVar[str] = "attention_pe"
+    macro: ClassVar[str] = "cu_attention_pe"
+    function: ClassVar[str] = "carve_cu_attention_pe"
+
+
+@dataclass(kw_only=True)
 class CuE2E(E2E):
     macro: ClassVar[str] = "cu_e2e"
     function: ClassVar[str] = "carve_cu_e2e_postprocess_task"
