@@ -8,7 +8,9 @@
 //   their row softmax (a warp per row, the arithmetic of carve_cu_softmax_warp_rows_kernel), then O = P V in float32,
 //   each output rounded once; it also copies those rows of V to v_out (the pe convolution's input). S and P never
 //   leave the SM and no scratch is used: 1 launch instead of the GEMM path's 3 and V's gather. The reduction orders
-//   are fixed per (image, head, row), so a batch's results are its images' alone, bit for bit on a GPU too.
+//   are fixed per (image, head, row), so a batch's results are its images' alone, bit for bit on a GPU too. With the
+//   PSA block's pe convolution after it (carve_cu_attention_pe), the same launch adds the pe of its pixels to O and
+//   writes that instead of O and V: the pe's launch and the O / V maps are gone.
 // * the GEMM path: S and O through the precision's strided-batched cuBLAS GEMMs with a row-softmax launch between
 //   them (S and P in the scratch, as T), then V's gather: batches above CARVE_CU_ATTN_MAX_BATCH (where the tensor
 //   cores' GEMMs should win over the fused kernel's float32 FMAs: a batch of 32 is about 1e9 multiply-adds an
@@ -36,12 +38,6 @@ static inline int carve_cu_attention_fusable(const carve_cu_ctx* ctx, uint32_t b
          key_dim <= CARVE_CU_ATTN_MAX_DIM && head_dim <= CARVE_CU_ATTN_MAX_DIM;
 }
 
-// Block (x, y, z): query rows [x CARVE_CU_ATTN_ROWS, + CARVE_CU_ATTN_ROWS) of head y of image z. Each image's n
-// pixels follow the previous image's (qkv_stride apart); head h's channels of a pixel are q (key_dim), k (key_dim),
-// v (head_dim) from h (2 key_dim + head_dim) on. Scores: sum over c of q[c] k[c] in c order (fmaf, float32), times
-// scale. Softmax: the row's NaN-propagating maximum m, the sum of expf(s - m) in double (each lane its terms j = lane,
-// lane + 32, ..., then the warp's shuffle tree), p = expf(s - m) / sum. O[d] = sum over j of p[j] v[j][d] in j order
-// (fmaf, float32), stored with carve_cu_st (one rounding for __half); V copied as T.
 // The PSA block's pe convolution after the attention (carve_cu_attention_pe): a depthwise k x k convolution of V
 // (stride 1, padding k / 2) over the image's h x w pixels, its weights [c][ky][kx] and bias (c = head head_dim + d),
 // optionally SiLU, plus the attention's output: out = act(pe(V) + b) + O.
@@ -53,6 +49,14 @@ struct carve_cu_attn_pe {
   int silu;
 };
 
+// Block (x, y, z): query rows [x CARVE_CU_ATTN_ROWS, + CARVE_CU_ATTN_ROWS) of head y of image z. Each image's n
+// pixels follow the previous image's (qkv_stride apart); head h's channels of a pixel are q (key_dim), k (key_dim),
+// v (head_dim) from h (2 key_dim + head_dim) on. Scores: sum over c of q[c] k[c] in c order (fmaf, float32), times
+// scale. Softmax: the row's NaN-propagating maximum m, the sum of expf(s - m) in double (each lane its terms j = lane,
+// lane + 32, ..., then the warp's shuffle tree), p = expf(s - m) / sum. O[d] = sum over j of p[j] v[j][d] in j order
+// (fmaf, float32), stored with carve_cu_st (one rounding for __half); V copied as T. PE: instead of O and V, out =
+// act(pe(V) + b) + O for the block's pixels and channels (the taps in (ky, kx) order by fmaf, those outside the image
+// skipped; O unrounded), one rounding.
 template <typename T, bool PE = false>
 __global__ void __launch_bounds__(CARVE_CU_ATTN_THREADS)
     carve_cu_attention_fused_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t key_dim,
