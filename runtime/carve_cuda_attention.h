@@ -55,8 +55,8 @@ struct carve_cu_attn_pe {
 // scale. Softmax: the row's NaN-propagating maximum m, the sum of expf(s - m) in double (each lane its terms j = lane,
 // lane + 32, ..., then the warp's shuffle tree), p = expf(s - m) / sum. O[d] = sum over j of p[j] v[j][d] in j order
 // (fmaf, float32), stored with carve_cu_st (one rounding for __half); V copied as T. PE: instead of O and V, out =
-// act(pe(V) + b) + O for the block's pixels and channels (the taps in (ky, kx) order by fmaf, those outside the image
-// skipped; O unrounded), one rounding.
+// act(pe(V) + b) + O for the block's pixels and channels (the taps and their sum as carve_cu_depthwise_kernel's,
+// carve_cu_for_window; O unrounded), one rounding.
 template <typename T, bool PE = false>
 __global__ void __launch_bounds__(CARVE_CU_ATTN_THREADS)
     carve_cu_attention_fused_kernel(const T* __restrict__ qkv, size_t qkv_stride, uint32_t n, uint32_t key_dim,
@@ -119,20 +119,14 @@ __global__ void __launch_bounds__(CARVE_CU_ATTN_THREADS)
     if (threadIdx.x + (uint32_t)k * CARVE_CU_ATTN_THREADS < outputs) {
       const uint32_t i = i0 + pr[k];
       const size_t pixel = first + i, c = (size_t)head * head_dim + pd[k];
-      if constexpr (PE) {  // out = act(pe(V) + b) + O: the taps in (ky, kx) order, those outside the image skipped
-        const uint32_t y = i / pe.w, x = i - y * pe.w, r = pe.k / 2;
+      if constexpr (PE) {  // out = act(pe(V) + b) + O: the depthwise kernel's taps and sum, then O
+        const uint32_t y = i / pe.w, x = i - y * pe.w;
+        const long long r = pe.k / 2;
         const T* wc = pe.weight + c * pe.k * pe.k;
         float a = 0.0f;
-        for (uint32_t ky = 0; ky < pe.k; ky++) {
-          const uint32_t iy = y + ky - r;  // (wraps past 2^31 above the image)
-          if (iy >= pe.h) continue;
-          for (uint32_t kx = 0; kx < pe.k; kx++) {
-            const uint32_t ix = x + kx - r;
-            if (ix >= pe.w) continue;
-            const float vi = carve_cu_ld(v, (size_t)(iy * pe.w + ix) * qkv_stride + pd[k]);
-            a = fmaf(vi, carve_cu_ld(wc, ky * pe.k + kx), a);
-          }
-        }
+        carve_cu_for_window(y - r, x - r, pe.k, pe.k, pe.h, pe.w, [&](size_t tap, size_t p) {
+          a += carve_cu_ld(v, p * qkv_stride + pd[k]) * carve_cu_ld(wc, tap);
+        });
         float y_out = a + carve_cu_ld(pe.bias, c);
         if (pe.silu) {
           y_out = carve_cu_silu(y_out);
@@ -171,6 +165,19 @@ static inline int carve_cu_attention_per_head(uint32_t batch, uint32_t heads) {
   return 2 * (uint64_t)heads + 1 < 3 * (uint64_t)batch;
 }
 
+// The fused kernel over the call (PE: with the pe convolution, `pe`; else V to v_out, which may be NULL).
+template <typename T, bool PE>
+static void carve_cu_attention_fused_launch(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
+                                            uint32_t n, uint32_t heads, uint32_t key_dim, uint32_t head_dim,
+                                            float scale, T* out, size_t out_stride, T* v_out, size_t v_stride,
+                                            carve_cu_attn_pe<T> pe) {
+  const dim3 grid((n + CARVE_CU_ATTN_ROWS - 1) / CARVE_CU_ATTN_ROWS, heads, batch);
+  void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, float, T*, size_t, T*, size_t,
+                       carve_cu_attn_pe<T>) = carve_cu_attention_fused_kernel<T, PE>;
+  CARVE_LAUNCH(kernel, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n, key_dim, head_dim, scale, out,
+               out_stride, v_out, v_stride, pe);
+}
+
 // carve_cu_attention's arguments: the views hold what they must, and the GEMM path's sizes fit cuBLAS' ints.
 template <typename T>
 static inline int carve_cu_attention_args_ok(const carve_cu_ctx* ctx, uint32_t batch, const T* qkv, size_t qkv_stride,
@@ -204,11 +211,8 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
   }
   const size_t per_head = 2 * (size_t)key_dim + head_dim;
   if (carve_cu_attention_fusable(ctx, batch, n, heads, key_dim, head_dim)) {
-    const dim3 grid((n + CARVE_CU_ATTN_ROWS - 1) / CARVE_CU_ATTN_ROWS, heads, batch);
-    void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, float, T*, size_t, T*, size_t,
-                         carve_cu_attn_pe<T>) = carve_cu_attention_fused_kernel<T, false>;
-    CARVE_LAUNCH(kernel, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n, key_dim, head_dim, scale, out,
-                 out_stride, v_out, v_stride, carve_cu_attn_pe<T>{NULL, NULL, 0u, 0u, 0u, 0});
+    carve_cu_attention_fused_launch<T, false>(ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out,
+                                              out_stride, v_out, v_stride, carve_cu_attn_pe<T>{NULL, NULL, 0u, 0u, 0u, 0});
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }
@@ -272,7 +276,6 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
   return CARVE_OK;
 }
 
-
 // carve_cu_attention_pe over T: the attention and the pe convolution after it as one fused launch (o and v not
 // written) where carve_cu_attention_fusable, else carve_cu_attention_t into o and v, then the pe convolution
 // (carve_cu_conv2d_t) with o as its residual. pe: depthwise over heads head_dim channels, k x k (k odd), stride 1,
@@ -283,8 +286,8 @@ static carve_status carve_cu_attention_pe_t(const carve_cu_ctx* ctx, const T* qk
                                             const carve_cu_conv* pe, const T* pe_weight, const T* pe_bias, T* out,
                                             float* scratch, carve_cu_gemm_batched_fn<T> gemm,
                                             carve_cu_gemm_nt_fn<T> gemm_nt) {
-  if (!carve_cu_ctx_ok(ctx) || pe == NULL || !carve_cu_conv_valid(pe) || pe_weight == NULL || pe_bias == NULL ||
-      out == NULL || o == NULL || v == NULL || heads == 0 || head_dim == 0 ||
+  // (the attention's own arguments, o's included: carve_cu_attention_args_ok below)
+  if (pe == NULL || !carve_cu_conv_valid(pe) || pe_weight == NULL || pe_bias == NULL || out == NULL || v == NULL ||
       pe->cin != (uint64_t)heads * head_dim || pe->groups != pe->cin || pe->kh != pe->kw || pe->kh % 2 != 1 ||
       pe->stride != 1 || pe->pad != pe->kh / 2 || (uint64_t)pe->h * pe->w > 0xFFFFFFFFu) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -295,12 +298,9 @@ static carve_status carve_cu_attention_pe_t(const carve_cu_ctx* ctx, const T* qk
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   if (carve_cu_attention_fusable(ctx, batch, n, heads, key_dim, head_dim)) {
-    const dim3 grid((n + CARVE_CU_ATTN_ROWS - 1) / CARVE_CU_ATTN_ROWS, heads, batch);
-    void (*const kernel)(const T*, size_t, uint32_t, uint32_t, uint32_t, float, T*, size_t, T*, size_t,
-                         carve_cu_attn_pe<T>) = carve_cu_attention_fused_kernel<T, true>;
-    CARVE_LAUNCH(kernel, grid, CARVE_CU_ATTN_THREADS, ctx->stream, qkv, qkv_stride, n, key_dim, head_dim, scale, out,
-                 pe->out_stride, (T*)NULL, (size_t)0,
-                 carve_cu_attn_pe<T>{pe_weight, pe_bias, pe->h, pe->w, pe->kh, pe->act == CARVE_CU_ACT_SILU});
+    carve_cu_attention_fused_launch<T, true>(
+        ctx, batch, qkv, qkv_stride, n, heads, key_dim, head_dim, scale, out, pe->out_stride, (T*)NULL, 0,
+        carve_cu_attn_pe<T>{pe_weight, pe_bias, pe->h, pe->w, pe->kh, pe->act == CARVE_CU_ACT_SILU});
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }
