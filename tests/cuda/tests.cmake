@@ -63,14 +63,15 @@ carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 +
 add_test(NAME cuda_kernel_entry COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/check_kernel_entry.py)
 
 # nvcc: the runtime .cu files compile for every architecture, warnings as errors (skipped,
-# with a message, where nvcc is not installed). `make test` (CI time) compiles them for the architectures whose
-# code differs (runtime/carve_cuda.h, carve_cuda_igemm.h test __CUDA_ARCH__ at 700, 800 and 900): sm_75 (wmma
-# fp16, no cp.async), sm_80 (TF32, cp.async) and sm_90 (programmatic dependent launch); sm_86 and sm_89 compile
-# the sm_80 code. `make test-full` compiles every architecture above.
+# with a message, where nvcc is not installed). `make test` (CI time) compiles them for the two architectures that
+# together compile every branch of the code (runtime/carve_cuda.h, carve_cuda_igemm.h test __CUDA_ARCH__ at 700,
+# 800 and 900): sm_75 (wmma fp16, no cp.async, no TF32, no programmatic dependent launch) and sm_90 (TF32,
+# cp.async: the >= 800 code, and programmatic dependent launch); sm_80, sm_86 and sm_89 compile sm_90's code
+# without the launch attribute, which sm_75 compiles. `make test-full` compiles every architecture above.
 if(CARVE_ORACLE_FULL)
   set(carve_cuda_runtime_archs ${CARVE_CUDA_ARCHITECTURES})
 else()
-  set(carve_cuda_runtime_archs 75 80 90)
+  set(carve_cuda_runtime_archs 75 90)
 endif()
 string(REPLACE ";" " " carve_cuda_archs "${carve_cuda_runtime_archs}")
 add_test(NAME cuda_nvcc_runtime
@@ -97,6 +98,9 @@ if(CARVE_CXX_HAS_ASAN)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
+    if(NOT CARVE_ORACLE_FULL)  # `make test`: the largest shapes in the plain build only (test_igemm.cu)
+      target_compile_definitions(test_cuda_${name}_asan PRIVATE CARVE_TEST_REDUCED=1)
+    endif()
     target_link_options(test_cuda_${name}_asan PRIVATE -fsanitize=address,undefined)
     target_link_libraries(test_cuda_${name}_asan PRIVATE carve_cuda_emu_asan)
     add_test(NAME cuda_${name}_asan COMMAND $<TARGET_FILE:test_cuda_${name}_asan>)
