@@ -1637,18 +1637,27 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
   }
 }
 
-// d = a b + c on the lane's accumulator entries: exact products, float32 sums in k order.
+// d = a b + c on the lane's accumulator entries: exact products, float32 sums in k order. The lane's entries
+// (e = lane + 32 j) lie on M N / 32 rows of a and, where N divides 32 (every shape above), on one column of b:
+// those operands are read (WmmaElem::widen, value() of each) once per call, and the entries' sums advance together,
+// k by k (each entry's sum is still its own, in k order). This loop is most of an emulated fp16 / TF32 convolution.
 template <int M, int N, int K, typename T, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
                      const fragment<matrix_b, M, N, K, T, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
   typedef carve_emu::WmmaElem<T> E;
+  constexpr int J = M * N / 32;
   const unsigned lane = carve_emu::linear_tid() % 32;
-  float out[M * N / 32];
-  for (int j = 0; j < M * N / 32; j++) {
+  float arow[J * K], bcol[J * K], out[J];
+  for (int j = 0; j < J; j++) {
     const int e = (int)lane + 32 * j, r = e / N, n = e % N;
-    float s = c.x[j];
-    for (int k = 0; k < K; k++) s += E::value(a.x[r * K + k]) * E::value(b.x[k * N + n]);
-    out[j] = s;
+    E::widen(&a.x[r * K], K, &arow[j * K]);
+    if (j == 0 || 32 % N != 0) {
+      for (int k = 0; k < K; k++) bcol[j * K + k] = E::value(b.x[k * N + n]);
+    }
+    out[j] = c.x[j];
+  }
+  for (int k = 0; k < K; k++) {
+    for (int j = 0; j < J; j++) out[j] += arow[j * K + k] * bcol[(32 % N == 0 ? 0 : j) * K + k];
   }
   for (int j = 0; j < M * N / 32; j++) d.x[j] = out[j];
 }
@@ -1668,6 +1677,9 @@ struct WmmaElem<nvcuda::wmma::precision::tf32> {
     if ((u & 0x7f800000u) != 0x7f800000u) u &= 0xffffe000u;
     std::memcpy(&v, &u, 4);
     return v;
+  }
+  static void widen(const float* v, int n, float* out) {
+    for (int i = 0; i < n; i++) out[i] = value(v[i]);
   }
 };
 

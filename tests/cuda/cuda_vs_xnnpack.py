@@ -60,6 +60,7 @@ A failure keeps the work folder; a pass deletes the dumps, the builds and the we
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
@@ -165,20 +166,27 @@ def build_runtime(work: Path, kind: str) -> Path:
                              for s in srcs if s.suffix == ".c"]
                             + [[CXX, *EMU_FLAGS, "-O2", "-I", RUNTIME, "-c", s, "-o", out / (s.name + ".o")]
                                for s in cus])
-        deps = srcs + sorted(RUNTIME.glob("*.h")) + sorted(RUNTIME.glob("*.cuh")) + [EMU_HEADER]
+        # the emulation's headers: cuda_emu.h and what it includes (cuda_emu_f16.h)
+        deps = (srcs + sorted(RUNTIME.glob("*.h")) + sorted(RUNTIME.glob("*.cuh"))
+                + sorted(EMU_HEADER.parent.glob("cuda_emu*.h")))
     lib_dir = work / "runtimes" / f"{kind}-{_digest(deps, C_FLAGS + EMU_FLAGS)}"
     lib = lib_dir / f"libcarve_{kind}.a"
     if lib.exists():
         return lib
-    tmp = lib_dir.with_name(lib_dir.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    with step(f"runtime {kind}"):
-        compile_all(jobs(tmp))
-        run(["ar", "rcs", tmp / lib.name, *sorted(tmp.glob("*.o"))])
-    if lib_dir.exists():
-        shutil.rmtree(tmp)
-    else:
+    lib_dir.parent.mkdir(parents=True, exist_ok=True)
+    # One build of a runtime at a time: the tests that ctest -j starts together wait for the first one's library
+    # (about a minute of CPU for the emulated runtime) instead of compiling the same files beside it.
+    with open(lib_dir.with_name(lib_dir.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if lib.exists():
+            return lib
+        tmp = lib_dir.with_name(lib_dir.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with step(f"runtime {kind}"):
+            compile_all(jobs(tmp))
+            run(["ar", "rcs", tmp / lib.name, *sorted(tmp.glob("*.o"))])
+        shutil.rmtree(lib_dir, ignore_errors=True)  # a folder without its library (rename needs the name free)
         tmp.rename(lib_dir)
     return lib
 
