@@ -13,7 +13,11 @@
 //     not C++). Blocks of a launch run one after another on the calling OS thread, in
 //     blockIdx order (x fastest; with CARVE_EMU_BLOCK_ORDER=reverse in the environment, read at each launch, the
 //     reverse order: what a kernel's result must not depend on); the threads of a block run as cooperative fibers that
-//     switch only at barriers, so there are no data races and every run is deterministic.
+//     switch only at barriers, so there are no data races and every run is deterministic. Between two barriers the
+//     threads run in threadIdx order, or with CARVE_EMU_THREAD_ORDER=reverse (read at each launch) thread 0 and then
+//     the others from the last to the first: a thread that reads what another thread wrote with no barrier between
+//     them (a race on a GPU) reads the new value in one of the two orders and the old in the other, so a test run
+//     both ways fails on it.
 //     Fast path: thread 0 of each block runs first; when it finishes without reaching a
 //     barrier the other threads run as plain calls, in threadIdx order. A thread that then
 //     reaches a barrier (a barrier in divergent code, undefined in CUDA) aborts the program
@@ -658,8 +662,9 @@ inline void barrier_wait(Barrier& bar, const char* what) {
 }
 
 // Runs one block: thread 0 on a fiber; the rest as plain calls if it never waited,
-// otherwise every thread on its fiber, round robin, until all have finished.
-inline void run_block(Block& b) {
+// otherwise every thread on its fiber, round robin, until all have finished. reverse (CARVE_EMU_THREAD_ORDER):
+// after thread 0, the others from the last to the first (plain calls or round robin alike).
+inline void run_block(Block& b, bool reverse) {
   const unsigned n = b.n;
   b.block_bar = Barrier();
   b.block_bar.alive = n;
@@ -679,11 +684,13 @@ inline void run_block(Block& b) {
   b.fiber_mode = true;
   fiber_init(b, 0);
   resume(b, 0);
+  // the k-th thread to run after thread 0 (reverse: n - 1 down to 1)
+  auto nth = [n, reverse](unsigned k) { return reverse ? n - k : k; };
   if (b.fibers[0].done) {
     b.fiber_mode = false;
-    for (unsigned i = 1; i < n; i++) {
-      b.current = i;
-      set_thread(b.fibers[i]);
+    for (unsigned k = 1; k < n; k++) {
+      b.current = nth(k);
+      set_thread(b.fibers[b.current]);
       (*b.body)();
     }
     return;
@@ -694,7 +701,8 @@ inline void run_block(Block& b) {
   unsigned remaining = n;
   while (remaining != 0) {
     remaining = 0;
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned k = 0; k < n; k++) {
+      const unsigned i = k == 0 ? 0 : nth(k);
       if (!b.fibers[i].done) {
         resume(b, i);
         remaining += !b.fibers[i].done;
@@ -723,11 +731,13 @@ inline void run_grid(dim3 grid, dim3 blk, const Work& thread_body) {
   blockDim = blk;
   const char* order = std::getenv("CARVE_EMU_BLOCK_ORDER");
   const bool reverse = order != nullptr && std::strcmp(order, "reverse") == 0;
+  const char* thread_order = std::getenv("CARVE_EMU_THREAD_ORDER");
+  const bool threads_reversed = thread_order != nullptr && std::strcmp(thread_order, "reverse") == 0;
   for (unsigned z = 0; z < grid.z; z++) {
     for (unsigned y = 0; y < grid.y; y++) {
       for (unsigned x = 0; x < grid.x; x++) {
         blockIdx = reverse ? uint3{grid.x - 1 - x, grid.y - 1 - y, grid.z - 1 - z} : uint3{x, y, z};
-        run_block(b);
+        run_block(b, threads_reversed);
       }
     }
   }

@@ -122,11 +122,13 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
         inp, ref32, ref16, ours = work / f"in-{stem}.npy", work / f"t32-{stem}", work / f"t16-{stem}", work / "dump-f16"
         with cvx.step("run (emulated)"):
             cvx.run([exe, "--input", inp, "--dump", ours, "--runs", 3, *args.demo_flags])
-            # the head's lanes (backends/cuda_lanes.py) with the graph's nodes interleaved: the same output bit for bit
+            # the head's lanes (backends/cuda_lanes.py) with the graph's nodes interleaved, blocks and threads
+            # in reverse order (cvx.SHUFFLED): the same output bit for bit
             cvx.run([exe, "--input", inp, "--dump", work / "dump-f16-interleaved", "--runs", 3, *args.demo_flags],
-                    env=dict(os.environ, CARVE_EMU_GRAPH_ORDER="interleave"))
+                    env=dict(os.environ, **cvx.SHUFFLED))
         if not np.array_equal(np.load(ours / "output0.npy"), np.load(work / "dump-f16-interleaved" / "output0.npy")):
-            print("FAIL: the graph replayed with the lanes' nodes interleaved gives other rows")
+            print("FAIL: the graph replayed with the lanes' nodes interleaved, blocks and threads reversed, gives "
+                  "other rows")
             ok = False
         print(f"carve fp16{' --fused-conv' if args.fused_conv else ''} vs PyTorch float32 (the 'PyTorch fp32' column: PyTorch float16's error; bound "
               f"max({FLOOR:.2e}, {FACTOR:g} x it))")

@@ -23,7 +23,8 @@ For each variant yolo26<scale><task suffix> of the batch:
    must agree bit for bit (the same kernels on the same data); so must, with the head's branches as concurrent
    lanes (backends/cuda_lanes.py), the graph replayed in an interleaved order (CARVE_EMU_GRAPH_ORDER=interleave:
    the lanes' nodes alternate, so lanes sharing memory or scratch, or a missing fork / join edge, change the
-   results; not for the --cmake variant) and, for the n scale, the head run serially (--serial-head);
+   results) with each launch's blocks and each block's threads in reverse order (a missing barrier changes them;
+   not for the --cmake variant) and, for the n scale, the head run serially (--serial-head);
 6. run_image end to end: both demos on Ultralytics' bus.jpg with --json (the cuda package uploads the uint8
    image and letterboxes / crops it on the device, post-processes there, maps boxes back on the host),
    compared by tools/oracle.py compare_detections with its default tolerances (boxes within 1 px, scores
@@ -87,6 +88,11 @@ C_FLAGS = ["-std=c11", "-O2", *WARN]
 EMU_FLAGS = ["-std=c++17", "-x", "c++", "-include", str(EMU_HEADER), "-DCARVE_CUDA_EMULATION",
              "-DCARVE_RT_NO_THREADS", *WARN]
 XNN_LIBS = ["-lXNNPACK", "-lcpuinfo", "-lstb", "-lpthread", "-lm"]
+# The emulation's orders reversed (tests/cuda/cuda_emu.h): the graph's lanes interleaved, each launch's blocks and each
+# block's threads from the last to the first. A run under these gives the same bits unless a kernel or the lanes
+# race (a missing barrier, fork / join edge or split-K ordering).
+SHUFFLED = {"CARVE_EMU_GRAPH_ORDER": "interleave", "CARVE_EMU_BLOCK_ORDER": "reverse",
+            "CARVE_EMU_THREAD_ORDER": "reverse"}
 IMAGE = {"classify": "bus.jpg"}  # every task: Ultralytics' bus.jpg
 STEPS: dict = {}
 
@@ -311,8 +317,7 @@ def variant(args, scale: str, libs: dict) -> tuple:
         run([cdemo, "--input", inp, "--dump", cd, "--runs", "3", *strict])          # dumped from the graph replay
         run([cdemo, "--input", inp, "--dump", ce, "--no-graph", *strict])
         if not args.cmake:  # (the 640 CMake variant: its build is the point; its head is n's at 96 here)
-            run([cdemo, "--input", inp, "--dump", ci, "--runs", "3", *strict],
-                env=dict(os.environ, CARVE_EMU_GRAPH_ORDER="interleave"))
+            run([cdemo, "--input", inp, "--dump", ci, "--runs", "3", *strict], env=dict(os.environ, **SHUFFLED))
         if not args.cmake and scale == "n":  # the serial head is the lanes' code on one stream: once per task
             run([cdemo, "--input", inp, "--dump", cs, "--runs", "3", "--serial-head", *strict])
         if args.tf32:

@@ -107,6 +107,16 @@ __global__ void early_exit(int* out) {
   out[t] = s[89 - t];
 }
 
+// Thread t stores `round` to s[t] and reads its neighbour's s[t + 1] (wrapping), after a barrier when `sync`;
+// without it that is a race: which value it reads depends on which thread ran first.
+__global__ void neighbour_read(int* out, int round, int sync) {
+  __shared__ int s[64];
+  const unsigned t = threadIdx.x;
+  s[t] = round;
+  if (sync) __syncthreads();
+  out[t] = s[(t + 1) % 64];
+}
+
 // A barrier in divergent code: thread 0 returns at once, the others wait at __syncthreads.
 // Undefined in CUDA; the emulator aborts with a message instead of hanging.
 __global__ void divergent_barrier(int* out) {
@@ -507,10 +517,43 @@ int main() {
     }));
     std::printf("wmma ok\n");
   }
-  // Divergent barrier: an abort with a message, not a hang.
+  const char* started_with = std::getenv("CARVE_EMU_THREAD_ORDER");
+  const std::string thread_order = started_with != nullptr ? started_with : "";
+  // CARVE_EMU_THREAD_ORDER=reverse: a missing barrier gives other results in the two orders (forward: every thread
+  // but the last reads the old value; reverse, thread 0 first and then 63 down to 1: only thread 0), a barrier the
+  // same ones.
+  {
+    std::vector<int> fwd(64), rev(64), fwd_sync(64), rev_sync(64);
+    auto run = [&](std::vector<int>& out, bool reverse, int sync) {
+      CARVE_LAUNCH(neighbour_read, 1, 64, nullptr, out.data(), 1, 1);  // s = 1 everywhere
+      setenv("CARVE_EMU_THREAD_ORDER", reverse ? "reverse" : "forward", 1);
+      CARVE_LAUNCH(neighbour_read, 1, 64, nullptr, out.data(), 2, sync);
+      CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    };
+    run(fwd, false, 0);
+    run(rev, true, 0);
+    run(fwd_sync, false, 1);
+    run(rev_sync, true, 1);
+    for (int t = 0; t < 64; t++) {
+      CHECK(fwd[t] == (t < 63 ? 1 : 2));
+      CHECK(rev[t] == (t == 0 ? 1 : 2));
+      CHECK(fwd_sync[t] == 2 && rev_sync[t] == 2);
+    }
+    std::printf("thread order: a missing barrier shows, reversed ok\n");
+  }
+  // the rest in the order this test was started with (cuda_emu_asan: reversed)
+  if (thread_order.empty()) {
+    unsetenv("CARVE_EMU_THREAD_ORDER");
+  } else {
+    setenv("CARVE_EMU_THREAD_ORDER", thread_order.c_str(), 1);
+  }
+  // Divergent barrier: an abort with a message, not a hang (in either thread order).
   {
     std::vector<int> out(64, 0);
-    CHECK(aborts([&]() { CARVE_LAUNCH(divergent_barrier, 1, 64, nullptr, out.data()); }));
+    for (const char* order : {"forward", "reverse"}) {
+      setenv("CARVE_EMU_THREAD_ORDER", order, 1);
+      CHECK(aborts([&]() { CARVE_LAUNCH(divergent_barrier, 1, 64, nullptr, out.data()); }));
+    }
     std::printf("divergent barrier aborts ok\n");
   }
   std::printf("test_emu: all ok\n");

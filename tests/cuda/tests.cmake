@@ -80,7 +80,8 @@ add_test(NAME cuda_nvcc_runtime
 set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
 
 # The same kernel tests with AddressSanitizer + UBSan on the emulated kernels: device
-# buffers are host allocations here, so an out-of-bounds index in a kernel is reported.
+# buffers are host allocations here, so an out-of-bounds index in a kernel is reported; and the threads of each
+# block in reverse order (CARVE_EMU_THREAD_ORDER), so that a missing barrier changes a result.
 include(CheckCXXSourceCompiles)
 set(CMAKE_REQUIRED_FLAGS "-fsanitize=address,undefined")
 set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=address,undefined")
@@ -104,7 +105,10 @@ if(CARVE_CXX_HAS_ASAN)
     target_link_options(test_cuda_${name}_asan PRIVATE -fsanitize=address,undefined)
     target_link_libraries(test_cuda_${name}_asan PRIVATE carve_cuda_emu_asan)
     add_test(NAME cuda_${name}_asan COMMAND $<TARGET_FILE:test_cuda_${name}_asan>)
-    set_tests_properties(cuda_${name}_asan PROPERTIES TIMEOUT 300 ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1")
+    # the kernels' threads in reverse order here (the plain tests: threadIdx order), so that a read of another
+    # thread's write with no barrier between them fails one of the two (tests/cuda/cuda_emu.h)
+    set_tests_properties(cuda_${name}_asan PROPERTIES TIMEOUT 300
+                         ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;CARVE_EMU_THREAD_ORDER=reverse")
   endforeach()
 endif()
 
