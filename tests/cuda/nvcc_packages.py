@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,23 @@ def parse_variant(v: str) -> tuple:
     return (*parts[:3], rest[0] if rest else "e2e", precision, batch)
 
 
+def kernels_in(src: Path, dirs: list) -> list:
+    """The files among src and the headers it includes (\"...\", transitively, found in dirs) that define a kernel
+    (__global__): none for a generated package, which is why `make test` compiles packages for one architecture."""
+    seen, todo, found = set(), [src], []
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        text = f.read_text(errors="replace")
+        if "__global__" in text:
+            found.append(f.name)
+        for inc in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.M):
+            todo += [d / inc for d in dirs if (d / inc).is_file()][:1]
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
@@ -63,7 +81,7 @@ def main() -> int:
                          "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu against it")
     ap.add_argument("--option-archs", default=None,
                     help="the architectures of the --options packages (default: --archs; `make test` compiles them "
-                         "for the oldest and newest only, `make test-full` for all)")
+                         "for the newest only, `make test-full` for all)")
     ap.add_argument("--nvcc", default=None, help="nvcc to use (default: PATH, then /usr/local/cuda/bin)")
     args = ap.parse_args()
     nvcc = args.nvcc or find_nvcc()
@@ -81,7 +99,8 @@ def main() -> int:
     first_option = len(variants)
     variants += [parse_variant(v) for v in args.options.split(",") if v]
     for i, (task, fmt, dtype, head, precision, batch) in enumerate(variants):
-        flags = flags_for(args.option_archs if i >= first_option and args.option_archs else args.archs)
+        archs = args.option_archs if i >= first_option and args.option_archs else args.archs
+        flags = flags_for(archs)
         if task not in cvx.TASKS or fmt not in ("blob", "c-array", "file") or dtype not in ("f32", "f16") or \
                 head not in ("e2e", "nms") or not batch.isdigit():
             ap.error(f"unknown variant {task}:{fmt}:{dtype}:{head}:{precision}:b{batch}")
@@ -99,6 +118,11 @@ def main() -> int:
         if batch != "1":
             sources.append(Path(__file__).resolve().parent / "batch_main.cu")
         for src in sources:
+            kernels = kernels_in(src, [pkg, pkg / "runtime"]) if "," not in archs and src.parent == pkg else []
+            if kernels:
+                print(f"{src.name} defines or includes kernels ({', '.join(kernels)}): compile the packages for "
+                      f"every architecture (--archs / --option-archs), not one")
+                ok = False
             cmd = [nvcc, *flags, "-I", pkg, "-I", pkg / "runtime", "-c", src, "-o", objs / (src.name + ".o")]
             p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
             if p.returncode != 0 or p.stderr.strip():
