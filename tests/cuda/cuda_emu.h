@@ -19,7 +19,7 @@
 //     them (a race on a GPU) reads the new value in one of the two orders and the old in the other, so a test run
 //     both ways fails on it.
 //     Fast path: thread 0 of each block runs first; when it finishes without reaching a
-//     barrier the other threads run as plain calls, in threadIdx order. A thread that then
+//     barrier the other threads run as plain calls, in threadIdx order (or reversed). A thread that then
 //     reaches a barrier (a barrier in divergent code, undefined in CUDA) aborts the program
 //     with a message.
 //   * __shared__ is `static thread_local`: one array per OS thread, shared by the fibers of
@@ -684,8 +684,8 @@ inline void run_block(Block& b, bool reverse) {
   b.fiber_mode = true;
   fiber_init(b, 0);
   resume(b, 0);
-  // the k-th thread to run after thread 0 (reverse: n - 1 down to 1)
-  auto nth = [n, reverse](unsigned k) { return reverse ? n - k : k; };
+  // the k-th thread to run: 0 first, then 1 up to n - 1 (reverse: n - 1 down to 1)
+  auto nth = [n, reverse](unsigned k) { return reverse && k != 0 ? n - k : k; };
   if (b.fibers[0].done) {
     b.fiber_mode = false;
     for (unsigned k = 1; k < n; k++) {
@@ -702,7 +702,7 @@ inline void run_block(Block& b, bool reverse) {
   while (remaining != 0) {
     remaining = 0;
     for (unsigned k = 0; k < n; k++) {
-      const unsigned i = k == 0 ? 0 : nth(k);
+      const unsigned i = nth(k);
       if (!b.fibers[i].done) {
         resume(b, i);
         remaining += !b.fibers[i].done;
@@ -1649,7 +1649,7 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
 
 // d = a b + c on the lane's accumulator entries: exact products, float32 sums in k order. The lane's entries
 // (e = lane + 32 j) lie on M N / 32 rows of a and, where N divides 32 (every shape above), on one column of b:
-// those operands are read (WmmaElem::widen, value() of each) once per call, and the entries' sums advance together,
+// those operands are read (WmmaElem::value) once per call, and the entries' sums advance together,
 // k by k (each entry's sum is still its own, in k order). This loop is most of an emulated fp16 / TF32 convolution.
 template <int M, int N, int K, typename T, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
@@ -1660,7 +1660,7 @@ inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<ma
   float arow[J * K], bcol[J * K], out[J];
   for (int j = 0; j < J; j++) {
     const int e = (int)lane + 32 * j, r = e / N, n = e % N;
-    E::widen(&a.x[r * K], K, &arow[j * K]);
+    for (int k = 0; k < K; k++) arow[j * K + k] = E::value(a.x[r * K + k]);
     if (j == 0 || 32 % N != 0) {
       for (int k = 0; k < K; k++) bcol[j * K + k] = E::value(b.x[k * N + n]);
     }
@@ -1687,9 +1687,6 @@ struct WmmaElem<nvcuda::wmma::precision::tf32> {
     if ((u & 0x7f800000u) != 0x7f800000u) u &= 0xffffe000u;
     std::memcpy(&v, &u, 4);
     return v;
-  }
-  static void widen(const float* v, int n, float* out) {
-    for (int i = 0; i < n; i++) out[i] = value(v[i]);
   }
 };
 

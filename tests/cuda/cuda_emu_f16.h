@@ -82,27 +82,19 @@ inline __half __ushort_as_half(unsigned short u) { return __half{u}; }
 
 namespace carve_emu {
 
-// Every half's float32 value (f16_bits_to_f32 of each bit pattern): one load per operand of the emulated wmma
-// mma_sync, the hottest loop of the emulated fp16 convolutions, instead of the branchy widening.
-inline const float* f16_widened() {
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; h++) t[h] = f16_bits_to_f32((unsigned short)h);
-    return t;
-  }();
-  return table.data();
-}
+// Every half's float32 value (f16_bits_to_f32 of each bit pattern), built at start-up: one load per operand of the
+// emulated wmma mma_sync, the hottest loop of the emulated fp16 convolutions, instead of the branchy widening.
+inline const std::vector<float> f16_widened = [] {
+  std::vector<float> t(65536);
+  for (uint32_t h = 0; h < 65536; h++) t[h] = f16_bits_to_f32((unsigned short)h);
+  return t;
+}();
 
 // wmma's half operands (cuda_emu.h's WmmaElem): stored as __half, read exactly.
 template <>
 struct WmmaElem<__half> {
   typedef __half storage;
-  static float value(__half v) { return f16_widened()[v.x]; }
-  // value() of n operands at once, to out
-  static void widen(const __half* v, int n, float* out) {
-    const float* t = f16_widened();
-    for (int i = 0; i < n; i++) out[i] = t[v[i].x];
-  }
+  static float value(__half v) { return f16_widened[v.x]; }
 };
 
 }  // namespace carve_emu
