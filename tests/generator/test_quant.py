@@ -382,6 +382,21 @@ def test_simulator_accumulators_are_arith(cfg):
     assert np.array_equal(simulate.conv_acc(x, zp, wq, b, s, p, g), arith.conv_acc(x, zp, wq, b, s, p, g))
 
 
+def test_simulator_accumulators_above_float32_are_exact():
+    """Sums past 2**24, where float32 loses integers: 3x3 over 128 channels, 120 of them saturated (255 x 127 per
+    tap, 35M in all) and 8 adding 1 each, which a float32 sum past 2**24 drops; the simulator's float32 shortcut
+    must not take them (forced, it misses every one of these accumulators)."""
+    x = np.full((6, 6, 128), 127, np.int8)
+    x[:, :, 120:] = -127                      # 1 after the zero point
+    wq = np.full((8, 128, 3, 3), 127, np.int8)
+    wq[:, 120:] = 1
+    wq[:, 119] = (np.arange(8) - 4)[:, None, None]
+    b = np.arange(8, dtype=np.int32) * 3
+    acc = arith.conv_acc(x, -128, wq, b, 1, 1, 1)
+    assert np.abs(acc).max() > 2 ** 25 and np.any(acc % 2 == 1)
+    assert np.array_equal(simulate.conv_acc(x, -128, wq, b, 1, 1, 1), acc)
+
+
 def test_simulator_qconv_is_arith_on_real_layers(quant, inputs):
     q = quant.graph
     env = simulate.run(q, inputs[0])

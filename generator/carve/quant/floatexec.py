@@ -40,8 +40,14 @@ def conv_key(op) -> str:
 # ---------------------------------------------------------------------------
 
 def silu(y):
+    """y * (1 / (1 + exp(-y))) in float32, computed in one scratch array (the same operations in the same order)."""
+    y = np.asarray(y, F32)
+    t = np.negative(y)
     with np.errstate(over="ignore"):
-        return (y * (F32(1) / (F32(1) + np.exp(-y)))).astype(F32, copy=False)
+        np.exp(t, out=t)
+    t += F32(1)
+    np.divide(F32(1), t, out=t)
+    return np.multiply(y, t, out=t)
 
 
 def sigmoid(x):
@@ -50,10 +56,14 @@ def sigmoid(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def _pad(x, pad, fill=0.0):
+def pad_hw(x, pad, fill=0.0):
+    """x (h, w, c) with ``pad`` rows / columns of ``fill`` around it (np.pad's result, without its per-call cost)."""
     if pad == 0:
         return x
-    return np.pad(x, ((pad, pad), (pad, pad), (0, 0)), constant_values=fill)
+    h, w, c = x.shape
+    xp = np.full((h + 2 * pad, w + 2 * pad, c), fill, x.dtype)
+    xp[pad:pad + h, pad:pad + w] = x
+    return xp
 
 
 def taps(xp, kh, kw, stride, oh, ow):
@@ -73,12 +83,12 @@ def conv_linear(x, w, b, stride: int, pad: int, groups: int):
         y = x.reshape(-1, c) @ np.ascontiguousarray(w.reshape(cout, c).T)
         y = y.reshape(oh, ow, cout)
     elif groups == c == cout:                         # depthwise: one multiply-add per tap
-        xp = _pad(x, pad)
+        xp = pad_hw(x, pad)
         y = np.zeros((oh, ow, cout), F32)
         for i, j, v in taps(xp, kh, kw, stride, oh, ow):
             y += v * w[:, 0, i, j]
     else:
-        xp = _pad(x, pad)
+        xp = pad_hw(x, pad)
         cols = np.empty((oh, ow, kh, kw, c), F32)
         for i, j, v in taps(xp, kh, kw, stride, oh, ow):
             cols[:, :, i, j, :] = v
@@ -115,7 +125,7 @@ def maxpool2d(x, k: int, stride: int, pad: int):
     x = np.asarray(x, F32)
     h, w, _ = x.shape
     oh, ow = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
-    xp = _pad(x, pad, -np.inf)
+    xp = pad_hw(x, pad, -np.inf)
     y = None
     for _, _, v in taps(xp, k, k, stride, oh, ow):
         y = v.copy() if y is None else np.maximum(y, v)

@@ -2,8 +2,9 @@
 through the float executor. What the tests and the sensitivity pass use to see what an int8 package computes.
 
 ``run(qgraph, image)`` returns {tensor: array} (int8 arrays for i8 tensors). ``qconv2d`` computes its int32
-accumulators with a float64 matrix product of im2col patches (``conv_acc``): the products and sums are integers
-below 2**53, so the result is arith.conv_acc's exactly (tests/generator/test_quant.py checks it), only faster;
+accumulators with a float matrix product of im2col patches (``conv_acc``): the products and sums are integers
+below 2**53 (float64), or below 2**24 where max|x| * sum|w| bounds them there (float32, twice as fast), so the
+result is arith.conv_acc's exactly (tests/generator/test_quant.py checks it), only faster;
 requantization, clamping and the lookup table are arith's own functions.
 """
 
@@ -16,29 +17,33 @@ from . import arith, floatexec
 
 
 def conv_acc(x_q, in_zero: int, w_q, bias_q, stride: int, pad: int, groups: int):
-    """arith.conv_acc, computed with BLAS (exact: integer values below 2**53)."""
-    x = np.asarray(x_q, np.float64) - in_zero      # padding holds in_zero, i.e. 0 here
-    w = np.asarray(w_q, np.float64)
-    h, wd, c = x.shape
+    """arith.conv_acc, computed with BLAS (exact: integer values below 2**53, or below 2**24 in float32)."""
+    w = np.asarray(w_q)
     cout, cg, kh, kw = w.shape
+    x = np.asarray(x_q, np.int32) - in_zero      # padding holds in_zero, i.e. 0 here
+    # every partial sum of a column is at most max|x| * sum|w|: below 2**24, float32 holds all of them exactly
+    bound = max(abs(int(x.max())), abs(int(x.min()))) * int(np.abs(w.reshape(cout, -1).astype(np.int64)).sum(1).max())
+    ft = np.float32 if bound < 2 ** 24 else np.float64
+    x, w = x.astype(ft), w.astype(ft)
+    h, wd, c = x.shape
     oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    xp = np.pad(x, ((pad, pad), (pad, pad), (0, 0))) if pad else x
+    xp = floatexec.pad_hw(x, pad)
     if groups == c == cout:
-        acc = np.zeros((oh, ow, cout))
+        acc = np.zeros((oh, ow, cout), ft)
         for i, j, v in floatexec.taps(xp, kh, kw, stride, oh, ow):
             acc += v * w[:, 0, i, j]
     else:
-        cols = np.empty((oh, ow, kh, kw, c))
+        cols = np.empty((oh, ow, kh, kw, c), ft)
         for i, j, v in floatexec.taps(xp, kh, kw, stride, oh, ow):
             cols[:, :, i, j, :] = v
         cols = cols.reshape(oh * ow, kh, kw, groups, cg)
         og = cout // groups
-        acc = np.empty((oh * ow, cout))
+        acc = np.empty((oh * ow, cout), ft)
         for g in range(groups):
             a = cols[:, :, :, g, :].reshape(oh * ow, kh * kw * cg)
             acc[:, g * og:(g + 1) * og] = a @ w[g * og:(g + 1) * og].transpose(2, 3, 1, 0).reshape(kh * kw * cg, og)
         acc = acc.reshape(oh, ow, cout)
-    acc = acc + np.asarray(bias_q, np.float64)
+    acc = acc.astype(np.float64) + np.asarray(bias_q, np.float64)
     if np.any(np.abs(acc) >= 2.0 ** 31):
         raise arith.QuantRangeError("int32 accumulator overflow")
     return acc.astype(np.int64)
