@@ -798,39 +798,44 @@ def _scale_xy(xy, in_hw, h0, w0, clip=True):
     return out
 
 
-def _bilinear(a, out_h, out_w):
-    """F.interpolate(a[None], (out_h, out_w), mode='bilinear', align_corners=False)[0] of (N, h, w), in numpy."""
-    def taps(n_out, n_in):
-        s = np.maximum((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0.0)
-        i0 = np.minimum(np.floor(s).astype(int), n_in - 1)
-        return i0, np.minimum(i0 + 1, n_in - 1), s - i0
+def _taps(n_out, n_in):
+    """F.interpolate's bilinear taps along one axis (align_corners=False): i0, i1, weight of i1."""
+    s = np.maximum((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0.0)
+    i0 = np.minimum(np.floor(s).astype(int), n_in - 1)
+    return i0, np.minimum(i0 + 1, n_in - 1), s - i0
 
-    y0, y1, ly = taps(out_h, a.shape[1])
-    x0, x1, lx = taps(out_w, a.shape[2])
-    rows = a[:, y0] * (1 - ly[:, None]) + a[:, y1] * ly[:, None]
-    return rows[:, :, x0] * (1 - lx) + rows[:, :, x1] * lx
+
+def _bilinear(a, out_h, out_w, rows=slice(None), cols=slice(None)):
+    """F.interpolate(a[None], (out_h, out_w), mode='bilinear', align_corners=False)[0] of (N, h, w), in numpy;
+    only the output rows / cols asked (each output pixel computed as in the whole image)."""
+    y0, y1, ly = (t[rows] for t in _taps(out_h, a.shape[1]))
+    x0, x1, lx = (t[cols] for t in _taps(out_w, a.shape[2]))
+    r = a[:, y0] * (1 - ly[:, None]) + a[:, y1] * ly[:, None]
+    return r[:, :, x0] * (1 - lx) + r[:, :, x1] * lx
 
 
 def _retina_masks(coeffs, protos, boxes0, h0, w0):
     """ops.process_mask_native in numpy: logits = coeffs @ protos; bilinear x f (1, 2 or 4, the least that
     crops the letterbox on whole pixels); crop the padding; bilinear to (h0, w0); > 0; zero outside the box
-    (column c kept when x1 <= c < x2, rows alike)."""
+    (column c kept when x1 <= c < x2, rows alike). One mask at a time, and only the box's pixels computed."""
     c, mh, mw = protos.shape
-    logits = (coeffs @ protos.reshape(c, -1)).reshape(-1, mh, mw)
     gain = min(4 * mh / h0, 4 * mw / w0)
     pad = (4 * mh - max(round(h0 * gain), 1)) | (4 * mw - max(round(w0 * gain), 1))
     f = 4 // math.gcd(4, pad | pad // 2)
-    if f > 1:
-        logits = _bilinear(logits, f * mh, f * mw)
-    hh, ww = logits.shape[1:]
+    hh, ww = f * mh, f * mw
     g = min(hh / h0, ww / w0)
-    top, left = round((hh - max(round(h0 * g), 1)) / 2 - 0.1), round((ww - max(round(w0 * g), 1)) / 2 - 0.1)
-    crop = logits[:, top : top + max(round(h0 * g), 1), left : left + max(round(w0 * g), 1)]
-    m = _bilinear(crop, h0, w0) > 0
-    cols, rows = np.arange(w0), np.arange(h0)
+    ch, cw = max(round(h0 * g), 1), max(round(w0 * g), 1)
+    top, left = round((hh - ch) / 2 - 0.1), round((ww - cw) / 2 - 0.1)
+    logits = (coeffs @ protos.reshape(c, -1)).reshape(-1, mh, mw)
+    m = np.zeros((len(coeffs), h0, w0), bool)
     for k, (x1, y1, x2, y2) in enumerate(boxes0):
-        m[k][:, (cols < x1) | (cols >= x2)] = False
-        m[k][(rows < y1) | (rows >= y2)] = False
+        r0, r1 = min(max(math.ceil(y1), 0), h0), min(max(math.ceil(y2), 0), h0)   # y1 <= row < y2
+        c0, c1 = min(max(math.ceil(x1), 0), w0), min(max(math.ceil(x2), 0), w0)
+        if r0 >= r1 or c0 >= c1:
+            continue
+        up = _bilinear(logits[k:k + 1], hh, ww) if f > 1 else logits[k:k + 1]
+        crop = up[:, top:top + ch, left:left + cw]
+        m[k, r0:r1, c0:c1] = _bilinear(crop, h0, w0, slice(r0, r1), slice(c0, c1))[0] > 0
     return m
 
 
