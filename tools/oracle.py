@@ -67,12 +67,15 @@ class OracleError(Exception):
 
 
 def _torch():
-    """Import torch once, with a thread count suited to the small CI machines (override: CARVE_ORACLE_THREADS)."""
+    """Import torch once, with a thread count suited to the small CI machines: CARVE_ORACLE_THREADS, else
+    OMP_NUM_THREADS (which torch reads itself; the test suite sets 1, tests/share_cores.cmake), else at most 2.
+    Checkpoints (float64 statistics) are the same bits on any count."""
     import torch
 
     if not getattr(_torch, "done", False):
-        threads = int(os.environ.get("CARVE_ORACLE_THREADS", "0")) or min(os.cpu_count() or 1, 2)
-        torch.set_num_threads(threads)
+        threads = int(os.environ.get("CARVE_ORACLE_THREADS", "0"))
+        if threads or not os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(threads or min(os.cpu_count() or 1, 2))
         _torch.done = True
     return torch
 
