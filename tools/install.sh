@@ -22,6 +22,8 @@ debs="build-essential cmake libxnnpack-dev libpthreadpool-dev libcpuinfo-dev lib
 if [ $want_test = 1 ]; then
   debs="$debs clang valgrind gcc-arm-none-eabi libnewlib-arm-none-eabi gcc-aarch64-linux-gnu libc6-dev-arm64-cross"
   debs="$debs qemu-user qemu-system-arm"
+  # ccache: the test suite's compiler cache for the packages it builds (tests/test_env.cmake; build/.cache/ccache)
+  debs="$debs ccache"
 fi
 missing=""
 command -v python3 >/dev/null 2>&1 || missing=" python3 python3-pip"

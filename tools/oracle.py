@@ -68,7 +68,7 @@ class OracleError(Exception):
 
 def _torch():
     """Import torch once, with a thread count suited to the small CI machines: CARVE_ORACLE_THREADS, else
-    OMP_NUM_THREADS (which torch reads itself; the test suite sets 1, tests/share_cores.cmake), else at most 2.
+    OMP_NUM_THREADS (which torch reads itself; the test suite sets 1, tests/test_env.cmake), else at most 2.
     Checkpoints (float64 statistics) are the same bits on any count."""
     import torch
 
