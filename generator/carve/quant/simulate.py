@@ -22,7 +22,7 @@ def conv_acc(x_q, in_zero: int, w_q, bias_q, stride: int, pad: int, groups: int)
     cout, cg, kh, kw = w.shape
     x = np.asarray(x_q, np.int32) - in_zero      # padding holds in_zero, i.e. 0 here
     # every partial sum of a column is at most max|x| * sum|w|: below 2**24, float32 holds all of them exactly
-    bound = max(abs(int(x.max())), abs(int(x.min()))) * int(np.abs(w.reshape(cout, -1).astype(np.int64)).sum(1).max())
+    bound = int(np.abs(x).max()) * int(np.abs(w.reshape(cout, -1).astype(np.int64)).sum(1).max())
     ft = np.float32 if bound < 2 ** 24 else np.float64
     x, w = x.astype(ft), w.astype(ft)
     h, wd, c = x.shape
