@@ -79,7 +79,9 @@
 //     convolution and the 1x1 after it, fused by tactic).
 // 13: carve_cu_ctx.attention_gemm and carve_cu_ctx_set_attention_impl (the attention in one fused launch by default),
 //     carve_cu_attention_pe (the attention and the pe convolution after it as one call).
-#define CARVE_CUDA_ABI 13
+// 14: the segment and classify heads in half: the __half overloads of carve_cu_deconv2d, carve_cu_global_avgpool,
+//     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess.
+#define CARVE_CUDA_ABI 14
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -563,6 +565,9 @@ carve_status carve_cu_letterbox(const carve_cu_ctx* ctx, const uint8_t* rgb, int
                                 __half* out, void* scratch);
 carve_status carve_cu_nchw_to_nhwc_batch(const carve_cu_ctx* ctx, const float* x, uint32_t batch, uint32_t c,
                                          uint32_t h, uint32_t w, __half* y);
+// carve_cu_classify_preprocess writing an fp16 classify package's input as halves (the same rounding).
+carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h, size_t stride,
+                                          int out, __half* out_nhwc, void* scratch);
 #endif  // __cplusplus
 
 #endif  // CARVE_CUDA_H

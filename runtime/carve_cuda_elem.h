@@ -1138,6 +1138,103 @@ static carve_status carve_cu_add_t(const carve_cu_ctx* ctx, size_t pixels, uint3
   return CARVE_OK;
 }
 
+// ---- The segment and classify heads: transposed convolution, global average pool, bias ---------------
+
+// y[iy k + ky][ix k + kx][o] = act(t[iy w + ix][(o k + ky) k + kx] + b[o]), t the GEMM result
+// (h w, cout k k): each output reads its one input pixel (a gather, no scatter).
+template <typename T>
+__global__ void carve_cu_deconv_gather_kernel(const T* __restrict__ t, uint32_t h, uint32_t w, uint32_t k,
+                                              uint32_t cout, const T* __restrict__ bias, int silu,
+                                              T* __restrict__ y, size_t out_stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  const size_t ow = (size_t)w * k;
+  const size_t row = (size_t)cout * k * k;
+  CARVE_CU_FOR(e, (size_t)h * k * ow * cout) {
+    const size_t p = e / cout, o = e % cout;
+    const size_t oy = p / ow, ox = p % ow;
+    const size_t iy = oy / k, ky = oy % k, ix = ox / k, kx = ox % k;
+    float v = carve_cu_ld(t, (iy * w + ix) * row + (o * k + ky) * k + kx) + carve_cu_ld(bias, o);
+    if (silu) {
+      v = carve_cu_silu(v);
+    }
+    carve_cu_st(y, p * out_stride + o, v);
+  }
+}
+
+// carve_cu_deconv2d (carve_cuda.h): one GEMM of the precision into scratch (h w, cout k k; T elements), then
+// the gather (the GEMM's result is T: for __half rounded before the bias, as a convolution's).
+template <typename T>
+static carve_status carve_cu_deconv2d_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t cin, uint32_t cout,
+                                        uint32_t k, const T* x, size_t in_stride, const T* weight, const T* bias,
+                                        carve_cu_act act, T* y, size_t out_stride, float* scratch,
+                                        carve_cu_gemm_nt_fn<T> gemm) {
+  if (!carve_cu_ctx_ok(ctx) || h == 0 || w == 0 || cin == 0 || cout == 0 || k == 0 || x == NULL || weight == NULL ||
+      bias == NULL || y == NULL || scratch == NULL || in_stride < cin || out_stride < cout ||
+      (act != CARVE_CU_ACT_NONE && act != CARVE_CU_ACT_SILU)) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  // t^T (cout k k, h w) = W (cout k k, cin) X^T (cin, h w).
+  const size_t rows = (size_t)cout * k * k;
+  T* t = (T*)scratch;
+  const carve_status st = gemm(ctx, rows, (size_t)h * w, cin, weight, cin, x, in_stride, t, rows);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  CARVE_LAUNCH(carve_cu_deconv_gather_kernel<T>, carve_cu_blocks((size_t)h * w * rows), CARVE_CU_THREADS,
+               ctx->stream, (const T*)t, h, w, k, cout, bias, act == CARVE_CU_ACT_SILU, y, out_stride);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// y[ch] = (sum_p x[p][ch]) / (h w), the sum in double, stored once: one thread per channel,
+// consecutive threads reading consecutive channels of a pixel.
+template <typename T>
+__global__ void carve_cu_gap_kernel(const T* __restrict__ x, size_t in_stride, size_t pixels, uint32_t c,
+                                    T* __restrict__ y) {
+  CARVE_CU_KERNEL_ENTRY();
+  CARVE_CU_FOR(ch, c) {
+    double s = 0.0;
+    for (size_t p = 0; p < pixels; p++) {
+      s += (double)carve_cu_ld(x, p * in_stride + ch);
+    }
+    carve_cu_st(y, ch, (float)(s / (double)pixels));
+  }
+}
+
+template <typename T>
+static carve_status carve_cu_global_avgpool_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const T* x,
+                                              size_t in_stride, T* y) {
+  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  CARVE_LAUNCH(carve_cu_gap_kernel<T>, carve_cu_blocks(c), CARVE_CU_THREADS, ctx->stream, x, in_stride,
+               (size_t)h * w, c, y);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
+// y[o] = y[o] + b[o], in float, stored once (the bias of carve_cu_linear, after its GEMV).
+template <typename T>
+__global__ void carve_cu_bias_kernel(T* __restrict__ y, const T* __restrict__ b, uint32_t n) {
+  CARVE_CU_KERNEL_ENTRY();
+  CARVE_CU_FOR(i, n) { carve_cu_st(y, i, carve_cu_ld(y, i) + carve_cu_ld(b, i)); }
+}
+
+// The argument checks of carve_cu_linear, then its bias launch after the caller's GEMV (y = W x).
+template <typename T>
+static int carve_cu_linear_ok(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const T* x, const T* weight,
+                              const T* bias, const T* y) {
+  return carve_cu_ctx_ok(ctx) && x != NULL && weight != NULL && bias != NULL && y != NULL && cin != 0 && cout != 0 &&
+         carve_cu_fits_int(cin) && carve_cu_fits_int(cout);
+}
+
+template <typename T>
+static carve_status carve_cu_linear_bias(const carve_cu_ctx* ctx, uint32_t cout, const T* bias, T* y) {
+  CARVE_LAUNCH(carve_cu_bias_kernel<T>, carve_cu_blocks(cout), CARVE_CU_THREADS, ctx->stream, y, bias, cout);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
+
 // ---- Softmax and attention ------------------------------------------------------------------
 
 #define CARVE_CU_SOFTMAX_THREADS 256
@@ -1152,14 +1249,14 @@ static __device__ __forceinline__ float carve_cu_max_nan(float a, float b) {
 //   m = max_j x[j] (NaN-propagating), e[j] = expf(x[j] - m), y[j] = e[j] * (1 / (float)sum_j e[j]),
 // the sum in double, reduced over the block's threads in a fixed order; e[j] is computed again in
 // the last pass (the same float), so that nothing but the result is stored (one rounding for half).
-template <typename T>
-__global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_stride, T* y) {
+template <typename X, typename Y = X>
+__global__ void carve_cu_softmax_rows_kernel(const X* x, size_t n, size_t row_stride, Y* y) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ float red_f[CARVE_CU_SOFTMAX_THREADS];
   __shared__ double red_d[CARVE_CU_SOFTMAX_THREADS];
   const unsigned t = threadIdx.x;
-  const T* xr = x + (size_t)blockIdx.x * row_stride;
-  T* yr = y + (size_t)blockIdx.x * row_stride;
+  const X* xr = x + (size_t)blockIdx.x * row_stride;
+  Y* yr = y + (size_t)blockIdx.x * row_stride;
   float m = -INFINITY;
   for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
     m = carve_cu_max_nan(m, carve_cu_ld(xr, j));
@@ -1189,6 +1286,19 @@ __global__ void carve_cu_softmax_rows_kernel(const T* x, size_t n, size_t row_st
   for (size_t j = t; j < n; j += CARVE_CU_SOFTMAX_THREADS) {
     carve_cu_st(yr, j, expf(carve_cu_ld(xr, j) - m) * inv);
   }
+}
+
+// carve_cu_softmax (carve_cuda.h): one block over the n values, read as X, the probabilities stored as Y (an fp16
+// classify package: half logits, float32 probabilities).
+template <typename X, typename Y>
+static carve_status carve_cu_softmax_t(const carve_cu_ctx* ctx, uint32_t n, const X* x, Y* y) {
+  if (ctx == NULL || x == NULL || y == NULL || n == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  void (*const kernel)(const X*, size_t, size_t, Y*) = carve_cu_softmax_rows_kernel<X, Y>;
+  CARVE_LAUNCH(kernel, 1, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n, (size_t)n, y);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
 }
 
 // The attention's rows (batch heads n rows of n, n = h w: 400 at yolo26n's 20 x 20) one warp each,

@@ -326,45 +326,12 @@ extern "C" size_t carve_cu_deconv2d_scratch_floats(uint32_t h, uint32_t w, uint3
   return (size_t)h * w * k * k * cout;
 }
 
-// y[iy k + ky][ix k + kx][o] = act(t[iy w + ix][(o k + ky) k + kx] + b[o]), t the GEMM result
-// (h w, cout k k): each output reads its one input pixel (a gather, no scatter).
-__global__ void carve_cu_deconv_gather_kernel(const float* __restrict__ t, uint32_t h, uint32_t w, uint32_t k,
-                                              uint32_t cout, const float* __restrict__ bias, int silu,
-                                              float* __restrict__ y, size_t out_stride) {
-  CARVE_CU_KERNEL_ENTRY();
-  const size_t ow = (size_t)w * k;
-  const size_t row = (size_t)cout * k * k;
-  CARVE_CU_FOR(e, (size_t)h * k * ow * cout) {
-    const size_t p = e / cout, o = e % cout;
-    const size_t oy = p / ow, ox = p % ow;
-    const size_t iy = oy / k, ky = oy % k, ix = ox / k, kx = ox % k;
-    float v = t[(iy * w + ix) * row + (o * k + ky) * k + kx] + bias[o];
-    if (silu) {
-      v = carve_cu_silu(v);
-    }
-    y[p * out_stride + o] = v;
-  }
-}
-
 extern "C" carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t cin,
                                           uint32_t cout, uint32_t k, const float* x, size_t in_stride,
                                           const float* weight, const float* bias, carve_cu_act act, float* y,
                                           size_t out_stride, float* scratch) {
-  if (!carve_cu_ctx_ok(ctx) || h == 0 || w == 0 || cin == 0 || cout == 0 || k == 0 || x == NULL || weight == NULL ||
-      bias == NULL || y == NULL || scratch == NULL || in_stride < cin || out_stride < cout ||
-      (act != CARVE_CU_ACT_NONE && act != CARVE_CU_ACT_SILU)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  // t^T (cout k k, h w) = W (cout k k, cin) X^T (cin, h w).
-  const size_t rows = (size_t)cout * k * k;
-  const carve_status st = gemm_conv(ctx, rows, (size_t)h * w, cin, weight, cin, x, in_stride, scratch, rows);
-  if (st != CARVE_OK) {
-    return st;
-  }
-  CARVE_LAUNCH(carve_cu_deconv_gather_kernel, carve_cu_blocks((size_t)h * w * rows), CARVE_CU_THREADS, ctx->stream,
-               scratch, h, w, k, cout, bias, act == CARVE_CU_ACT_SILU, y, out_stride);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_deconv2d_t(ctx, h, w, cin, cout, k, x, in_stride, weight, bias, act, y, out_stride, scratch,
+                             gemm_conv);
 }
 
 // ---- Pooling, upsample, copy, add -------------------------------------------------------
@@ -396,43 +363,16 @@ extern "C" carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uin
   return carve_cu_add_t(ctx, pixels, c, a, a_stride, b, b_stride, y, y_stride);
 }
 
-// y[ch] = (float)((sum_p x[p][ch]) / (h w)), the sum in double: one thread per channel,
-// consecutive threads reading consecutive channels of a pixel.
-__global__ void carve_cu_gap_kernel(const float* __restrict__ x, size_t in_stride, size_t pixels, uint32_t c,
-                                    float* __restrict__ y) {
-  CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(ch, c) {
-    double s = 0.0;
-    for (size_t p = 0; p < pixels; p++) {
-      s += (double)x[p * in_stride + ch];
-    }
-    y[ch] = (float)(s / (double)pixels);
-  }
-}
-
 extern "C" carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c,
                                                 const float* x, size_t in_stride, float* y) {
-  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  CARVE_LAUNCH(carve_cu_gap_kernel, carve_cu_blocks(c), CARVE_CU_THREADS, ctx->stream, x, in_stride,
-               (size_t)h * w, c, y);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_global_avgpool_t(ctx, h, w, c, x, in_stride, y);
 }
 
 // ---- Linear and softmax -------------------------------------------------------------------
 
-// y[o] += b[o].
-__global__ void carve_cu_bias_kernel(float* __restrict__ y, const float* __restrict__ b, uint32_t n) {
-  CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(i, n) { y[i] += b[i]; }
-}
-
 extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const float* x,
                                         const float* weight, const float* bias, float* y) {
-  if (!carve_cu_ctx_ok(ctx) || x == NULL || weight == NULL || bias == NULL || y == NULL || cin == 0 || cout == 0 ||
-      !carve_cu_fits_int(cin) || !carve_cu_fits_int(cout)) {
+  if (!carve_cu_linear_ok(ctx, cin, cout, x, weight, bias, y)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   // W (cout, cin) row-major is the column-major (cin, cout) matrix A: y = A^T x.
@@ -440,19 +380,11 @@ extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, u
   CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
   CARVE_CU_CHECK_BLAS(
       cublasSgemv(ctx->blas, CUBLAS_OP_T, (int)cin, (int)cout, &one, weight, (int)cin, x, 1, &zero, y, 1));
-  CARVE_LAUNCH(carve_cu_bias_kernel, carve_cu_blocks(cout), CARVE_CU_THREADS, ctx->stream, y, bias, cout);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_linear_bias(ctx, cout, bias, y);
 }
 
 extern "C" carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* x, float* y) {
-  if (ctx == NULL || x == NULL || y == NULL || n == 0) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  CARVE_LAUNCH(carve_cu_softmax_rows_kernel<float>, 1, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n,
-               (size_t)n, y);
-  CARVE_CU_CHECK_LAUNCH();
-  return CARVE_OK;
+  return carve_cu_softmax_t(ctx, n, x, y);
 }
 
 // ---- Attention ----------------------------------------------------------------------------

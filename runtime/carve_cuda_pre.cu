@@ -168,10 +168,12 @@ __global__ void carve_cu_pil_hpass_kernel(const uint8_t* __restrict__ rgb, size_
 }
 
 // Vertical pass (or the crop) and /255: out[yy][i] = clip8(2^21 + sum_j src[ymin + j][i] k_y[j]) / 255,
-// src being the horizontally resampled rows or the source at column offset `left`.
+// src being the horizontally resampled rows or the source at column offset `left`; stored as T (float, or
+// __half for an fp16 package's input: that float rounded once to nearest even).
+template <typename T>
 __global__ void carve_cu_pil_vpass_kernel(const uint8_t* __restrict__ src, size_t src_stride, size_t src_x, int out,
                                           int resize_y, int top, const int32_t* __restrict__ yb,
-                                          const int32_t* __restrict__ yk, int ksize_y, float* __restrict__ o) {
+                                          const int32_t* __restrict__ yk, int ksize_y, T* __restrict__ o) {
   CARVE_CU_KERNEL_ENTRY();
   const size_t row = (size_t)out * 3;
   CARVE_CU_FOR(e, (size_t)out * row) {
@@ -183,12 +185,13 @@ __global__ void carve_cu_pil_vpass_kernel(const uint8_t* __restrict__ src, size_
     } else {
       byte = src[(size_t)(top + (int)yy) * src_stride + src_x * 3 + i];
     }
-    o[e] = (float)byte / 255.0f;
+    carve_cu_st(o, e, (float)byte / 255.0f);
   }
 }
 
-extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h,
-                                                     size_t stride, int out, float* out_nhwc, void* scratch) {
+template <typename T>
+static carve_status classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h, size_t stride,
+                                        int out, T* out_nhwc, void* scratch) {
   if (ctx == NULL) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
@@ -221,11 +224,21 @@ extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, co
     src_stride = (size_t)out * 3;
     src_x = 0;
   }
-  CARVE_LAUNCH(carve_cu_pil_vpass_kernel, carve_cu_blocks((size_t)out * out * 3), CARVE_CU_THREADS, ctx->stream, src,
+  CARVE_LAUNCH(carve_cu_pil_vpass_kernel<T>, carve_cu_blocks((size_t)out * out * 3), CARVE_CU_THREADS, ctx->stream, src,
                src_stride, src_x, out, p.resize_y, p.top, (const int32_t*)yb, (const int32_t*)yk, p.ksize_y,
                out_nhwc);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
+}
+
+extern "C" carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h,
+                                                     size_t stride, int out, float* out_nhwc, void* scratch) {
+  return classify_preprocess(ctx, rgb, w, h, stride, out, out_nhwc, scratch);
+}
+
+carve_status carve_cu_classify_preprocess(const carve_cu_ctx* ctx, const uint8_t* rgb, int w, int h, size_t stride,
+                                          int out, __half* out_nhwc, void* scratch) {
+  return classify_preprocess(ctx, rgb, w, h, stride, out, out_nhwc, scratch);
 }
 
 // ---- NCHW -> NHWC (a run from a device tensor) ------------------------------------------

@@ -509,6 +509,171 @@ static void test_attention_pe(TestCtx& t) {
   std::printf("half attention + pe: %d cases, fused against the two calls, the GEMM path equal to them\n", cases);
 }
 
+// ---- The segment and classify heads -------------------------------------------------------------
+
+// The deconv's gathered output channel o at output pixel (oy, ox) against a double loop on the same halves:
+// the GEMM's half result and the store (as a convolution's: u |s| + u |want|), float sums (kAcc mag).
+static void check_deconv(const std::vector<__half>& x, const std::vector<__half>& wt, const std::vector<__half>& b,
+                         const std::vector<__half>& y, uint32_t h, uint32_t w, uint32_t cin, uint32_t cout,
+                         uint32_t k, size_t in_stride, size_t out_stride, carve_cu_act act, double* lo, double* hi) {
+  for (size_t oy = 0; oy < (size_t)h * k; oy++) {
+    for (size_t ox = 0; ox < (size_t)w * k; ox++) {
+      const size_t p = oy * w * k + ox, iy = oy / k, ky = oy % k, ix = ox / k, kx = ox % k;
+      for (size_t o = 0; o < out_stride; o++) {
+        const unsigned short bits = __half_as_ushort(y[p * out_stride + o]);
+        if (o >= cout) {
+          CHECK_MSG(bits == kCanaryBits, "deconv: pixel %zu channel %zu (padding) overwritten", p, o);
+          continue;
+        }
+        double s = 0.0, mag = 0.0;
+        for (size_t i = 0; i < cin; i++) {
+          const double v = (double)h2f(x[(iy * w + ix) * in_stride + i]) * h2f(wt[((o * k + ky) * k + kx) * cin + i]);
+          s += v;
+          mag += std::fabs(v);
+        }
+        double want = s + h2f(b[o]);
+        if (act == CARVE_CU_ACT_SILU) want = want / (1.0 + std::exp(-want));
+        const double tol = 1.1 * (kU * std::fabs(s) + kAcc * mag) + kU * std::fabs(want) + 1e-7;
+        const double got = h2f(__ushort_as_half(bits));
+        CHECK_MSG(near_float(got, want, tol), "deconv act %d: pixel %zu channel %zu: %.7g vs %.7g (tol %.3g)",
+                  (int)act, p, o, got, want, tol);
+        *lo = std::min(*lo, want), *hi = std::max(*hi, want);
+      }
+    }
+  }
+}
+
+// carve_cu_deconv2d (kernel = stride 2: the prototypes' upsample), carve_cu_global_avgpool, carve_cu_linear and
+// carve_cu_softmax (half logits, float32 probabilities) in half against double loops on the same halves, within the
+// roundings each makes; carve_cu_f16_to_f32 on __half (the prototypes' widening) exact; the classify pre-processing's halves the float32 one's rounded
+// once; strided outputs' padding untouched; argument errors.
+static void test_heads(TestCtx& t) {
+  TestRng rng(41);
+  const __half canary = __ushort_as_half(kCanaryBits);
+  {
+    const uint32_t h = 5, w = 6, cin = 12, cout = 7, k = 2;
+    const size_t in_stride = cin + 3, out_stride = cout + 2;
+    double lo = INFINITY, hi = -INFINITY;
+    for (carve_cu_act act : {CARVE_CU_ACT_SILU, CARVE_CU_ACT_NONE}) {
+      const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 1.0f),
+                                wt = random_halves(rng, (size_t)cout * k * k * cin, 1.0f / std::sqrt((float)cin)),
+                                b = random_halves(rng, cout, 0.5f);
+      DevBuf<__half> dx(x), dw(wt), db(b), dy(std::vector<__half>((size_t)h * w * k * k * out_stride, canary));
+      DevBuf<float> scratch(carve_cu_deconv2d_scratch_floats(h, w, k, cout));
+      CHECK_OK(carve_cu_deconv2d(&t.ctx, h, w, cin, cout, k, dx.p, in_stride, dw.p, db.p, act, dy.p, out_stride,
+                                 scratch.p));
+      t.sync();
+      check_deconv(x, wt, b, dy.download(), h, w, cin, cout, k, in_stride, out_stride, act, &lo, &hi);
+      CHECK(carve_cu_deconv2d(&t.ctx, h, w, cin, cout, k, dx.p, cin - 1, dw.p, db.p, act, dy.p, out_stride,
+                              scratch.p) == CARVE_ERR_INVALID_ARGUMENT);
+      CHECK(carve_cu_deconv2d(&t.ctx, h, w, cin, cout, k, dx.p, in_stride, dw.p, db.p, act, dy.p, out_stride,
+                              nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+    }
+    CHECK_MSG(hi - lo > 1.0, "half deconv: outputs flat (%g .. %g)", lo, hi);
+  }
+  {  // global average pool of a strided (7, 5, 37) view into 37 + 1 halves
+    const uint32_t h = 7, w = 5, c = 37;
+    const size_t in_stride = c + 3;
+    const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 2.0f);
+    DevBuf<__half> dx(x), dy(std::vector<__half>(c + 1, canary));
+    CHECK_OK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, in_stride, dy.p));
+    t.sync();
+    const std::vector<__half> y = dy.download();
+    for (uint32_t ch = 0; ch < c; ch++) {
+      double s = 0.0;
+      for (size_t p = 0; p < (size_t)h * w; p++) s += h2f(x[p * in_stride + ch]);
+      const double want = s / (h * w), got = h2f(y[ch]);
+      CHECK_MSG(near_float(got, want, kU * std::fabs(want) + 1e-7), "half gap channel %u: %.7g vs %.7g", ch, got, want);
+    }
+    CHECK(__half_as_ushort(y[c]) == kCanaryBits);
+    CHECK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, c - 1, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  std::vector<__half> logits;
+  {  // linear 300 -> 45: one GemmEx column (half result), then the bias in float
+    const uint32_t cin = 300, cout = 45;
+    const std::vector<__half> x = random_halves(rng, cin, 1.0f), wt = random_halves(rng, (size_t)cout * cin, 0.2f),
+                              b = random_halves(rng, cout, 1.0f);
+    DevBuf<__half> dx(x), dw(wt), db(b), dy(std::vector<__half>(cout + 1, canary));
+    CHECK_OK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, db.p, dy.p));
+    t.sync();
+    logits = dy.download(cout);
+    for (uint32_t o = 0; o < cout; o++) {
+      double s = 0.0, mag = 0.0;
+      for (uint32_t i = 0; i < cin; i++) {
+        const double v = (double)h2f(wt[(size_t)o * cin + i]) * h2f(x[i]);
+        s += v;
+        mag += std::fabs(v);
+      }
+      const double want = s + h2f(b[o]), got = h2f(logits[o]);
+      const double tol = kU * std::fabs(s) + kAcc * mag + kU * std::fabs(want) + 1e-7;
+      CHECK_MSG(near_float(got, want, tol), "half linear output %u: %.7g vs %.7g (tol %.3g)", o, got, want, tol);
+    }
+    CHECK(__half_as_ushort(dy.download()[cout]) == kCanaryBits);
+    CHECK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, nullptr, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  {  // softmax of those 45 half logits into float32 probabilities (and of 1000 wider ones)
+    for (size_t n : {(size_t)45, (size_t)1000}) {
+      const std::vector<__half> x = n == logits.size() ? logits : random_halves(rng, n, 3.0f);
+      DevBuf<__half> dx(x);
+      DevBuf<float> dy(std::vector<float>(n + 1, -1.0f));
+      CHECK_OK(carve_cu_softmax(&t.ctx, (uint32_t)n, dx.p, dy.p));
+      t.sync();
+      const std::vector<float> y = dy.download();
+      double m = -INFINITY, sum = 0.0;
+      for (const __half& v : x) m = std::max(m, (double)h2f(v));
+      for (const __half& v : x) sum += std::exp(h2f(v) - m);
+      double lo = INFINITY, hi = 0.0;
+      for (size_t i = 0; i < n; i++) {
+        const double want = std::exp(h2f(x[i]) - m) / sum;
+        CHECK_MSG(near_float(y[i], want, 4e-7 * want + 1e-12), "half softmax n %zu: %zu: %.9g vs %.9g", n, i, y[i],
+                  want);
+        lo = std::min(lo, want), hi = std::max(hi, want);
+      }
+      CHECK(y[n] == -1.0f);
+      CHECK_MSG(hi > 10.0 * lo, "half softmax n %zu: probabilities flat (%g .. %g)", n, lo, hi);
+    }
+    DevBuf<float> dy(4);
+    CHECK(carve_cu_softmax(&t.ctx, 0, static_cast<const __half*>(nullptr), dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  {  // the prototypes' widening: every half (NaNs as NaN), exact
+    std::vector<__half> all(65536);
+    for (size_t i = 0; i < all.size(); i++) all[i] = __ushort_as_half((unsigned short)i);
+    DevBuf<__half> dx(all);
+    DevBuf<float> dy(all.size() + 1);
+    dy.upload(std::vector<float>(all.size() + 1, 7.0f));
+    CHECK_OK(carve_cu_f16_to_f32(&t.ctx, (const uint16_t*)dx.p, dy.p, all.size()));
+    t.sync();
+    const std::vector<float> y = dy.download();
+    for (size_t i = 0; i < all.size(); i++) CHECK_MSG(same_float(y[i], h2f(all[i])), "half 0x%04zx widened wrong", i);
+    CHECK(y[all.size()] == 7.0f);
+  }
+  {  // the classify pre-processing (resize + centre crop of a 37 x 29 image to 16): halves = the floats rounded
+    const int iw = 37, ih = 29, out = 16;
+    const size_t stride = (size_t)iw * 3 + 5;
+    std::vector<uint8_t> rgb(stride * ih);
+    for (auto& v : rgb) v = (uint8_t)(rng.next() & 0xff);
+    DevBuf<uint8_t> drgb(rgb);
+    DevScratch scratch(carve_cu_classify_scratch_bytes(iw, ih, out));
+    DevBuf<float> df((size_t)out * out * 3);
+    DevBuf<__half> dh((size_t)out * out * 3);
+    CHECK_OK(carve_cu_classify_preprocess(&t.ctx, drgb.p, iw, ih, stride, out, df.p, scratch.get()));
+    CHECK_OK(carve_cu_classify_preprocess(&t.ctx, drgb.p, iw, ih, stride, out, dh.p, scratch.get()));
+    t.sync();
+    const std::vector<float> f = df.download();
+    const std::vector<__half> hh = dh.download();
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < f.size(); i++) {
+      CHECK_MSG(__half_as_ushort(hh[i]) == __half_as_ushort(f2h(f[i])), "classify input %zu: 0x%04x, want %.7g", i,
+                __half_as_ushort(hh[i]), f[i]);
+      lo = std::min(lo, f[i]), hi = std::max(hi, f[i]);
+    }
+    CHECK(hi - lo > 0.5f);
+    CHECK(carve_cu_classify_preprocess(&t.ctx, drgb.p, iw, ih, stride, out, static_cast<__half*>(nullptr),
+                                       scratch.get()) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  std::printf("half heads: deconv, global average pool, linear, softmax, prototypes' widening, classify input\n");
+}
+
 int main() {
   test_conversions();
   TestCtx t;
@@ -523,6 +688,7 @@ int main() {
   test_attention(t);
   test_attention_batch(t);
   test_attention_pe(t);
+  test_heads(t);
   std::printf("test_f16: all ok\n");
   return 0;
 }
