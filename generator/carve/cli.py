@@ -312,9 +312,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--precision", choices=("fp32", "int8", "fp16"),
                    help="fp32 (default); int8 (portable, xnnpack): static post-training quantization from --calib "
                         "images (int8 weights per output channel, int8 activations per tensor, int32 accumulation; "
-                        "the layers that lose too much stay float32: docs/quantization.md); fp16 (cuda: detect, "
-                        "pose, obb): half weights (stored as --weights-dtype f16) and activations, float32 "
-                        "accumulation on tensor cores, the head's post-processing in float32 "
+                        "the layers that lose too much stay float32: docs/quantization.md); fp16 (cuda, every task): "
+                        "half weights (stored as --weights-dtype f16) and activations, float32 "
+                        "accumulation on tensor cores, the head's post-processing and the outputs in float32 "
                         "(docs/backends/cuda.md#fp16)")
     g.add_argument("--calib", metavar="DIR",
                    help="--precision int8: a folder of calibration images (at least 32, the first 200 by name "

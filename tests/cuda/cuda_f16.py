@@ -3,7 +3,7 @@
 cuda package, built on the host with the emulation header, against Ultralytics.
 
     cuda_f16.py --work build/work [--imgsz 320] [--heads e2e,nms] [--keep]
-    cuda_f16.py --work build/work --heads "" --random-tasks pose,obb,detect   # make test-full: cuda_f16_tasks
+    cuda_f16.py --work build/work --heads "" --random-tasks segment,classify   # ctest cuda_f16_seg_cls
 
 For each head (e2e: the one-to-one head and its top-k; nms: the one-to-many head and the device NMS):
 
@@ -29,7 +29,9 @@ For each head (e2e: the one-to-one head and its top-k; nms: the one-to-many head
 
 --random-tasks: yolo26n of each task with the random checkpoint of tools/oracle.py (cached as the oracle tests
 cache it) as an fp16 package at --random-imgsz (160), step 3 alone on Ultralytics' bus.jpg (the rows of a random
-head hold near-ties: compare_layers pairs them row by row).
+head hold near-ties: compare_layers pairs them row by row; segment: the rows' mask coefficients and the prototypes,
+output1, widened to float32 by the package); classify also run_image on bus.jpg against Ultralytics' predictor
+(check_classify_image).
 
 --fused-conv: the packages run with the demo's --fused-conv (options.fused_conv: carve's fused implicit-GEMM
 convolutions on tensor cores, runtime/carve_cuda_igemm.h, instead of im2col + cuBLAS + epilogue), held to the same
@@ -166,6 +168,25 @@ def check_head(args, head: str, lib: Path, work: Path, bounds: tuple) -> bool:
     return ok
 
 
+def check_classify_image(exe: Path, pt: Path, ref32: Path, ref16: Path, imgsz: int, work: Path) -> bool:
+    """A classify package's run_image (the device pre-processing writing halves, the probabilities in float32) on
+    bus.jpg against Ultralytics' predictor: the same top 5 (ranks may swap within the tolerance), probabilities
+    within max(1e-3, FACTOR x PyTorch float16's largest probability drift on the tensor input)."""
+    drift = float(np.abs(np.load(ref16 / "output0.npy") - np.load(ref32 / "output0.npy")).max())
+    tol = max(1e-3, FACTOR * drift)
+    import cv2
+    img = work / "bus.png"  # decoded once, by OpenCV, stored losslessly: stb_image's JPEG decoder rounds otherwise
+    cv2.imwrite(str(img), cv2.imread(str(oracle.sample_image("bus.jpg"))))
+    ref_json, ours_json = work / "classify-ref.json", work / "classify-f16.json"
+    with cvx.step("Ultralytics predict"):
+        oracle.reference_predict(pt, img, imgsz=imgsz, out_json=ref_json)
+    with cvx.step("run_image (emulated)"):
+        ours_json.write_text(cvx.run([exe, img, "--json", "--runs", 2]).stdout)
+    print(f"classify run_image vs Ultralytics' predictor: probabilities within {tol:.2e} ({FACTOR:g} x PyTorch "
+          f"float16's drift {drift:.2e})")
+    return oracle.compare_detections(ours_json, ref_json, prob_tol=tol, tie_tol=tol)
+
+
 def check_random_task(args, task: str, lib: Path, work: Path) -> bool:
     model = "yolo26n" + cvx.TASKS[task]
     pt = cvx.checkpoint(args.work.resolve(), model)
@@ -184,6 +205,8 @@ def check_random_task(args, task: str, lib: Path, work: Path) -> bool:
     flat = spread_ok(ref32)
     if flat:
         print(f"FAIL: flat layer outputs, the comparison proves nothing: {', '.join(flat)}")
+    if task == "classify":
+        ok = check_classify_image(exe, pt, ref32, ref16, args.random_imgsz, work) and ok
     return ok and not flat
 
 
@@ -192,7 +215,7 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--imgsz", type=int, default=320)
     ap.add_argument("--heads", default="e2e,nms")
-    ap.add_argument("--random-tasks", default="", help="also these tasks (detect, pose, obb) with random weights")
+    ap.add_argument("--random-tasks", default="", help="also these tasks (any of the five) with random weights")
     ap.add_argument("--random-imgsz", type=int, default=160)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--fused-conv", action="store_true", help="run the packages with the fused convolution kernel")

@@ -76,7 +76,8 @@ def main() -> int:
     ap.add_argument("--archs", default="75,80,86,89,90")
     ap.add_argument("--options", default="detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,"
                                          "segment:blob:f32:nms,detect:blob:f32:b2,detect:blob:f16:e2e:fp16,"
-                                         "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16,detect:blob:f16:e2e:fp16:b2",
+                                         "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16,detect:blob:f16:e2e:fp16:b2,"
+                                         "segment:file:f16:e2e:fp16,classify:blob:f16:e2e:fp16",
                     help="more packages, each task:weights-format:weights-dtype[:head][:precision][:bN] ('' for "
                          "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu against it")
     ap.add_argument("--option-archs", default=None,

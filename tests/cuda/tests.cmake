@@ -144,6 +144,13 @@ add_test(NAME cuda_f16_shapes
          COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK}
          WORKING_DIRECTORY ${CARVE_ROOT})
 set_tests_properties(cuda_f16_shapes PROPERTIES TIMEOUT 900)
+# segment and classify (their heads' transposed convolution, pooling, linear layer and softmax in half) with random
+# weights at 160, layer by layer within the same bounds, the prototypes widened to float32; classify's run_image
+# against Ultralytics' predictor (about 2 minutes with the checkpoints made, 20 s without).
+add_test(NAME cuda_f16_seg_cls
+         COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads "" --random-tasks segment,classify
+         WORKING_DIRECTORY ${CARVE_ROOT})
+set_tests_properties(cuda_f16_seg_cls PROPERTIES TIMEOUT 900)
 if(CARVE_ORACLE_FULL)  # make test-full: detect, pose and obb with random weights, layer by layer (about 4 minutes)
   add_test(NAME cuda_f16_tasks
            COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/cuda_f16.py --work ${CARVE_WORK} --heads "" --random-tasks detect,pose,obb

@@ -1,4 +1,4 @@
-"""--precision fp16 (issue 20), generator side: what an fp16 cuda package holds, and what is refused.
+"""--precision fp16 (issue 20), generator side: what an fp16 cuda package holds (every task), and what is refused.
 
 Building and running fp16 packages is tests/cuda/cuda_f16.py (emulated, against Ultralytics), their kernels
 tests/cuda/test_f16.cu, nvcc tests/cuda/nvcc_packages.py.
@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +20,6 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "generator"))
 
 from carve import compiler  # noqa: E402
-from carve.backends import cuda_f16  # noqa: E402
 from carve.errors import CarveError  # noqa: E402
 
 MANIFEST = REPO / "manifests" / "yolo26n-shapes.yaml"
@@ -118,9 +116,59 @@ def test_fp16_refusals():
         compiler.precision_options({"precision": "fp16", "calib": "/tmp"})
     with pytest.raises(CarveError, match="not one of fp32, int8, fp16"):
         compiler.precision_options({"precision": "fp8"})
-    # segment's and classify's ops have no half kernels: named, before anything is written
-    graph = SimpleNamespace(name="yolo26n-seg", meta={"task": "segment"},
-                            ops=[SimpleNamespace(name="model.22.proto.upsample", kind="deconv2d"),
-                                 SimpleNamespace(name="model.0.conv", kind="conv2d")])
-    with pytest.raises(CarveError, match=r"1 op\(s\) without one: model\.22\.proto\.upsample \(deconv2d"):
-        cuda_f16.check(graph)
+
+
+
+@pytest.fixture(scope="module")
+def seg_cls_checkpoints(tmp_path_factory):
+    """Fresh (untrained) yolo26n segment and classify checkpoints, saved as Ultralytics saves them."""
+    torch = pytest.importorskip("torch")
+    from ultralytics.nn.tasks import ClassificationModel, SegmentationModel
+
+    out = {}
+    for task, cls, cfg in (("segment", SegmentationModel, "yolo26n-seg.yaml"),
+                           ("classify", ClassificationModel, "yolo26n-cls.yaml")):
+        torch.manual_seed(0)
+        model = cls(cfg, verbose=False).eval().half()
+        out[task] = tmp_path_factory.mktemp(task) / f"{task}.pt"
+        torch.save({"model": model, "ema": None, "train_args": {"task": task, "imgsz": 640}, "epoch": -1},
+                   str(out[task]))
+    return out
+
+
+def test_fp16_segment_package(seg_cls_checkpoints):
+    """Segment in half: the prototypes' transposed convolution by its half overload, the prototypes widened to
+    float32 into the staging area after the head (on the run's stream, after the lanes' join), fetched from there."""
+    manifest = REPO / "manifests" / "yolo26n-seg.yaml"
+    files = compiler.compile_model(str(manifest), "cuda", str(seg_cls_checkpoints["segment"]), 64,
+                                   {"precision": "fp16"}).files
+    cu, h = files["yolo26n_seg.cu"].decode(), files["yolo26n_seg.h"].decode()
+    assert "typedef __half act_t;" in cu and "runtime/carve_cuda_f16.cu" in files
+    assert cu.count("TRY(carve_cu_deconv2d(") == 1
+    rows = math.prod(int(re.search(rf"^#define YOLO26N_SEG_{n} (\d+) ", h, re.M).group(1))
+                     for n in ("MAX_DETECTIONS", "ROW_LEN"))
+    protos = math.prod(int(re.search(rf"^#define YOLO26N_SEG_{n} (\d+)", h, re.M).group(1))
+                       for n in ("PROTO_H", "PROTO_W", "NUM_PROTOS"))
+    # the staging area: the float32 input, or the rows then the prototypes (16-float aligned)
+    assert _define(cu, "F16_PROTOS_OFF") == -(-rows // 16) * 16
+    assert _define(cu, "F16_F32_FLOATS") == max(-(-rows // 16) * 16 + protos, 64 * 64 * 3)
+    head = cu[cu.index("TRY(lanes_join(m, "):]
+    cast = f"TRY(carve_cu_f16_to_f32(&m->cu, (const uint16_t*)A(m, S_OUTPUT1), F(m, F16_PROTOS_OFF), {protos}));"
+    assert cu.count(cast) == 1 and head.index("carve_cu_e2e_postprocess_task(") < head.index(cast)
+    assert "cudaMemcpyAsync(m->host_protos, F(m, F16_PROTOS_OFF), PROTO_FLOATS * sizeof(float)," in cu
+
+
+def test_fp16_classify_package(seg_cls_checkpoints):
+    """Classify in half: pooling and linear layer in half, the softmax's probabilities in float32 in the staging
+    area, where the fetch and the last layer's callback read them; the device pre-processing writes halves."""
+    manifest = REPO / "manifests" / "yolo26n-cls.yaml"
+    files = compiler.compile_model(str(manifest), "cuda", str(seg_cls_checkpoints["classify"]), 64,
+                                   {"precision": "fp16"}).files
+    cu = files["yolo26n_cls.cu"].decode()
+    assert "typedef __half act_t;" in cu and "runtime/carve_cuda_f16.cu" in files
+    assert cu.count("TRY(carve_cu_global_avgpool(") == 1 and cu.count("TRY(carve_cu_linear(") == 1
+    assert cu.count("TRY(carve_cu_softmax(&m->cu, 1000, A(m, S_MODEL_10_LINEAR), F(m, F16_ROWS_OFF)));") == 1
+    assert "cudaMemcpyAsync(m->host_out, F(m, F16_ROWS_OFF), YOLO26N_CLS_NUM_CLASSES * sizeof(float)," in cu
+    assert "TRY(rows_done(m, 10, 1, YOLO26N_CLS_NUM_CLASSES));" in cu
+    assert re.search(r"carve_cu_classify_preprocess\(&m->cu, [^;]*input_dev\(m, 0\)", cu, re.S)
+    assert _define(cu, "F16_F32_FLOATS") == max(1008, 64 * 64 * 3)

@@ -21,7 +21,7 @@ from .lowering import CPU_LOWERINGS, CBackend, Lowering, always, check_add, conc
     lower_attention, nms_rule, upsample_x2_rule
 from . import cuda_lanes, cuda_tactics
 from .steps import CUDA_STEP_CLASSES, CuAdd, CuAttentionPe, CuConv, CuConvPair, CuCopy, CuDeconv, CuGap, CuLinear, \
-    CuMaxpool, CuMaxpoolChain, CuSoftmax
+    CuMaxpool, CuMaxpoolChain
 from .xnnpack import LAYOUTS  # OHWI conv / deconv weights, (out, in) fully connected: the same blob layout
 
 MAX_IMAGE = 4096                 # <NAME>_MAX_IMAGE_W / _H: the default options.max_image_width / height
@@ -297,7 +297,7 @@ def _cu_linear(lw: Lowering, op) -> list:
 
 def _cu_softmax(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
-    return [CuSoftmax(**lw.head(op), n=lw.shape(x)[2], x_off=lw.off(x), y_off=lw.off(y))]
+    return [lw.cls("softmax")(**lw.head(op), n=lw.shape(x)[2], x_off=lw.off(x), y_off=lw.off(y))]
 
 
 def _cu_copy(lw: Lowering, op, t, slot: int):

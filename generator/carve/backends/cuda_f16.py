@@ -14,10 +14,12 @@ What changes against the fp32 package (docs/backends/cuda.md#fp16), all from thi
   staging area and cast to half; the end-to-end (or NMS) post-processing reads the head's half maps where the
   network wrote them (``carve_cu_level_h``: each value widened to float32 as it is read, the float32 path's
   results bit for bit, without float32 copies or casts) and writes its rows in float32 to the staging area,
-  which follows the halves in the arena (``F16Layout``).
+  which follows the halves in the arena (``F16Layout``); a classify package's softmax reads the half logits and
+  writes its probabilities there in float32 (``CuSoftmaxF16``), a segment package's prototypes are widened into
+  it after the head (``CuProtosF16``), so that every output the API hands out is float32 as in the fp32 package.
 
-Refused: the ops of the segment and classify heads (deconv2d, global_avgpool, linear, softmax), whose fp16
-kernels do not exist yet; those tasks generate fp32 cuda packages.
+Every task and head runs in half: the segment head's transposed convolution and the classify head's pooling,
+linear layer and softmax have their half kernels as the rest (carve_cuda_f16.h).
 """
 
 from __future__ import annotations
@@ -25,24 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..errors import CarveError
 from .cuda import CudaBackend
-from .steps import CuE2E, CuNMS
-
-# ops whose half-precision kernels runtime/carve_cuda_f16.cu does not have (their tasks stay fp32)
-NOT_IN_F16 = {"deconv2d": "segment's prototype upsampling", "global_avgpool": "the classify head",
-              "linear": "the classify head", "softmax": "the classify head"}
-F16_BYTES = 2
-
-
-def check(graph) -> None:
-    """Refuse a graph with an op the fp16 runtime cannot run, naming them (before any file is written)."""
-    bad = [op for op in graph.ops if op.kind in NOT_IN_F16]
-    if bad:
-        shown = ", ".join(f"{op.name} ({op.kind}: {NOT_IN_F16[op.kind]})" for op in bad[:4])
-        raise CarveError(f"--precision fp16: the cuda backend's half-precision kernels cover the detect, pose and "
-                         f"obb models; {graph.name} ({graph.meta['task']}) has {len(bad)} op(s) without one: {shown}",
-                         hint="generate this model with --precision fp32 (the default); no files were written")
+from .steps import CuE2E, CuNMS, CuSoftmax, CuStep
 
 
 @dataclass(kw_only=True)
@@ -61,15 +47,39 @@ class CuNMSF16(CuNMS):
     macro: ClassVar[str] = "cu_nms_f16"
 
 
+@dataclass(kw_only=True)
+class CuSoftmaxF16(CuSoftmax):
+    """carve_cu_softmax on the half logits (its __half overload), the classify package's probabilities in float32
+    in the staging area."""
+
+    macro: ClassVar[str] = "cu_softmax_f16"
+    families: ClassVar[tuple] = ("cuda", "cuda_ops", "cuda_f16")
+
+
+@dataclass(kw_only=True)
+class CuProtosF16(CuStep):
+    """carve_cu_f16_to_f32 (the blob's widening, exact): a segment package's prototypes (``n`` halves at ``x_off``,
+    dense) widened into the staging area after the head, where the fetch reads them as float32."""
+
+    n: int
+    x_off: str
+    kind: ClassVar[str] = "cast"
+    macro: ClassVar[str] = "cu_protos_f16"
+    function: ClassVar[str] = "carve_cu_f16_to_f32"
+    families: ClassVar[tuple] = ("cuda", "cuda_ops")
+
+
 @dataclass
 class F16Layout:
     """The arena of an fp16 package: the plan's activations as halves (``half_bytes``, a multiple of 256), then
     the float32 staging area of ``f32_floats`` per image: the float32 input (INPUT floats) at 0, cast to half
-    before the network runs, and the head's rows, written at the end of the run, at ``rows_off`` = 0 too."""
+    before the network runs; at the end of the run the head's rows (or a classify package's probabilities) at
+    ``rows_off`` = 0 too, and a segment package's prototypes after them at ``protos_off``."""
 
     half_bytes: int
     f32_floats: int
     rows_off: int = 0
+    protos_off: int = 0
 
     @property
     def arena_bytes(self) -> int:
@@ -83,22 +93,37 @@ def _align16(v: int) -> int:
 class CudaF16Backend(CudaBackend):
     """The cuda backend lowering a graph at --precision fp16 (CudaBackend.emit hands fp16 graphs to it)."""
 
-    step_classes = dict(CudaBackend.step_classes, e2e=CuE2EF16, nms=CuNMSF16)
+    step_classes = dict(CudaBackend.step_classes, e2e=CuE2EF16, nms=CuNMSF16, softmax=CuSoftmaxF16)
     families = CudaBackend.families + ("cuda_f16",)
     template_vars = dict(CudaBackend.template_vars, f16=True)
 
     def lower(self, graph, plan) -> dict:
         program = super().lower(graph, plan)
         head = program["e2e"] or program["nms"]
+        rows = head.k * head.row if head else graph.meta["nc"]  # the rows, or a classify package's probabilities
+        protos = 0
+        if "output1" in graph.outputs:  # segment: the prototypes, widened after the head (the rows' layer)
+            t = graph.outputs["output1"]
+            h, w, c = graph.tensors[t].shape
+            protos = h * w * c
+            layer = next(lay for lay in program["layers"] if head in lay["steps"])
+            proto = next(op for op in graph.ops if t in op.outputs)
+            cast = CuProtosF16(name=f"{t}_f32", source=f"{proto.name}'s prototypes widened for the host", flops=0,
+                               shapes=f"({h},{w},{c}) half -> float32", n=protos,
+                               x_off=program["outputs"]["output1"]["off"])
+            layer = next(lay for lay in program["layers"] if head in lay["steps"])
+            layer["steps"].append(cast)
+            if layer.get("parts"):  # the head's lanes (cuda_lanes.assign): after their join, on the run's stream
+                layer["parts"][-1]["steps"].append(cast)
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         layout = F16Layout(half_bytes=-(-plan.arena_bytes // 2 // 256) * 256,
-                           f32_floats=max(_align16(head.k * head.row), _align16(in_h * in_w * 3)))
+                           f32_floats=max(_align16(rows) + protos, _align16(in_h * in_w * 3)),
+                           protos_off=_align16(rows) if protos else 0)
         program["f16"] = layout
         program["arena_bytes"] = layout.arena_bytes
         return program
 
     def emit(self, graph, plan, options) -> dict:
-        check(graph)
         return super().emit(graph, plan, dict(options, weights_dtype="f16"))
 
 

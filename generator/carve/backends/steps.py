@@ -627,4 +627,5 @@ class CuNMS(NMS):
 # The step classes of the CPU backends' shared lowerings, by role; a backend overrides roles
 # (CBackend.step_classes).
 CPU_STEP_CLASSES = {"upsample": Upsample, "attention": Attention, "e2e": E2E, "nms": NMS, "view": View, "q8": Q8Op}
-CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "nms": CuNMS, "view": View}
+CUDA_STEP_CLASSES = {"upsample": CuUpsample, "attention": CuAttention, "e2e": CuE2E, "nms": CuNMS, "view": View,
+                     "softmax": CuSoftmax}
