@@ -80,7 +80,8 @@
 // 13: carve_cu_ctx.attention_gemm and carve_cu_ctx_set_attention_impl (the attention in one fused launch by default),
 //     carve_cu_attention_pe (the attention and the pe convolution after it as one call).
 // 14: the segment and classify heads in half: the __half overloads of carve_cu_deconv2d, carve_cu_global_avgpool,
-//     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess.
+//     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess; the batch argument
+//     of carve_cu_global_avgpool, carve_cu_linear (one GEMM for the batch) and carve_cu_softmax (a classify batch).
 #define CARVE_CUDA_ABI 14
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -404,16 +405,18 @@ carve_status carve_cu_copy(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, c
 carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uint32_t c, const float* a, size_t a_stride,
                           const float* b, size_t b_stride, float* y, size_t y_stride);
 
-// y[c] = mean over the h*w pixels of x[., c] (sum in double, as XNNPACK's result to rounding).
-carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const float* x,
-                                     size_t in_stride, float* y);
+// y[b c + ch] = mean over the h*w pixels of image b's x[., ch] (sum in double, as XNNPACK's result to rounding), for
+// `batch` images (image b's pixels after image b - 1's, in_stride apart; y dense).
+carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                     const float* x, size_t in_stride, float* y);
 
-// y = W x + b, W (cout, cin) row-major (a GEMV through cuBLAS).
-carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const float* x,
+// y_b = W x_b + b for `batch` images (x: batch rows of cin, y: batch rows of cout, dense), W (cout, cin) row-major:
+// one float32 cuBLAS GEMM (no TF32), then the bias.
+carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t batch, uint32_t cin, uint32_t cout, const float* x,
                              const float* weight, const float* bias, float* y);
 
-// y = softmax(x) over n floats, as carve_softmax (max subtracted, sum in double).
-carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* x, float* y);
+// y_b = softmax(x_b) over n floats for `batch` rows (dense), as carve_softmax (max subtracted, sum in double).
+carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, const float* x, float* y);
 
 // ---- Attention ----------------------------------------------------------------------
 

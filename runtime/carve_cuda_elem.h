@@ -1186,51 +1186,58 @@ static carve_status carve_cu_deconv2d_t(const carve_cu_ctx* ctx, uint32_t h, uin
   return CARVE_OK;
 }
 
-// y[ch] = (sum_p x[p][ch]) / (h w), the sum in double, stored once: one thread per channel,
-// consecutive threads reading consecutive channels of a pixel.
+// y[b c + ch] = (sum_p x_b[p][ch]) / (h w) for each of `batch` images (x_b = x + b h w in_stride), the sum in
+// double, stored once: one thread per (image, channel), consecutive threads reading consecutive channels of a pixel.
 template <typename T>
 __global__ void carve_cu_gap_kernel(const T* __restrict__ x, size_t in_stride, size_t pixels, uint32_t c,
-                                    T* __restrict__ y) {
+                                    size_t items, T* __restrict__ y) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(ch, c) {
+  CARVE_CU_FOR(e, items) {
+    const size_t b = e / c, ch = e % c;
+    const T* xb = x + b * pixels * in_stride;
     double s = 0.0;
     for (size_t p = 0; p < pixels; p++) {
-      s += (double)carve_cu_ld(x, p * in_stride + ch);
+      s += (double)carve_cu_ld(xb, p * in_stride + ch);
     }
-    carve_cu_st(y, ch, (float)(s / (double)pixels));
+    carve_cu_st(y, e, (float)(s / (double)pixels));
   }
 }
 
 template <typename T>
-static carve_status carve_cu_global_avgpool_t(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const T* x,
-                                              size_t in_stride, T* y) {
-  if (ctx == NULL || x == NULL || y == NULL || h == 0 || w == 0 || c == 0 || in_stride < c) {
+static carve_status carve_cu_global_avgpool_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w,
+                                              uint32_t c, const T* x, size_t in_stride, T* y) {
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || h == 0 || w == 0 || c == 0 || in_stride < c) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  CARVE_LAUNCH(carve_cu_gap_kernel<T>, carve_cu_blocks(c), CARVE_CU_THREADS, ctx->stream, x, in_stride,
-               (size_t)h * w, c, y);
+  const size_t items = (size_t)batch * c;
+  CARVE_LAUNCH(carve_cu_gap_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x, in_stride,
+               (size_t)h * w, c, items, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
 
-// y[o] = y[o] + b[o], in float, stored once (the bias of carve_cu_linear, after its GEMV).
+// y[i] = y[i] + b[i % n] for i < items (every image's n outputs), in float, stored once: the linear layer's bias.
 template <typename T>
-__global__ void carve_cu_bias_kernel(T* __restrict__ y, const T* __restrict__ b, uint32_t n) {
+__global__ void carve_cu_bias_kernel(T* __restrict__ y, const T* __restrict__ b, uint32_t n, size_t items) {
   CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(i, n) { carve_cu_st(y, i, carve_cu_ld(y, i) + carve_cu_ld(b, i)); }
+  CARVE_CU_FOR(i, items) { carve_cu_st(y, i, carve_cu_ld(y, i) + carve_cu_ld(b, i % n)); }
 }
 
-// The argument checks of carve_cu_linear, then its bias launch after the caller's GEMV (y = W x).
+// carve_cu_linear (carve_cuda.h): Y^T (cout, batch) = W (cout, cin) X^T by one GEMM of the precision (W row-major
+// is the column-major (cin, cout) matrix A: Y^T = A^T X^T, every image a column), then the bias.
 template <typename T>
-static int carve_cu_linear_ok(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const T* x, const T* weight,
-                              const T* bias, const T* y) {
-  return carve_cu_ctx_ok(ctx) && x != NULL && weight != NULL && bias != NULL && y != NULL && cin != 0 && cout != 0 &&
-         carve_cu_fits_int(cin) && carve_cu_fits_int(cout);
-}
-
-template <typename T>
-static carve_status carve_cu_linear_bias(const carve_cu_ctx* ctx, uint32_t cout, const T* bias, T* y) {
-  CARVE_LAUNCH(carve_cu_bias_kernel<T>, carve_cu_blocks(cout), CARVE_CU_THREADS, ctx->stream, y, bias, cout);
+static carve_status carve_cu_linear_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t cin, uint32_t cout,
+                                      const T* x, const T* weight, const T* bias, T* y, carve_cu_gemm_nt_fn<T> gemm) {
+  if (!carve_cu_ctx_ok(ctx) || x == NULL || weight == NULL || bias == NULL || y == NULL || batch == 0 || cin == 0 ||
+      cout == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const carve_status st = gemm(ctx, cout, batch, cin, weight, cin, x, cin, y, cout);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  const size_t items = (size_t)batch * cout;
+  CARVE_LAUNCH(carve_cu_bias_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, y, bias, cout, items);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
@@ -1288,15 +1295,15 @@ __global__ void carve_cu_softmax_rows_kernel(const X* x, size_t n, size_t row_st
   }
 }
 
-// carve_cu_softmax (carve_cuda.h): one block over the n values, read as X, the probabilities stored as Y (an fp16
-// classify package: half logits, float32 probabilities).
+// carve_cu_softmax (carve_cuda.h): one block per image over its n values, read as X, the probabilities stored as Y
+// (an fp16 classify package: half logits, float32 probabilities).
 template <typename X, typename Y>
-static carve_status carve_cu_softmax_t(const carve_cu_ctx* ctx, uint32_t n, const X* x, Y* y) {
-  if (ctx == NULL || x == NULL || y == NULL || n == 0) {
+static carve_status carve_cu_softmax_t(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, const X* x, Y* y) {
+  if (ctx == NULL || x == NULL || y == NULL || batch == 0 || n == 0) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   void (*const kernel)(const X*, size_t, size_t, Y*) = carve_cu_softmax_rows_kernel<X, Y>;
-  CARVE_LAUNCH(kernel, 1, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n, (size_t)n, y);
+  CARVE_LAUNCH(kernel, batch, CARVE_CU_SOFTMAX_THREADS, ctx->stream, x, (size_t)n, (size_t)n, y);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

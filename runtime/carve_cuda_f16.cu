@@ -124,24 +124,16 @@ carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, 
                              h_gemm_nt);
 }
 
-carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const __half* x,
-                                     size_t in_stride, __half* y) {
-  return carve_cu_global_avgpool_t(ctx, h, w, c, x, in_stride, y);
+carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                     const __half* x, size_t in_stride, __half* y) {
+  return carve_cu_global_avgpool_t(ctx, batch, h, w, c, x, in_stride, y);
 }
 
-carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const __half* x,
+carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t batch, uint32_t cin, uint32_t cout, const __half* x,
                              const __half* weight, const __half* bias, __half* y) {
-  if (!carve_cu_linear_ok(ctx, cin, cout, x, weight, bias, y)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  // W (cout, cin) row-major is the column-major (cin, cout) matrix A: y^T (cout, 1) = A^T x (one GemmEx column).
-  const carve_status st = h_gemm_nt(ctx, cout, 1, cin, weight, cin, x, cin, y, cout);
-  if (st != CARVE_OK) {
-    return st;
-  }
-  return carve_cu_linear_bias(ctx, cout, bias, y);
+  return carve_cu_linear_t(ctx, batch, cin, cout, x, weight, bias, y, h_gemm_nt);
 }
 
-carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const __half* x, float* y) {
-  return carve_cu_softmax_t(ctx, n, x, y);
+carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, const __half* x, float* y) {
+  return carve_cu_softmax_t(ctx, batch, n, x, y);
 }

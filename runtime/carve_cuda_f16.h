@@ -84,16 +84,16 @@ carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const __half* qkv, s
 
 // The segment and classify heads in half. carve_cu_deconv2d: the GemmEx result (halves, in scratch: the fp32
 // scratch size is an upper bound) rounded before the gather adds the bias (two roundings, as a convolution);
-// carve_cu_global_avgpool: the sum in double, one rounding; carve_cu_linear: y^T = W x by one GemmEx column
-// (half result), then the bias in float (two roundings); carve_cu_softmax: half logits, float32 probabilities
+// carve_cu_global_avgpool: the sum in double, one rounding; carve_cu_linear: Y^T = W X^T by one GemmEx (half
+// result), then the bias in float (two roundings); carve_cu_softmax: half logits, float32 probabilities
 // (the classify output, which an fp16 package keeps in float32 as it keeps the detection rows).
 carve_status carve_cu_deconv2d(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t cin, uint32_t cout,
                                uint32_t k, const __half* x, size_t in_stride, const __half* weight,
                                const __half* bias, carve_cu_act act, __half* y, size_t out_stride, float* scratch);
-carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c, const __half* x,
-                                     size_t in_stride, __half* y);
-carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const __half* x,
+carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w, uint32_t c,
+                                     const __half* x, size_t in_stride, __half* y);
+carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t batch, uint32_t cin, uint32_t cout, const __half* x,
                              const __half* weight, const __half* bias, __half* y);
-carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const __half* x, float* y);
+carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, const __half* x, float* y);
 
 #endif  // CARVE_CUDA_F16_H

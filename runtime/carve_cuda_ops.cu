@@ -363,28 +363,21 @@ extern "C" carve_status carve_cu_add(const carve_cu_ctx* ctx, size_t pixels, uin
   return carve_cu_add_t(ctx, pixels, c, a, a_stride, b, b_stride, y, y_stride);
 }
 
-extern "C" carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t h, uint32_t w, uint32_t c,
-                                                const float* x, size_t in_stride, float* y) {
-  return carve_cu_global_avgpool_t(ctx, h, w, c, x, in_stride, y);
+extern "C" carve_status carve_cu_global_avgpool(const carve_cu_ctx* ctx, uint32_t batch, uint32_t h, uint32_t w,
+                                                uint32_t c, const float* x, size_t in_stride, float* y) {
+  return carve_cu_global_avgpool_t(ctx, batch, h, w, c, x, in_stride, y);
 }
 
 // ---- Linear and softmax -------------------------------------------------------------------
 
-extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t cin, uint32_t cout, const float* x,
-                                        const float* weight, const float* bias, float* y) {
-  if (!carve_cu_linear_ok(ctx, cin, cout, x, weight, bias, y)) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  // W (cout, cin) row-major is the column-major (cin, cout) matrix A: y = A^T x.
-  const float one = 1.0f, zero = 0.0f;
-  CARVE_CU_CHECK_BLAS(carve_cu_blas_bind(ctx));
-  CARVE_CU_CHECK_BLAS(
-      cublasSgemv(ctx->blas, CUBLAS_OP_T, (int)cin, (int)cout, &one, weight, (int)cin, x, 1, &zero, y, 1));
-  return carve_cu_linear_bias(ctx, cout, bias, y);
+extern "C" carve_status carve_cu_linear(const carve_cu_ctx* ctx, uint32_t batch, uint32_t cin, uint32_t cout,
+                                        const float* x, const float* weight, const float* bias, float* y) {
+  return carve_cu_linear_t(ctx, batch, cin, cout, x, weight, bias, y, gemm_nt);  // float32 (no TF32)
 }
 
-extern "C" carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t n, const float* x, float* y) {
-  return carve_cu_softmax_t(ctx, n, x, y);
+extern "C" carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, const float* x,
+                                         float* y) {
+  return carve_cu_softmax_t(ctx, batch, n, x, y);
 }
 
 // ---- Attention ----------------------------------------------------------------------------

@@ -576,7 +576,7 @@ static void test_heads(TestCtx& t) {
     const size_t in_stride = c + 3;
     const std::vector<__half> x = random_halves(rng, (size_t)h * w * in_stride, 2.0f);
     DevBuf<__half> dx(x), dy(std::vector<__half>(c + 1, canary));
-    CHECK_OK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, in_stride, dy.p));
+    CHECK_OK(carve_cu_global_avgpool(&t.ctx, 1, h, w, c, dx.p, in_stride, dy.p));
     t.sync();
     const std::vector<__half> y = dy.download();
     for (uint32_t ch = 0; ch < c; ch++) {
@@ -586,7 +586,7 @@ static void test_heads(TestCtx& t) {
       CHECK_MSG(near_float(got, want, kU * std::fabs(want) + 1e-7), "half gap channel %u: %.7g vs %.7g", ch, got, want);
     }
     CHECK(__half_as_ushort(y[c]) == kCanaryBits);
-    CHECK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, c - 1, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_global_avgpool(&t.ctx, 1, h, w, c, dx.p, c - 1, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
   }
   std::vector<__half> logits;
   {  // linear 300 -> 45: one GemmEx column (half result), then the bias in float
@@ -594,7 +594,7 @@ static void test_heads(TestCtx& t) {
     const std::vector<__half> x = random_halves(rng, cin, 1.0f), wt = random_halves(rng, (size_t)cout * cin, 0.2f),
                               b = random_halves(rng, cout, 1.0f);
     DevBuf<__half> dx(x), dw(wt), db(b), dy(std::vector<__half>(cout + 1, canary));
-    CHECK_OK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, db.p, dy.p));
+    CHECK_OK(carve_cu_linear(&t.ctx, 1, cin, cout, dx.p, dw.p, db.p, dy.p));
     t.sync();
     logits = dy.download(cout);
     for (uint32_t o = 0; o < cout; o++) {
@@ -609,14 +609,14 @@ static void test_heads(TestCtx& t) {
       CHECK_MSG(near_float(got, want, tol), "half linear output %u: %.7g vs %.7g (tol %.3g)", o, got, want, tol);
     }
     CHECK(__half_as_ushort(dy.download()[cout]) == kCanaryBits);
-    CHECK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, nullptr, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_linear(&t.ctx, 1, cin, cout, dx.p, dw.p, nullptr, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
   }
   {  // softmax of those 45 half logits into float32 probabilities (and of 1000 wider ones)
     for (size_t n : {(size_t)45, (size_t)1000}) {
       const std::vector<__half> x = n == logits.size() ? logits : random_halves(rng, n, 3.0f);
       DevBuf<__half> dx(x);
       DevBuf<float> dy(std::vector<float>(n + 1, -1.0f));
-      CHECK_OK(carve_cu_softmax(&t.ctx, (uint32_t)n, dx.p, dy.p));
+      CHECK_OK(carve_cu_softmax(&t.ctx, 1, (uint32_t)n, dx.p, dy.p));
       t.sync();
       const std::vector<float> y = dy.download();
       double m = -INFINITY, sum = 0.0;
@@ -633,7 +633,7 @@ static void test_heads(TestCtx& t) {
       CHECK_MSG(hi > 10.0 * lo, "half softmax n %zu: probabilities flat (%g .. %g)", n, lo, hi);
     }
     DevBuf<float> dy(4);
-    CHECK(carve_cu_softmax(&t.ctx, 0, static_cast<const __half*>(nullptr), dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_softmax(&t.ctx, 1, 0, static_cast<const __half*>(nullptr), dy.p) == CARVE_ERR_INVALID_ARGUMENT);
   }
   {  // the prototypes' widening: every half (NaNs as NaN), exact
     std::vector<__half> all(65536);

@@ -412,21 +412,25 @@ static void test_elementwise(TestCtx& t) {
     check_view(dy.download(), sy, want_add, zero, pixels, c, "add");
     check_view(dc.download(), sy, want_copy, zero, pixels, c, "copy");
   }
-  // Global average pool (sum in double).
-  {
+  // Global average pool (sum in double), one image and a batch of 3 (image b's pixels after image b - 1's).
+  for (uint32_t batch : {1u, 3u}) {
     const uint32_t h = 7, w = 3, c = 300;
     const size_t in_stride = 301;
-    const std::vector<float> x = random_view(rng, (size_t)h * w, in_stride);
-    DevBuf<float> dx(x), dy(c);
-    CHECK_OK(carve_cu_global_avgpool(&t.ctx, h, w, c, dx.p, in_stride, dy.p));
+    const std::vector<float> x = random_view(rng, (size_t)batch * h * w, in_stride);
+    DevBuf<float> dx(x), dy((size_t)batch * c);
+    CHECK_OK(carve_cu_global_avgpool(&t.ctx, batch, h, w, c, dx.p, in_stride, dy.p));
     t.sync();
     const std::vector<float> got = dy.download();
-    for (size_t ch = 0; ch < c; ch++) {
-      double s = 0;
-      for (size_t p = 0; p < (size_t)h * w; p++) s += x[p * in_stride + ch];
-      CHECK(got[ch] == (float)(s / (h * w)));
+    for (size_t b = 0; b < batch; b++) {
+      for (size_t ch = 0; ch < c; ch++) {
+        double s = 0;
+        for (size_t p = 0; p < (size_t)h * w; p++) s += x[(b * h * w + p) * in_stride + ch];
+        CHECK_MSG(got[b * c + ch] == (float)(s / (h * w)), "global avgpool batch %u image %zu channel %zu", batch, b,
+                  ch);
+      }
     }
   }
+  CHECK(carve_cu_global_avgpool(&t.ctx, 0, 2, 2, 4, nullptr, 4, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
   std::printf("maxpool, upsample2x, copy, add, global avgpool: ok\n");
 }
 
@@ -434,23 +438,33 @@ static void test_elementwise(TestCtx& t) {
 
 static void test_linear_softmax(TestCtx& t) {
   TestRng rng(24);
+  // Linear layer, one image and a batch of 3 (one GEMM, every image a column): each against double sums; under the
+  // emulation the batch's images are the single image's results bit for bit (on a GPU cuBLAS may pick another
+  // kernel for another batch size: within the same bound).
   {
-    const uint32_t cin = 1280, cout = 1000;
-    std::vector<float> x(cin), wt((size_t)cout * cin), b(cout);
+    const uint32_t cin = 1280, cout = 1000, batch = 3;
+    std::vector<float> x((size_t)batch * cin), wt((size_t)cout * cin), b(cout);
     for (auto& v : x) v = rng.normal();
     for (auto& v : wt) v = rng.normal() * 0.03f;
     for (auto& v : b) v = rng.normal();
-    DevBuf<float> dx(x), dw(wt), db(b), dy(cout);
-    CHECK_OK(carve_cu_linear(&t.ctx, cin, cout, dx.p, dw.p, db.p, dy.p));
+    DevBuf<float> dx(x), dw(wt), db(b), dy((size_t)batch * cout), d1(cout);
+    CHECK_OK(carve_cu_linear(&t.ctx, batch, cin, cout, dx.p, dw.p, db.p, dy.p));
+    CHECK_OK(carve_cu_linear(&t.ctx, 1, cin, cout, dx.p + cin, dw.p, db.p, d1.p));  // image 1 alone
     t.sync();
-    const std::vector<float> got = dy.download();
-    for (size_t o = 0; o < cout; o++) {
-      double s = b[o], mag = std::fabs(b[o]);
-      for (size_t i = 0; i < cin; i++) {
-        s += (double)wt[o * cin + i] * x[i];
-        mag += std::fabs((double)wt[o * cin + i] * x[i]);
+    const std::vector<float> got = dy.download(), alone = d1.download();
+    for (size_t img = 0; img < batch; img++) {
+      for (size_t o = 0; o < cout; o++) {
+        double s = b[o], mag = std::fabs(b[o]);
+        for (size_t i = 0; i < cin; i++) {
+          s += (double)wt[o * cin + i] * x[img * cin + i];
+          mag += std::fabs((double)wt[o * cin + i] * x[img * cin + i]);
+        }
+        const float g = got[img * cout + o];
+        CHECK_MSG(near_float(g, s, 1e-6 * (mag + 1) * 40), "linear image %zu output %zu: %g vs %g", img, o, g, s);
+#ifdef CARVE_CUDA_EMULATION
+        if (img == 1) CHECK_MSG(same_float(g, alone[o]), "linear: image 1 of the batch %g, alone %g", g, alone[o]);
+#endif
       }
-      CHECK_MSG(near_float(got[o], s, 1e-6 * (mag + 1) * 40), "linear %zu: %g vs %g", o, got[o], s);
     }
   }
   // Softmax against carve_softmax: random, one element, NaN, +inf, -inf entries.
@@ -466,12 +480,24 @@ static void test_linear_softmax(TestCtx& t) {
       std::vector<float> cpu(n);
       carve_softmax(x.data(), n, cpu.data());
       DevBuf<float> dx(x), dy(n);
-      CHECK_OK(carve_cu_softmax(&t.ctx, (uint32_t)n, dx.p, dy.p));
+      CHECK_OK(carve_cu_softmax(&t.ctx, 1, (uint32_t)n, dx.p, dy.p));
       t.sync();
       const std::vector<float> got = dy.download();
       for (size_t i = 0; i < n; i++)
         CHECK_MSG(near_float(got[i], cpu[i], kSoftmaxTol * std::fabs(cpu[i]) + 1e-30), "softmax kind %d n %zu [%zu]: %g vs %g",
                   kind, n, i, got[i], cpu[i]);
+      // a batch of 3 rows (this one in the middle): each row its own softmax, the same bits as alone
+      std::vector<float> rows(3 * n);
+      for (auto& v : rows) v = rng.normal() * 4.0f;
+      std::copy(x.begin(), x.end(), rows.begin() + (long)n);
+      DevBuf<float> drows(rows), dout(3 * n);
+      CHECK_OK(carve_cu_softmax(&t.ctx, 3, (uint32_t)n, drows.p, dout.p));
+      t.sync();
+      const std::vector<float> three = dout.download();
+      for (size_t i = 0; i < n; i++) CHECK(same_float(three[n + i], got[i]));
+      std::vector<float> first(n);
+      carve_softmax(rows.data(), n, first.data());
+      for (size_t i = 0; i < n; i++) CHECK(near_float(three[i], first[i], kSoftmaxTol * std::fabs(first[i]) + 1e-30));
     }
   }
   std::printf("linear, softmax: ok\n");
@@ -779,8 +805,8 @@ static void test_ctx_init_with(TestCtx& t) {
   for (float& v : w) v = rng.normal();
   for (float& v : b) v = rng.normal();
   DevBuf<float> dx(x), dw(w), db(b), y1(5), y2(5);
-  CHECK_OK(carve_cu_linear(&c, 33, 5, dx.p, dw.p, db.p, y1.p));
-  CHECK_OK(carve_cu_linear(&t.ctx, 33, 5, dx.p, dw.p, db.p, y2.p));
+  CHECK_OK(carve_cu_linear(&c, 1, 33, 5, dx.p, dw.p, db.p, y1.p));
+  CHECK_OK(carve_cu_linear(&t.ctx, 1, 33, 5, dx.p, dw.p, db.p, y2.p));
   t.sync();
   const std::vector<float> a = y1.download(), e = y2.download();
   for (size_t i = 0; i < 5; i++) CHECK(same_float(a[i], e[i]));
@@ -811,10 +837,12 @@ static void test_errors(TestCtx& t) {
   CHECK(carve_cu_upsample2x(&t.ctx, 2, 2, 4, nullptr, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 1, 2, 2, 4, 5, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_maxpool2d(&t.ctx, 0, 2, 2, 4, 3, 1, 1, d.p, 4, d.p, 4) == CARVE_ERR_INVALID_ARGUMENT);
-  CHECK(carve_cu_softmax(&t.ctx, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_softmax(&t.ctx, 1, 0, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_softmax(&t.ctx, 0, 4, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx empty = {};  // no cuBLAS handle
   empty.stream = t.stream;
-  CHECK(carve_cu_linear(&empty, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_linear(&empty, 1, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_linear(&t.ctx, 0, 4, 4, d.p, d.p, d.p, d.p) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_init(nullptr, t.stream) == CARVE_ERR_INVALID_ARGUMENT);
   carve_cu_ctx_destroy(nullptr);
   std::printf("errors: ok\n");
@@ -864,10 +892,10 @@ static void test_lanes(TestCtx& t) {
   for (float& v : hb) v = rng.range(-1.0f, 1.0f);
   DevBuf<float> w(hw), x(hx), b(hb), y_lane(cout), y_main(cout);
   cudaStream_t bound = nullptr;
-  CHECK_OK(carve_cu_linear(&lane, cin, cout, x.p, w.p, b.p, y_lane.p));
+  CHECK_OK(carve_cu_linear(&lane, 1, cin, cout, x.p, w.p, b.p, y_lane.p));
   CHECK(cublasGetStream(handle, &bound) == CUBLAS_STATUS_SUCCESS && bound == s2);
   CHECK_CUDA(cudaStreamSynchronize(s2));
-  CHECK_OK(carve_cu_linear(&main_ctx, cin, cout, x.p, w.p, b.p, y_main.p));
+  CHECK_OK(carve_cu_linear(&main_ctx, 1, cin, cout, x.p, w.p, b.p, y_main.p));
   CHECK(cublasGetStream(handle, &bound) == CUBLAS_STATUS_SUCCESS && bound == t.stream);
   CHECK_CUDA(cudaStreamSynchronize(t.stream));
   const std::vector<float> a = y_lane.download(), m = y_main.download();
@@ -877,7 +905,7 @@ static void test_lanes(TestCtx& t) {
     spread = std::max(spread, std::fabs((double)a[o] - a[0]));
   }
   CHECK(spread > 0.1);
-  CHECK_OK(carve_cu_linear(&lane, cin, cout, x.p, w.p, b.p, y_lane.p));  // the handle on s2 again
+  CHECK_OK(carve_cu_linear(&lane, 1, cin, cout, x.p, w.p, b.p, y_lane.p));  // the handle on s2 again
   CHECK_CUDA(cudaStreamSynchronize(s2));
   carve_cu_ctx_destroy(&lane);  // owns nothing
   carve_cu_ctx_destroy(&main_ctx);  // the caller's handle: bound to main's stream again, not destroyed
