@@ -14,28 +14,11 @@
 // images gives run_images' detections exactly, that run_image (its image in every slot) gives run_images' image 0, and that bad arguments are refused. tests/cuda/cuda_batch.py
 // compares the files of a --batch 2 package with those of the --batch 1 package run on each input alone.
 
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
-
-#include "carve_io.h"
 #include "yolo26n.h"
 
-static int g_failed = 0;
-
-#define CHECK(cond)                                                   \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      g_failed = 1;                                                   \
-    }                                                                 \
-  } while (0)
+#include "batch_io.h"
 
 static const int kBatch = YOLO26N_BATCH;
-static const size_t kInput = (size_t)3 * YOLO26N_INPUT_H * YOLO26N_INPUT_W;
 static const size_t kRowFloats = (size_t)YOLO26N_ROWS_PER_IMAGE * YOLO26N_ROW_LEN;
 
 static bool write_rows(const std::string& path, const float* rows) {
@@ -55,36 +38,12 @@ static std::string dets_text(const yolo26n_detection* d, size_t n) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2 + 2 * kBatch) {
-    std::fprintf(stderr, "usage: %s OUT_DIR TENSOR.npy x%d IMAGE x%d\n", argv[0], kBatch, kBatch);
+  std::string out;
+  std::vector<float> tensors;
+  std::vector<uint8_t*> rgb;
+  std::vector<yolo26n_image> images;
+  if (load_batch_inputs(argc, argv, kBatch, YOLO26N_INPUT_H, YOLO26N_INPUT_W, &out, &tensors, &rgb, &images) != 0) {
     return 2;
-  }
-  const std::string out = argv[1];
-  std::vector<float> tensors(kInput * kBatch);
-  for (int b = 0; b < kBatch; b++) {
-    float* t = nullptr;
-    size_t shape[8];
-    int ndim = 0;
-    if (carve_npy_read_f32(argv[2 + b], &t, shape, &ndim) != CARVE_OK || ndim != 4 ||
-        shape[0] * shape[1] * shape[2] * shape[3] != kInput) {
-      std::fprintf(stderr, "%s: expected a float32 (1,3,%d,%d) array\n", argv[2 + b], YOLO26N_INPUT_H,
-                   YOLO26N_INPUT_W);
-      return 2;
-    }
-    std::memcpy(tensors.data() + b * kInput, t, kInput * sizeof(float));
-    std::free(t);
-  }
-  std::vector<uint8_t*> rgb(kBatch, nullptr);
-  std::vector<yolo26n_image> images(kBatch);
-  for (int b = 0; b < kBatch; b++) {
-    char why[256];
-    if (carve_image_load_rgb_msg(argv[2 + kBatch + b], &rgb[b], &images[b].width, &images[b].height, why,
-                                 sizeof why) != CARVE_OK) {
-      std::fprintf(stderr, "%s: %s\n", argv[2 + kBatch + b], why);
-      return 2;
-    }
-    images[b].rgb = rgb[b];
-    images[b].stride_bytes = (size_t)images[b].width * 3;
   }
 
   yolo26n* m = nullptr;
@@ -107,42 +66,26 @@ int main(int argc, char** argv) {
   CHECK(yolo26n_batch_rows(m, kBatch, nullptr) == nullptr);
   CHECK(yolo26n_run_images(m, images.data(), 0.0f, dets.data(), max_dets, n.data()) == CARVE_OK);
   for (int b = 0; b < kBatch; b++) {
-    FILE* f = std::fopen((out + "/dets_" + std::to_string(b) + ".txt").c_str(), "w");
-    CHECK(f != nullptr);
-    if (f != nullptr) {
-      std::fputs(dets_text(dets.data() + b * max_dets, n[b]).c_str(), f);
-      std::fclose(f);
-    }
+    write_text(out + "/dets_" + std::to_string(b) + ".txt", dets_text(dets.data() + b * max_dets, n[b]));
   }
 
   // Asynchronous runs on a stream of ours, from device copies of the inputs.
   cudaStream_t stream = nullptr;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  float* dt = nullptr;
-  CHECK(cudaMalloc((void**)&dt, tensors.size() * sizeof(float)) == cudaSuccess);
-  CHECK(cudaMemcpy(dt, tensors.data(), tensors.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  float* dt = device_tensors(tensors);
   for (int run = 0; run < 3; run++) {  // eager, capture, replay
     CHECK(yolo26n_enqueue_tensors(m, stream, dt, 1) == CARVE_OK);
   }
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
-  std::vector<float> device_copy(kRowFloats);
   for (int b = 0; b < kBatch; b++) {
     const float* pinned = yolo26n_pinned_rows(m, b);
     CHECK(pinned != nullptr && write_rows(out + "/async_" + std::to_string(b) + ".npy", pinned));
-    CHECK(cudaMemcpy(device_copy.data(), yolo26n_device_rows(m, b), kRowFloats * sizeof(float),
-                     cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(pinned != nullptr && std::memcmp(device_copy.data(), pinned, kRowFloats * sizeof(float)) == 0);
+    CHECK(device_equals_pinned(yolo26n_device_rows(m, b), pinned, kRowFloats));
   }
 
   // enqueue_images from device images: the detections of run_images, exactly.
-  std::vector<uint8_t*> drgb(kBatch, nullptr);
-  std::vector<yolo26n_image> dimages = images;
-  for (int b = 0; b < kBatch; b++) {
-    const size_t bytes = (size_t)images[b].height * images[b].stride_bytes;
-    CHECK(cudaMalloc((void**)&drgb[b], bytes) == cudaSuccess);
-    CHECK(cudaMemcpy(drgb[b], rgb[b], bytes, cudaMemcpyHostToDevice) == cudaSuccess);
-    dimages[b].rgb = drgb[b];
-  }
+  std::vector<uint8_t*> drgb;
+  std::vector<yolo26n_image> dimages = device_images(rgb, images, &drgb);
   CHECK(yolo26n_enqueue_images(m, stream, dimages.data(), 1) == CARVE_OK);
   CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
   CHECK(yolo26n_pinned_detections(m, 0.0f, dets2.data(), max_dets, n2.data()) == CARVE_OK);
@@ -172,13 +115,7 @@ int main(int argc, char** argv) {
 
   // Launches per forward, and the fused convolutions' rows.
   const size_t nodes = yolo26n_graph_nodes(m);
-  CHECK(nodes > 0);
-  FILE* f = std::fopen((out + "/nodes.txt").c_str(), "w");
-  CHECK(f != nullptr);
-  if (f != nullptr) {
-    std::fprintf(f, "%zu\n", nodes);
-    std::fclose(f);
-  }
+  write_nodes(out, nodes);
   yolo26n_destroy(m);
   yolo26n_options opt;
   yolo26n_default_options(&opt);

@@ -17,7 +17,11 @@
    the same, and with the fused convolutions (options.fused_conv) too; the two images' rows must differ, and their
    scores must spread (not a flat random network); the batch-2 forward's CUDA Graph may have at most
    EXTRA_NODES_PER_IMAGE nodes more than batch 1's (every layer runs once for the batch);
-5. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
+5. classify (yolo26n-cls, random checkpoint, both precisions at --imgsz-cls): the same with
+   tests/cuda/batch_classify_main.cu: each image's probabilities (run_tensors, enqueue_tensors' pinned copy) of the
+   --batch 2 package bit-identical to the --batch 1 package's on that image alone, run_images' top 5 the same, the
+   two images' probabilities different and not flat, no extra graph node for the second image;
+6. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
 """
 
 from __future__ import annotations
@@ -41,16 +45,36 @@ IMAGES = ("bus.jpg", "zidane.jpg")
 EXTRA_NODES_PER_IMAGE = 0
 
 
-def build(pkg: Path, lib: Path) -> Path:
+def build(pkg: Path, lib: Path, prefix: str = "yolo26n", main: str = "batch_main") -> Path:
     b = pkg / "build-emu"
     b.mkdir(exist_ok=True)
     inc = ["-I", pkg, "-I", pkg / "runtime"]
-    cvx.compile_all([[cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", pkg / "yolo26n.cu", "-o", b / "model.o"],
-                     [cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", HERE / "batch_main.cu", "-o", b / "main.o"],
-                     [cvx.CC, "-I", pkg, "-c", pkg / "yolo26n_weights.S", "-o", b / "weights.o"]])
-    exe = b / "batch_main"
+    cvx.compile_all([[cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", pkg / f"{prefix}.cu", "-o", b / "model.o"],
+                     [cvx.CXX, *cvx.EMU_FLAGS, "-O1", *inc, "-c", HERE / f"{main}.cu", "-o", b / "main.o"],
+                     [cvx.CC, "-I", pkg, "-c", pkg / f"{prefix}_weights.S", "-o", b / "weights.o"]])
+    exe = b / main
     cvx.run([cvx.CXX, b / "main.o", b / "model.o", b / "weights.o", lib, "-lstb", "-lpthread", "-lm", "-o", exe])
     return exe
+
+
+def run_both(exes: dict, work: Path, imgsz: int, task: str = "detect") -> dict:
+    """The test program of the --batch 2 package on both inputs, and the --batch 1 package's on each alone (the
+    tensors from tools/oracle.py make_input, then the images): {"b2", "b1-0", "b1-1"} -> its output folder."""
+    images = [cvx.oracle.sample_image(n) for n in IMAGES]
+    tensors = []
+    for i, img in enumerate(images):
+        t = work / f"input{i}.npy"
+        cvx.oracle.make_input(img, imgsz, t, task=task)
+        tensors.append(t)
+    outs = {}
+    for key, cmd in {"b2": [exes[2], *tensors, *images],
+                     "b1-0": [exes[1], tensors[0], images[0]], "b1-1": [exes[1], tensors[1], images[1]]}.items():
+        d = work / f"out-{key}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        print(cvx.run([cmd[0], d, *cmd[1:]]).stdout.strip())
+        outs[key] = d
+    return outs
 
 
 def refusals(pt: Path, work: Path) -> bool:
@@ -69,56 +93,74 @@ def refusals(pt: Path, work: Path) -> bool:
     return ok
 
 
-def check_precision(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
-    """Steps 1-4 for one precision: the --batch 2 package's rows of each image against the --batch 1 package's on
-    that image alone (every path, and the fused convolutions), and the launches per forward of both."""
-    work = work / f"{precision}-{imgsz}"
-    work.mkdir(parents=True, exist_ok=True)
+def batch_pair(model: str, pt: Path, lib: Path, work: Path, imgsz: int, precision: str, task: str = "detect") -> dict:
+    """The --batch 2 and --batch 1 packages of `model` built with the task's test program and run (run_both)."""
+    main = "batch_classify_main" if task == "classify" else "batch_main"
     exes = {}
     for batch in (1, 2):
         pkg = work / f"b{batch}"
-        cvx.generate("yolo26n", "cuda", pt, imgsz, pkg, "--batch", str(batch), "--precision", precision)
-        exes[batch] = build(pkg, lib)
-    images = [cvx.oracle.sample_image(n) for n in IMAGES]
-    tensors = []
-    for i, img in enumerate(images):
-        t = work / f"input{i}.npy"
-        cvx.oracle.make_input(img, imgsz, t)
-        tensors.append(t)
-    outs = {}
-    for key, cmd in {"b2": [exes[2], *tensors, *images],
-                     "b1-0": [exes[1], tensors[0], images[0]], "b1-1": [exes[1], tensors[1], images[1]]}.items():
-        d = work / f"out-{key}"
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir()
-        print(cvx.run([cmd[0], d, *cmd[1:]]).stdout.strip())
-        outs[key] = d
+        cvx.generate(model, "cuda", pt, imgsz, pkg, "--batch", str(batch), "--precision", precision)
+        exes[batch] = build(pkg, lib, model.replace("-", "_"), main)
+    return run_both(exes, work, imgsz, task)
+
+
+def same_per_image(outs: dict, label: str, what: str, kinds: tuple, texts: str) -> bool:
+    """Each image's <kind>_<b>.npy of the batch-2 run bit-identical to <kind>_0.npy of the batch-1 run on it alone,
+    and its <texts>_<b>.txt (what run_images returned) the same text."""
     ok = True
     for b in range(2):
         single = outs[f"b1-{b}"]
-        for kind in ("sync", "async", "fused"):
+        for kind in kinds:
             got, want = np.load(outs["b2"] / f"{kind}_{b}.npy"), np.load(single / f"{kind}_0.npy")
             same = got.shape == want.shape and np.array_equal(got, want)
-            print(f"{precision} {imgsz}: image {b} ({IMAGES[b]}) {kind} rows, batch 2 vs batch 1: "
+            print(f"{label}: image {b} ({IMAGES[b]}) {kind} {what}, batch 2 vs batch 1: "
                   f"{'bit-identical' if same else 'DIFFERENT'} {got.shape}")
             ok &= same
-        dets_same = (outs["b2"] / f"dets_{b}.txt").read_text() == (single / "dets_0.txt").read_text()
-        n = len((single / "dets_0.txt").read_text().splitlines())
-        print(f"{precision} {imgsz}: image {b} run_images detections (every row), batch 2 vs batch 1: "
-              f"{'same' if dets_same else 'DIFFERENT'} ({n})")
-        ok &= dets_same
+        text = (single / f"{texts}_0.txt").read_text()
+        same = (outs["b2"] / f"{texts}_{b}.txt").read_text() == text
+        print(f"{label}: image {b} run_images {texts} ({len(text.splitlines())} lines), batch 2 vs batch 1: "
+              f"{'same' if same else 'DIFFERENT'}")
+        ok &= same
+    return ok
+
+
+def nodes_ok(outs: dict, label: str) -> bool:
+    """Launches per forward: each layer runs once for the whole batch."""
+    n1, n2 = (int((outs[k] / "nodes.txt").read_text()) for k in ("b1-0", "b2"))
+    few = n2 - n1 <= EXTRA_NODES_PER_IMAGE
+    print(f"{label}: graph nodes per forward: batch 1 {n1}, batch 2 {n2} (at most {EXTRA_NODES_PER_IMAGE} more): "
+          f"{'ok' if few else 'FAIL'}")
+    return few
+
+
+def check_precision(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
+    """Steps 1-4 for one precision: the --batch 2 package's rows of each image against the --batch 1 package's on
+    that image alone (every path, and the fused convolutions), and the launches per forward of both."""
+    label = f"{precision} {imgsz}"
+    work = work / f"{precision}-{imgsz}"
+    work.mkdir(parents=True, exist_ok=True)
+    outs = batch_pair("yolo26n", pt, lib, work, imgsz, precision)
+    ok = same_per_image(outs, label, "rows", ("sync", "async", "fused"), "dets")
     r0, r1 = (np.load(outs["b2"] / f"sync_{b}.npy")[0] for b in range(2))
     spread = float(r0[:, 4].std())
     distinct = not np.array_equal(r0, r1)
-    print(f"{precision} {imgsz}: the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
-    ok &= distinct and spread > 1e-3
-    # Launches per forward: each layer runs once for the whole batch.
-    n1, n2 = (int((outs[k] / "nodes.txt").read_text()) for k in ("b1-0", "b2"))
-    few = n2 - n1 <= EXTRA_NODES_PER_IMAGE
-    print(f"{precision} {imgsz}: graph nodes per forward: batch 1 {n1}, batch 2 {n2} (at most "
-          f"{EXTRA_NODES_PER_IMAGE} more): {'ok' if few else 'FAIL'}")
-    ok &= few
-    return ok
+    print(f"{label}: the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
+    return ok & distinct & (spread > 1e-3) & nodes_ok(outs, label)
+
+
+def check_classify(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
+    """Step 5 for one precision: the --batch 2 classify package's probabilities of each image against the --batch 1
+    package's on that image alone, run_images' top 5 the same, the launches per forward."""
+    label = f"classify {precision} {imgsz}"
+    work = work / f"cls-{precision}-{imgsz}"
+    work.mkdir(parents=True, exist_ok=True)
+    outs = batch_pair("yolo26n-cls", pt, lib, work, imgsz, precision, "classify")
+    ok = same_per_image(outs, label, "probabilities", ("sync", "async"), "top")
+    p0, p1 = (np.load(outs["b2"] / f"sync_{b}.npy")[0] for b in range(2))
+    distinct, peaked = not np.array_equal(p0, p1), min(p0.max(), p1.max()) > 10.0 / p0.size
+    print(f"{label}: the two images' probabilities differ: {distinct}; largest {p0.max():.3g}, {p1.max():.3g} "
+          f"(not flat: > {10.0 / p0.size:.3g})")
+    return ok & distinct & peaked & nodes_ok(outs, label)
 
 
 def main() -> int:
@@ -126,6 +168,7 @@ def main() -> int:
     ap.add_argument("--work", required=True, type=Path)
     ap.add_argument("--imgsz", type=int, default=64, help="the fp16 packages' size (fp32: --imgsz-fp32)")
     ap.add_argument("--imgsz-fp32", type=int, default=96)
+    ap.add_argument("--imgsz-cls", type=int, default=64, help="the classify packages' size")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     root = args.work.resolve()
@@ -135,6 +178,9 @@ def main() -> int:
     lib = cvx.build_runtime(root, "emu")
     ok = check_precision(pt, lib, work, args.imgsz_fp32, "fp32")
     ok &= check_precision(pt, lib, work, args.imgsz, "fp16")
+    pt_cls = cvx.checkpoint(root, "yolo26n-cls")
+    for precision in ("fp32", "fp16"):
+        ok &= check_classify(pt_cls, lib, work, args.imgsz_cls, precision)
     ok &= refusals(pt, work)
     print(f"cuda_batch: {'PASS' if ok else 'FAIL'}")
     if ok and not args.keep:

@@ -46,3 +46,21 @@ def irsim_yolo26n_pt(tmp_path_factory):
     """A yolo26n checkpoint with irsim's random weights (seed 0), written once for the tests that generate from it."""
     import irsim  # tests/generator/irsim.py: needs torch (its callers importorskip it first)
     return irsim.save_checkpoint(irsim.build_yolo26("n", seed=0), tmp_path_factory.mktemp("w") / "yolo26n.pt")
+
+
+@pytest.fixture(scope="session")
+def seg_cls_checkpoints(tmp_path_factory):
+    """Fresh (untrained) yolo26n segment and classify checkpoints, saved as Ultralytics saves them (needs torch):
+    {"segment": path, "classify": path}."""
+    torch = pytest.importorskip("torch")
+    from ultralytics.nn.tasks import ClassificationModel, SegmentationModel
+
+    out = {}
+    for task, cls, cfg in (("segment", SegmentationModel, "yolo26n-seg.yaml"),
+                           ("classify", ClassificationModel, "yolo26n-cls.yaml")):
+        torch.manual_seed(0)
+        model = cls(cfg, verbose=False).eval().half()
+        out[task] = tmp_path_factory.mktemp(task) / f"{task}.pt"
+        torch.save({"model": model, "ema": None, "train_args": {"task": task, "imgsz": 640}, "epoch": -1},
+                   str(out[task]))
+    return out

@@ -119,23 +119,6 @@ def test_fp16_refusals():
 
 
 
-@pytest.fixture(scope="module")
-def seg_cls_checkpoints(tmp_path_factory):
-    """Fresh (untrained) yolo26n segment and classify checkpoints, saved as Ultralytics saves them."""
-    torch = pytest.importorskip("torch")
-    from ultralytics.nn.tasks import ClassificationModel, SegmentationModel
-
-    out = {}
-    for task, cls, cfg in (("segment", SegmentationModel, "yolo26n-seg.yaml"),
-                           ("classify", ClassificationModel, "yolo26n-cls.yaml")):
-        torch.manual_seed(0)
-        model = cls(cfg, verbose=False).eval().half()
-        out[task] = tmp_path_factory.mktemp(task) / f"{task}.pt"
-        torch.save({"model": model, "ema": None, "train_args": {"task": task, "imgsz": 640}, "epoch": -1},
-                   str(out[task]))
-    return out
-
-
 def test_fp16_segment_package(seg_cls_checkpoints):
     """Segment in half: the prototypes' transposed convolution by its half overload, the prototypes widened to
     float32 into the staging area after the head (on the run's stream, after the lanes' join), fetched from there."""
@@ -167,8 +150,9 @@ def test_fp16_classify_package(seg_cls_checkpoints):
     cu = files["yolo26n_cls.cu"].decode()
     assert "typedef __half act_t;" in cu and "runtime/carve_cuda_f16.cu" in files
     assert cu.count("TRY(carve_cu_global_avgpool(") == 1 and cu.count("TRY(carve_cu_linear(") == 1
-    assert cu.count("TRY(carve_cu_softmax(&m->cu, 1000, A(m, S_MODEL_10_LINEAR), F(m, F16_ROWS_OFF)));") == 1
-    assert "cudaMemcpyAsync(m->host_out, F(m, F16_ROWS_OFF), YOLO26N_CLS_NUM_CLASSES * sizeof(float)," in cu
+    assert cu.count("TRY(carve_cu_softmax(&m->cu, BATCH, 1000, A(m, S_MODEL_10_LINEAR), F(m, F16_ROWS_OFF)));") == 1
+    assert "cudaMemcpyAsync(m->host_out, probs_dev(m, 0), BATCH * YOLO26N_CLS_NUM_CLASSES * sizeof(float)," in cu
+    assert "return m->f32 + (size_t)BATCH * F16_ROWS_OFF + b * YOLO26N_CLS_NUM_CLASSES;" in cu  # probs_dev
     assert "TRY(rows_done(m, 10, 1, YOLO26N_CLS_NUM_CLASSES));" in cu
     assert re.search(r"carve_cu_classify_preprocess\(&m->cu, [^;]*input_dev\(m, 0\)", cu, re.S)
     assert _define(cu, "F16_F32_FLOATS") == max(1008, 64 * 64 * 3)

@@ -152,6 +152,35 @@ def test_cuda_batch_fp16(weights):
     assert cu.count("carve_cu_attention_scratch_floats(BATCH, ") == 2
 
 
+def test_cuda_batch_classify(seg_cls_checkpoints):
+    """--batch N for classify: the classify batch API, the head's pool, linear layer (one GEMM) and softmax once for
+    the batch, N images' probabilities in the host copy; fp16: the float32 probabilities of every image in the
+    staging area."""
+    manifest = REPO / "manifests" / "yolo26n-cls.yaml"
+    for precision in ("fp32", "fp16"):
+        files = compiler.compile_model(str(manifest), "cuda", str(seg_cls_checkpoints["classify"]), IMGSZ,
+                                       {"batch": 3, "precision": precision}).files
+        h, cu = files["yolo26n_cls.h"].decode(), files["yolo26n_cls.cu"].decode()
+        assert re.search(r"^#define YOLO26N_CLS_BATCH 3\b", h, re.M)
+        for api in ("run_images", "run_tensors", "batch_probs", "enqueue_images", "enqueue_tensors", "device_probs",
+                    "pinned_probs", "pinned_top", "staging_image"):
+            assert f"yolo26n_cls_{api}(" in h and f"yolo26n_cls_{api}(" in cu
+        assert "_detection" not in h and "ROWS_PER_IMAGE" not in h
+        assert cu.count("TRY(carve_cu_global_avgpool(&m->cu, BATCH, ") == 1
+        assert cu.count("TRY(carve_cu_linear(&m->cu, BATCH, ") == 1
+        assert cu.count("TRY(carve_cu_softmax(&m->cu, BATCH, ") == 1
+        assert "float host_out[BATCH * YOLO26N_CLS_NUM_CLASSES];" in cu
+        assert "m->host_out, probs_dev(m, 0), BATCH * YOLO26N_CLS_NUM_CLASSES * sizeof(float)," in cu
+        staging = "m->f32 + (size_t)BATCH * F16_ROWS_OFF" if precision == "fp16" else "m->arena + OUTPUT0_OFF"
+        assert staging in cu[cu.index("static inline const float* probs_dev("):]
+
+
+def test_cuda_batch_segment_refused(seg_cls_checkpoints):
+    with pytest.raises(CarveError, match="and classify models; not segment models yet"):
+        compiler.compile_model(str(REPO / "manifests" / "yolo26n-seg.yaml"), "cuda",
+                               str(seg_cls_checkpoints["segment"]), IMGSZ, {"batch": 2})
+
+
 @pytest.mark.parametrize("backend, options, message", [
     ("xnnpack", {"batch": 2}, "backend 'xnnpack' runs one image per run"),
     ("portable", {"batch": 2}, "backend 'portable' runs one image per run"),

@@ -282,14 +282,24 @@ def _cu_add(lw: Lowering, op) -> list:
                   y_off=lw.off(y), y_stride=c)]
 
 
+def _dense(lw: Lowering, *tensors) -> None:
+    """The classify head's (1, 1, c) vectors are dense views (stride c): a batch's image b at b c, what the pool,
+    linear and softmax kernels index."""
+    for t in tensors:
+        if lw.stride(t) != lw.shape(t)[2]:  # pragma: no cover - planner invariant (no concat slot in the head)
+            raise AssertionError(f"{t}: the classify head's vectors must be dense views")
+
+
 def _cu_gap(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
     h, w, c = lw.shape(x)
+    _dense(lw, y)
     return [CuGap(**lw.head(op), h=h, w=w, c=c, x_off=lw.off(x), x_stride=lw.stride(x), y_off=lw.off(y))]
 
 
 def _cu_linear(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
+    _dense(lw, x, y)
     return [CuLinear(**lw.head(op), cin=op.attrs["cin"], cout=op.attrs["cout"], x_off=lw.off(x),
                      w_off=lw.weight(op, "weight", lambda t: LAYOUTS.linear(t, op.attrs)),
                      b_off=lw.weight(op, "bias"), y_off=lw.off(y))]
@@ -297,6 +307,7 @@ def _cu_linear(lw: Lowering, op) -> list:
 
 def _cu_softmax(lw: Lowering, op) -> list:
     x, y = op.inputs[0], op.outputs[0]
+    _dense(lw, x, y)
     return [lw.cls("softmax")(**lw.head(op), n=lw.shape(x)[2], x_off=lw.off(x), y_off=lw.off(y))]
 
 
@@ -403,19 +414,21 @@ class CudaBackend(CBackend):
         return CPackage(self, graph, plan, program, options).files()
 
 
-BATCH_TASKS = ("detect", "pose", "obb")  # the tasks whose rows are all the batch API hands out
+# the tasks whose outputs are all the batch API hands out: the rows (detect, pose, obb), the probabilities (classify)
+BATCH_TASKS = ("detect", "pose", "obb", "classify")
 
 
 def batch_options(meta: dict, program: dict, options) -> tuple:
     """(batch, batch_api): --batch N (images per run; default 1) and whether the package has the batch /
-    asynchronous API (run_images, enqueue_*: detect, pose and obb with the end-to-end head). A batch of more
-    than one image is refused where that API is missing."""
+    asynchronous API (run_images, enqueue_*: detect, pose and obb with the end-to-end head, classify). A batch of
+    more than one image is refused where that API is missing."""
     batch = int((options or {}).get("batch") or 1)
     api = meta["task"] in BATCH_TASKS and not program.get("nms")
     if batch > 1 and not api:
         what = f"{meta['task']} models" if meta["task"] not in BATCH_TASKS else "the one-to-many head + NMS (--head nms)"
         raise CarveError(f"--batch {batch}: the cuda backend batches detect, pose and obb models with the end-to-end "
-                         f"head; not {what} yet", hint="generate with --batch 1 (the default); no files were written")
+                         f"head, and classify models; not {what} yet",
+                         hint="generate with --batch 1 (the default); no files were written")
     return batch, api
 
 
@@ -562,7 +575,7 @@ def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int
     (< 1 KiB), an event and a double per layer boundary, and the host copies it holds (each rounded up to
     64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback; the lanes."""
     batch = p.get("batch", 1)
-    floats = [in_h * in_w * 3, nc if task == "classify" else batch * min(p["rows_k"], p["anchors"]) * p["row_len"],
+    floats = [in_h * in_w * 3, batch * (nc if task == "classify" else min(p["rows_k"], p["anchors"]) * p["row_len"]),
               p["layer_span_floats"]]
     if "output1" in p["outputs"]:
         o = p["outputs"]["output1"]
