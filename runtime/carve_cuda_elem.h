@@ -1138,7 +1138,7 @@ static carve_status carve_cu_add_t(const carve_cu_ctx* ctx, size_t pixels, uint3
   return CARVE_OK;
 }
 
-// ---- The segment and classify heads: transposed convolution, global average pool, bias ---------------
+// ---- The segment and classify heads: transposed convolution, global average pool, linear layer -------
 
 // y[iy k + ky][ix k + kx][o] = act(t[iy w + ix][(o k + ky) k + kx] + b[o]), t the GEMM result
 // (h w, cout k k): each output reads its one input pixel (a gather, no scatter).

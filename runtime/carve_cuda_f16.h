@@ -5,19 +5,23 @@
 // ctx->stream, nothing allocated or synchronised, carve_status results):
 //   * Activations are NHWC IEEE binary16 (__half) with a pixel stride >= channels, weights and
 //     biases binary16 in the blob's layouts (OHWI convolutions). Every kernel reads halves,
-//     computes in float32 and rounds once to half when it stores (round to nearest even).
+//     computes in float32 and rounds once to half when it stores (round to nearest even), except
+//     where an output is float32 (below).
 //   * GEMMs are cublasGemmEx / cublasGemmStridedBatchedEx with CUDA_R_16F operands and
 //     CUBLAS_COMPUTE_32F (float32 accumulation: tensor cores on sm_75 and later).
 //   * The functions are C++ overloads of carve_cuda.h's names, with __half pointers where those
 //     take float ones, so that a generated package's calls read the same in both precisions.
-//     The scratch of conv2d and attention is still passed as float* (the fp32 signature) and
-//     used as halves: the fp32 scratch sizes are upper bounds of the fp16 needs.
-//   * The edges of the network: the letterbox and a device tensor's layout change write the input
-//     as halves (carve_cuda.h's __half overloads of carve_cu_letterbox / carve_cu_nchw_to_nhwc_batch), a
-//     host tensor is uploaded as float32 and cast (carve_cu_f32_to_f16); the head (top-k, NMS, box decoding) reads the half maps where the
+//     The scratch of conv2d, deconv2d and attention is still passed as float* (the fp32 signature)
+//     and used as halves: the fp32 scratch sizes are upper bounds of the fp16 needs.
+//   * The edges of the network: the letterbox, the classify pre-processing and a device tensor's layout
+//     change write the input as halves (carve_cuda.h's __half overloads of carve_cu_letterbox /
+//     carve_cu_classify_preprocess / carve_cu_nchw_to_nhwc_batch), a host tensor is uploaded as float32
+//     and cast (carve_cu_f32_to_f16); the head (top-k, NMS, box decoding) reads the half maps where the
 //     network wrote them (carve_cu_level_h: the carve_cuda.h / carve_cuda_nms.h overloads of the
 //     e2e and NMS functions, in carve_cuda_topk.cu / carve_cuda_nms.cu), widening each value to
-//     float32 as it reads it, and computes and writes its rows in float32.
+//     float32 as it reads it, and computes and writes its rows in float32; the classify softmax
+//     reads half logits and writes float32 probabilities; a segment package's prototypes are
+//     widened to float32 by carve_cuda.h's carve_cu_f16_to_f32 (the blob's exact widening).
 // C++ only (the .cu files of a package; the package header stays C).
 
 #ifndef CARVE_CUDA_F16_H

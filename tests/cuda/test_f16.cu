@@ -633,7 +633,9 @@ static void test_heads(TestCtx& t) {
       CHECK_MSG(hi > 10.0 * lo, "half softmax n %zu: probabilities flat (%g .. %g)", n, lo, hi);
     }
     DevBuf<float> dy(4);
-    CHECK(carve_cu_softmax(&t.ctx, 1, 0, static_cast<const __half*>(nullptr), dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    DevBuf<__half> dx(4);
+    CHECK(carve_cu_softmax(&t.ctx, 1, 0, dx.p, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_softmax(&t.ctx, 0, 4, dx.p, dy.p) == CARVE_ERR_INVALID_ARGUMENT);
   }
   {  // the prototypes' widening: every half (NaNs as NaN), exact
     std::vector<__half> all(65536);

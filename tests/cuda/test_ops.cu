@@ -430,7 +430,11 @@ static void test_elementwise(TestCtx& t) {
       }
     }
   }
-  CHECK(carve_cu_global_avgpool(&t.ctx, 0, 2, 2, 4, nullptr, 4, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  {
+    DevBuf<float> d(16);
+    CHECK(carve_cu_global_avgpool(&t.ctx, 0, 2, 2, 4, d.p, 4, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(carve_cu_global_avgpool(&t.ctx, 1, 2, 2, 4, d.p, 3, d.p) == CARVE_ERR_INVALID_ARGUMENT);
+  }
   std::printf("maxpool, upsample2x, copy, add, global avgpool: ok\n");
 }
 
@@ -486,7 +490,7 @@ static void test_linear_softmax(TestCtx& t) {
       for (size_t i = 0; i < n; i++)
         CHECK_MSG(near_float(got[i], cpu[i], kSoftmaxTol * std::fabs(cpu[i]) + 1e-30), "softmax kind %d n %zu [%zu]: %g vs %g",
                   kind, n, i, got[i], cpu[i]);
-      // a batch of 3 rows (this one in the middle): each row its own softmax, the same bits as alone
+      // a batch of 3 rows (this one in the middle: the same bits as alone), each row its own softmax
       std::vector<float> rows(3 * n);
       for (auto& v : rows) v = rng.normal() * 4.0f;
       std::copy(x.begin(), x.end(), rows.begin() + (long)n);
@@ -495,9 +499,14 @@ static void test_linear_softmax(TestCtx& t) {
       t.sync();
       const std::vector<float> three = dout.download();
       for (size_t i = 0; i < n; i++) CHECK(same_float(three[n + i], got[i]));
-      std::vector<float> first(n);
-      carve_softmax(rows.data(), n, first.data());
-      for (size_t i = 0; i < n; i++) CHECK(near_float(three[i], first[i], kSoftmaxTol * std::fabs(first[i]) + 1e-30));
+      std::vector<float> edge(n);  // rows 0 and 2 against carve_softmax of their own values
+      for (size_t r : {(size_t)0, (size_t)2}) {
+        carve_softmax(rows.data() + r * n, n, edge.data());
+        for (size_t i = 0; i < n; i++) {
+          CHECK_MSG(near_float(three[r * n + i], edge[i], kSoftmaxTol * std::fabs(edge[i]) + 1e-30),
+                    "softmax batch row %zu [%zu]: %g vs %g", r, i, three[r * n + i], edge[i]);
+        }
+      }
     }
   }
   std::printf("linear, softmax: ok\n");
