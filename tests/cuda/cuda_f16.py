@@ -35,7 +35,8 @@ output1, widened to float32 by the package); classify also run_image on bus.jpg 
 
 --fused-conv: the packages run with the demo's --fused-conv (options.fused_conv: carve's fused implicit-GEMM
 convolutions on tensor cores, runtime/carve_cuda_igemm.h, instead of im2col + cuBLAS + epilogue), held to the same
-bounds (ctest cuda_f16_fused; work folder WORK/cuda_f16_fused).
+bounds (ctest cuda_f16_fused; work folder WORK/cuda_f16_fused). Without --heads, the work folder is named after the
+tasks (WORK/cuda_f16_segment_classify), so that the ctests run side by side.
 
 A failure keeps the work folder; a pass deletes the packages and dumps.
 """
@@ -221,7 +222,10 @@ def main() -> int:
     ap.add_argument("--fused-conv", action="store_true", help="run the packages with the fused convolution kernel")
     args = ap.parse_args()
     args.demo_flags = ["--fused-conv"] if args.fused_conv else []
-    work = args.work.resolve() / ("cuda_f16_fused" if args.fused_conv else "cuda_f16")
+    # a folder per configuration: ctest runs cuda_f16_shapes, cuda_f16_seg_cls and cuda_f16_fused side by side
+    tasks = [t for t in args.random_tasks.split(",") if t]
+    work = args.work.resolve() / "_".join(["cuda_f16", *(["fused"] if args.fused_conv else []),
+                                           *(tasks if not args.heads else [])])
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     lib = cvx.build_runtime(args.work.resolve(), "cuda")
@@ -230,7 +234,7 @@ def main() -> int:
     ok = True
     for head in heads:
         ok = check_head(args, head, lib, work, bounds) and ok
-    for task in (t for t in args.random_tasks.split(",") if t):
+    for task in tasks:
         ok = check_random_task(args, task, lib, work) and ok
     if ok and not args.keep:
         shutil.rmtree(work, ignore_errors=True)
