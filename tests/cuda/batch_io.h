@@ -82,7 +82,7 @@ static std::vector<Image> device_images(const std::vector<uint8_t*>& rgb, const 
 }
 
 // A device copy of the stacked tensors (cudaFree it).
-static float* device_tensors(const std::vector<float>& tensors) {
+static inline float* device_tensors(const std::vector<float>& tensors) {
   float* dt = nullptr;
   CHECK(cudaMalloc((void**)&dt, tensors.size() * sizeof(float)) == cudaSuccess);
   CHECK(cudaMemcpy(dt, tensors.data(), tensors.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
@@ -90,7 +90,7 @@ static float* device_tensors(const std::vector<float>& tensors) {
 }
 
 // Whether `floats` results on the device equal their pinned host copy bit for bit.
-static bool device_equals_pinned(const float* device, const float* pinned, size_t floats) {
+static inline bool device_equals_pinned(const float* device, const float* pinned, size_t floats) {
   std::vector<float> copy(floats);
   return pinned != nullptr && device != nullptr &&
          cudaMemcpy(copy.data(), device, floats * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess &&
@@ -98,7 +98,7 @@ static bool device_equals_pinned(const float* device, const float* pinned, size_
 }
 
 // OUT_DIR/nodes.txt: the graph nodes per forward (at least one).
-static void write_nodes(const std::string& out, size_t nodes) {
+static inline void write_nodes(const std::string& out, size_t nodes) {
   CHECK(nodes > 0);
   FILE* f = std::fopen((out + "/nodes.txt").c_str(), "w");
   CHECK(f != nullptr);
@@ -109,7 +109,7 @@ static void write_nodes(const std::string& out, size_t nodes) {
 }
 
 // Writes text to path.
-static void write_text(const std::string& path, const std::string& text) {
+static inline void write_text(const std::string& path, const std::string& text) {
   FILE* f = std::fopen(path.c_str(), "w");
   CHECK(f != nullptr);
   if (f != nullptr) {

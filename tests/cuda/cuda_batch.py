@@ -21,7 +21,11 @@
    tests/cuda/batch_classify_main.cu: each image's probabilities (run_tensors, enqueue_tensors' pinned copy) of the
    --batch 2 package bit-identical to the --batch 1 package's on that image alone, run_images' top 5 the same, the
    two images' probabilities different and not flat, no extra graph node for the second image;
-6. --batch is refused for other backends and for tasks without the batch API (checked through the generator).
+6. segment (yolo26n-seg, random checkpoint, both precisions at --imgsz) with tests/cuda/batch_segment_main.cu: each
+   image's rows and prototypes bit-identical to the --batch 1 package's on that image alone, run_images'
+   detections and each one's mask in the image's pixels (batch_mask: pixel count and hash) the same, the two
+   images' prototypes different and some masks not empty;
+7. --batch is refused for other backends and --head nms (checked through the generator).
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ def refusals(pt: Path, work: Path) -> bool:
 
 def batch_pair(model: str, pt: Path, lib: Path, work: Path, imgsz: int, precision: str, task: str = "detect") -> dict:
     """The --batch 2 and --batch 1 packages of `model` built with the task's test program and run (run_both)."""
-    main = "batch_classify_main" if task == "classify" else "batch_main"
+    main = {"classify": "batch_classify_main", "segment": "batch_segment_main"}.get(task, "batch_main")
     exes = {}
     for batch in (1, 2):
         pkg = work / f"b{batch}"
@@ -163,6 +167,22 @@ def check_classify(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) 
     return ok & distinct & peaked & nodes_ok(outs, label)
 
 
+def check_segment(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
+    """Step 6 for one precision: the --batch 2 segment package's rows and prototypes of each image against the
+    --batch 1 package's on that image alone, and run_images' detections with their masks (batch_mask) the same."""
+    label = f"segment {precision} {imgsz}"
+    work = work / f"seg-{precision}-{imgsz}"
+    work.mkdir(parents=True, exist_ok=True)
+    outs = batch_pair("yolo26n-seg", pt, lib, work, imgsz, precision, "segment")
+    ok = same_per_image(outs, label, "output", ("sync", "protos"), "masks")
+    masks = [(outs["b2"] / f"masks_{b}.txt").read_text().splitlines() for b in range(2)]
+    pixels = [int(line.split()[6]) for lines in masks for line in lines]
+    distinct = not np.array_equal(*(np.load(outs["b2"] / f"protos_{b}.npy") for b in range(2)))
+    print(f"{label}: the two images' prototypes differ: {distinct}; masks {len(masks[0])} + {len(masks[1])}, "
+          f"their pixels {min(pixels, default=0)} .. {max(pixels, default=0)}")
+    return ok & distinct & (min(len(m) for m in masks) > 0) & (max(pixels, default=0) > 0) & nodes_ok(outs, label)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True, type=Path)
@@ -179,8 +199,10 @@ def main() -> int:
     ok = check_precision(pt, lib, work, args.imgsz_fp32, "fp32")
     ok &= check_precision(pt, lib, work, args.imgsz, "fp16")
     pt_cls = cvx.checkpoint(root, "yolo26n-cls")
+    pt_seg = cvx.checkpoint(root, "yolo26n-seg")
     for precision in ("fp32", "fp16"):
         ok &= check_classify(pt_cls, lib, work, args.imgsz_cls, precision)
+        ok &= check_segment(pt_seg, lib, work, args.imgsz, precision)
     ok &= refusals(pt, work)
     print(f"cuda_batch: {'PASS' if ok else 'FAIL'}")
     if ok and not args.keep:

@@ -77,10 +77,11 @@ def main() -> int:
     ap.add_argument("--options", default="detect:file:f16,classify:c-array:f16,segment:file:f32,detect:blob:f32:nms,"
                                          "segment:blob:f32:nms,detect:blob:f32:b2,detect:blob:f16:e2e:fp16,"
                                          "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16,detect:blob:f16:e2e:fp16:b2,"
-                                         "segment:file:f16:e2e:fp16,classify:blob:f16:e2e:fp16,classify:blob:f32:b2",
+                                         "segment:file:f16:e2e:fp16,classify:blob:f16:e2e:fp16,classify:blob:f32:b2,"
+                                         "segment:blob:f16:e2e:fp16:b2",
                     help="more packages, each task:weights-format:weights-dtype[:head][:precision][:bN] ('' for "
-                         "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu (classify: batch_classify_main.cu) "
-                         "against it")
+                         "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu (classify: batch_classify_main.cu, "
+                         "segment: batch_segment_main.cu) against it")
     ap.add_argument("--option-archs", default=None,
                     help="the architectures of the --options packages (default: --archs; `make test` compiles them "
                          "for the newest only, `make test-full` for all)")
@@ -118,7 +119,7 @@ def main() -> int:
         objs.mkdir(exist_ok=True)
         sources = [pkg / f"{prefix}.cu", pkg / f"{prefix}_demo.cu"]
         if batch != "1":  # the batch API's test program of the task
-            main = "batch_classify_main.cu" if task == "classify" else "batch_main.cu"
+            main = {"classify": "batch_classify_main.cu", "segment": "batch_segment_main.cu"}.get(task, "batch_main.cu")
             sources.append(Path(__file__).resolve().parent / main)
         for src in sources:
             kernels = kernels_in(src, [pkg, pkg / "runtime"]) if "," not in archs and src.parent == pkg else []

@@ -136,9 +136,10 @@ def test_fp16_segment_package(seg_cls_checkpoints):
     assert _define(cu, "F16_PROTOS_OFF") == -(-rows // 16) * 16
     assert _define(cu, "F16_F32_FLOATS") == max(-(-rows // 16) * 16 + protos, 64 * 64 * 3)
     head = cu[cu.index("TRY(lanes_join(m, "):]
-    cast = f"TRY(carve_cu_f16_to_f32(&m->cu, (const uint16_t*)A(m, S_OUTPUT1), F(m, F16_PROTOS_OFF), {protos}));"
+    cast = f"TRY(carve_cu_f16_to_f32(&m->cu, (const uint16_t*)A(m, S_OUTPUT1), F(m, F16_PROTOS_OFF), BATCH * {protos}));"
     assert cu.count(cast) == 1 and head.index("carve_cu_e2e_postprocess_task(") < head.index(cast)
-    assert "cudaMemcpyAsync(m->host_protos, F(m, F16_PROTOS_OFF), PROTO_FLOATS * sizeof(float)," in cu
+    assert "cudaMemcpyAsync(m->host_protos, protos_dev(m, 0), BATCH * PROTO_FLOATS * sizeof(float)," in cu
+    assert "return m->f32 + (size_t)BATCH * F16_PROTOS_OFF + b * PROTO_FLOATS;" in cu  # protos_dev
 
 
 def test_fp16_classify_package(seg_cls_checkpoints):

@@ -175,10 +175,25 @@ def test_cuda_batch_classify(seg_cls_checkpoints):
         assert staging in cu[cu.index("static inline const float* probs_dev("):]
 
 
-def test_cuda_batch_segment_refused(seg_cls_checkpoints):
-    with pytest.raises(CarveError, match="and classify models; not segment models yet"):
-        compiler.compile_model(str(REPO / "manifests" / "yolo26n-seg.yaml"), "cuda",
-                               str(seg_cls_checkpoints["segment"]), IMGSZ, {"batch": 2})
+def test_cuda_batch_segment(seg_cls_checkpoints):
+    """--batch N for segment: the detection batch API plus each image's prototypes and masks; the prototypes'
+    transposed convolution over the batch's rows (its scratch too), every image's prototypes in the host copy (fp16:
+    widened for the batch in one launch)."""
+    manifest = REPO / "manifests" / "yolo26n-seg.yaml"
+    for precision in ("fp32", "fp16"):
+        files = compiler.compile_model(str(manifest), "cuda", str(seg_cls_checkpoints["segment"]), IMGSZ,
+                                       {"batch": 2, "precision": precision}).files
+        h, cu = files["yolo26n_seg.h"].decode(), files["yolo26n_seg.cu"].decode()
+        for api in ("run_images", "enqueue_images", "batch_rows", "batch_protos", "device_protos",
+                    "batch_mask_scratch_bytes", "batch_mask"):
+            assert f"yolo26n_seg_{api}(" in h and f"yolo26n_seg_{api}(" in cu
+        assert cu.count("TRY(carve_cu_deconv2d(&m->lanes[") == 1 and ", BATCH * 8, 8, 64, 64, 2, " in cu
+        assert cu.count("carve_cu_deconv2d_scratch_floats(BATCH * 8, 8, 2, 64)") == 2  # the scratch, the lane's
+        assert "float host_protos[BATCH * PROTO_FLOATS];" in cu
+        assert "m->host_protos, protos_dev(m, 0), BATCH * PROTO_FLOATS * sizeof(float)," in cu
+        if precision == "fp16":
+            assert re.search(r"carve_cu_f16_to_f32\(&m->cu, \(const uint16_t\*\)A\(m, S_OUTPUT1\), "
+                             r"F\(m, F16_PROTOS_OFF\), BATCH \* \d+\)", cu)
 
 
 @pytest.mark.parametrize("backend, options, message", [

@@ -414,20 +414,21 @@ class CudaBackend(CBackend):
         return CPackage(self, graph, plan, program, options).files()
 
 
-# the tasks whose outputs are all the batch API hands out: the rows (detect, pose, obb), the probabilities (classify)
-BATCH_TASKS = ("detect", "pose", "obb", "classify")
+# the tasks whose outputs the batch API hands out: the rows (detect, segment, pose, obb; segment's prototypes and
+# masks per image too), the probabilities (classify)
+BATCH_TASKS = ("detect", "segment", "pose", "obb", "classify")
 
 
 def batch_options(meta: dict, program: dict, options) -> tuple:
     """(batch, batch_api): --batch N (images per run; default 1) and whether the package has the batch /
-    asynchronous API (run_images, enqueue_*: detect, pose and obb with the end-to-end head, classify). A batch of
-    more than one image is refused where that API is missing."""
+    asynchronous API (run_images, enqueue_*: detect, segment, pose and obb with the end-to-end head, classify). A
+    batch of more than one image is refused where that API is missing (--head nms)."""
     batch = int((options or {}).get("batch") or 1)
     api = meta["task"] in BATCH_TASKS and not program.get("nms")
     if batch > 1 and not api:
         what = f"{meta['task']} models" if meta["task"] not in BATCH_TASKS else "the one-to-many head + NMS (--head nms)"
-        raise CarveError(f"--batch {batch}: the cuda backend batches detect, pose and obb models with the end-to-end "
-                         f"head, and classify models; not {what} yet",
+        raise CarveError(f"--batch {batch}: the cuda backend batches detect, segment, pose and obb models with the "
+                         f"end-to-end head, and classify models; not {what} yet",
                          hint="generate with --batch 1 (the default); no files were written")
     return batch, api
 
@@ -534,9 +535,9 @@ def _classify_scratch_bytes(w: int, h: int, out: int) -> int:
     return out * (4 + ksize_x + ksize_y) * 4 + rows
 
 
-def _deconv_scratch_bytes(d) -> int:
-    """carve_cu_deconv2d_scratch_floats in bytes."""
-    return d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4
+def _deconv_scratch_bytes(d, batch: int = 1) -> int:
+    """carve_cu_deconv2d_scratch_floats in bytes (a batch: its images' rows one after another, BATCH x h rows)."""
+    return batch * d["h"] * d["w"] * d["k"] * d["k"] * d["cout"] * 4
 
 
 def lanes_scratch_bytes(p: dict) -> int:
@@ -547,7 +548,7 @@ def lanes_scratch_bytes(p: dict) -> int:
         if lane >= 0:
             need[lane] = max(need[lane], _conv_scratch_floats(c, p.get("batch", 1)) * 4)
     for d in p.get("lane_deconvs", []):
-        need[d.lane] = max(need[d.lane], _deconv_scratch_bytes(d))
+        need[d.lane] = max(need[d.lane], _deconv_scratch_bytes(d, p.get("batch", 1)))
     return sum(-(-n // 256) * 256 for n in need)
 
 
@@ -555,7 +556,7 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
     """The generated scratch_bytes(max_w, max_h): the largest scratch of any call of the forward and of the
     pre-processing, rounded up to 256 bytes."""
     need = [_conv_scratch_floats(c, p.get("batch", 1)) * 4 for c in p["convs"]]
-    need += [_deconv_scratch_bytes(d) for d in p["deconvs"]]
+    need += [_deconv_scratch_bytes(d, p.get("batch", 1)) for d in p["deconvs"]]
     need += [_attention_scratch_floats(a, p.get("batch", 1)) * 4 for a in p["attention"]]
     need.append(lanes_scratch_bytes(p))
     if task == "classify":
@@ -579,7 +580,7 @@ def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int
               p["layer_span_floats"]]
     if "output1" in p["outputs"]:
         o = p["outputs"]["output1"]
-        floats.append(o["h"] * o["w"] * o["c"])
+        floats.append(batch * o["h"] * o["w"] * o["c"])
     arrays = sum(-(-f * 4 // 64) * 64 for f in floats) + 64 * batch  # + a letterbox record per image
     lanes = 128 * p.get("lanes", 0) + 64  # a context, a scratch pointer, a stream and an event per lane; fork, flag
     return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays + lanes) // 64) * 64
