@@ -9,9 +9,9 @@
 //   OUT_DIR/masks_<b>.txt   run_images' detections (conf 0: every row) with each one's mask in the image's pixels (batch_mask:
 //                           its pixel count and an FNV-1a hash of its bytes)
 //   OUT_DIR/nodes.txt       the CUDA Graph nodes (launches) of one forward
-// and checks in-process that device_protos equals the host copy, that run_image (its image in every slot) gives
-// run_images' image 0 and its mask (the single-image _mask), that batch_mask is refused after run_tensors and for
-// bad arguments. tests/cuda/cuda_batch.py compares the files of a --batch 2 package with those of the --batch 1
+// and checks in-process that device_protos equals the host copy (and, after enqueue_tensors, run_tensors' prototypes),
+// that run_image (its image in every slot) gives run_images' image 0 and its masks (the single-image _mask), that
+// batch_mask and _mask are refused after run_tensors and after an enqueued run, and for bad arguments. tests/cuda/cuda_batch.py compares the files of a --batch 2 package with those of the --batch 1
 // package run on each input alone.
 
 #include "yolo26n_seg.h"
@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
                                                    pshape, 4) == CARVE_OK);
     CHECK(device_equals_pinned(yolo26n_seg_device_protos(m, b), protos, kProtoFloats));  // (a host copy here)
   }
-  CHECK(yolo26n_seg_batch_mask_scratch_bytes(m, 0) == 0);  // a run from tensors: no image to map the masks to
+  const std::vector<float> tensor_protos(yolo26n_seg_batch_protos(m, 0), yolo26n_seg_batch_protos(m, 0) +
+                                                                           kProtoFloats * kBatch);
 
   // run_images: every detection's mask in its image's pixels.
   CHECK(yolo26n_seg_run_images(m, images.data(), kConf, dets.data(), max_dets, n.data()) == CARVE_OK);
@@ -86,6 +87,37 @@ int main(int argc, char** argv) {
           CARVE_ERR_INVALID_ARGUMENT || n[b] == 0);
   }
   CHECK(yolo26n_seg_batch_mask_scratch_bytes(m, kBatch) == 0 && yolo26n_seg_batch_protos(m, -1) == nullptr);
+  {  // bad arguments
+    const size_t bytes = yolo26n_seg_batch_mask_scratch_bytes(m, 0);
+    std::vector<uint8_t> scratch(bytes), mask((size_t)images[0].width * images[0].height);
+    yolo26n_seg_detection bad = dets[0];
+    bad.row = YOLO26N_SEG_ROWS_PER_IMAGE;
+    CHECK(yolo26n_seg_batch_mask(m, 0, &bad, mask.data(), scratch.data(), bytes) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(yolo26n_seg_batch_mask(m, kBatch, &dets[0], mask.data(), scratch.data(), bytes) ==
+          CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(yolo26n_seg_batch_mask(m, 0, nullptr, mask.data(), scratch.data(), bytes) == CARVE_ERR_INVALID_ARGUMENT);
+    CHECK(yolo26n_seg_batch_mask(m, 0, &dets[0], nullptr, scratch.data(), bytes) == CARVE_ERR_INVALID_ARGUMENT);
+  }
+  // after run_images: run_tensors, then an enqueued run, each leave no image to map the masks back to (both mask
+  // functions refuse); the enqueued run's device prototypes are run_tensors' (the same tensors)
+  CHECK(yolo26n_seg_run_tensors(m, tensors.data(), kConf, dets.data(), max_dets, n.data()) == CARVE_OK);
+  CHECK(yolo26n_seg_batch_mask_scratch_bytes(m, 0) == 0 && yolo26n_seg_mask_scratch_bytes(m) == 0);
+  CHECK(yolo26n_seg_run_images(m, images.data(), kConf, dets.data(), max_dets, n.data()) == CARVE_OK);
+  CHECK(yolo26n_seg_batch_mask_scratch_bytes(m, 0) > 0);
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  float* dt = device_tensors(tensors);
+  CHECK(yolo26n_seg_enqueue_tensors(m, stream, dt, 0) == CARVE_OK);
+  CHECK(cudaStreamSynchronize(stream) == cudaSuccess);
+  CHECK(yolo26n_seg_batch_mask_scratch_bytes(m, 0) == 0);
+  for (int b = 0; b < kBatch; b++) {
+    CHECK(device_equals_pinned(yolo26n_seg_device_protos(m, b), tensor_protos.data() + b * kProtoFloats,
+                               kProtoFloats));
+  }
+  cudaFree(dt);
+  cudaStreamDestroy(stream);
+  CHECK(yolo26n_seg_run_images(m, images.data(), kConf, dets.data(), max_dets, n.data()) == CARVE_OK);
+  CHECK(yolo26n_seg_mask_scratch_bytes(m) == 0);  // _mask is run_image's: run_images maps through _batch_mask
 
   // run_image of a batch package: its one image in every slot; image 0's detections and masks are run_images'.
   size_t k = 0;
