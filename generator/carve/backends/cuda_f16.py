@@ -106,12 +106,11 @@ class CudaF16Backend(CudaBackend):
             t = graph.outputs["output1"]
             h, w, c = graph.tensors[t].shape
             protos = h * w * c
-            layer = next(lay for lay in program["layers"] if head in lay["steps"])
             proto = next(op for op in graph.ops if t in op.outputs)
             cast = CuProtosF16(name=f"{t}_f32", source=f"{proto.name}'s prototypes widened for the host", flops=0,
                                shapes=f"({h},{w},{c}) half -> float32", n=protos,
                                x_off=program["outputs"]["output1"]["off"])
-            layer = next(lay for lay in program["layers"] if head in lay["steps"])
+            layer = next(lay for lay in program["layers"] if any(st is head for st in lay["steps"]))
             layer["steps"].append(cast)
             if layer.get("parts"):  # the head's lanes (cuda_lanes.assign): after their join, on the run's stream
                 layer["parts"][-1]["steps"].append(cast)
