@@ -82,7 +82,9 @@
 // 14: the segment and classify heads in half: the __half overloads of carve_cu_deconv2d, carve_cu_global_avgpool,
 //     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess; the batch argument
 //     of carve_cu_global_avgpool, carve_cu_linear (one GEMM for the batch) and carve_cu_softmax (a classify batch).
-#define CARVE_CUDA_ABI 14
+// 15: the NMS head of a batch: carve_cu_nms_postprocess_batch and carve_cu_nms_batch_scratch_bytes
+//     (carve_cuda_nms.h), carve_cu_topk_batch.
+#define CARVE_CUDA_ABI 15
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -462,6 +464,11 @@ carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const float* qkv, si
 size_t carve_cu_topk_scratch_bytes(size_t n, size_t k);
 carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, int32_t* idx,
                            float* val, void* scratch);
+// The same for `batch` (>= 1) lists of n values one after another: list b's min(k, n) largest into idx / val
+// + b min(k, n). One launch for the batch where the one-block top-k applies, else list after list on the one
+// scratch (carve_cu_topk_scratch_bytes(n, k): one list's). batch 0 is CARVE_ERR_INVALID_ARGUMENT.
+carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, size_t batch,
+                                 int32_t* idx, float* val, void* scratch);
 
 // rows[i][0:c] = src[idx[i]][0:c] for i < n (src pixel stride src_stride, rows dense).
 carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, size_t src_stride, uint32_t c,

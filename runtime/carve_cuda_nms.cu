@@ -14,7 +14,9 @@
 //   rows kernel      row r = the r-th kept anchor decoded, for r < *num_rows (a gather).
 // The walk is sequential by nature (a box's fate depends on every better one); what is
 // parallel is each box's comparisons. It visits the candidates only (scores > conf), and
-// stops at max_det kept.
+// stops at max_det kept. A batch (carve_cu_nms_postprocess_batch) runs each step once for
+// its images: image b's scores, order, boxes and kept anchors in its own slice of the scratch,
+// the walk one block per image, so every image's rows are those it gets alone.
 
 #include "carve_cuda_impl.h"
 #include "carve_cuda_nms.h"
@@ -34,14 +36,19 @@ struct nms_levels {
   uint32_t num;
 };
 
+// Anchor a of image b: its level, its pixel in that level's grid (the anchor point), and *at, the pixel's index
+// in the level's views (image b's maps follow image b - 1's: b h w pixels on).
 template <typename Lv>
-static __device__ __forceinline__ const Lv* nms_locate(const nms_levels<Lv>* L, size_t a, size_t* pixel) {
+static __device__ __forceinline__ const Lv* nms_locate(const nms_levels<Lv>* L, size_t b, size_t a, size_t* pixel,
+                                                       size_t* at) {
   uint32_t l = 0;
   while (l + 1 < L->num && a >= L->start[l + 1]) {
     l++;
   }
+  const Lv* lv = &L->lv[l];
   *pixel = a - L->start[l];
-  return &L->lv[l];
+  *at = b * lv->h * lv->w + *pixel;
+  return lv;
 }
 
 // ---- Scores and classes (carve_nms.c: max_logit, best_class) ------------------------------------
@@ -154,33 +161,33 @@ static __device__ __forceinline__ float nms_probiou(const float* p, const float*
 
 // ---- Kernels ---------------------------------------------------------------------------------------
 
-// s[a] = sigmoid(max logit) if it is > *conf (and some logit is a number), else NaN.
+// s[b A + a] = sigmoid(max logit) of image b's anchor a if it is > *conf (and some logit is a number), else NaN.
 template <typename Lv>
-__global__ void carve_cu_nms_scores_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, const float* __restrict__ conf,
-                                           float* __restrict__ s) {
+__global__ void carve_cu_nms_scores_kernel(nms_levels<Lv> L, size_t anchors, size_t batch, size_t nc,
+                                           const float* __restrict__ conf, float* __restrict__ s) {
   CARVE_CU_KERNEL_ENTRY();
   const float thr = *conf;
-  CARVE_CU_FOR(a, anchors) {
-    size_t pixel;
-    const Lv* lv = nms_locate(&L, a, &pixel);
+  CARVE_CU_FOR(e, batch * anchors) {
+    size_t pixel, at;
+    const Lv* lv = nms_locate(&L, e / anchors, e % anchors, &pixel, &at);
     int any;
-    const float score = carve_cu_sigmoid(nms_max_logit(lv->cls + pixel * lv->cls_stride, nc, &any));
-    s[a] = (any && score > thr) ? score : NAN;
+    const float score = carve_cu_sigmoid(nms_max_logit(lv->cls + at * lv->cls_stride, nc, &any));
+    s[e] = (any && score > thr) ? score : NAN;
   }
 }
 
-// Candidate anchor a's box for the suppression: the offset xyxy + area (greedy), or the offset
+// Candidate anchor a of image b: its box for the suppression, the offset xyxy + area (greedy), or the offset
 // centre and covariance (obb); its box as the row has it into row4 when not NULL.
 template <typename Lv>
-static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t a, size_t nc, int task, int agnostic, float* cand,
-                                     float* row4, float* score_out, size_t* class_out) {
-  size_t pixel;
-  const Lv* lv = nms_locate(L, a, &pixel);
+static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t b, size_t a, size_t nc, int task, int agnostic,
+                                     float* cand, float* row4, float* score_out, size_t* class_out) {
+  size_t pixel, at;
+  const Lv* lv = nms_locate(L, b, a, &pixel, &at);
   const float ax = (float)(pixel % lv->w) + 0.5f;
   const float ay = (float)(pixel / lv->w) + 0.5f;
-  const auto* raw = lv->box + pixel * lv->box_stride;
+  const auto* raw = lv->box + at * lv->box_stride;
   const float ltrb[4] = {carve_cu_ld(raw, 0), carve_cu_ld(raw, 1), carve_cu_ld(raw, 2), carve_cu_ld(raw, 3)};
-  const auto* cls = lv->cls + pixel * lv->cls_stride;
+  const auto* cls = lv->cls + at * lv->cls_stride;
   int any;
   const float m = nms_max_logit(cls, nc, &any);
   const float score = carve_cu_sigmoid(m);
@@ -188,7 +195,7 @@ static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t a, size_t n
   const float offset = agnostic ? 0.0f : __fmul_rn((float)c, (float)CARVE_NMS_MAX_WH);
   float box[4];
   if (task == CARVE_E2E_OBB) {
-    const float theta = carve_cu_ld(lv->extra, pixel * lv->extra_stride);
+    const float theta = carve_cu_ld(lv->extra, at * lv->extra_stride);
     nms_decode_rbox(ltrb, theta, ax, ay, lv->stride, box);
     nms_probiou_prepare(box[0] + offset, box[1] + offset, box[2], box[3], theta, cand);
   } else {
@@ -207,15 +214,22 @@ static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t a, size_t n
   *class_out = c;
 }
 
-// The walk over order[0 .. n) (one block): keep[] the kept anchors, *num_rows their count.
-// boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
+// The walk over order[0 .. n) of image b = blockIdx.x (one block per image): keep[] the kept anchors,
+// *num_rows their count. boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
+// s, order, boxes, keep and num_rows point at image 0's; image b's follow at b A, b n, b n 5, b max_det, b.
 template <typename Lv>
 __global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
-carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t nc, int task, int agnostic, double iou,
+carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, int task, int agnostic, double iou,
                              const float* __restrict__ s, const int32_t* __restrict__ order, uint32_t n,
                              uint32_t max_det, float* __restrict__ boxes, int32_t* __restrict__ keep,
                              uint32_t* __restrict__ num_rows) {
   CARVE_CU_KERNEL_ENTRY();
+  const size_t b = blockIdx.x;
+  s += b * anchors;
+  order += b * n;
+  boxes += b * n * 5;
+  keep += b * max_det;
+  num_rows += b;
   __shared__ float cand[5];
   __shared__ int suppressed;
   __shared__ uint32_t kept;
@@ -233,7 +247,7 @@ carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t nc, int task, int agnostic
     if (t == 0) {
       float score;
       size_t c;
-      nms_candidate(&L, (size_t)a, nc, task, agnostic, cand, NULL, &score, &c);
+      nms_candidate(&L, b, (size_t)a, nc, task, agnostic, cand, NULL, &score, &c);
       if (task == CARVE_E2E_OBB) {
         for (int k = 0; k < 5; k++) {
           boxes[(size_t)i * 5 + k] = cand[k];
@@ -272,28 +286,29 @@ carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t nc, int task, int agnostic
   }
 }
 
-// Row r < *num_rows from the r-th kept anchor: box, score, class, extras (carve_nms.c's rows).
+// Row r < num_rows[b] of image b from its r-th kept anchor: box, score, class, extras (carve_nms.c's rows);
+// image b's cap kept anchors and rows follow image b - 1's.
 template <typename Lv>
 __global__ void carve_cu_nms_rows_kernel(nms_levels<Lv> L, size_t nc, size_t extra_channels, int task, int agnostic,
                                          const int32_t* __restrict__ keep, const uint32_t* __restrict__ num_rows,
-                                         size_t cap, float* __restrict__ rows) {
+                                         size_t cap, size_t batch, float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
-  const size_t n = *num_rows;
   const size_t width = 6 + extra_channels;
-  CARVE_CU_FOR(r, cap) {
-    if (r >= n) {
+  CARVE_CU_FOR(e, batch * cap) {
+    const size_t b = e / cap, r = e % cap;
+    if (r >= num_rows[b]) {
       continue;
     }
-    const size_t a = (size_t)keep[r];
+    const size_t a = (size_t)keep[e];
     float cand[5], score;
     size_t c;
-    float* row = rows + r * width;
-    nms_candidate(&L, a, nc, task, agnostic, cand, row, &score, &c);
+    float* row = rows + e * width;
+    nms_candidate(&L, b, a, nc, task, agnostic, cand, row, &score, &c);
     row[4] = score;
     row[5] = (float)c;
-    size_t pixel;
-    const Lv* lv = nms_locate(&L, a, &pixel);
-    const auto* extra = extra_channels != 0 ? lv->extra + pixel * lv->extra_stride : NULL;
+    size_t pixel, at;
+    const Lv* lv = nms_locate(&L, b, a, &pixel, &at);
+    const auto* extra = extra_channels != 0 ? lv->extra + at * lv->extra_stride : NULL;
     if (task == CARVE_E2E_POSE) {
       const float ax = (float)(pixel % lv->w) + 0.5f;
       const float ay = (float)(pixel / lv->w) + 0.5f;
@@ -314,16 +329,30 @@ __global__ void carve_cu_nms_rows_kernel(nms_levels<Lv> L, size_t nc, size_t ext
 
 static size_t nms_align8(size_t v) { return (v + 7) & ~(size_t)7; }
 
-// Scratch: anchor scores (A), order (k'), boxes (k', 5), kept anchors (min(max_det, k')), then the
-// top-k's scratch; k' = min(A, CARVE_NMS_MAX_NMS).
-extern "C" size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det) {
-  if (anchors == 0 || anchors > (size_t)INT32_MAX) {
-    return anchors == 0 ? 0 : SIZE_MAX;
+// Scratch: every image's anchor scores (batch, A), order (batch, k'), boxes (batch, k', 5), kept anchors
+// (batch, min(max_det, k')), then the top-k's scratch (one image's: the images' top-k run one after
+// another where they do not share one launch); k' = min(A, CARVE_NMS_MAX_NMS).
+extern "C" size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t batch) {
+  if (batch == 0 || anchors > (size_t)INT32_MAX) {
+    return SIZE_MAX;
+  }
+  if (anchors == 0) {
+    return 0;
   }
   const size_t kk = anchors < CARVE_NMS_MAX_NMS ? anchors : CARVE_NMS_MAX_NMS;
   const size_t kept = max_det < kk ? max_det : kk;
-  return nms_align8(anchors * sizeof(float)) + nms_align8(kk * sizeof(int32_t)) + nms_align8(kk * 5 * sizeof(float)) +
-         nms_align8(kept * sizeof(int32_t)) + carve_cu_topk_scratch_bytes(anchors, kk);
+  const size_t per_image = anchors * sizeof(float) + kk * sizeof(int32_t) + kk * 5 * sizeof(float) +
+                           kept * sizeof(int32_t);
+  if (batch > (SIZE_MAX / 2) / per_image) {
+    return SIZE_MAX;
+  }
+  return nms_align8(batch * anchors * sizeof(float)) + nms_align8(batch * kk * sizeof(int32_t)) +
+         nms_align8(batch * kk * 5 * sizeof(float)) + nms_align8(batch * kept * sizeof(int32_t)) +
+         carve_cu_topk_scratch_bytes(anchors, kk);
+}
+
+extern "C" size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det) {
+  return carve_cu_nms_batch_scratch_bytes(anchors, max_det, 1);
 }
 
 static int nms_task_ok(carve_e2e_task task, size_t extra_channels) {
@@ -340,13 +369,13 @@ static int nms_task_ok(carve_e2e_task task, size_t extra_channels) {
   }
 }
 
-// carve_cu_nms_postprocess over either level type (the checks, scratch and launches of both).
+// carve_cu_nms_postprocess_batch over either level type (the checks, scratch and launches of all four).
 template <typename Lv>
 static carve_status nms_run(const carve_cu_ctx* ctx, const Lv* levels, size_t num_levels, size_t nc,
                             size_t extra_channels, carve_e2e_task task, const float* conf, double iou, int agnostic,
-                            size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
+                            size_t max_det, size_t batch, void* scratch, float* rows, uint32_t* num_rows) {
   if (ctx == NULL || levels == NULL || conf == NULL || scratch == NULL || rows == NULL || num_rows == NULL ||
-      nc == 0 || num_levels == 0 || num_levels > CARVE_CU_NMS_MAX_LEVELS ||
+      nc == 0 || num_levels == 0 || num_levels > CARVE_CU_NMS_MAX_LEVELS || batch == 0 ||
       (uintptr_t)scratch % sizeof(uint64_t) != 0 || !(iou >= 0.0 && iou <= 1.0) ||
       !nms_task_ok(task, extra_channels)) {
     return CARVE_ERR_INVALID_ARGUMENT;
@@ -366,37 +395,38 @@ static carve_status nms_run(const carve_cu_ctx* ctx, const Lv* levels, size_t nu
     anchors += lv->h * lv->w;
   }
   L.start[num_levels] = anchors;
-  if (anchors > (size_t)INT32_MAX) {
+  if (carve_cu_nms_batch_scratch_bytes(anchors, max_det, batch) == SIZE_MAX || batch > 0x7FFFFFFFu) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   if (anchors == 0 || max_det == 0) {
-    if (cudaMemsetAsync(num_rows, 0, sizeof(uint32_t), ctx->stream) != cudaSuccess) {
+    if (cudaMemsetAsync(num_rows, 0, batch * sizeof(uint32_t), ctx->stream) != cudaSuccess) {
       return CARVE_ERR_BACKEND;
     }
     return CARVE_OK;
   }
   const size_t kk = anchors < CARVE_NMS_MAX_NMS ? anchors : CARVE_NMS_MAX_NMS;
-  const size_t cap = max_det < kk ? max_det : kk;  // rows, and kept anchors
+  const size_t cap = max_det < kk ? max_det : kk;  // rows, and kept anchors, per image
 
   unsigned char* base = (unsigned char*)scratch;
-  float* s = (float*)base;                                                     // (A) candidate scores
-  int32_t* order = (int32_t*)(base + nms_align8(anchors * sizeof(float)));     // (k') anchors, best first
-  float* boxes = (float*)((unsigned char*)order + nms_align8(kk * sizeof(int32_t)));  // (k', 5)
-  int32_t* keep = (int32_t*)((unsigned char*)boxes + nms_align8(kk * 5 * sizeof(float)));  // (cap) kept anchors
-  void* tk = (unsigned char*)keep + nms_align8(cap * sizeof(int32_t));         // top-k scratch
+  float* s = (float*)base;                                                             // (batch, A) candidate scores
+  int32_t* order = (int32_t*)(base + nms_align8(batch * anchors * sizeof(float)));     // (batch, k') best first
+  float* boxes = (float*)((unsigned char*)order + nms_align8(batch * kk * sizeof(int32_t)));  // (batch, k', 5)
+  int32_t* keep = (int32_t*)((unsigned char*)boxes + nms_align8(batch * kk * 5 * sizeof(float)));  // (batch, cap)
+  void* tk = (unsigned char*)keep + nms_align8(batch * cap * sizeof(int32_t));         // top-k scratch
 
-  CARVE_LAUNCH(carve_cu_nms_scores_kernel<Lv>, carve_cu_blocks(anchors), CARVE_CU_THREADS, ctx->stream, L, anchors, nc,
-               conf, s);
+  CARVE_LAUNCH(carve_cu_nms_scores_kernel<Lv>, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream, L,
+               anchors, batch, nc, conf, s);
   CARVE_CU_CHECK_LAUNCH();
-  const carve_status st = carve_cu_topk(ctx, s, anchors, kk, order, NULL, tk);
+  const carve_status st = carve_cu_topk_batch(ctx, s, anchors, kk, batch, order, NULL, tk);
   if (st != CARVE_OK) {
     return st;
   }
-  CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, 1, CARVE_CU_NMS_THREADS, ctx->stream, L, nc, (int)task, agnostic, iou,
-               (const float*)s, (const int32_t*)order, (uint32_t)kk, (uint32_t)cap, boxes, keep, num_rows);
+  CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, (unsigned)batch, CARVE_CU_NMS_THREADS, ctx->stream, L, anchors, nc,
+               (int)task, agnostic, iou, (const float*)s, (const int32_t*)order, (uint32_t)kk, (uint32_t)cap, boxes,
+               keep, num_rows);
   CARVE_CU_CHECK_LAUNCH();
-  CARVE_LAUNCH(carve_cu_nms_rows_kernel<Lv>, carve_cu_blocks(cap), CARVE_CU_THREADS, ctx->stream, L, nc, extra_channels,
-               (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, rows);
+  CARVE_LAUNCH(carve_cu_nms_rows_kernel<Lv>, carve_cu_blocks(batch * cap), CARVE_CU_THREADS, ctx->stream, L, nc,
+               extra_channels, (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, batch, rows);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }
@@ -405,7 +435,7 @@ extern "C" carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const 
                                                  size_t num_levels, size_t nc, size_t extra_channels,
                                                  carve_e2e_task task, const float* conf, double iou, int agnostic,
                                                  size_t max_det, void* scratch, float* rows, uint32_t* num_rows) {
-  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, scratch, rows,
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, 1, scratch, rows,
                  num_rows);
 }
 
@@ -414,6 +444,23 @@ carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_cu_le
                                       size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
                                       double iou, int agnostic, size_t max_det, void* scratch, float* rows,
                                       uint32_t* num_rows) {
-  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, scratch, rows,
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, 1, scratch, rows,
+                 num_rows);
+}
+
+extern "C" carve_status carve_cu_nms_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels,
+                                                       size_t num_levels, size_t nc, size_t extra_channels,
+                                                       carve_e2e_task task, const float* conf, double iou,
+                                                       int agnostic, size_t max_det, size_t batch, void* scratch,
+                                                       float* rows, uint32_t* num_rows) {
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, batch, scratch, rows,
+                 num_rows);
+}
+
+carve_status carve_cu_nms_postprocess_batch(const carve_cu_ctx* ctx, const carve_cu_level_h* levels,
+                                            size_t num_levels, size_t nc, size_t extra_channels, carve_e2e_task task,
+                                            const float* conf, double iou, int agnostic, size_t max_det, size_t batch,
+                                            void* scratch, float* rows, uint32_t* num_rows) {
+  return nms_run(ctx, levels, num_levels, nc, extra_channels, task, conf, iou, agnostic, max_det, batch, scratch, rows,
                  num_rows);
 }

@@ -16,12 +16,16 @@ extern "C" {
 #endif
 
 // What a generated cuda package keeps at the end of its device scratch, where no other call of
-// the forward reaches: the run's conf (a float) and the rows' count (a uint32) of the NMS.
+// the forward reaches: the run's conf (a float) and each image's rows' count (a uint32) of the NMS,
+// in a multiple of these bytes (one for up to 63 images).
 #define CARVE_CU_NMS_PARAM_BYTES 256
 
 // Bytes of scratch carve_cu_nms_postprocess needs (8-byte aligned), for `anchors` = sum of
 // h*w over the levels and the rows' max_det; SIZE_MAX when too large.
 size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det);
+// The same for carve_cu_nms_postprocess_batch's `batch` images (every image's scores, order, boxes
+// and kept anchors, one top-k scratch); SIZE_MAX for batch 0 or when too large.
+size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t batch);
 
 // carve_nms_postprocess on the device, in four steps, each indexing what it reads
 // (gather-style: no index_put or scatter, every thread writes its own slot):
@@ -50,6 +54,20 @@ carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level
                                       double iou, int agnostic, size_t max_det, void* scratch, float* rows,
                                       uint32_t* num_rows);
 
+// The same for `batch` (>= 1) images in one call: each step runs once for the batch (the scores over
+// every image's anchors, the top-k image after image on the one scratch unless one launch holds them,
+// the suppression one block per image, the rows over every image's), each image with its own scores,
+// order and kept list, so image b's rows and count are those carve_cu_nms_postprocess gives on its
+// maps alone, bit for bit. Image b's maps follow image 0's in each view (level l's box, class and extra
+// maps of image b start b h w box_stride, b h w cls_stride and b h w extra_stride values after `levels`'
+// pointers); its min(max_det, anchors, CARVE_NMS_MAX_NMS) rows follow image b - 1's in `rows`, its count
+// is num_rows[b]. One conf for the batch. Scratch: carve_cu_nms_batch_scratch_bytes. batch 0 is
+// CARVE_ERR_INVALID_ARGUMENT.
+carve_status carve_cu_nms_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels, size_t num_levels,
+                                            size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
+                                            double iou, int agnostic, size_t max_det, size_t batch, void* scratch,
+                                            float* rows, uint32_t* num_rows);
+
 #ifdef __cplusplus
 }  // extern "C"
 
@@ -60,6 +78,10 @@ carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_cu_le
                                       size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
                                       double iou, int agnostic, size_t max_det, void* scratch, float* rows,
                                       uint32_t* num_rows);
+carve_status carve_cu_nms_postprocess_batch(const carve_cu_ctx* ctx, const carve_cu_level_h* levels,
+                                            size_t num_levels, size_t nc, size_t extra_channels, carve_e2e_task task,
+                                            const float* conf, double iou, int agnostic, size_t max_det, size_t batch,
+                                            void* scratch, float* rows, uint32_t* num_rows);
 #endif
 
 #endif  // CARVE_CUDA_NMS_H

@@ -690,6 +690,22 @@ extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals
   return topk_batch(ctx->stream, vals, n, kk, 1, idx, val, scratch);
 }
 
+extern "C" carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,
+                                            size_t batch, int32_t* idx, float* val, void* scratch) {
+  if (ctx == NULL || n > (size_t)INT32_MAX || batch == 0) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  const size_t kk = k < n ? k : n;
+  if (kk == 0) {
+    return CARVE_OK;
+  }
+  if (vals == NULL || idx == NULL || scratch == NULL || (uintptr_t)scratch % sizeof(uint64_t) != 0 ||
+      batch > SIZE_MAX / n) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  return topk_batch(ctx->stream, vals, n, kk, batch, idx, val, scratch);
+}
+
 // ---- Gather ------------------------------------------------------------------------------
 
 // rows[i][ch] = src[idx[i]][ch].

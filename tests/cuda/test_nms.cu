@@ -14,6 +14,9 @@
 //     other conf values and inputs;
 //   * on half maps (carve_cu_level_h: an fp16 package's head): the count and rows bit for bit the
 //     float32 function's on float32 copies of the same halves, the four tasks, every kind above;
+//   * a batch (carve_cu_nms_postprocess_batch): three images with different heads in one call, each
+//     image's count and rows the CPU's on its head alone, float32 and half maps, the top-k in one launch
+//     and image after image (more anchors than one block sorts), max_det cutting some images only;
 //   * argument errors.
 
 #include <string>
@@ -322,10 +325,118 @@ static void test_half(TestCtx& t) {
               cases, rows);
 }
 
+// Image b's maps follow image 0's in each view: level l of every image, image after image.
+static std::vector<float> stack_images(const std::vector<Head>& heads) {
+  std::vector<float> out;
+  for (size_t l = 0; l < heads[0].hs.size(); l++) {
+    const size_t n = heads[0].hs[l] * heads[0].ws[l] * heads[0].pix;
+    for (const Head& h : heads) {
+      out.insert(out.end(), h.data.begin() + h.off[l], h.data.begin() + h.off[l] + n);
+    }
+  }
+  return out;
+}
+
+// The levels of image 0 of stack_images' layout at base (rounded to halves into hbase when not null).
+static std::vector<carve_level> batch_levels(const std::vector<Head>& heads, const float* base) {
+  std::vector<carve_level> out = heads[0].levels(base);
+  size_t at = 0;
+  for (size_t l = 0; l < out.size(); l++) {
+    const ptrdiff_t shift = (ptrdiff_t)at - (ptrdiff_t)heads[0].off[l];  // level l starts after every image's l - 1
+    out[l].box += shift;
+    out[l].cls += shift;
+    if (out[l].extra != nullptr) out[l].extra += shift;
+    at += heads.size() * heads[0].hs[l] * heads[0].ws[l] * heads[0].pix;
+  }
+  return out;
+}
+
+// Three images in one carve_cu_nms_postprocess_batch call against the CPU on each image's head alone; half:
+// the heads rounded to half first, the half-map overload against the CPU on the float32 copies. Returns the rows.
+static int check_batch(TestCtx& t, std::vector<Head>& heads, carve_e2e_task task, float conf, size_t max_det,
+                       bool half, const std::string& what) {
+  const size_t batch = heads.size(), width = 6 + heads[0].extra;
+  const size_t cap = std::min({max_det, heads[0].anchors, (size_t)CARVE_NMS_MAX_NMS});
+  if (half) {
+    for (Head& h : heads) {
+      for (float& v : h.data) v = __half2float(__float2half(v));
+    }
+  }
+  const std::vector<float> stacked = stack_images(heads);
+  std::vector<__half> halves(stacked.size());
+  for (size_t i = 0; i < stacked.size(); i++) halves[i] = __float2half(stacked[i]);
+  DevBuf<float> dd(stacked), drows(batch * cap * width + 1), dconf(std::vector<float>{conf});
+  DevBuf<__half> dh(halves);
+  DevBuf<uint32_t> dn(std::vector<uint32_t>(batch, 77));
+  DevScratch scratch(carve_cu_nms_batch_scratch_bytes(heads[0].anchors, max_det, batch));
+  const std::vector<carve_level> dl = batch_levels(heads, dd.p);
+  std::vector<carve_cu_level_h> hl;
+  for (const carve_level& lv : dl) {
+    hl.push_back({dh.p + (lv.box - dd.p), lv.box_stride, dh.p + (lv.cls - dd.p), lv.cls_stride,
+                  lv.extra != nullptr ? dh.p + (lv.extra - dd.p) : nullptr, lv.extra_stride, lv.h, lv.w, lv.stride});
+  }
+  if (half) {
+    CHECK_OK(carve_cu_nms_postprocess_batch(&t.ctx, hl.data(), hl.size(), heads[0].nc, heads[0].extra, task, dconf.p,
+                                            0.7, 0, max_det, batch, scratch.get(), drows.p, dn.p));
+  } else {
+    CHECK_OK(carve_cu_nms_postprocess_batch(&t.ctx, dl.data(), dl.size(), heads[0].nc, heads[0].extra, task, dconf.p,
+                                            0.7, 0, max_det, batch, scratch.get(), drows.p, dn.p));
+  }
+  t.sync();
+  const std::vector<float> rows = drows.download();
+  const std::vector<uint32_t> counts = dn.download();
+  int total = 0;
+  for (size_t b = 0; b < batch; b++) {
+    std::vector<float> want;
+    const size_t n = cpu_nms(heads[b], task, conf, 0.7, 0, max_det, want);
+    const std::vector<float> got(rows.begin() + b * cap * width, rows.begin() + (b + 1) * cap * width);
+    compare(got, counts[b], want, n, width, what + " image " + std::to_string(b));
+    total += (int)n;
+  }
+  return total;
+}
+
+static void test_batch(TestCtx& t) {
+  TestRng rng(22);
+  int cases = 0, rows = 0;
+  for (const auto& tk : kTasks) {
+    for (int half = 0; half <= 1; half++) {
+      for (const std::vector<size_t>& side : {std::vector<size_t>{13, 7, 4}, std::vector<size_t>{40, 20, 10}}) {
+        std::vector<Head> heads;
+        const char* kinds[] = {"random", "huge", "tiny"};  // huge: one box per class survives; tiny: max_det cuts them
+        for (const char* kind : kinds) {
+          heads.emplace_back(side, side, 3, tk.extra);
+          heads.back().fill(rng, kind, std::string(kind) == "random");
+        }
+        const std::string what = std::string("batch ") + (half ? "half " : "") + tk.name + " " +
+                                 std::to_string(heads[0].anchors) + " anchors";
+        rows += check_batch(t, heads, tk.task, 0.1f, 300, half != 0, what);
+        cases++;
+      }
+    }
+  }
+  CHECK(rows > 30 * cases);  // candidates kept in every image: the comparison covers rows, not empty outputs
+  std::printf("nms batch: %d cases of 3 images (4 tasks, float32 and half maps, the top-k in one launch and image "
+              "after image) equal to carve_nms_postprocess on each image (%d rows)\n", cases, rows);
+  // argument errors of the batch call: batch 0; nothing enqueued
+  Head h({2}, {2}, 3, 0);
+  h.fill(rng, "random", false);
+  DevBuf<float> dd(h.data), drows(64), dconf(std::vector<float>{0.25f});
+  DevBuf<uint32_t> dn(std::vector<uint32_t>{77});
+  DevScratch s(carve_cu_nms_batch_scratch_bytes(h.anchors, 4, 1));
+  const std::vector<carve_level> dl = h.levels(dd.p);
+  CHECK(carve_cu_nms_batch_scratch_bytes(h.anchors, 4, 0) == SIZE_MAX);
+  CHECK(carve_cu_nms_postprocess_batch(&t.ctx, dl.data(), 1, 3, 0, CARVE_E2E_DETECT, dconf.p, 0.7, 0, 4, 0, s.get(),
+                                       drows.p, dn.p) == CARVE_ERR_INVALID_ARGUMENT);
+  t.sync();
+  CHECK(dn.download()[0] == 77);
+}
+
 int main() {
   TestCtx t;
   test_cases(t);
   test_half(t);
+  test_batch(t);
   test_graph(t);
   test_errors(t);
   return 0;
