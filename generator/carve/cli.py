@@ -307,8 +307,7 @@ def parser() -> argparse.ArgumentParser:
                    help="--head nms: class-agnostic suppression (Ultralytics' agnostic_nms)")
     g.add_argument("--batch", type=int, default=1, metavar="N",
                    help="--backend cuda: images per run (default 1): run_images / enqueue_* take N images, every "
-                        "layer runs once for all of them, in one CUDA Graph (detect, segment, pose, obb with the "
-                        "end-to-end head, classify; fp32 and fp16)")
+                        "layer runs once for all of them, in one CUDA Graph (every task, either head; fp32 and fp16)")
     g.add_argument("--precision", choices=("fp32", "int8", "fp16"),
                    help="fp32 (default); int8 (portable, xnnpack): static post-training quantization from --calib "
                         "images (int8 weights per output channel, int8 activations per tensor, int32 accumulation; "

@@ -57,9 +57,10 @@ int main(int argc, char** argv) {
   // run_tensors: each image's rows and prototypes; the device prototypes are the host copy.
   CHECK(yolo26n_seg_run_tensors(m, tensors.data(), kConf, dets.data(), max_dets, n.data()) == CARVE_OK);
   for (int b = 0; b < kBatch; b++) {
-    const float* rows = yolo26n_seg_batch_rows(m, b, nullptr);
+    size_t count = 0;  // every row, or (--head nms) the rows its NMS kept
+    const float* rows = yolo26n_seg_batch_rows(m, b, &count);
     const float* protos = yolo26n_seg_batch_protos(m, b);
-    const size_t rshape[3] = {1, (size_t)YOLO26N_SEG_ROWS_PER_IMAGE, (size_t)YOLO26N_SEG_ROW_LEN};
+    const size_t rshape[3] = {1, count, (size_t)YOLO26N_SEG_ROW_LEN};
     const size_t pshape[4] = {1, YOLO26N_SEG_PROTO_H, YOLO26N_SEG_PROTO_W, YOLO26N_SEG_NUM_PROTOS};
     CHECK(rows != nullptr && carve_npy_write_f32((out + "/sync_" + std::to_string(b) + ".npy").c_str(), rows, rshape,
                                                  3) == CARVE_OK);
@@ -91,7 +92,9 @@ int main(int argc, char** argv) {
     const size_t bytes = yolo26n_seg_batch_mask_scratch_bytes(m, 0);
     std::vector<uint8_t> scratch(bytes), mask((size_t)images[0].width * images[0].height);
     yolo26n_seg_detection bad = dets[0];
-    bad.row = YOLO26N_SEG_ROWS_PER_IMAGE;
+    size_t count = 0;
+    CHECK(yolo26n_seg_batch_rows(m, 0, &count) != nullptr);
+    bad.row = (int)count;  // past image 0's rows (--head nms: its NMS's count)
     CHECK(yolo26n_seg_batch_mask(m, 0, &bad, mask.data(), scratch.data(), bytes) == CARVE_ERR_INVALID_ARGUMENT);
     CHECK(yolo26n_seg_batch_mask(m, kBatch, &dets[0], mask.data(), scratch.data(), bytes) ==
           CARVE_ERR_INVALID_ARGUMENT);

@@ -25,7 +25,13 @@
    image's rows and prototypes bit-identical to the --batch 1 package's on that image alone, run_images'
    detections and each one's mask in the image's pixels (batch_mask: pixel count and hash) the same, the two
    images' prototypes different and some masks not empty;
-7. --batch is refused for other backends and --head nms (checked through the generator).
+7. --head nms (the one-to-many head + NMS, detect, both precisions at --imgsz): each image's kept rows of the
+   --batch 2 package (run_tensors, enqueue_tensors' pinned rows, fused convolutions) bit-identical to the --batch 1
+   package's on that image alone, run_images' detections the same, the counts in device and pinned memory equal,
+   the enqueued NMS at options.enqueue_conf what run_tensors keeps at that conf (batch_main.cu), and the NMS once
+   for the batch (no extra graph node while one launch sorts every image's scores); yolo26n-seg --head nms in
+   fp32 as step 6 (each image's kept rows, prototypes and masks);
+8. --batch is refused for other backends (checked through the generator).
 """
 
 from __future__ import annotations
@@ -84,7 +90,6 @@ def run_both(exes: dict, work: Path, imgsz: int, task: str = "detect") -> dict:
 def refusals(pt: Path, work: Path) -> bool:
     ok = True
     for backend, manifest, extra, want in (("xnnpack", "yolo26n", [], "runs one image per run"),
-                                           ("cuda", "yolo26n", ["--head", "nms"], "not the one-to-many head"),
                                            ("cuda", "yolo26n", ["--batch", "0"], "expected an integer from 1")):
         out = work / f"refused-{backend}"
         args = [cvx.ROOT / "carve", "generate", cvx.ROOT / "manifests" / f"{manifest}.yaml", "--backend", backend,
@@ -97,13 +102,15 @@ def refusals(pt: Path, work: Path) -> bool:
     return ok
 
 
-def batch_pair(model: str, pt: Path, lib: Path, work: Path, imgsz: int, precision: str, task: str = "detect") -> dict:
+def batch_pair(model: str, pt: Path, lib: Path, work: Path, imgsz: int, precision: str, task: str = "detect",
+               head: str = "e2e") -> dict:
     """The --batch 2 and --batch 1 packages of `model` built with the task's test program and run (run_both)."""
     main = {"classify": "batch_classify_main", "segment": "batch_segment_main"}.get(task, "batch_main")
     exes = {}
     for batch in (1, 2):
         pkg = work / f"b{batch}"
-        cvx.generate(model, "cuda", pt, imgsz, pkg, "--batch", str(batch), "--precision", precision)
+        cvx.generate(model, "cuda", pt, imgsz, pkg, "--batch", str(batch), "--precision", precision,
+                     *(["--head", head] if head != "e2e" else []))
         exes[batch] = build(pkg, lib, model.replace("-", "_"), main)
     return run_both(exes, work, imgsz, task)
 
@@ -137,19 +144,20 @@ def nodes_ok(outs: dict, label: str) -> bool:
     return few
 
 
-def check_precision(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
-    """Steps 1-4 for one precision: the --batch 2 package's rows of each image against the --batch 1 package's on
-    that image alone (every path, and the fused convolutions), and the launches per forward of both."""
-    label = f"{precision} {imgsz}"
-    work = work / f"{precision}-{imgsz}"
+def check_precision(pt: Path, lib: Path, work: Path, imgsz: int, precision: str, head: str = "e2e") -> bool:
+    """Steps 1-4 (7: --head nms) for one precision: the --batch 2 package's rows of each image against the --batch 1
+    package's on that image alone (every path, and the fused convolutions), and the launches per forward of both."""
+    label = f"{precision} {imgsz}" + (f" --head {head}" if head != "e2e" else "")
+    work = work / f"{precision}-{imgsz}-{head}"
     work.mkdir(parents=True, exist_ok=True)
-    outs = batch_pair("yolo26n", pt, lib, work, imgsz, precision)
+    outs = batch_pair("yolo26n", pt, lib, work, imgsz, precision, head=head)
     ok = same_per_image(outs, label, "rows", ("sync", "async", "fused"), "dets")
     r0, r1 = (np.load(outs["b2"] / f"sync_{b}.npy")[0] for b in range(2))
     spread = float(r0[:, 4].std())
     distinct = not np.array_equal(r0, r1)
-    print(f"{label}: the two images' rows differ: {distinct}; score spread (std over rows) {spread:.3g}")
-    return ok & distinct & (spread > 1e-3) & nodes_ok(outs, label)
+    print(f"{label}: the two images' rows differ: {distinct} ({len(r0)} and {len(r1)} rows); score spread (std over "
+          f"rows) {spread:.3g}")
+    return ok & distinct & (spread > 1e-3) & (min(len(r0), len(r1)) > 1) & nodes_ok(outs, label)
 
 
 def check_classify(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
@@ -167,13 +175,14 @@ def check_classify(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) 
     return ok & distinct & peaked & nodes_ok(outs, label)
 
 
-def check_segment(pt: Path, lib: Path, work: Path, imgsz: int, precision: str) -> bool:
-    """Step 6 for one precision: the --batch 2 segment package's rows and prototypes of each image against the
-    --batch 1 package's on that image alone, and run_images' detections with their masks (batch_mask) the same."""
-    label = f"segment {precision} {imgsz}"
-    work = work / f"seg-{precision}-{imgsz}"
+def check_segment(pt: Path, lib: Path, work: Path, imgsz: int, precision: str, head: str = "e2e") -> bool:
+    """Step 6 for one precision (and --head nms): the --batch 2 segment package's rows and prototypes of each image
+    against the --batch 1 package's on that image alone, and run_images' detections with their masks (batch_mask)
+    the same."""
+    label = f"segment {precision} {imgsz}" + (f" --head {head}" if head != "e2e" else "")
+    work = work / f"seg-{precision}-{imgsz}-{head}"
     work.mkdir(parents=True, exist_ok=True)
-    outs = batch_pair("yolo26n-seg", pt, lib, work, imgsz, precision, "segment")
+    outs = batch_pair("yolo26n-seg", pt, lib, work, imgsz, precision, "segment", head)
     ok = same_per_image(outs, label, "output", ("sync", "protos"), "masks")
     masks = [(outs["b2"] / f"masks_{b}.txt").read_text().splitlines() for b in range(2)]
     pixels = [int(line.split()[6]) for lines in masks for line in lines]
@@ -198,11 +207,14 @@ def main() -> int:
     lib = cvx.build_runtime(root, "emu")
     ok = check_precision(pt, lib, work, args.imgsz_fp32, "fp32")
     ok &= check_precision(pt, lib, work, args.imgsz, "fp16")
+    for precision in ("fp32", "fp16"):
+        ok &= check_precision(pt, lib, work, args.imgsz, precision, head="nms")
     pt_cls = cvx.checkpoint(root, "yolo26n-cls")
     pt_seg = cvx.checkpoint(root, "yolo26n-seg")
     for precision in ("fp32", "fp16"):
         ok &= check_classify(pt_cls, lib, work, args.imgsz_cls, precision)
         ok &= check_segment(pt_seg, lib, work, args.imgsz, precision)
+    ok &= check_segment(pt_seg, lib, work, args.imgsz, "fp32", head="nms")
     ok &= refusals(pt, work)
     print(f"cuda_batch: {'PASS' if ok else 'FAIL'}")
     if ok and not args.keep:

@@ -78,7 +78,8 @@ def main() -> int:
                                          "segment:blob:f32:nms,detect:blob:f32:b2,detect:blob:f16:e2e:fp16,"
                                          "pose:file:f16:nms:fp16,obb:c-array:f16:e2e:fp16,detect:blob:f16:e2e:fp16:b2,"
                                          "segment:file:f16:e2e:fp16,classify:blob:f16:e2e:fp16,classify:blob:f32:b2,"
-                                         "segment:blob:f16:e2e:fp16:b2",
+                                         "segment:blob:f16:e2e:fp16:b2,detect:blob:f32:nms:b2,"
+                                         "segment:blob:f16:nms:fp16:b2",
                     help="more packages, each task:weights-format:weights-dtype[:head][:precision][:bN] ('' for "
                          "none); a --batch N package (bN) also compiles tests/cuda/batch_main.cu (classify: batch_classify_main.cu, "
                          "segment: batch_segment_main.cu) against it")

@@ -196,10 +196,38 @@ def test_cuda_batch_segment(seg_cls_checkpoints):
                              r"F\(m, F16_PROTOS_OFF\), BATCH \* \d+\)", cu)
 
 
+def test_cuda_batch_nms(weights):
+    """--batch N with --head nms: the NMS once for the batch (carve_cu_nms_postprocess_batch, fp16 on the half
+    maps), each image's row count in the scratch's tail after the conf (sized for the batch) and in the pinned
+    results after the rows, the counts' accessors and options.enqueue_conf; batch 1 keeps the one-image call and
+    has the asynchronous API too."""
+    for precision in ("fp32", "fp16"):
+        files = compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ,
+                                       {"batch": 3, "head": "nms", "precision": precision}).files
+        h, cu = files["yolo26n.h"].decode(), files["yolo26n.cu"].decode()
+        for api in ("run_images", "enqueue_tensors", "batch_rows", "device_row_counts", "pinned_row_counts"):
+            assert f"yolo26n_{api}(" in h and f"yolo26n_{api}(" in cu
+        assert "#define YOLO26N_HEAD_NMS 1" in h and "float enqueue_conf;" in h
+        rows = "F(m, F16_ROWS_OFF)" if precision == "fp16" else "A(m, OUTPUT0_OFF)"
+        assert re.search(r"carve_cu_nms_postprocess_batch\(&m->cu, levels, 3, 80, 0, CARVE_E2E_DETECT, m->nms_param,"
+                         rf"\s+0\.7, 0, 84, BATCH, m->scratch, {re.escape(rows)},", cu)  # k: min(300, anchors)
+        assert "carve_cu_nms_postprocess(" not in cu
+        assert "carve_cu_nms_batch_scratch_bytes(ANCHORS, YOLO26N_MAX_DETECTIONS, BATCH)" in cu
+        assert "(sizeof(float) + BATCH * sizeof(uint32_t) + CARVE_CU_NMS_PARAM_BYTES - 1)" in cu
+        assert "uint32_t num_rows[BATCH];" in cu and "*rows = m->num_rows[image];" in cu
+        assert "m->pinned + PINNED_COUNTS_OFF, m->nms_param + 1, BATCH * sizeof(uint32_t)," in cu
+        assert "TRY(upload_conf(m, m->enqueue_conf));" in cu
+    one = compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ, {"head": "nms"}).files
+    h1, cu1 = one["yolo26n.h"].decode(), one["yolo26n.cu"].decode()
+    assert "carve_cu_nms_postprocess(&m->cu, levels," in cu1 and "carve_cu_nms_postprocess_batch(" not in cu1
+    assert "yolo26n_enqueue_images(" in h1 and "yolo26n_device_row_counts(" in h1
+    e2e = compiler.compile_model(str(MANIFEST), "cuda", str(weights), IMGSZ, {}).files["yolo26n.h"].decode()
+    assert "#define YOLO26N_HEAD_NMS 0" in e2e and "row_counts(" not in e2e and "enqueue_conf" not in e2e
+
+
 @pytest.mark.parametrize("backend, options, message", [
     ("xnnpack", {"batch": 2}, "backend 'xnnpack' runs one image per run"),
     ("portable", {"batch": 2}, "backend 'portable' runs one image per run"),
-    ("cuda", {"batch": 2, "head": "nms"}, "not the one-to-many head + NMS"),
     ("cuda", {"batch": 0}, "expected an integer from 1 to 1024"),
     ("cuda", {"batch": True}, "expected an integer from 1 to 1024"),
 ])

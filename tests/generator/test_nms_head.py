@@ -171,8 +171,8 @@ def test_cuda_nms_package():
     src = files["yolo26n_shapes.cu"].decode()
     assert "carve_cu_nms_postprocess(&m->cu, levels, 3, 5, 0, CARVE_E2E_DETECT, m->nms_param," in src
     assert "0.7, 0, 84, m->scratch, A(m, OUTPUT0_OFF), (uint32_t*)(m->nms_param + 1)));" in src
-    assert "TRY(upload_conf(m, conf));" in src and "*rows = m->num_rows;" in src
-    assert "+ CARVE_CU_NMS_PARAM_BYTES;" in src
+    assert "TRY(upload_conf(m, conf));" in src and "*rows = m->num_rows[0];" in src
+    assert "+ NMS_PARAM_BYTES;" in src and "uint32_t num_rows[BATCH];" in src
     _, e2e = compile_shapes(backend="cuda")
     assert not any("nms" in k for k in e2e) and "nms_param" not in e2e["yolo26n_shapes.cu"].decode()
 

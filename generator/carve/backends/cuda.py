@@ -405,6 +405,7 @@ class CudaBackend(CBackend):
         program = self.lower(graph, plan)
         program["batch"], program["batch_api"] = batch_options(graph.meta, program, options)
         program["tactic_slots"] = cuda_tactics.assign(program["convs"], lambda c: _conv_direct(c, program["batch"]))
+        program["rows_per_image"] = rows_per_image(program, graph.meta["task"])
         in_h, in_w = graph.meta.get("input_hw") or (graph.meta["imgsz"], graph.meta["imgsz"])
         program["device_scratch_bytes"] = device_scratch_bytes(program, graph.meta["task"], graph.meta["nc"],
                                                                in_w, in_h, MAX_IMAGE, MAX_IMAGE)
@@ -414,21 +415,20 @@ class CudaBackend(CBackend):
         return CPackage(self, graph, plan, program, options).files()
 
 
-# the tasks whose outputs the batch API hands out: the rows (detect, segment, pose, obb; segment's prototypes and
-# masks per image too), the probabilities (classify)
+# the tasks whose outputs the batch API hands out: the rows (detect, segment, pose, obb, either head; segment's
+# prototypes and masks per image too; --head nms: each image's row count), the probabilities (classify)
 BATCH_TASKS = ("detect", "segment", "pose", "obb", "classify")
 
 
 def batch_options(meta: dict, program: dict, options) -> tuple:
     """(batch, batch_api): --batch N (images per run; default 1) and whether the package has the batch /
-    asynchronous API (run_images, enqueue_*: detect, segment, pose and obb with the end-to-end head, classify). A
-    batch of more than one image is refused where that API is missing (--head nms)."""
+    asynchronous API (run_images, enqueue_*: every task of BATCH_TASKS, with either head). A batch of more than one
+    image is refused for any other task."""
     batch = int((options or {}).get("batch") or 1)
-    api = meta["task"] in BATCH_TASKS and not program.get("nms")
+    api = meta["task"] in BATCH_TASKS
     if batch > 1 and not api:
-        what = f"{meta['task']} models" if meta["task"] not in BATCH_TASKS else "the one-to-many head + NMS (--head nms)"
-        raise CarveError(f"--batch {batch}: the cuda backend batches detect, segment, pose and obb models with the "
-                         f"end-to-end head, and classify models; not {what} yet",
+        raise CarveError(f"--batch {batch}: the cuda backend batches {', '.join(BATCH_TASKS)} models; not "
+                         f"{meta['task']} models",
                          hint="generate with --batch 1 (the default); no files were written")
     return batch, api
 
@@ -509,11 +509,27 @@ def _e2e_scratch_bytes(anchors: int, nc: int, k: int, batch: int = 1) -> int:
     return (topk + _align8(batch * anchors * 4) + _align8(batch * kk * nc * 4) + 2 * _align8(batch * kk * 4))
 
 
-def _nms_scratch_bytes(anchors: int, max_det: int) -> int:
-    """carve_cu_nms_scratch_bytes: scores, order, boxes, kept anchors, then the top-k's scratch."""
+def _nms_scratch_bytes(anchors: int, max_det: int, batch: int = 1) -> int:
+    """carve_cu_nms_batch_scratch_bytes: every image's scores, order, boxes and kept anchors, then the top-k's
+    scratch (one image's)."""
     kk = min(anchors, NMS_MAX_NMS)
-    return (_align8(anchors * 4) + _align8(kk * 4) + _align8(kk * 5 * 4) + _align8(min(max_det, kk) * 4)
-            + _topk_scratch_bytes(anchors, kk))
+    return (_align8(batch * anchors * 4) + _align8(batch * kk * 4) + _align8(batch * kk * 5 * 4)
+            + _align8(batch * min(max_det, kk) * 4) + _topk_scratch_bytes(anchors, kk))
+
+
+def rows_per_image(p: dict, task: str) -> int:
+    """The generated NUM_ROWS: each image's room for rows, min(k, anchors), also at most CARVE_NMS_MAX_NMS with
+    --head nms (carve_cu_nms_postprocess_batch's stride between images); 0 for classify."""
+    if task == "classify":
+        return 0
+    rows = min(p["rows_k"], p["anchors"])
+    return min(rows, NMS_MAX_NMS) if p.get("nms") else rows
+
+
+def nms_param_bytes(batch: int) -> int:
+    """The generated NMS_PARAM_BYTES: the scratch's tail with the run's conf and each image's row count, in
+    multiples of CARVE_CU_NMS_PARAM_BYTES."""
+    return -(-(4 + 4 * batch) // NMS_PARAM_BYTES) * NMS_PARAM_BYTES
 
 
 def _pil_ksize(n_in: int, n_out: int) -> int:
@@ -562,9 +578,9 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
     if task == "classify":
         need.append(_classify_scratch_bytes(max_w, max_h, in_w))
     elif p.get("nms"):
-        need.append(_nms_scratch_bytes(p["anchors"], p["rows_k"]))
+        need.append(_nms_scratch_bytes(p["anchors"], p["rows_k"], p.get("batch", 1)))
         need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
-        return -(-max(need) // 256) * 256 + NMS_PARAM_BYTES  # the reserved tail: conf and the rows' count
+        return -(-max(need) // 256) * 256 + nms_param_bytes(p.get("batch", 1))  # the tail: conf, the row counts
     else:
         need.append(_e2e_scratch_bytes(p["anchors"], nc, p["rows_k"], p.get("batch", 1)))
         need.append((in_w * 3 + in_h * 4) * 4)  # carve_cu_letterbox_scratch_bytes
@@ -574,16 +590,20 @@ def device_scratch_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int, max_
 def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int:
     """An upper bound of the generated context struct (the .cu static_asserts it): its fixed fields
     (< 1 KiB), an event and a double per layer boundary, and the host copies it holds (each rounded up to
-    64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback; the lanes."""
+    64 bytes): the run_tensor input, output0, the prototypes, one layer output for the callback; the lanes; the
+    tactic table."""
     batch = p.get("batch", 1)
-    floats = [in_h * in_w * 3, batch * (nc if task == "classify" else min(p["rows_k"], p["anchors"]) * p["row_len"]),
+    floats = [in_h * in_w * 3, batch * (nc if task == "classify" else rows_per_image(p, task) * p["row_len"]),
               p["layer_span_floats"]]
     if "output1" in p["outputs"]:
         o = p["outputs"]["output1"]
         floats.append(batch * o["h"] * o["w"] * o["c"])
     arrays = sum(-(-f * 4 // 64) * 64 for f in floats) + 64 * batch  # + a letterbox record per image
+    if p.get("nms"):
+        arrays += -(-4 * batch // 64) * 64  # each image's row count
     lanes = 128 * p.get("lanes", 0) + 64  # a context, a scratch pointer, a stream and an event per lane; fork, flag
-    return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays + lanes) // 64) * 64
+    tactics = 9 * p.get("tactic_slots", 0)  # each shape's path and its two times
+    return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays + lanes + tactics) // 64) * 64
 
 
 BACKEND = CudaBackend()

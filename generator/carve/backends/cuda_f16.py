@@ -41,8 +41,8 @@ class CuE2EF16(CuE2E):
 
 @dataclass(kw_only=True)
 class CuNMSF16(CuNMS):
-    """carve_cu_nms_postprocess on the half head maps (its carve_cu_level_h overload), the rows in float32 in the
-    staging area."""
+    """carve_cu_nms_postprocess (or _batch) on the half head maps (its carve_cu_level_h overload), the rows in
+    float32 in the staging area."""
 
     macro: ClassVar[str] = "cu_nms_f16"
 

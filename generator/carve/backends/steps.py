@@ -617,7 +617,8 @@ class CuE2E(E2E):
 
 @dataclass(kw_only=True)
 class CuNMS(NMS):
-    """carve_cu_nms_postprocess: the run's conf and the rows' count in the device scratch's reserved tail."""
+    """carve_cu_nms_postprocess (or _batch for --batch N): the run's conf and each image's row count in the device
+    scratch's reserved tail."""
 
     macro: ClassVar[str] = "cu_nms"
     function: ClassVar[str] = "carve_cu_nms_postprocess"
