@@ -83,7 +83,7 @@
 //     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess; the batch argument
 //     of carve_cu_global_avgpool, carve_cu_linear (one GEMM for the batch) and carve_cu_softmax (a classify batch).
 // 15: the NMS head of a batch: carve_cu_nms_postprocess_batch and carve_cu_nms_batch_scratch_bytes
-//     (carve_cuda_nms.h), carve_cu_topk_batch.
+//     (carve_cuda_nms.h), carve_cu_topk_batch, carve_cu_topk_numbers_batch (the NMS's order in one launch).
 #define CARVE_CUDA_ABI 15
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
@@ -469,6 +469,18 @@ carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n,
 // scratch (carve_cu_topk_scratch_bytes(n, k): one list's). batch 0 is CARVE_ERR_INVALID_ARGUMENT.
 carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, size_t batch,
                                  int32_t* idx, float* val, void* scratch);
+
+// The numbers' top-k of `batch` lists of n values one after another (NaN left out): list b's min(k, its
+// numbers) largest, best first in carve_cu_topk's order, into idx + b min(k, n), their count into count[b]
+// (device). Up to CARVE_CU_TOPK_ONE_BLOCK_N values a list, one launch for the batch, a block per list, whatever k:
+// its composites in shared memory up to 2048 results, else in the scratch (the rank sort then takes
+// results^2 / 1024 comparisons a thread); larger lists take carve_cu_topk's launches list after list and a
+// count launch. What the NMS needs: its non-candidates are NaN, and it walks only the candidates.
+// Scratch: carve_cu_topk_numbers_scratch_bytes (0 when every list's results fit shared memory; SIZE_MAX for
+// batch 0 or too large). n or k 0: every count 0.
+size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t batch);
+carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,
+                                         size_t batch, int32_t* idx, uint32_t* count, void* scratch);
 
 // rows[i][0:c] = src[idx[i]][0:c] for i < n (src pixel stride src_stride, rows dense).
 carve_status carve_cu_gather_rows(const carve_cu_ctx* ctx, const float* src, size_t src_stride, uint32_t c,

@@ -6,7 +6,8 @@
 //
 // Steps (every launch checked; nothing allocated; nothing waits for the host):
 //   scores kernel    s[a] = best class score of anchor a, NaN when not a candidate;
-//   carve_cu_topk    order = the min(A, max_nms) anchors by s, best first (NaN last);
+//   carve_cu_topk_numbers_batch  order = the candidates (s a number), at most max_nms, best first, and
+//                    their count: one launch, a block per image (up to 65536 anchors);
 //   suppress kernel  one block walks the order: thread 0 decodes candidate i (its class
 //                    offset box, or its Gaussian for obb), the block tests it against the
 //                    kept boxes (greedy) or every earlier candidate (obb: fast NMS), thread 0
@@ -214,15 +215,15 @@ static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t b, size_t a
   *class_out = c;
 }
 
-// The walk over order[0 .. n) of image b = blockIdx.x (one block per image): keep[] the kept anchors,
+// The walk over order[0 .. cands[b]) of image b = blockIdx.x (one block per image): keep[] the kept anchors,
 // *num_rows their count. boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
 // s, order, boxes, keep and num_rows point at image 0's; image b's follow at b A, b n, b n 5, b max_det, b.
 template <typename Lv>
 __global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
 carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, int task, int agnostic, double iou,
-                             const float* __restrict__ s, const int32_t* __restrict__ order, uint32_t n,
-                             uint32_t max_det, float* __restrict__ boxes, int32_t* __restrict__ keep,
-                             uint32_t* __restrict__ num_rows) {
+                             const float* __restrict__ s, const int32_t* __restrict__ order,
+                             const uint32_t* __restrict__ cands, uint32_t n, uint32_t max_det,
+                             float* __restrict__ boxes, int32_t* __restrict__ keep, uint32_t* __restrict__ num_rows) {
   CARVE_CU_KERNEL_ENTRY();
   const size_t b = blockIdx.x;
   s += b * anchors;
@@ -230,6 +231,7 @@ carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, int ta
   boxes += b * n * 5;
   keep += b * max_det;
   num_rows += b;
+  n = cands[b] < n ? cands[b] : n;  // the candidates, best first
   __shared__ float cand[5];
   __shared__ int suppressed;
   __shared__ uint32_t kept;
@@ -330,8 +332,8 @@ __global__ void carve_cu_nms_rows_kernel(nms_levels<Lv> L, size_t nc, size_t ext
 static size_t nms_align8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 // Scratch: every image's anchor scores (batch, A), order (batch, k'), boxes (batch, k', 5), kept anchors
-// (batch, min(max_det, k')), then the top-k's scratch (one image's: the images' top-k run one after
-// another where they do not share one launch); k' = min(A, CARVE_NMS_MAX_NMS).
+// (batch, min(max_det, k')), candidate counts (batch), then carve_cu_topk_numbers_batch's scratch;
+// k' = min(A, CARVE_NMS_MAX_NMS).
 extern "C" size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t batch) {
   if (batch == 0 || anchors > (size_t)INT32_MAX) {
     return SIZE_MAX;
@@ -342,13 +344,14 @@ extern "C" size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_de
   const size_t kk = anchors < CARVE_NMS_MAX_NMS ? anchors : CARVE_NMS_MAX_NMS;
   const size_t kept = max_det < kk ? max_det : kk;
   const size_t per_image = anchors * sizeof(float) + kk * sizeof(int32_t) + kk * 5 * sizeof(float) +
-                           kept * sizeof(int32_t);
-  if (batch > (SIZE_MAX / 2) / per_image) {
+                           kept * sizeof(int32_t) + sizeof(uint32_t);
+  const size_t topk = carve_cu_topk_numbers_scratch_bytes(anchors, kk, batch);
+  if (batch > (SIZE_MAX / 4) / per_image || topk == SIZE_MAX) {
     return SIZE_MAX;
   }
   return nms_align8(batch * anchors * sizeof(float)) + nms_align8(batch * kk * sizeof(int32_t)) +
          nms_align8(batch * kk * 5 * sizeof(float)) + nms_align8(batch * kept * sizeof(int32_t)) +
-         carve_cu_topk_scratch_bytes(anchors, kk);
+         nms_align8(batch * sizeof(uint32_t)) + topk;
 }
 
 extern "C" size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det) {
@@ -412,18 +415,19 @@ static carve_status nms_run(const carve_cu_ctx* ctx, const Lv* levels, size_t nu
   int32_t* order = (int32_t*)(base + nms_align8(batch * anchors * sizeof(float)));     // (batch, k') best first
   float* boxes = (float*)((unsigned char*)order + nms_align8(batch * kk * sizeof(int32_t)));  // (batch, k', 5)
   int32_t* keep = (int32_t*)((unsigned char*)boxes + nms_align8(batch * kk * 5 * sizeof(float)));  // (batch, cap)
-  void* tk = (unsigned char*)keep + nms_align8(batch * cap * sizeof(int32_t));         // top-k scratch
+  uint32_t* cands = (uint32_t*)((unsigned char*)keep + nms_align8(batch * cap * sizeof(int32_t)));  // (batch)
+  void* tk = (unsigned char*)cands + nms_align8(batch * sizeof(uint32_t));             // top-k scratch
 
   CARVE_LAUNCH(carve_cu_nms_scores_kernel<Lv>, carve_cu_blocks(batch * anchors), CARVE_CU_THREADS, ctx->stream, L,
                anchors, batch, nc, conf, s);
   CARVE_CU_CHECK_LAUNCH();
-  const carve_status st = carve_cu_topk_batch(ctx, s, anchors, kk, batch, order, NULL, tk);
+  const carve_status st = carve_cu_topk_numbers_batch(ctx, s, anchors, kk, batch, order, cands, tk);
   if (st != CARVE_OK) {
     return st;
   }
   CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, (unsigned)batch, CARVE_CU_NMS_THREADS, ctx->stream, L, anchors, nc,
-               (int)task, agnostic, iou, (const float*)s, (const int32_t*)order, (uint32_t)kk, (uint32_t)cap, boxes,
-               keep, num_rows);
+               (int)task, agnostic, iou, (const float*)s, (const int32_t*)order, (const uint32_t*)cands,
+               (uint32_t)kk, (uint32_t)cap, boxes, keep, num_rows);
   CARVE_CU_CHECK_LAUNCH();
   CARVE_LAUNCH(carve_cu_nms_rows_kernel<Lv>, carve_cu_blocks(batch * cap), CARVE_CU_THREADS, ctx->stream, L, nc,
                extra_channels, (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, batch, rows);

@@ -592,6 +592,70 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                       val != NULL ? val + (size_t)blockIdx.x * kk : NULL, s, place, &sh);
 }
 
+// Block b: the numbers of vals[b n .. (b + 1) n) (NaN left out), the min(k, their count) = kk best of them into
+// idx[b k ..) by carve_cu_topk_block, kk into count[b]: NaN ranks below every number, so the kk best values
+// are numbers. Its composites and places in shared memory up to CARVE_CU_SORT_BLOCK, else in gs / gplace [b k ..)
+// (global memory; the rank sort's passes then read them from the cache).
+__global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
+    carve_cu_topk_numbers_kernel(const float* __restrict__ vals, uint32_t n, uint32_t k, int32_t* __restrict__ idx,
+                                 uint32_t* __restrict__ count, uint64_t* gs, uint32_t* gplace) {
+  CARVE_CU_KERNEL_ENTRY();
+  __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
+  __shared__ uint32_t place[CARVE_CU_SORT_BLOCK];
+  __shared__ topk_block_shared sh;
+  __shared__ uint32_t numbers;
+  const unsigned t = threadIdx.x;
+  const size_t b = blockIdx.x;
+  vals += b * n;
+  if (t == 0) {
+    numbers = 0;
+  }
+  __syncthreads();
+  uint32_t mine = 0;
+  for (uint32_t i = t; i < n; i += CARVE_CU_TOPK_ONE_BLOCK_THREADS) {
+    mine += vals[i] == vals[i];
+  }
+  if (mine != 0) {
+    atomicAdd(&numbers, mine);
+  }
+  __syncthreads();
+  const uint32_t kk = numbers < k ? numbers : k;  // the same for every thread
+  if (t == 0) {
+    count[b] = kk;
+  }
+  if (kk == 0) {
+    return;
+  }
+  if (kk <= CARVE_CU_SORT_BLOCK) {
+    carve_cu_topk_block(vals, n, kk, idx + b * k, NULL, s, place, &sh);
+  } else {
+    carve_cu_topk_block(vals, n, kk, idx + b * k, NULL, gs + b * k, gplace + b * k, &sh);
+  }
+}
+
+// count[b] = min(k, the numbers among vals[b n .. (b + 1) n)) (the multi-launch path's counts).
+__global__ void carve_cu_count_numbers_kernel(const float* __restrict__ vals, size_t n, size_t k,
+                                              uint32_t* __restrict__ count) {
+  CARVE_CU_KERNEL_ENTRY();
+  __shared__ uint32_t numbers;
+  if (threadIdx.x == 0) {
+    numbers = 0;
+  }
+  __syncthreads();
+  const float* v = vals + (size_t)blockIdx.x * n;
+  uint32_t mine = 0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    mine += v[i] == v[i];
+  }
+  if (mine != 0) {
+    atomicAdd(&numbers, mine);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    count[blockIdx.x] = numbers < k ? numbers : (uint32_t)k;
+  }
+}
+
 // idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
 __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, const float* vals, int32_t* idx,
                                             float* val) {
@@ -688,6 +752,56 @@ extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals
     return CARVE_ERR_INVALID_ARGUMENT;
   }
   return topk_batch(ctx->stream, vals, n, kk, 1, idx, val, scratch);
+}
+
+static size_t topk_align8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+extern "C" size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t batch) {
+  const size_t kk = k < n ? k : n;
+  if (batch == 0 || n > (size_t)INT32_MAX) {
+    return SIZE_MAX;
+  }
+  if (n > CARVE_CU_TOPK_ONE_BLOCK_N) {
+    return carve_cu_topk_scratch_bytes(n, kk);  // the multi-launch path, list after list
+  }
+  if (kk <= CARVE_CU_SORT_BLOCK) {
+    return 0;  // everything in shared memory
+  }
+  if (batch > SIZE_MAX / 16 / kk) {
+    return SIZE_MAX;
+  }
+  return topk_align8(batch * kk * sizeof(uint64_t)) + topk_align8(batch * kk * sizeof(uint32_t));
+}
+
+extern "C" carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,
+                                                    size_t batch, int32_t* idx, uint32_t* count, void* scratch) {
+  const size_t kk = k < n ? k : n;
+  const size_t bytes = carve_cu_topk_numbers_scratch_bytes(n, k, batch);
+  if (ctx == NULL || vals == NULL || idx == NULL || count == NULL || bytes == SIZE_MAX || batch > 0x7FFFFFFFu ||
+      (bytes != 0 && (scratch == NULL || (uintptr_t)scratch % sizeof(uint64_t) != 0))) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  if (kk == 0) {
+    return cudaMemsetAsync(count, 0, batch * sizeof(uint32_t), ctx->stream) == cudaSuccess ? CARVE_OK
+                                                                                            : CARVE_ERR_BACKEND;
+  }
+  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N) {  // one launch: a block per list
+    uint64_t* gs = (uint64_t*)scratch;
+    uint32_t* gplace = bytes != 0 ? (uint32_t*)((unsigned char*)scratch + topk_align8(batch * kk * sizeof(uint64_t)))
+                                  : NULL;
+    CARVE_LAUNCH(carve_cu_topk_numbers_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, ctx->stream, vals,
+                 (uint32_t)n, (uint32_t)kk, idx, count, gs, gplace);
+    CARVE_CU_CHECK_LAUNCH();
+    return CARVE_OK;
+  }
+  // Larger lists: the multi-launch top-k of each (NaN last), then each list's count of numbers.
+  const carve_status st = topk_batch(ctx->stream, vals, n, kk, batch, idx, NULL, scratch);
+  if (st != CARVE_OK) {
+    return st;
+  }
+  CARVE_LAUNCH(carve_cu_count_numbers_kernel, (unsigned)batch, CARVE_CU_THREADS, ctx->stream, vals, n, kk, count);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
 }
 
 extern "C" carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,

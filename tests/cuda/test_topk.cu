@@ -129,6 +129,68 @@ static void test_topk(TestCtx& t) {
   CHECK(carve_cu_topk(&t.ctx, dv.p, (size_t)INT32_MAX + 1, 2, di.p, nullptr, s.get()) == CARVE_ERR_INVALID_ARGUMENT);
 }
 
+// carve_cu_topk_numbers_batch: `batch` lists of n values with NaN among them; list b's count is min(k, its numbers)
+// and its indices the first ones of carve_cu_topk's order (NaN last) on that list alone.
+static void check_numbers(TestCtx& t, size_t n, size_t k, size_t batch, const Mode* modes, TestRng& rng,
+                          size_t nan_every) {
+  const size_t kk = std::min(k, n);
+  std::vector<float> v;
+  std::vector<std::vector<float>> lists;
+  for (size_t b = 0; b < batch; b++) {
+    lists.push_back(make_values(n, modes[b % 3], rng));
+    for (size_t i = 0; nan_every != 0 && i < n; i++) {
+      if (rng.below((uint32_t)nan_every) == 0) lists.back()[i] = NAN;  // the NMS's non-candidates
+    }
+    v.insert(v.end(), lists.back().begin(), lists.back().end());
+  }
+  DevBuf<float> dv(v);
+  DevBuf<int32_t> didx(batch * kk + 1);
+  DevBuf<uint32_t> dcount(std::vector<uint32_t>(batch, 77));
+  DevScratch scratch(carve_cu_topk_numbers_scratch_bytes(n, k, batch));
+  CHECK_OK(carve_cu_topk_numbers_batch(&t.ctx, dv.p, n, k, batch, didx.p, dcount.p, scratch.get()));
+  t.sync();
+  const std::vector<int32_t> idx = didx.download();
+  const std::vector<uint32_t> count = dcount.download();
+  for (size_t b = 0; b < batch; b++) {
+    const std::vector<float>& l = lists[b];
+    const size_t numbers = (size_t)std::count_if(l.begin(), l.end(), [](float x) { return x == x; });
+    const std::vector<int32_t> want = sort_topk(l, k);
+    CHECK_MSG(count[b] == std::min(kk, numbers), "numbers n %zu k %zu list %zu: count %u, want %zu", n, k, b,
+              count[b], std::min(kk, numbers));
+    for (size_t i = 0; i < std::min((size_t)count[b], kk); i++) {
+      CHECK_MSG(idx[b * kk + i] == want[i], "numbers n %zu k %zu list %zu rank %zu: index %d, sort says %d", n, k,
+                b, i, idx[b * kk + i], want[i]);
+    }
+  }
+}
+
+static void test_numbers(TestCtx& t) {
+  TestRng rng(13);
+  const Mode mixed[] = {SPECIAL, TIES, RANDOM}, nan_only[] = {ALL_NAN, RANDOM, ALL_NAN};
+  // {n, k, batch, NaN one in}: the results in shared memory (few numbers, or k <= 2048) and in the scratch
+  // (more than 2048 numbers: 8400 anchors at 640 with a low conf), an all-NaN list, the multi-launch path
+  // (n > 65536), k above n
+  const size_t cases[][4] = {{300, 300, 3, 2}, {8400, 8400, 3, 50}, {8400, 8400, 2, 0}, {8400, 8400, 3, 1000},
+                             {8400, 300, 2, 4}, {33600, 30000, 2, 3}, {70000, 30000, 2, 40}, {7, 100, 3, 2}};
+  for (const auto& c : cases) {
+    check_numbers(t, c[0], c[1], c[2], mixed, rng, c[3]);
+  }
+  check_numbers(t, 4000, 4000, 3, nan_only, rng, 0);
+  std::printf("top-k of the numbers: %zu batches against the sort, counts and indices\n",
+              sizeof(cases) / sizeof(cases[0]) + 1);
+  DevBuf<float> dv(4);
+  DevBuf<int32_t> di(4);
+  DevBuf<uint32_t> dc(std::vector<uint32_t>{77});
+  CHECK(carve_cu_topk_numbers_scratch_bytes(4, 4, 0) == SIZE_MAX);
+  CHECK(carve_cu_topk_numbers_batch(&t.ctx, dv.p, 4, 4, 0, di.p, dc.p, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK(carve_cu_topk_numbers_batch(&t.ctx, dv.p, 4, 4, 1, di.p, nullptr, nullptr) == CARVE_ERR_INVALID_ARGUMENT);
+  DevScratch s(carve_cu_topk_numbers_scratch_bytes(4000, 4000, 1));
+  CHECK(carve_cu_topk_numbers_batch(&t.ctx, dv.p, 4000, 4000, 1, di.p, dc.p, (char*)s.get() + 4) ==
+        CARVE_ERR_INVALID_ARGUMENT);
+  t.sync();
+  CHECK(dc.download()[0] == 77);  // nothing was enqueued
+}
+
 // ---- Gather -----------------------------------------------------------------------------
 
 static void test_gather(TestCtx& t) {
@@ -596,6 +658,7 @@ static void test_e2e_half(TestCtx& t) {
 int main() {
   TestCtx t;
   test_topk(t);
+  test_numbers(t);
   test_gather(t);
   test_e2e(t);
   test_e2e_batch(t);

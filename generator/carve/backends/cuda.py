@@ -445,6 +445,8 @@ DIRECT_MAX_CIN = runtime_define("CARVE_CU_DIRECT_MAX_CIN")  # carve_cuda_direct.
 DIRECT_MAX_K = runtime_define("CARVE_CU_DIRECT_MAX_K")
 DIRECT_SLICE = runtime_define("CARVE_CU_DIRECT_SLICE")
 TOPK_CHUNK = runtime_define("CARVE_CU_TOPK_CHUNK")         # carve_cuda_topk.cu
+TOPK_ONE_BLOCK_N = runtime_define("CARVE_CU_TOPK_ONE_BLOCK_N")
+SORT_BLOCK = runtime_define("CARVE_CU_SORT_BLOCK")
 NMS_MAX_NMS = runtime_define("CARVE_NMS_MAX_NMS")          # carve_nms.h
 NMS_PARAM_BYTES = runtime_define("CARVE_CU_NMS_PARAM_BYTES")  # carve_cuda_nms.h
 
@@ -509,12 +511,22 @@ def _e2e_scratch_bytes(anchors: int, nc: int, k: int, batch: int = 1) -> int:
     return (topk + _align8(batch * anchors * 4) + _align8(batch * kk * nc * 4) + 2 * _align8(batch * kk * 4))
 
 
+def _topk_numbers_scratch_bytes(n: int, k: int, batch: int) -> int:
+    """carve_cu_topk_numbers_scratch_bytes: nothing while a list's results fit shared memory, else each list's
+    composites and places; the multi-launch top-k's above TOPK_ONE_BLOCK_N values."""
+    kk = min(k, n)
+    if n > TOPK_ONE_BLOCK_N:
+        return _topk_scratch_bytes(n, kk)
+    return 0 if kk <= SORT_BLOCK else _align8(batch * kk * 8) + _align8(batch * kk * 4)
+
+
 def _nms_scratch_bytes(anchors: int, max_det: int, batch: int = 1) -> int:
-    """carve_cu_nms_batch_scratch_bytes: every image's scores, order, boxes and kept anchors, then the top-k's
-    scratch (one image's)."""
+    """carve_cu_nms_batch_scratch_bytes: every image's scores, order, boxes, kept anchors and candidate count, then
+    the candidates' top-k scratch."""
     kk = min(anchors, NMS_MAX_NMS)
     return (_align8(batch * anchors * 4) + _align8(batch * kk * 4) + _align8(batch * kk * 5 * 4)
-            + _align8(batch * min(max_det, kk) * 4) + _topk_scratch_bytes(anchors, kk))
+            + _align8(batch * min(max_det, kk) * 4) + _align8(batch * 4)
+            + _topk_numbers_scratch_bytes(anchors, kk, batch))
 
 
 def rows_per_image(p: dict, task: str) -> int:
