@@ -117,6 +117,7 @@ fi
 # (2, continued) the other rows of each package
 if [ "$EXTRA" != 0 ]; then
   for p in $PKGS; do
+    case "${p%-b*}" in *nms) continue ;; esac  # --head nms: its own row only (the network is the fp16 package's)
     modes=("--fused-conv" "--no-tune")
     [ "${p%-b*}" = tf32 ] && modes=("--strict-fp32" "--fused-conv" "--no-tune")
     [ "${p##*-b}" = 1 ] && modes+=("--serial-head")  # the head's branches in order: what the lanes gain

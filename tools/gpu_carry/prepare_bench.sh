@@ -1,7 +1,8 @@
 #!/bin/sh
 # Prepare the speed comparison of issue 20 for a GPU machine with nvcc, CMake and PyTorch but no network and no
 # Ultralytics (the `device` tool's machines): carve cuda packages of yolo26n (TF32 by default, --strict-fp32 at
-# run time; fp16 where `carve generate --precision fp16` exists, every batch size), batch 1 and 32, the checkpoint, Ultralytics'
+# run time; fp16 where `carve generate --precision fp16` exists, every batch size; fp16 with --head nms: "fp16nms"),
+# batch 1 and 32, the checkpoint, Ultralytics'
 # source (pure Python, imported from there), stb, bus.png and the scripts. On the GPU machine:
 #   bash DIR/bench.sh          (writes $OUT/bench.jsonl and $OUT/table.md; about 4 minutes on an H100)
 # Usage: tools/gpu_carry/prepare_bench.sh DIR CHECKPOINT [IMGSZ] [BATCHES]
@@ -43,6 +44,13 @@ for b in $BATCHES; do
     break
   fi
 done
+# fp16 with the one-to-many head + NMS (--head nms; its own weights: the one-to-many branch), every batch size
+if [ -d "$DIR/pkgs/fp16-b$first" ]; then
+  for b in $BATCHES; do
+    gen "fp16nms-b$b" --batch "$b" --precision fp16 --head nms
+    [ "$b" = "$first" ] || rm -f "$DIR/pkgs/fp16nms-b$b/yolo26n_weights.bin"
+  done
+fi
 echo "$first" > "$DIR/first_batch"
 rm -f "$DIR/fp16.log"
 cp "$here/tools/gpu_carry/bench.sh" "$here/tools/gpu_carry/bench_main.cu" "$here/tools/gpu_carry/torch_bench.py" \

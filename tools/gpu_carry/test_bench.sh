@@ -1,8 +1,8 @@
 #!/bin/sh
 # Checks tools/gpu_carry/prepare_bench.sh + bench.sh without a GPU (about 3 minutes on 2 cores; not in CI):
 # a carry at 64x64 with batches 1 and 2, built with the emulation header, PyTorch eager on the CPU, then the
-# table must hold carve TF32, carve strict-fp32, carve fp16 and PyTorch rows for both batches, and the
-# fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
+# table must hold carve TF32, carve strict-fp32, carve fp16, carve fp16 --head nms and PyTorch rows for both
+# batches, and the fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
 # (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
 # rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes, the gemm-attention rows (--gemm-attention) 8 more
 # (yolo26n's 2 attention layers: the attention's 4 launches and its pe convolution's instead of 1); every profile
@@ -21,6 +21,7 @@ for row in "| carve tf32 | 1 |" "| carve strict-fp32 | 1 |" "| carve tf32 | 2 |"
            "| carve fp16 | 2 |" "| carve fp16 fused | 2 |" "| carve fp16 serial-head | 1 |" "| carve tf32 serial-head | 1 |" \
            "| carve fp16 gemm-attention | 1 |" "| carve tf32 gemm-attention | 1 |" \
            "| carve fp16 no-tune | 1 |" "| carve tf32 no-tune | 2 |" \
+           "| carve fp16nms | 1 |" "| carve fp16nms | 2 |" \
            "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |" \
            "- Detect layer with the e2e head under 60 us (carve fp16, inside the graph"; do
   grep -qF -- "$row" "$out/table.md" || { echo "test_bench: FAIL: no row '$row' in $out/table.md"; exit 1; }
