@@ -23,8 +23,9 @@ extern "C" {
 // Bytes of scratch carve_cu_nms_postprocess needs (8-byte aligned), for `anchors` = sum of
 // h*w over the levels and the rows' max_det; SIZE_MAX when too large.
 size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det);
-// The same for carve_cu_nms_postprocess_batch's `batch` images (every image's scores, order, boxes
-// and kept anchors, one top-k scratch); SIZE_MAX for batch 0 or when too large.
+// The same for carve_cu_nms_postprocess_batch's `batch` images (every image's scores, order, boxes,
+// kept anchors and candidate count, and carve_cu_topk_numbers_batch's scratch for them); SIZE_MAX for
+// batch 0 or when too large.
 size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t batch);
 
 // carve_nms_postprocess on the device, in four steps, each indexing what it reads

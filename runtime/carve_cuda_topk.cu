@@ -25,6 +25,9 @@
 // (carve_cu_topk_one_block_kernel: the same keys, digits and tie rule, so the same result; it stops
 // selecting once a digit's bin is wanted whole and sorts by rank; the values are read up to six times
 // from global memory, L2-resident at these sizes). On one SM, its cost is instructions issued.
+// carve_cu_topk_numbers_batch (the NMS's order) runs the same steps per list in one launch: up to
+// CARVE_CU_SORT_BLOCK results as that kernel, more with the composites in global memory and a
+// bitonic network inside the block (carve_cu_bitonic_block_global).
 // Every launch is checked; nothing is allocated; nothing synchronises with the host.
 
 #include "carve_cuda_impl.h"
@@ -502,8 +505,10 @@ typedef struct topk_block_shared {
 // the lowest indices, as the multi-launch path. Every thread of the block calls it (barriers). vals is not
 // __restrict__: the fused e2e head calls it on scores the block has just written (a read-only, non-coherent
 // load of them would be undefined).
-static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32_t kk, int32_t* idx,
-                                           float* val, uint64_t* s, uint32_t* place, topk_block_shared* sh) {
+// carve_cu_topk_select writes steps 2-3's kk composites (any kk <= n) to s (shared or global memory; the
+// caller's barrier before reading them), carve_cu_topk_block sorts them by rank (step 4).
+static __device__ void carve_cu_topk_select(const float* vals, uint32_t n, uint32_t kk, uint64_t* s,
+                                            topk_block_shared* sh) {
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   carve_cu_radix_start(&sh->rs, kk);
@@ -568,6 +573,12 @@ static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32
       }
     }
   }
+}
+
+static __device__ void carve_cu_topk_block(const float* vals, uint32_t n, uint32_t kk, int32_t* idx,
+                                           float* val, uint64_t* s, uint32_t* place, topk_block_shared* sh) {
+  const unsigned threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS, t = threadIdx.x;
+  carve_cu_topk_select(vals, n, kk, s, sh);
   // 4. rank sort, descending.
   carve_cu_rank_place(s, kk, place);
   for (uint32_t e = t; e < kk; e += threads) {
@@ -592,13 +603,39 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                       val != NULL ? val + (size_t)blockIdx.x * kk : NULL, s, place, &sh);
 }
 
+// The descending bitonic network on a[0 .. p) in global memory (p a power of two, a[kk .. p) padded with 0 here)
+// by one block, a barrier between steps (which makes the block's global writes visible to it). For more
+// composites than a shared-memory sort holds: (log2 p)(log2 p + 1) / 2 steps of p / 2 pairs, where a rank sort
+// would compare every pair (kk^2).
+static __device__ void carve_cu_bitonic_block_global(uint64_t* a, uint32_t kk, uint32_t p) {
+  const unsigned t = threadIdx.x;
+  for (uint32_t i = kk + t; i < p; i += blockDim.x) {
+    a[i] = 0;
+  }
+  __syncthreads();
+  for (uint32_t size = 2; size <= p; size *= 2) {
+    for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
+      for (uint32_t u = t; u < p / 2; u += blockDim.x) {
+        const uint32_t i = 2 * stride * (u / stride) + u % stride, j = i + stride;
+        const uint64_t x = a[i], y = a[j];
+        const int desc = (i & size) == 0;
+        if (desc ? x < y : x > y) {
+          a[i] = y;
+          a[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
 // Block b: the numbers of vals[b n .. (b + 1) n) (NaN left out), the min(k, their count) = kk best of them into
-// idx[b k ..) by carve_cu_topk_block, kk into count[b]: NaN ranks below every number, so the kk best values
-// are numbers. Its composites and places in shared memory up to CARVE_CU_SORT_BLOCK, else in gs / gplace [b k ..)
-// (global memory; the rank sort's passes then read them from the cache).
+// idx[b k ..) by carve_cu_topk_select, kk into count[b]: NaN ranks below every number, so the kk best values
+// are numbers. Up to CARVE_CU_SORT_BLOCK composites in shared memory, sorted by rank (carve_cu_topk_block); more
+// in gs[b p ..) (global memory, p = the power of two at least k), sorted by the block's bitonic network.
 __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     carve_cu_topk_numbers_kernel(const float* __restrict__ vals, uint32_t n, uint32_t k, int32_t* __restrict__ idx,
-                                 uint32_t* __restrict__ count, uint64_t* gs, uint32_t* gplace) {
+                                 uint32_t* __restrict__ count, uint64_t* gs, uint32_t p) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
   __shared__ uint32_t place[CARVE_CU_SORT_BLOCK];
@@ -628,8 +665,18 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   }
   if (kk <= CARVE_CU_SORT_BLOCK) {
     carve_cu_topk_block(vals, n, kk, idx + b * k, NULL, s, place, &sh);
-  } else {
-    carve_cu_topk_block(vals, n, kk, idx + b * k, NULL, gs + b * k, gplace + b * k, &sh);
+    return;
+  }
+  uint64_t* a = gs + b * p;
+  uint32_t q = 1;  // the power of two at least kk: fewer steps than p when fewer values are numbers
+  while (q < kk) {
+    q *= 2;
+  }
+  carve_cu_topk_select(vals, n, kk, a, &sh);
+  __syncthreads();  // the compaction's composites
+  carve_cu_bitonic_block_global(a, kk, q);
+  for (uint32_t e = t; e < kk; e += CARVE_CU_TOPK_ONE_BLOCK_THREADS) {
+    idx[b * k + e] = (int32_t)carve_cu_comp_index(a[e]);
   }
 }
 
@@ -754,8 +801,6 @@ extern "C" carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals
   return topk_batch(ctx->stream, vals, n, kk, 1, idx, val, scratch);
 }
 
-static size_t topk_align8(size_t v) { return (v + 7) & ~(size_t)7; }
-
 extern "C" size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t batch) {
   const size_t kk = k < n ? k : n;
   if (batch == 0 || n > (size_t)INT32_MAX) {
@@ -767,10 +812,11 @@ extern "C" size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t
   if (kk <= CARVE_CU_SORT_BLOCK) {
     return 0;  // everything in shared memory
   }
-  if (batch > SIZE_MAX / 16 / kk) {
+  const size_t p = pow2_at_least(kk);
+  if (batch > SIZE_MAX / 16 / p) {
     return SIZE_MAX;
   }
-  return topk_align8(batch * kk * sizeof(uint64_t)) + topk_align8(batch * kk * sizeof(uint32_t));
+  return batch * p * sizeof(uint64_t);  // each list's composites, padded to a power of two
 }
 
 extern "C" carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,
@@ -786,11 +832,8 @@ extern "C" carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, con
                                                                                             : CARVE_ERR_BACKEND;
   }
   if (n <= CARVE_CU_TOPK_ONE_BLOCK_N) {  // one launch: a block per list
-    uint64_t* gs = (uint64_t*)scratch;
-    uint32_t* gplace = bytes != 0 ? (uint32_t*)((unsigned char*)scratch + topk_align8(batch * kk * sizeof(uint64_t)))
-                                  : NULL;
     CARVE_LAUNCH(carve_cu_topk_numbers_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, ctx->stream, vals,
-                 (uint32_t)n, (uint32_t)kk, idx, count, gs, gplace);
+                 (uint32_t)n, (uint32_t)kk, idx, count, (uint64_t*)scratch, (uint32_t)pow2_at_least(kk));
     CARVE_CU_CHECK_LAUNCH();
     return CARVE_OK;
   }

@@ -182,7 +182,7 @@ static void test_cases(TestCtx& t) {
     rows += check_case(t, h, CARVE_E2E_DETECT, 0.1f, 0.7, 0, 300, "empty level");
     cases++;
   }
-  // more anchors than max_nms: 33600 candidates, the best 30000 sorted by the global network
+  // more anchors than max_nms: 33600 candidates, the best 30000 sorted by the block's bitonic network in the scratch
   {
     Head h({160, 80, 40}, {160, 80, 40}, 1, 0);
     h.fill(rng, "tiny", false);
@@ -190,6 +190,14 @@ static void test_cases(TestCtx& t) {
       if (v == 0.0f) v = 0.0f;
     }
     const int n = check_case(t, h, CARVE_E2E_DETECT, 0.0f, 0.7, 0, 300, "max_nms");
+    CHECK(n == 300);
+    cases++;
+  }
+  // more anchors than one block orders (75600): the candidates' order by the multi-launch top-k and a count
+  {
+    Head h({240, 120, 60}, {240, 120, 60}, 1, 0);
+    h.fill(rng, "tiny", false);
+    const int n = check_case(t, h, CARVE_E2E_DETECT, 0.9f, 0.7, 0, 300, "75600 anchors");
     CHECK(n == 300);
     cases++;
   }

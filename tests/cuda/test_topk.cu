@@ -132,7 +132,7 @@ static void test_topk(TestCtx& t) {
 // carve_cu_topk_numbers_batch: `batch` lists of n values with NaN among them; list b's count is min(k, its numbers)
 // and its indices the first ones of carve_cu_topk's order (NaN last) on that list alone.
 static void check_numbers(TestCtx& t, size_t n, size_t k, size_t batch, const Mode* modes, TestRng& rng,
-                          size_t nan_every) {
+                          size_t nan_every, size_t keep_every = 0) {
   const size_t kk = std::min(k, n);
   std::vector<float> v;
   std::vector<std::vector<float>> lists;
@@ -140,6 +140,9 @@ static void check_numbers(TestCtx& t, size_t n, size_t k, size_t batch, const Mo
     lists.push_back(make_values(n, modes[b % 3], rng));
     for (size_t i = 0; nan_every != 0 && i < n; i++) {
       if (rng.below((uint32_t)nan_every) == 0) lists.back()[i] = NAN;  // the NMS's non-candidates
+    }
+    for (size_t i = 0; keep_every != 0 && i < n; i++) {
+      if (rng.below((uint32_t)keep_every) != 0) lists.back()[i] = NAN;  // few candidates (a high conf)
     }
     v.insert(v.end(), lists.back().begin(), lists.back().end());
   }
@@ -167,13 +170,16 @@ static void check_numbers(TestCtx& t, size_t n, size_t k, size_t batch, const Mo
 static void test_numbers(TestCtx& t) {
   TestRng rng(13);
   const Mode mixed[] = {SPECIAL, TIES, RANDOM}, nan_only[] = {ALL_NAN, RANDOM, ALL_NAN};
-  // {n, k, batch, NaN one in}: the results in shared memory (few numbers, or k <= 2048) and in the scratch
-  // (more than 2048 numbers: 8400 anchors at 640 with a low conf), an all-NaN list, the multi-launch path
-  // (n > 65536), k above n
-  const size_t cases[][4] = {{300, 300, 3, 2}, {8400, 8400, 3, 50}, {8400, 8400, 2, 0}, {8400, 8400, 3, 1000},
-                             {8400, 300, 2, 4}, {33600, 30000, 2, 3}, {70000, 30000, 2, 40}, {7, 100, 3, 2}};
+  // {n, k, batch, NaN one in, a number one in}: the results in shared memory (k <= 2048, or few numbers: 8400
+  // anchors at 640 with a high conf, 1 in 5 a number, the scratch there but unused) and in the scratch by the
+  // block's bitonic network (more than 2048 numbers: a low conf; 33600 anchors, max_nms), an all-NaN list, the
+  // multi-launch path (n > 65536; with fewer numbers than k), k above n
+  const size_t cases[][5] = {{300, 300, 3, 2, 0},     {8400, 8400, 3, 50, 0},     {8400, 8400, 2, 0, 0},
+                             {8400, 8400, 3, 1000, 0}, {8400, 8400, 3, 0, 5},     {8400, 300, 2, 4, 0},
+                             {33600, 30000, 2, 3, 0},  {70000, 30000, 2, 40, 0},  {70000, 50000, 2, 2, 0},
+                             {7, 100, 3, 2, 0}};
   for (const auto& c : cases) {
-    check_numbers(t, c[0], c[1], c[2], mixed, rng, c[3]);
+    check_numbers(t, c[0], c[1], c[2], mixed, rng, c[3], c[4]);
   }
   check_numbers(t, 4000, 4000, 3, nan_only, rng, 0);
   std::printf("top-k of the numbers: %zu batches against the sort, counts and indices\n",

@@ -513,11 +513,11 @@ def _e2e_scratch_bytes(anchors: int, nc: int, k: int, batch: int = 1) -> int:
 
 def _topk_numbers_scratch_bytes(n: int, k: int, batch: int) -> int:
     """carve_cu_topk_numbers_scratch_bytes: nothing while a list's results fit shared memory, else each list's
-    composites and places; the multi-launch top-k's above TOPK_ONE_BLOCK_N values."""
+    composites padded to a power of two; the multi-launch top-k's above TOPK_ONE_BLOCK_N values."""
     kk = min(k, n)
     if n > TOPK_ONE_BLOCK_N:
         return _topk_scratch_bytes(n, kk)
-    return 0 if kk <= SORT_BLOCK else _align8(batch * kk * 8) + _align8(batch * kk * 4)
+    return 0 if kk <= SORT_BLOCK else batch * _pow2_at_least(kk) * 8
 
 
 def _nms_scratch_bytes(anchors: int, max_det: int, batch: int = 1) -> int:
