@@ -83,7 +83,8 @@
 //     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess; the batch argument
 //     of carve_cu_global_avgpool, carve_cu_linear (one GEMM for the batch) and carve_cu_softmax (a classify batch).
 // 15: the NMS head of a batch: carve_cu_nms_postprocess_batch and carve_cu_nms_batch_scratch_bytes
-//     (carve_cuda_nms.h), carve_cu_topk_batch, carve_cu_topk_numbers_batch (the NMS's order in one launch).
+//     (carve_cuda_nms.h), carve_cu_topk_batch, carve_cu_topk_numbers_batch (the NMS's order in one launch),
+//     carve_cu_nms_set_conf.
 #define CARVE_CUDA_ABI 15
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed

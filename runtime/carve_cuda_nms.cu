@@ -327,7 +327,22 @@ __global__ void carve_cu_nms_rows_kernel(nms_levels<Lv> L, size_t nc, size_t ext
   }
 }
 
+// *conf = value.
+__global__ void carve_cu_nms_set_conf_kernel(float* conf, float value) {
+  CARVE_CU_KERNEL_ENTRY();
+  *conf = value;
+}
+
 // ---- Host ------------------------------------------------------------------------------------------
+
+extern "C" carve_status carve_cu_nms_set_conf(const carve_cu_ctx* ctx, float* conf, float value) {
+  if (ctx == NULL || conf == NULL) {
+    return CARVE_ERR_INVALID_ARGUMENT;
+  }
+  CARVE_LAUNCH(carve_cu_nms_set_conf_kernel, 1, 1, ctx->stream, conf, value);
+  CARVE_CU_CHECK_LAUNCH();
+  return CARVE_OK;
+}
 
 static size_t nms_align8(size_t v) { return (v + 7) & ~(size_t)7; }
 

@@ -20,6 +20,11 @@ extern "C" {
 // in a multiple of these bytes (one for up to 63 images).
 #define CARVE_CU_NMS_PARAM_BYTES 256
 
+// *conf = value on the device, enqueued on ctx->stream (one thread of one block; the value travels as the
+// kernel's argument, so no host memory is read later and the call never waits for the stream, which a copy
+// from pageable memory may). CARVE_ERR_INVALID_ARGUMENT for NULL.
+carve_status carve_cu_nms_set_conf(const carve_cu_ctx* ctx, float* conf, float value);
+
 // Bytes of scratch carve_cu_nms_postprocess needs (8-byte aligned), for `anchors` = sum of
 // h*w over the levels and the rows' max_det; SIZE_MAX when too large.
 size_t carve_cu_nms_scratch_bytes(size_t anchors, size_t max_det);

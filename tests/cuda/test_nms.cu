@@ -18,7 +18,7 @@
 //     image's count and rows the CPU's on its head alone, float32 and half maps, the candidates' order with
 //     its results in shared memory and in the scratch (more than 2048 candidates), max_det cutting some
 //     images only;
-//   * argument errors.
+//   * carve_cu_nms_set_conf; argument errors.
 
 #include <string>
 
@@ -274,6 +274,11 @@ static void test_errors(TestCtx& t) {
                                     dn.p));  // max_det 0: no rows
   t.sync();
   CHECK(dn.download()[0] == 0);
+  // carve_cu_nms_set_conf: the value lands on the device, in stream order
+  CHECK_OK(carve_cu_nms_set_conf(&t.ctx, dconf.p, 0.375f));
+  t.sync();
+  CHECK(dconf.download()[0] == 0.375f);
+  CHECK(carve_cu_nms_set_conf(nullptr, dconf.p, 0.5f) == bad && carve_cu_nms_set_conf(&t.ctx, nullptr, 0.5f) == bad);
   std::printf("nms: argument errors ok\n");
 }
 
