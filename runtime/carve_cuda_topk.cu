@@ -27,7 +27,7 @@
 // from global memory, L2-resident at these sizes). On one SM, its cost is instructions issued.
 // carve_cu_topk_numbers_batch (the NMS's order) runs the same steps per list in one launch: up to
 // CARVE_CU_SORT_BLOCK results as that kernel, more with the composites in global memory and a
-// bitonic network inside the block (carve_cu_bitonic_block_global).
+// bitonic network inside the block (carve_cu_bitonic_block).
 // Every launch is checked; nothing is allocated; nothing synchronises with the host.
 
 #include "carve_cuda_impl.h"
@@ -287,36 +287,35 @@ __global__ void carve_cu_topk_pad_kernel(uint64_t* cand, size_t kk, size_t p) {
   CARVE_CU_FOR(i, p - kk) { cand[kk + i] = 0; }
 }
 
-// One step of a descending bitonic network over p = 2^m items: pairs (i, i + stride)
+// Pair u of one step of a descending bitonic network over p = 2^m items: pairs (i, i + stride)
 // inside blocks of `size`; blocks with (i & size) == 0 sort descending, the others
-// ascending (at size == p every block is descending).
-__global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size, size_t stride) {
-  CARVE_CU_KERNEL_ENTRY();
-  CARVE_CU_FOR(t, p / 2) {
-    const size_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
-    const uint64_t x = a[i], y = a[j];
-    const int desc = (i & size) == 0;
-    if (desc ? x < y : x > y) {
-      a[i] = y;
-      a[j] = x;
-    }
+// ascending (at size == p every block is descending). I: the index type (uint32_t where it
+// fits: 64-bit divisions are software sequences on the GPU).
+template <typename I>
+static __device__ __forceinline__ void carve_cu_bitonic_pair(uint64_t* a, I u, I size, I stride) {
+  const I i = 2 * stride * (u / stride) + u % stride, j = i + stride;
+  const uint64_t x = a[i], y = a[j];
+  const int desc = (i & size) == 0;
+  if (desc ? x < y : x > y) {
+    a[i] = y;
+    a[j] = x;
   }
 }
 
-// The descending bitonic network on s[0 .. p) in shared memory, p a power of two: thread t < p / 2 owns one
-// pair per step; every thread of the block must call it (barriers).
-static __device__ void carve_cu_bitonic_shared(uint64_t* s, uint32_t p) {
-  const unsigned t = threadIdx.x;
+// One step over the whole network, a thread per pair (the multi-launch sort).
+__global__ void carve_cu_bitonic_step_kernel(uint64_t* a, size_t p, size_t size, size_t stride) {
+  CARVE_CU_KERNEL_ENTRY();
+  CARVE_CU_FOR(t, p / 2) { carve_cu_bitonic_pair<size_t>(a, t, size, stride); }
+}
+
+// The whole descending network on a[0 .. p) (shared or global memory), p a power of two, by one block: each
+// thread the pairs t, t + blockDim, ... of each step, a barrier between steps (which also makes the block's
+// global writes visible to it); every thread of the block must call it.
+static __device__ void carve_cu_bitonic_block(uint64_t* a, uint32_t p) {
   for (uint32_t size = 2; size <= p; size *= 2) {
     for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
-      if (t < p / 2) {
-        const uint32_t i = 2 * stride * (t / stride) + t % stride, j = i + stride;
-        const uint64_t x = s[i], y = s[j];
-        const int desc = (i & size) == 0;
-        if (desc ? x < y : x > y) {
-          s[i] = y;
-          s[j] = x;
-        }
+      for (uint32_t u = threadIdx.x; u < p / 2; u += blockDim.x) {
+        carve_cu_bitonic_pair<uint32_t>(a, u, size, stride);
       }
       __syncthreads();
     }
@@ -333,7 +332,7 @@ __global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t
     s[i] = i < kk ? a[i] : 0;
   }
   __syncthreads();
-  carve_cu_bitonic_shared(s, p);
+  carve_cu_bitonic_block(s, p);
   for (unsigned i = t; i < kk; i += blockDim.x) {
     a[i] = s[i];
   }
@@ -603,36 +602,11 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                       val != NULL ? val + (size_t)blockIdx.x * kk : NULL, s, place, &sh);
 }
 
-// The descending bitonic network on a[0 .. p) in global memory (p a power of two, a[kk .. p) padded with 0 here)
-// by one block, a barrier between steps (which makes the block's global writes visible to it). For more
-// composites than a shared-memory sort holds: (log2 p)(log2 p + 1) / 2 steps of p / 2 pairs, where a rank sort
-// would compare every pair (kk^2).
-static __device__ void carve_cu_bitonic_block_global(uint64_t* a, uint32_t kk, uint32_t p) {
-  const unsigned t = threadIdx.x;
-  for (uint32_t i = kk + t; i < p; i += blockDim.x) {
-    a[i] = 0;
-  }
-  __syncthreads();
-  for (uint32_t size = 2; size <= p; size *= 2) {
-    for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
-      for (uint32_t u = t; u < p / 2; u += blockDim.x) {
-        const uint32_t i = 2 * stride * (u / stride) + u % stride, j = i + stride;
-        const uint64_t x = a[i], y = a[j];
-        const int desc = (i & size) == 0;
-        if (desc ? x < y : x > y) {
-          a[i] = y;
-          a[j] = x;
-        }
-      }
-      __syncthreads();
-    }
-  }
-}
-
 // Block b: the numbers of vals[b n .. (b + 1) n) (NaN left out), the min(k, their count) = kk best of them into
 // idx[b k ..) by carve_cu_topk_select, kk into count[b]: NaN ranks below every number, so the kk best values
 // are numbers. Up to CARVE_CU_SORT_BLOCK composites in shared memory, sorted by rank (carve_cu_topk_block); more
-// in gs[b p ..) (global memory, p = the power of two at least k), sorted by the block's bitonic network.
+// in gs[b p ..) (global memory, p = the power of two at least k), sorted by the block's bitonic network
+// (carve_cu_bitonic_block).
 __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     carve_cu_topk_numbers_kernel(const float* __restrict__ vals, uint32_t n, uint32_t k, int32_t* __restrict__ idx,
                                  uint32_t* __restrict__ count, uint64_t* gs, uint32_t p) {
@@ -673,8 +647,13 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     q *= 2;
   }
   carve_cu_topk_select(vals, n, kk, a, &sh);
-  __syncthreads();  // the compaction's composites
-  carve_cu_bitonic_block_global(a, kk, q);
+  for (uint32_t i = kk + t; i < q; i += CARVE_CU_TOPK_ONE_BLOCK_THREADS) {
+    a[i] = 0;  // padding: below every composite
+  }
+  __syncthreads();  // the compaction's composites and the padding
+  // the block's bitonic network in global memory: (log2 q)(log2 q + 1) / 2 steps of q / 2 pairs, where a rank
+  // sort would compare every pair (kk^2)
+  carve_cu_bitonic_block(a, q);
   for (uint32_t e = t; e < kk; e += CARVE_CU_TOPK_ONE_BLOCK_THREADS) {
     idx[b * k + e] = (int32_t)carve_cu_comp_index(a[e]);
   }
