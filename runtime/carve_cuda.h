@@ -83,7 +83,7 @@
 //     carve_cu_linear, carve_cu_softmax (float32 probabilities) and carve_cu_classify_preprocess; the batch argument
 //     of carve_cu_global_avgpool, carve_cu_linear (one GEMM for the batch) and carve_cu_softmax (a classify batch).
 // 15: the NMS head of a batch: carve_cu_nms_postprocess_batch and carve_cu_nms_batch_scratch_bytes
-//     (carve_cuda_nms.h), carve_cu_topk_batch, carve_cu_topk_numbers_batch (the NMS's order in one launch),
+//     (carve_cuda_nms.h), carve_cu_topk_numbers_batch (the NMS's order in one launch),
 //     carve_cu_nms_set_conf.
 #define CARVE_CUDA_ABI 15
 
@@ -465,11 +465,6 @@ carve_status carve_cu_attention_pe(const carve_cu_ctx* ctx, const float* qkv, si
 size_t carve_cu_topk_scratch_bytes(size_t n, size_t k);
 carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, int32_t* idx,
                            float* val, void* scratch);
-// The same for `batch` (>= 1) lists of n values one after another: list b's min(k, n) largest into idx / val
-// + b min(k, n). One launch for the batch where the one-block top-k applies, else list after list on the one
-// scratch (carve_cu_topk_scratch_bytes(n, k): one list's). batch 0 is CARVE_ERR_INVALID_ARGUMENT.
-carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k, size_t batch,
-                                 int32_t* idx, float* val, void* scratch);
 
 // The numbers' top-k of `batch` lists of n values one after another (NaN left out): list b's min(k, its
 // numbers) largest, best first in carve_cu_topk's order, into idx + b min(k, n), their count into count[b]

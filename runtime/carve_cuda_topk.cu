@@ -602,6 +602,24 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                       val != NULL ? val + (size_t)blockIdx.x * kk : NULL, s, place, &sh);
 }
 
+// min(k, the numbers among v[0 .. n)) (NaN left out), for every thread of the block (which must all call it:
+// barriers); *total: a shared counter.
+static __device__ uint32_t carve_cu_block_numbers(const float* v, size_t n, size_t k, uint32_t* total) {
+  if (threadIdx.x == 0) {
+    *total = 0;
+  }
+  __syncthreads();
+  uint32_t mine = 0;
+  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+    mine += v[i] == v[i];
+  }
+  if (mine != 0) {
+    atomicAdd(total, mine);
+  }
+  __syncthreads();
+  return *total < k ? *total : (uint32_t)k;
+}
+
 // Block b: the numbers of vals[b n .. (b + 1) n) (NaN left out), the min(k, their count) = kk best of them into
 // idx[b k ..) by carve_cu_topk_select, kk into count[b]: NaN ranks below every number, so the kk best values
 // are numbers. Up to CARVE_CU_SORT_BLOCK composites in shared memory, sorted by rank (carve_cu_topk_block); more
@@ -618,19 +636,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   const unsigned t = threadIdx.x;
   const size_t b = blockIdx.x;
   vals += b * n;
-  if (t == 0) {
-    numbers = 0;
-  }
-  __syncthreads();
-  uint32_t mine = 0;
-  for (uint32_t i = t; i < n; i += CARVE_CU_TOPK_ONE_BLOCK_THREADS) {
-    mine += vals[i] == vals[i];
-  }
-  if (mine != 0) {
-    atomicAdd(&numbers, mine);
-  }
-  __syncthreads();
-  const uint32_t kk = numbers < k ? numbers : k;  // the same for every thread
+  const uint32_t kk = carve_cu_block_numbers(vals, n, k, &numbers);  // the same for every thread
   if (t == 0) {
     count[b] = kk;
   }
@@ -664,21 +670,9 @@ __global__ void carve_cu_count_numbers_kernel(const float* __restrict__ vals, si
                                               uint32_t* __restrict__ count) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t numbers;
+  const uint32_t kk = carve_cu_block_numbers(vals + (size_t)blockIdx.x * n, n, k, &numbers);
   if (threadIdx.x == 0) {
-    numbers = 0;
-  }
-  __syncthreads();
-  const float* v = vals + (size_t)blockIdx.x * n;
-  uint32_t mine = 0;
-  for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
-    mine += v[i] == v[i];
-  }
-  if (mine != 0) {
-    atomicAdd(&numbers, mine);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    count[blockIdx.x] = numbers < k ? numbers : (uint32_t)k;
+    count[blockIdx.x] = kk;
   }
 }
 
@@ -824,22 +818,6 @@ extern "C" carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, con
   CARVE_LAUNCH(carve_cu_count_numbers_kernel, (unsigned)batch, CARVE_CU_THREADS, ctx->stream, vals, n, kk, count);
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
-}
-
-extern "C" carve_status carve_cu_topk_batch(const carve_cu_ctx* ctx, const float* vals, size_t n, size_t k,
-                                            size_t batch, int32_t* idx, float* val, void* scratch) {
-  if (ctx == NULL || n > (size_t)INT32_MAX || batch == 0) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  const size_t kk = k < n ? k : n;
-  if (kk == 0) {
-    return CARVE_OK;
-  }
-  if (vals == NULL || idx == NULL || scratch == NULL || (uintptr_t)scratch % sizeof(uint64_t) != 0 ||
-      batch > SIZE_MAX / n) {
-    return CARVE_ERR_INVALID_ARGUMENT;
-  }
-  return topk_batch(ctx->stream, vals, n, kk, batch, idx, val, scratch);
 }
 
 // ---- Gather ------------------------------------------------------------------------------
