@@ -468,11 +468,10 @@ carve_status carve_cu_topk(const carve_cu_ctx* ctx, const float* vals, size_t n,
 
 // The numbers' top-k of `batch` lists of n values one after another (NaN left out): list b's min(k, its
 // numbers) largest, best first in carve_cu_topk's order, into idx + b min(k, n), their count into count[b]
-// (device); idx past count[b] is not written (larger lists: it holds the NaN values' indices). Up to
-// CARVE_CU_TOPK_ONE_BLOCK_N values a list, one launch for the batch, a block per list, whatever k: up to 2048
-// results sorted in shared memory, more in the scratch by a bitonic network inside the block (as many steps
-// as the results' power of two needs: 105 for 8400); larger lists take carve_cu_topk's launches list after
-// list and a count launch. What the NMS needs: its non-candidates are NaN, and it walks only the candidates.
+// (device); idx past count[b] is not written. One launch for the batch, a block per list, whatever n and k: up to
+// 2048 results sorted in shared memory, more in the scratch by a bitonic network inside the block (as many steps
+// as the results' power of two needs: 105 for 8400). What the NMS needs: its non-candidates are NaN, and it walks
+// only the candidates.
 // Scratch: carve_cu_topk_numbers_scratch_bytes (0 when k <= 2048: shared memory; else each list's composites,
 // padded to a power of two; SIZE_MAX for batch 0 or too large). n or k 0: every count 0.
 size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t batch);

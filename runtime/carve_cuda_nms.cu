@@ -7,7 +7,7 @@
 // Steps (every launch checked; nothing allocated; nothing waits for the host):
 //   scores kernel    s[a] = best class score of anchor a, NaN when not a candidate;
 //   carve_cu_topk_numbers_batch  order = the candidates (s a number), at most max_nms, best first, and
-//                    their count: one launch, a block per image (up to 65536 anchors);
+//                    their count: one launch, a block per image;
 //   suppress kernel  one block walks the order: thread 0 decodes candidate i (its class
 //                    offset box, or its Gaussian for obb), the block tests it against the
 //                    kept boxes (greedy) or every earlier candidate (obb: fast NMS), thread 0

@@ -39,7 +39,7 @@ size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t b
 //      not a candidate (score <= *conf, or every logit NaN);
 //   2. order: carve_cu_topk_numbers_batch's radix select + sort of the candidates' scores,
 //      at most CARVE_NMS_MAX_NMS anchors best first, ties to the lower anchor, and their
-//      count (one launch up to 65536 anchors, one block an image);
+//      count (one launch, one block an image);
 //   3. suppression (one block): the candidates in that order, one after another; thread 0
 //      decodes the next one, the block compares it with the kept boxes (detect, segment,
 //      pose: torchvision's greedy NMS, float IoU of the class-offset boxes compared in

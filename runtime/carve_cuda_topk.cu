@@ -665,17 +665,6 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   }
 }
 
-// count[b] = min(k, the numbers among vals[b n .. (b + 1) n)) (the multi-launch path's counts).
-__global__ void carve_cu_count_numbers_kernel(const float* __restrict__ vals, size_t n, size_t k,
-                                              uint32_t* __restrict__ count) {
-  CARVE_CU_KERNEL_ENTRY();
-  __shared__ uint32_t numbers;
-  const uint32_t kk = carve_cu_block_numbers(vals + (size_t)blockIdx.x * n, n, k, &numbers);
-  if (threadIdx.x == 0) {
-    count[blockIdx.x] = kk;
-  }
-}
-
 // idx[i] = index in composite i; val[i] = vals[idx[i]] (val may be NULL).
 __global__ void carve_cu_topk_output_kernel(const uint64_t* cand, size_t kk, const float* vals, int32_t* idx,
                                             float* val) {
@@ -779,9 +768,6 @@ extern "C" size_t carve_cu_topk_numbers_scratch_bytes(size_t n, size_t k, size_t
   if (batch == 0 || n > (size_t)INT32_MAX) {
     return SIZE_MAX;
   }
-  if (n > CARVE_CU_TOPK_ONE_BLOCK_N) {
-    return carve_cu_topk_scratch_bytes(n, kk);  // the multi-launch path, list after list
-  }
   if (kk <= CARVE_CU_SORT_BLOCK) {
     return 0;  // everything in shared memory
   }
@@ -804,18 +790,10 @@ extern "C" carve_status carve_cu_topk_numbers_batch(const carve_cu_ctx* ctx, con
     return cudaMemsetAsync(count, 0, batch * sizeof(uint32_t), ctx->stream) == cudaSuccess ? CARVE_OK
                                                                                             : CARVE_ERR_BACKEND;
   }
-  if (n <= CARVE_CU_TOPK_ONE_BLOCK_N) {  // one launch: a block per list
-    CARVE_LAUNCH(carve_cu_topk_numbers_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, ctx->stream, vals,
-                 (uint32_t)n, (uint32_t)kk, idx, count, (uint64_t*)scratch, (uint32_t)pow2_at_least(kk));
-    CARVE_CU_CHECK_LAUNCH();
-    return CARVE_OK;
-  }
-  // Larger lists: the multi-launch top-k of each (NaN last), then each list's count of numbers.
-  const carve_status st = topk_batch(ctx->stream, vals, n, kk, batch, idx, NULL, scratch);
-  if (st != CARVE_OK) {
-    return st;
-  }
-  CARVE_LAUNCH(carve_cu_count_numbers_kernel, (unsigned)batch, CARVE_CU_THREADS, ctx->stream, vals, n, kk, count);
+  // one launch: a block per list, whatever n (the select reads a list 5 or 6 times from one SM, where the
+  // multi-launch top-k would order min(k, n) values, NaN included: 120 launches for k = 30000, list after list)
+  CARVE_LAUNCH(carve_cu_topk_numbers_kernel, (unsigned)batch, CARVE_CU_TOPK_ONE_BLOCK_THREADS, ctx->stream, vals,
+               (uint32_t)n, (uint32_t)kk, idx, count, (uint64_t*)scratch, (uint32_t)pow2_at_least(kk));
   CARVE_CU_CHECK_LAUNCH();
   return CARVE_OK;
 }

@@ -193,7 +193,7 @@ static void test_cases(TestCtx& t) {
     CHECK(n == 300);
     cases++;
   }
-  // more anchors than one block orders (75600): the candidates' order by the multi-launch top-k and a count
+  // more anchors than the one-block top-k takes elsewhere (75600, above 65536): the order still one block per image
   {
     Head h({240, 120, 60}, {240, 120, 60}, 1, 0);
     h.fill(rng, "tiny", false);

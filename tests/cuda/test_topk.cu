@@ -172,12 +172,13 @@ static void test_numbers(TestCtx& t) {
   const Mode mixed[] = {SPECIAL, TIES, RANDOM}, nan_only[] = {ALL_NAN, RANDOM, ALL_NAN};
   // {n, k, batch, NaN one in, a number one in}: the results in shared memory (k <= 2048, or few numbers: 8400
   // anchors at 640 with a high conf, 1 in 5 a number, the scratch there but unused) and in the scratch by the
-  // block's bitonic network (more than 2048 numbers: a low conf; 33600 anchors, max_nms), an all-NaN list, the
-  // multi-launch path (n > 65536; with fewer numbers than k), k above n
+  // block's bitonic network (more than 2048 numbers: a low conf; 33600 anchors, max_nms), an all-NaN list, lists
+  // above 65536 values (the select's passes and walks over more than 64 values a thread; with more and fewer numbers
+  // than k; 344064 anchors: a 4096 x 4096 input, a few hundred candidates), k above n
   const size_t cases[][5] = {{300, 300, 3, 2, 0},     {8400, 8400, 3, 50, 0},     {8400, 8400, 2, 0, 0},
                              {8400, 8400, 3, 1000, 0}, {8400, 8400, 3, 0, 5},     {8400, 300, 2, 4, 0},
                              {33600, 30000, 2, 3, 0},  {70000, 30000, 2, 40, 0},  {70000, 50000, 2, 2, 0},
-                             {7, 100, 3, 2, 0}};
+                             {344064, 30000, 2, 0, 1000}, {7, 100, 3, 2, 0}};
   for (const auto& c : cases) {
     check_numbers(t, c[0], c[1], c[2], mixed, rng, c[3], c[4]);
   }

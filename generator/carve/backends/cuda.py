@@ -445,7 +445,6 @@ DIRECT_MAX_CIN = runtime_define("CARVE_CU_DIRECT_MAX_CIN")  # carve_cuda_direct.
 DIRECT_MAX_K = runtime_define("CARVE_CU_DIRECT_MAX_K")
 DIRECT_SLICE = runtime_define("CARVE_CU_DIRECT_SLICE")
 TOPK_CHUNK = runtime_define("CARVE_CU_TOPK_CHUNK")         # carve_cuda_topk.cu
-TOPK_ONE_BLOCK_N = runtime_define("CARVE_CU_TOPK_ONE_BLOCK_N")
 SORT_BLOCK = runtime_define("CARVE_CU_SORT_BLOCK")
 NMS_MAX_NMS = runtime_define("CARVE_NMS_MAX_NMS")          # carve_nms.h
 NMS_PARAM_BYTES = runtime_define("CARVE_CU_NMS_PARAM_BYTES")  # carve_cuda_nms.h
@@ -513,10 +512,8 @@ def _e2e_scratch_bytes(anchors: int, nc: int, k: int, batch: int = 1) -> int:
 
 def _topk_numbers_scratch_bytes(n: int, k: int, batch: int) -> int:
     """carve_cu_topk_numbers_scratch_bytes: nothing while a list's results fit shared memory, else each list's
-    composites padded to a power of two; the multi-launch top-k's above TOPK_ONE_BLOCK_N values."""
+    composites padded to a power of two."""
     kk = min(k, n)
-    if n > TOPK_ONE_BLOCK_N:
-        return _topk_scratch_bytes(n, kk)
     return 0 if kk <= SORT_BLOCK else batch * _pow2_at_least(kk) * 8
 
 
