@@ -8,14 +8,16 @@
 //   scores kernel    s[a] = best class score of anchor a, NaN when not a candidate;
 //   carve_cu_topk_numbers_batch  order = the candidates (s a number), at most max_nms, best first, and
 //                    their count: one launch, a block per image;
-//   suppress kernel  one block walks the order: thread 0 decodes candidate i (its class
-//                    offset box, or its Gaussian for obb), the block tests it against the
-//                    kept boxes (greedy) or every earlier candidate (obb: fast NMS), thread 0
-//                    appends a survivor's anchor to the kept list; *num_rows = kept;
+//   suppress kernel  one block walks the order 256 candidates at a time: each thread decodes one
+//                    (its class offset box, or its Gaussian for obb) and tests it against the
+//                    kept boxes of earlier chunks (greedy) or every earlier candidate (obb: fast
+//                    NMS) and, greedy, the chunk's better candidates (a bit each); thread 0 then
+//                    walks the chunk's bits and appends the survivors' anchors to the kept list;
+//                    *num_rows = kept;
 //   rows kernel      row r = the r-th kept anchor decoded, for r < *num_rows (a gather).
 // The walk is sequential by nature (a box's fate depends on every better one); what is
-// parallel is each box's comparisons. It visits the candidates only (scores > conf), and
-// stops at max_det kept. A batch (carve_cu_nms_postprocess_batch) runs each step once for
+// parallel is the decoding and the comparisons. It visits the candidates only (scores > conf),
+// and stops at max_det kept. A batch (carve_cu_nms_postprocess_batch) runs each step once for
 // its images: image b's scores, order, boxes and kept anchors in its own slice of the scratch,
 // the walk one block per image, so every image's rows are those it gets alone.
 
@@ -217,71 +219,97 @@ static __device__ void nms_candidate(const nms_levels<Lv>* L, size_t b, size_t a
 
 // The walk over order[0 .. cands[b]) of image b = blockIdx.x (one block per image): keep[] the kept anchors,
 // *num_rows their count. boxes: (n, 5) floats: the kept boxes (greedy, compact) or every visited candidate (obb).
-// s, order, boxes, keep and num_rows point at image 0's; image b's follow at b A, b n, b n 5, b max_det, b.
+// order, boxes, keep and num_rows point at image 0's; image b's follow at b n, b n 5, b max_det, b.
+// The candidates go in chunks of CARVE_CU_NMS_THREADS, best first, each chunk in three phases:
+//   1. thread t decodes the chunk's candidate t (its box, class and offset: nms_candidate) into shared memory;
+//   2. thread t decides what it can alone: whether a box kept in an earlier chunk overlaps its candidate
+//      (greedy), or any earlier candidate, kept or not (obb: fast NMS, whose fate of a box is known here), and
+//      (greedy) which of the chunk's better candidates overlap it, a bit each;
+//   3. thread 0 walks the chunk in order: candidate t is kept unless phase 2 suppressed it or (greedy) one of the
+//      chunk's candidates kept before it overlaps it; it stops at max_det kept.
+// So the block waits on one thread only for phase 3's bit tests, not for a decode per candidate (the class scores
+// read twice) and three barriers, as a walk candidate by candidate would: the same decisions in the same order.
 template <typename Lv>
 __global__ void __launch_bounds__(CARVE_CU_NMS_THREADS)
-carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t anchors, size_t nc, int task, int agnostic, double iou,
-                             const float* __restrict__ s, const int32_t* __restrict__ order,
-                             const uint32_t* __restrict__ cands, uint32_t n, uint32_t max_det,
-                             float* __restrict__ boxes, int32_t* __restrict__ keep, uint32_t* __restrict__ num_rows) {
+carve_cu_nms_suppress_kernel(nms_levels<Lv> L, size_t nc, int task, int agnostic, double iou,
+                             const int32_t* __restrict__ order, const uint32_t* __restrict__ cands, uint32_t n,
+                             uint32_t max_det, float* __restrict__ boxes, int32_t* __restrict__ keep,
+                             uint32_t* __restrict__ num_rows) {
   CARVE_CU_KERNEL_ENTRY();
+  constexpr unsigned NT = CARVE_CU_NMS_THREADS, WORDS = NT / 32;
   const size_t b = blockIdx.x;
-  s += b * anchors;
   order += b * n;
   boxes += b * n * 5;
   keep += b * max_det;
   num_rows += b;
   n = cands[b] < n ? cands[b] : n;  // the candidates, best first
-  __shared__ float cand[5];
-  __shared__ int suppressed;
-  __shared__ uint32_t kept;
+  __shared__ float chunk[NT][5];          // the chunk's boxes (phase 1)
+  __shared__ uint32_t over[NT][WORDS];    // greedy: bit u of over[t]: the chunk's candidate u < t overlaps t
+  __shared__ int suppressed[NT];          // phase 2's verdict
+  __shared__ uint32_t kept_shared;
   const unsigned t = threadIdx.x;
+  const bool obb = task == CARVE_E2E_OBB;
   const float iou_f = (float)iou;  // fast_nms compares in float
-  if (t == 0) {
-    kept = 0;
-  }
-  __syncthreads();
-  for (uint32_t i = 0; i < n; i++) {
-    const int32_t a = order[i];
-    if (s[a] != s[a] || kept >= max_det) {
-      break;  // the rest are not candidates, or max_det are kept: the same for every thread
-    }
-    if (t == 0) {
+  uint32_t kept = 0;               // the same in every thread (read from kept_shared after each chunk)
+  for (uint32_t i0 = 0; i0 < n && kept < max_det; i0 += NT) {
+    const uint32_t m = n - i0 < NT ? n - i0 : NT, i = i0 + t;
+    if (t < m) {  // 1.
       float score;
       size_t c;
-      nms_candidate(&L, b, (size_t)a, nc, task, agnostic, cand, NULL, &score, &c);
-      if (task == CARVE_E2E_OBB) {
+      nms_candidate(&L, b, (size_t)order[i], nc, task, agnostic, chunk[t], NULL, &score, &c);
+      if (obb) {
         for (int k = 0; k < 5; k++) {
-          boxes[(size_t)i * 5 + k] = cand[k];
-        }
-      }
-      suppressed = 0;
-    }
-    __syncthreads();
-    if (task == CARVE_E2E_OBB) {  // any better candidate, kept or not
-      for (uint32_t j = t; j < i; j += blockDim.x) {
-        if (nms_probiou(boxes + (size_t)j * 5, cand) > iou_f) {
-          suppressed = 1;
-        }
-      }
-    } else {  // any kept box
-      for (uint32_t j = t; j < kept; j += blockDim.x) {
-        if ((double)nms_box_iou(boxes + (size_t)j * 5, cand) > iou) {
-          suppressed = 1;
+          boxes[(size_t)i * 5 + k] = chunk[t][k];  // read in the later chunks' phase 2
         }
       }
     }
     __syncthreads();
-    if (t == 0 && !suppressed) {
-      keep[kept] = a;
-      if (task != CARVE_E2E_OBB) {
-        for (int k = 0; k < 5; k++) {
-          boxes[(size_t)kept * 5 + k] = cand[k];
+    if (t < m) {  // 2.
+      int sup = 0;
+      if (obb) {  // any better candidate, kept or not
+        for (uint32_t j = 0; j < i0 && !sup; j++) {
+          sup = nms_probiou(boxes + (size_t)j * 5, chunk[t]) > iou_f;
+        }
+        for (uint32_t u = 0; u < t && !sup; u++) {
+          sup = nms_probiou(chunk[u], chunk[t]) > iou_f;
+        }
+      } else {  // any box kept in an earlier chunk; the chunk's better candidates as bits
+        for (uint32_t j = 0; j < kept && !sup; j++) {
+          sup = (double)nms_box_iou(boxes + (size_t)j * 5, chunk[t]) > iou;
+        }
+        for (unsigned w = 0; w < WORDS; w++) {
+          uint32_t bits = 0;
+          for (unsigned u = 32 * w; u < 32 * w + 32 && u < t && !sup; u++) {
+            bits |= (uint32_t)((double)nms_box_iou(chunk[u], chunk[t]) > iou) << (u % 32);
+          }
+          over[t][w] = bits;
         }
       }
-      kept++;
+      suppressed[t] = sup;
     }
     __syncthreads();
+    if (t == 0) {  // 3.
+      uint32_t chunk_kept[WORDS] = {0};
+      for (uint32_t u = 0; u < m && kept < max_det; u++) {
+        int sup = suppressed[u];
+        for (unsigned w = 0; !obb && !sup && w <= u / 32; w++) {
+          sup = (over[u][w] & chunk_kept[w]) != 0;
+        }
+        if (!sup) {
+          chunk_kept[u / 32] |= 1u << (u % 32);
+          keep[kept] = order[i0 + u];
+          if (!obb) {
+            for (int k = 0; k < 5; k++) {
+              boxes[(size_t)kept * 5 + k] = chunk[u][k];
+            }
+          }
+          kept++;
+        }
+      }
+      kept_shared = kept;
+    }
+    __syncthreads();  // phase 3's kept boxes and count; chunk[] free for the next chunk
+    kept = kept_shared;
   }
   if (t == 0) {
     *num_rows = kept;
@@ -440,9 +468,9 @@ static carve_status nms_run(const carve_cu_ctx* ctx, const Lv* levels, size_t nu
   if (st != CARVE_OK) {
     return st;
   }
-  CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, (unsigned)batch, CARVE_CU_NMS_THREADS, ctx->stream, L, anchors, nc,
-               (int)task, agnostic, iou, (const float*)s, (const int32_t*)order, (const uint32_t*)cands,
-               (uint32_t)kk, (uint32_t)cap, boxes, keep, num_rows);
+  CARVE_LAUNCH(carve_cu_nms_suppress_kernel<Lv>, (unsigned)batch, CARVE_CU_NMS_THREADS, ctx->stream, L, nc, (int)task,
+               agnostic, iou, (const int32_t*)order, (const uint32_t*)cands, (uint32_t)kk, (uint32_t)cap, boxes, keep,
+               num_rows);
   CARVE_CU_CHECK_LAUNCH();
   CARVE_LAUNCH(carve_cu_nms_rows_kernel<Lv>, carve_cu_blocks(batch * cap), CARVE_CU_THREADS, ctx->stream, L, nc,
                extra_channels, (int)task, agnostic, (const int32_t*)keep, (const uint32_t*)num_rows, cap, batch, rows);

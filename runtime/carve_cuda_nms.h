@@ -40,12 +40,12 @@ size_t carve_cu_nms_batch_scratch_bytes(size_t anchors, size_t max_det, size_t b
 //   2. order: carve_cu_topk_numbers_batch's radix select + sort of the candidates' scores,
 //      at most CARVE_NMS_MAX_NMS anchors best first, ties to the lower anchor, and their
 //      count (one launch, one block an image);
-//   3. suppression (one block): the candidates in that order, one after another; thread 0
-//      decodes the next one, the block compares it with the kept boxes (detect, segment,
-//      pose: torchvision's greedy NMS, float IoU of the class-offset boxes compared in
-//      double) or with every earlier candidate (obb: fast NMS with batch_probiou, compared
-//      in float); a kept one's anchor goes to the kept list (its next slot, on the one
-//      thread that decides); stops at max_det kept or at the first non-candidate;
+//   3. suppression (one block an image): the candidates in that order, 256 at a time: each
+//      thread decodes one and compares it with the boxes kept before the chunk and the
+//      chunk's better candidates (detect, segment, pose: torchvision's greedy NMS, float IoU
+//      of the class-offset boxes compared in double) or with every earlier candidate (obb:
+//      fast NMS with batch_probiou, compared in float); one thread then walks the chunk in
+//      order and puts each kept one's anchor in the kept list; stops at max_det kept;
 //   4. rows (one thread per row r < max_det): row r decoded from the r-th kept anchor,
 //      as carve_nms_postprocess writes it (rows from *num_rows on are not written).
 // conf: device, one float (the run's threshold); num_rows: device, one uint32 (the rows
