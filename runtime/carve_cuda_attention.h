@@ -268,7 +268,7 @@ static carve_status carve_cu_attention_t(const carve_cu_ctx* ctx, uint32_t batch
   if (v_out != NULL) {  // a pixel-wise gather: the batch's pixels at once
     const size_t total = (size_t)batch * n * heads * head_dim;
     void (*const gather)(const T*, size_t, uint32_t, uint32_t, uint32_t, uint32_t, T*, size_t) =
-        total < ((size_t)1 << 32) ? carve_cu_gather_v_kernel<T, uint32_t> : carve_cu_gather_v_kernel<T, size_t>;
+        total <= CARVE_CU_FOR32_MAX ? carve_cu_gather_v_kernel<T, uint32_t> : carve_cu_gather_v_kernel<T, size_t>;
     CARVE_LAUNCH(gather, carve_cu_blocks(total), CARVE_CU_THREADS, ctx->stream, qkv, qkv_stride, batch * n, heads,
                  key_dim, head_dim, v_out, v_stride);
     CARVE_CU_CHECK_LAUNCH();

@@ -153,7 +153,7 @@ static __device__ __forceinline__ void carve_cu_store_act(T* y, size_t yi, float
 // software sequence on a GPU; the generic kernels divide size_t per element). Each element gets the
 // same float arithmetic and the same one rounding as in the generic kernel, so the results are the
 // same bits. carve_cu_vec_ok says whether a launch can take them: every pointer 16-byte aligned, every
-// channel count and pixel stride a multiple of the vector, the index range below 2^32.
+// channel count and pixel stride a multiple of the vector, the index range within CARVE_CU_FOR32_MAX.
 #define CARVE_CU_VEC(T) ((uint32_t)(16 / sizeof(T)))
 
 struct alignas(16) carve_cu_v16 {
@@ -228,8 +228,8 @@ static inline int carve_cu_aligned16(const void* p) { return ((uintptr_t)p & 15u
 template <typename T>
 static inline int carve_cu_vec_ok(size_t items, std::initializer_list<size_t> counts,
                                   std::initializer_list<const void*> ptrs) {
-  const size_t v = CARVE_CU_VEC(T), limit = (size_t)1 << 32;
-  if (items / v >= limit) {
+  const size_t v = CARVE_CU_VEC(T), limit = CARVE_CU_FOR32_MAX;
+  if (items / v > limit) {
     return 0;
   }
   for (const size_t n : counts) {
@@ -554,7 +554,7 @@ static carve_status carve_cu_conv_gemm_path(const carve_cu_ctx* ctx, const carve
     st = CARVE_OK;
     for (size_t first = 0; first < pixels && st == CARVE_OK; first += chunk) {
       const size_t count = pixels - first < chunk ? pixels - first : chunk;
-      if (carve_cu_vec_ok<T>(count * k, {c->cin, c->in_stride}, {x, col}) && first + count < ((size_t)1 << 32)) {
+      if (carve_cu_vec_ok<T>(count * k, {c->cin, c->in_stride}, {x, col}) && first + count <= CARVE_CU_FOR32_MAX) {
         const size_t items = count * k / CARVE_CU_VEC(T);
         CARVE_LAUNCH(carve_cu_im2col_vec_kernel<T>, carve_cu_blocks(items), CARVE_CU_THREADS, ctx->stream, x,
                      (uint32_t)c->in_stride, c->h, c->w, c->cin, c->kw, c->stride, c->pad, (uint32_t)ow,

@@ -71,8 +71,10 @@ static inline cublasStatus_t carve_cu_blas_bind(const carve_cu_ctx* ctx) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)(n); \
        i += (size_t)gridDim.x * blockDim.x)
 
-// Grid-stride loop over [0, n) with 32-bit indices (n < 2^32): where a 64-bit index would cost a software
-// division per element.
+// Grid-stride loop over [0, n) with 32-bit indices, n <= CARVE_CU_FOR32_MAX: where a 64-bit index would cost a
+// software division per element. The bound keeps i + the stride (at most CARVE_CU_MAX_BLOCKS x 1024 threads) from
+// wrapping past 2^32 back under n.
+#define CARVE_CU_FOR32_MAX ((size_t)1 << 31)
 #define CARVE_CU_FOR32(i, n)                                                                   \
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (uint32_t)(n); i += gridDim.x * blockDim.x)
 

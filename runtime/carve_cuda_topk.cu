@@ -206,7 +206,8 @@ __global__ void carve_cu_topk_count_kernel(const float* __restrict__ vals, size_
 }
 
 // In place: gt[b] = sum_{b' < b} gt[b'] and likewise eq (one block, tiles of 1024).
-__global__ void carve_cu_topk_scan_kernel(uint32_t* gt, uint32_t* eq, size_t chunks) {
+__global__ void __launch_bounds__(CARVE_CU_SCAN_THREADS)
+    carve_cu_topk_scan_kernel(uint32_t* gt, uint32_t* eq, size_t chunks) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ uint32_t sg[CARVE_CU_SCAN_THREADS], se[CARVE_CU_SCAN_THREADS];
   const unsigned t = threadIdx.x;
@@ -324,7 +325,8 @@ static __device__ void carve_cu_bitonic_block(uint64_t* a, uint32_t p) {
 
 // The same network on p <= CARVE_CU_SORT_BLOCK items in shared memory, one block of
 // CARVE_CU_SORT_BLOCK / 2 threads (each owns one pair per step); pads with 0 itself.
-__global__ void carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
+__global__ void __launch_bounds__(CARVE_CU_SORT_BLOCK / 2)
+    carve_cu_bitonic_block_kernel(uint64_t* a, uint32_t kk, uint32_t p) {
   CARVE_CU_KERNEL_ENTRY();
   __shared__ uint64_t s[CARVE_CU_SORT_BLOCK];
   const unsigned t = threadIdx.x;
@@ -1081,6 +1083,10 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   __shared__ int32_t ori[CARVE_CU_E2E_KMAX], best[CARVE_CU_E2E_KMAX];
   __shared__ select64_shared sh;
   __shared__ topk_block_shared tb;
+  static_assert(CARVE_CU_E2E_CAND * 8 + CARVE_CU_E2E_KMAX * (8 + 4 + 4 + 4) + sizeof(select64_shared) +
+                        sizeof(topk_block_shared) <=
+                    48 * 1024,
+                "the fused head's static shared memory (CARVE_CU_E2E_CAND, CARVE_CU_E2E_KMAX) over 48 KB");
   const unsigned t = threadIdx.x, lane = t & 31u, threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   const size_t b = blockIdx.x;
   const uint32_t n2 = kk * nc;
