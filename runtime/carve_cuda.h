@@ -85,7 +85,8 @@
 // 15: the NMS head of a batch: carve_cu_nms_postprocess_batch and carve_cu_nms_batch_scratch_bytes
 //     (carve_cuda_nms.h), carve_cu_topk_numbers_batch (the NMS's order in one launch),
 //     carve_cu_nms_set_conf.
-#define CARVE_CUDA_ABI 15
+// 16: carve_cu_graph_depth (a package's <name>_graph_depth: the launches of a forward in series).
+#define CARVE_CUDA_ABI 16
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -312,6 +313,14 @@ struct carve_cu_tactics {
 // Sets ctx->tactics (NULL: none). Host function; CARVE_ERR_INVALID_ARGUMENT for a NULL context, or a table
 // with slots > 0 and a NULL path.
 carve_status carve_cu_ctx_set_tactics(carve_cu_ctx* ctx, carve_cu_tactics* tactics);
+
+// ---- Graphs -----------------------------------------------------------------------
+
+// The nodes on the longest dependency chain of `graph`: the launches a forward runs one after another however
+// many branches run beside them (its latency in launches, where the graph's node count is its work in launches).
+// A query, not for a run: it allocates host memory for the node and edge lists. 0 for NULL, an empty graph, a
+// CUDA error or no memory.
+size_t carve_cu_graph_depth(cudaGraph_t graph);
 
 // ---- Weights ----------------------------------------------------------------------
 

@@ -239,6 +239,114 @@ static __device__ __forceinline__ uint32_t carve_cu_half_bits(uint32_t h) {
   return sign | exp << 23 | (man & 0x3ffu) << 13;
 }
 
+// ---- Graphs ----------------------------------------------------------------------------
+
+// cudaGraphGetEdges without edge data: CUDA 13 added the argument (12.3 as cudaGraphGetEdges_v2).
+static cudaError_t carve_cu_graph_edges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to, size_t* n) {
+#if CUDART_VERSION >= 13000
+  return cudaGraphGetEdges(graph, from, to, NULL, n);
+#else
+  return cudaGraphGetEdges(graph, from, to, n);
+#endif
+}
+
+// A node's handle and its index in cudaGraphGetNodes' list, sorted by handle for the lookups.
+typedef struct {
+  cudaGraphNode_t node;
+  size_t index;
+} graph_slot;
+
+static int graph_slot_cmp(const void* a, const void* b) {
+  const uintptr_t x = (uintptr_t)((const graph_slot*)a)->node, y = (uintptr_t)((const graph_slot*)b)->node;
+  return x < y ? -1 : (x > y ? 1 : 0);
+}
+
+static size_t graph_index(const graph_slot* slots, size_t n, cudaGraphNode_t node) {
+  const graph_slot key = {node, 0};
+  const graph_slot* s = (const graph_slot*)bsearch(&key, slots, n, sizeof key, graph_slot_cmp);
+  return s != NULL ? s->index : SIZE_MAX;
+}
+
+// Longest path by Kahn's order: depth[v] = 1 + the largest depth of v's dependencies.
+extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
+  size_t n = 0, e = 0, deepest = 0;
+  if (graph == NULL || cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess || n == 0 ||
+      carve_cu_graph_edges(graph, NULL, NULL, &e) != cudaSuccess) {
+    return 0;
+  }
+  cudaGraphNode_t* nodes = (cudaGraphNode_t*)malloc(n * sizeof *nodes);
+  cudaGraphNode_t* from = (cudaGraphNode_t*)malloc((e + 1) * sizeof *from);
+  cudaGraphNode_t* to = (cudaGraphNode_t*)malloc((e + 1) * sizeof *to);
+  graph_slot* slots = (graph_slot*)malloc(n * sizeof *slots);
+  size_t* depth = (size_t*)calloc(n, sizeof *depth);
+  size_t* waiting = (size_t*)calloc(n, sizeof *waiting);  // v's dependencies not yet ordered
+  size_t* first = (size_t*)calloc(n + 1, sizeof *first);  // u's edges: out[first[u] .. first[u + 1])
+  size_t* out = (size_t*)malloc((e + 1) * sizeof *out);
+  size_t* ready = (size_t*)malloc(n * sizeof *ready);
+  size_t got_n = n, got_e = e;
+  int ok = nodes != NULL && from != NULL && to != NULL && slots != NULL && depth != NULL && waiting != NULL &&
+           first != NULL && out != NULL && ready != NULL && cudaGraphGetNodes(graph, nodes, &got_n) == cudaSuccess &&
+           got_n == n && carve_cu_graph_edges(graph, from, to, &got_e) == cudaSuccess && got_e == e;
+  if (ok) {
+    for (size_t i = 0; i < n; i++) {
+      slots[i].node = nodes[i];
+      slots[i].index = i;
+    }
+    qsort(slots, n, sizeof *slots, graph_slot_cmp);
+    for (size_t k = 0; ok && k < e; k++) {  // the edges as indices, counted per source
+      const size_t u = graph_index(slots, n, from[k]), v = graph_index(slots, n, to[k]);
+      ok = u != SIZE_MAX && v != SIZE_MAX;
+      if (ok) {
+        from[k] = (cudaGraphNode_t)(uintptr_t)u;  // (reused for the index)
+        to[k] = (cudaGraphNode_t)(uintptr_t)v;
+        first[u + 1]++;
+        waiting[v]++;
+      }
+    }
+  }
+  if (ok) {
+    for (size_t u = 0; u < n; u++) {
+      first[u + 1] += first[u];
+    }
+    size_t* fill = ready;  // (borrowed as the per-source write positions, then the queue)
+    for (size_t u = 0; u < n; u++) {
+      fill[u] = first[u];
+    }
+    for (size_t k = 0; k < e; k++) {
+      out[fill[(uintptr_t)from[k]]++] = (uintptr_t)to[k];
+    }
+    size_t head = 0, tail = 0;
+    for (size_t v = 0; v < n; v++) {
+      if (waiting[v] == 0) {
+        ready[tail++] = v;
+        depth[v] = 1;
+      }
+    }
+    while (head < tail) {
+      const size_t u = ready[head++];
+      deepest = depth[u] > deepest ? depth[u] : deepest;
+      for (size_t k = first[u]; k < first[u + 1]; k++) {
+        const size_t v = out[k];
+        depth[v] = depth[u] + 1 > depth[v] ? depth[u] + 1 : depth[v];
+        if (--waiting[v] == 0) {
+          ready[tail++] = v;
+        }
+      }
+    }
+    ok = tail == n;  // every node ordered (a graph has no cycle)
+  }
+  free(nodes);
+  free(from);
+  free(to);
+  free(slots);
+  free(depth);
+  free(waiting);
+  free(first);
+  free(out);
+  free(ready);
+  return ok ? deepest : 0;
+}
+
 // dst[i] = half src[i] as float32.
 __global__ void carve_cu_f16_to_f32_kernel(const uint16_t* __restrict__ src, float* __restrict__ dst, size_t count) {
   CARVE_CU_KERNEL_ENTRY();

@@ -49,7 +49,8 @@
 //     they were recorded, or, with CARVE_EMU_GRAPH_ORDER=interleave in the environment, in another
 //     order the dependencies allow: each next node from the stream after the last one's (round robin),
 //     so that concurrent branches interleave node by node and a missing dependency or two branches
-//     sharing memory change the results), cudaGetLastError/PeekAtLastError/GetErrorString/
+//     sharing memory change the results); cudaGraphGetNodes and cudaGraphGetEdges list the nodes and their
+//     dependencies (CUDA 13's signatures: CUDART_VERSION is 13000), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
 //     cudaDeviceGetAttribute (a few attributes; compute capability 9.0).
 //     cudaMalloc, cudaMallocHost and cublasCreate calls are counted per OS thread
@@ -236,6 +237,13 @@ typedef carve_emu::Event* cudaEvent_t;
 typedef carve_emu::Graph* cudaGraph_t;
 typedef carve_emu::GraphExec* cudaGraphExec_t;
 typedef struct CUgraphNode_st* cudaGraphNode_t;
+// An edge's data (CUDA 12.3+): the emulation's edges are all default ones (type 0).
+typedef struct cudaGraphEdgeData_st {
+  unsigned char from_port, to_port, type, reserved[5];
+} cudaGraphEdgeData;
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 13000  // the runtime API emulated: CUDA 13's signatures (cudaGraphGetEdges with edge data)
+#endif
 
 // ---- cuBLAS types ----------------------------------------------------------------------
 
@@ -1212,9 +1220,46 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
 }
 inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
+// A node's handle: its index + 1 (never NULL), as opaque as a GPU's.
+inline cudaGraphNode_t carve_emu_node_handle(size_t i) { return reinterpret_cast<cudaGraphNode_t>(i + 1); }
+// Nodes in recording order; with an array, the first *count of them, the rest of it NULL, *count the number
+// written (CUDA's rules).
 inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
-  if (graph == nullptr || count == nullptr || nodes != nullptr) return cudaErrorInvalidValue;
-  *count = graph->nodes.size();  // only the count is emulated
+  if (graph == nullptr || count == nullptr) return cudaErrorInvalidValue;
+  const size_t n = graph->nodes.size();
+  if (nodes != nullptr) {
+    for (size_t i = 0; i < *count; i++) nodes[i] = i < n ? carve_emu_node_handle(i) : nullptr;
+    if (*count > n) *count = n;
+    return cudaSuccess;
+  }
+  *count = n;
+  return cudaSuccess;
+}
+// Edges (a dependency d -> node i), in node order; from / to (and edge_data, which may be NULL) as
+// cudaGraphGetNodes' array: the first *count edges, the rest NULL (zeroed data), *count the number written.
+inline cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                                     cudaGraphEdgeData* edge_data, size_t* count) {
+  if (graph == nullptr || count == nullptr || (from == nullptr) != (to == nullptr)) return cudaErrorInvalidValue;
+  size_t e = 0;
+  for (size_t i = 0; i < graph->nodes.size(); i++) {
+    for (size_t d : graph->nodes[i].deps) {
+      if (from != nullptr && e < *count) {
+        from[e] = carve_emu_node_handle(d);
+        to[e] = carve_emu_node_handle(i);
+        if (edge_data != nullptr) edge_data[e] = cudaGraphEdgeData{};
+      }
+      e++;
+    }
+  }
+  if (from == nullptr) {
+    *count = e;
+    return cudaSuccess;
+  }
+  for (size_t k = e; k < *count; k++) {
+    from[k] = to[k] = nullptr;
+    if (edge_data != nullptr) edge_data[k] = cudaGraphEdgeData{};
+  }
+  if (*count > e) *count = e;
   return cudaSuccess;
 }
 

@@ -924,6 +924,52 @@ static void test_lanes(TestCtx& t) {
   std::printf("lanes: ok\n");
 }
 
+// carve_cu_graph_depth: the longest dependency chain of a captured graph, against graphs whose chains are known: a
+// fork after copy 1 (copies 2, 3, 4 on a second stream beside copy 5), joined before copy 6: 6 nodes, 5 in series
+// (1, 2, 3, 4, 6); the same copies on one stream: 6 in series; one node; NULL.
+static void test_graph_depth(TestCtx& t) {
+  cudaStream_t s2;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  carve_cu_ctx side;
+  CHECK_OK(carve_cu_ctx_init(&side, s2));
+  cudaEvent_t fork, join;
+  CHECK_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  DevBuf<float> x(std::vector<float>(64, 1.0f)), y(6 * 64);
+  const auto copy = [&](const carve_cu_ctx* ctx, int i) { return carve_cu_copy(ctx, 16, 4, x.p, 4, y.p + i * 64, 4); };
+  const auto check_depth = [&](bool forked, size_t want_nodes, size_t want_depth, const char* what) {
+    cudaGraph_t graph = captured_graph(t, [&]() {
+      carve_status st = copy(&t.ctx, 0);
+      if (forked) {
+        CHECK_CUDA(cudaEventRecord(fork, t.stream));
+        CHECK_CUDA(cudaStreamWaitEvent(s2, fork, 0));
+      }
+      for (int i = 1; i <= 3; i++) st = st == CARVE_OK ? copy(forked ? &side : &t.ctx, i) : st;
+      st = st == CARVE_OK ? copy(&t.ctx, 4) : st;
+      if (forked) {
+        CHECK_CUDA(cudaEventRecord(join, s2));
+        CHECK_CUDA(cudaStreamWaitEvent(t.stream, join, 0));
+      }
+      return st == CARVE_OK ? copy(&t.ctx, 5) : st;
+    });
+    const size_t nodes = graph_nodes(graph), depth = carve_cu_graph_depth(graph);
+    CHECK_MSG(nodes == want_nodes && depth == want_depth, "graph depth, %s: %zu nodes, %zu in series; want %zu, %zu",
+              what, nodes, depth, want_nodes, want_depth);
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  };
+  check_depth(true, 6, 5, "a fork of 3 beside 1");
+  check_depth(false, 6, 6, "one stream");
+  cudaGraph_t one = captured_graph(t, [&]() { return copy(&t.ctx, 0); });
+  CHECK(carve_cu_graph_depth(one) == 1);
+  CHECK_CUDA(cudaGraphDestroy(one));
+  CHECK(carve_cu_graph_depth(nullptr) == 0);
+  CHECK_CUDA(cudaEventDestroy(fork));
+  CHECK_CUDA(cudaEventDestroy(join));
+  carve_cu_ctx_destroy(&side);
+  CHECK_CUDA(cudaStreamDestroy(s2));
+  std::printf("graph depth: ok (a fork: 6 nodes, 5 in series; one stream: 6)\n");
+}
+
 int main() {
   TestCtx t;
   test_conv(t);
@@ -939,6 +985,7 @@ int main() {
   test_ctx_init_with(t);
   test_errors(t);
   test_lanes(t);
+  test_graph_depth(t);
   std::printf("test_ops: all ok\n");
   return 0;
 }
