@@ -27,6 +27,8 @@
 //      rows are bit-identical to the unmarked graph's, yolo26n_layer_ms gives every layer's time after the replay.
 //   E. options.attention_gemm: the attention layers through the GEMM path, 8 graph nodes more than their fused
 //      launches (yolo26n's 2 layers: the attention's 4 launches and the pe convolution's instead of 1 with the pe).
+//   F. yolo26n_graph_depth: the same before a run (a graph captured for the query) and after (the replayed one);
+//      with serial_head 1 every node in series, with the lanes at least 24 fewer (the shorter lanes).
 
 #include <algorithm>
 #include <cmath>
@@ -411,6 +413,28 @@ int main(int argc, char** argv) {
     std::printf("    rows: largest difference from the fused attention's %.3g (their spread %.3g)\n", worst, spread);
     expect(gemm_rows.size() == plain_rows.size() && spread > 1.0, "  rows, which spread");
     yolo26n_destroy(m);
+
+    // ---- F. launches in series ----
+    std::printf("F. yolo26n_graph_depth (the launches in series)\n");
+    expect_status(yolo26n_create_with(&opt, &c.b, &m), CARVE_OK, "create_with, the default lanes");
+    const size_t query_depth = yolo26n_graph_depth(m);  // before a run: of a graph captured for the query
+    expect(run3(m, &rows) == CARVE_OK, "  three runs");
+    const size_t lanes_depth = yolo26n_graph_depth(m), lanes_nodes = yolo26n_graph_nodes(m);
+    expect(lanes_depth == query_depth, "  the replayed graph's depth is the query's");
+    yolo26n_destroy(m);
+    yolo26n_options serial = opt;
+    serial.serial_head = 1;
+    expect_status(yolo26n_create_with(&serial, &c.b, &m), CARVE_OK, "create_with, serial_head 1");
+    expect(run3(m, &rows) == CARVE_OK, "  three runs");
+    const size_t serial_depth = yolo26n_graph_depth(m), serial_nodes = yolo26n_graph_nodes(m);
+    yolo26n_destroy(m);
+    std::printf("    nodes / in series: %zu / %zu with the lanes, %zu / %zu serial_head\n", lanes_nodes, lanes_depth,
+                serial_nodes, serial_depth);
+    expect(serial_nodes == lanes_nodes && serial_depth == serial_nodes,
+           "  serial_head 1: the same nodes, all in series");
+    // the lanes take every lane but the longest of each region off the chain: the head's five shorter branches
+    // (3 + 3 + 3 + 5 + 5 convolutions, a node at least each) and each C3k's cv2 (5 in yolo26n)
+    expect(lanes_depth > 0 && lanes_depth + 24 <= lanes_nodes, "  the lanes: at least 24 nodes off the chain");
   }
   std::free(file);
   std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");

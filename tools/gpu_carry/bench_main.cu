@@ -12,7 +12,8 @@
 //   device_tensor_ms  enqueue_tensors from a device-resident (N,3,H,W) float32 tensor: the network and the head
 //                     only (what PyTorch + CUDA Graph measures with its input already on the GPU)
 //   throughput_ips    N * R / the time of R enqueue_tensors calls back to back and one synchronisation
-// plus graph_nodes (launches per forward: the CUDA Graph's nodes) and init_ms (create). --fused-conv sets
+// plus graph_nodes (launches per forward: the CUDA Graph's nodes), graph_depth (those in series: its longest chain)
+// and init_ms (create). --fused-conv sets
 // options.fused_conv (the groups-1 convolutions as carve's fused implicit-GEMM kernel, one launch each);
 // --tune / --no-tune options.conv_tune 1 / 0 (each convolution shape's path timed at create, or the fixed rule;
 // without either the package's default: on with a GPU, off under the emulation), reported as conv_tune with the
@@ -246,10 +247,10 @@ int main(int argc, char** argv) {
   std::printf("{\"system\": \"%s\", \"batch\": %d, \"tf32\": %s, \"fused_conv\": %s, \"conv_tune\": %s, "
               "\"convs_gemm\": %d, \"convs_fused\": %d, \"runs\": %d, "
               "\"init_ms\": %.1f, \"run_image_ms\": %.4f, \"device_image_ms\": %.4f, \"device_tensor_ms\": %.4f, "
-              "\"throughput_ips\": %.1f, \"graph_nodes\": %zu, \"detections_image0\": %zu}\n",
+              "\"throughput_ips\": %.1f, \"graph_nodes\": %zu, \"graph_depth\": %zu, \"detections_image0\": %zu}\n",
               label, n, strict ? "false" : "true", fused ? "true" : "false", opt.conv_tune ? "true" : "false",
               paths[0], paths[1], runs, init_ms, run_image_ms, device_image_ms, device_tensor_ms,
-              throughput, yolo26n_graph_nodes(m), detections0);
+              throughput, yolo26n_graph_nodes(m), yolo26n_graph_depth(m), detections0);
   yolo26n_destroy(m);
   if (profile != nullptr) {
     opt.use_graph = 0;

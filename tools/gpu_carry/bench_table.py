@@ -6,9 +6,10 @@
 One row per system and batch: the time of one run (a batch of N images) with the input already on the GPU
 (carve: enqueue_tensors, network + e2e head; PyTorch: the forward with its e2e head), images per second (runs back
 to back), and for carve also the run from a device-resident uint8 image (letterbox on the device), run_image from
-a host image and the launches per forward. Then the issue's targets, each met or not, for the figures present;
-the Detect layer's from a profile line (bench_main --profile: "graph_layers", the layer's device time inside a
-CUDA Graph with event-record nodes at the layer ends) where one is given.
+a host image and the launches per forward (in parentheses, how many of them run in series: the graph's longest
+chain). Then the issue's targets, each met or not, for the figures present; the Detect layer's from a profile line
+(bench_main --profile: "graph_layers", the layer's device time inside a CUDA Graph with event-record nodes at the
+layer ends) where one is given.
 """
 
 from __future__ import annotations
@@ -32,9 +33,16 @@ def fmt(v, digits=3):
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def launches(r: dict) -> str:
+    """The graph's nodes, with its longest chain's in parentheses where the row has it."""
+    if "graph_nodes" not in r:
+        return "-"
+    return f"{r['graph_nodes']}" + (f" ({r['graph_depth']})" if "graph_depth" in r else "")
+
+
 def table(rows: list) -> str:
     out = ["| system | batch | ms per run, input on the GPU | images/s | from a device uint8 image (ms) | "
-           "run_image from host (ms) | launches | convs timed: cuBLAS / fused | create (ms) |",
+           "run_image from host (ms) | launches (in series) | convs timed: cuBLAS / fused | create (ms) |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["batch"], not r["system"].startswith("carve"), r["system"])):
         if "error" in r:
@@ -45,7 +53,7 @@ def table(rows: list) -> str:
         paths = f"{r['convs_gemm']} / {r['convs_fused']}" if "convs_gemm" in r else "-"
         out.append(f"| {r['system']} | {r['batch']} | {fmt(ms)} | {fmt(r.get('throughput_ips'), 0)} | "
                    f"{fmt(r.get('device_image_ms'))} | {fmt(r.get('run_image_ms'))} | "
-                   f"{r.get('graph_nodes', '-')} | {paths} | {fmt(r.get('init_ms'), 0)} |")
+                   f"{launches(r)} | {paths} | {fmt(r.get('init_ms'), 0)} |")
     return "\n".join(out)
 
 

@@ -4,7 +4,8 @@
 # table must hold carve TF32, carve strict-fp32, carve fp16, carve fp16 --head nms and PyTorch rows for both
 # batches, and the fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
 # (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
-# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes, the gemm-attention rows (--gemm-attention) 8 more
+# rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes (all in
+# series: graph_depth, the lanes fewer), the gemm-attention rows (--gemm-attention) 8 more
 # (yolo26n's 2 attention layers: the attention's 4 launches and its pe convolution's instead of 1); every profile
 # line its layers' times inside the marked graph (graph_layers) and the table the Detect target's line; a batch's layers run once for all its images, so batch 2 must
 # add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
@@ -46,9 +47,14 @@ for p in profiles:  # the marked graph's per-layer times (options.graph_layer_ms
     g = p.get("graph_layers")
     if not g or len(g) != len(p["layers"]) or min(g) < 0 or p.get("graph_marked_ms", 0) <= 0:
         sys.exit(f"test_bench: FAIL: {p['system']} batch {p['batch']}: graph_layers {g}")
-for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as many nodes as the serial head
-    if nodes[(f"carve {prec}", 1)] != nodes[(f"carve {prec} serial-head", 1)]:
+depth = {(r["system"], r["batch"]): r.get("graph_depth") for r in rows if "error" not in r}
+for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as many nodes as the serial head, fewer
+    if nodes[(f"carve {prec}", 1)] != nodes[(f"carve {prec} serial-head", 1)]:  # in series
         sys.exit(f"test_bench: FAIL: carve {prec}: lanes change the launch count")
+    lanes, serial = depth[(f"carve {prec}", 1)], depth[(f"carve {prec} serial-head", 1)]
+    print(f"launches in series, carve {prec} batch 1: {lanes} with the lanes, {serial} serial-head")
+    if serial != nodes[(f"carve {prec}", 1)] or not lanes or lanes >= serial:
+        sys.exit(f"test_bench: FAIL: carve {prec}: graph_depth {lanes} with the lanes, {serial} serial")
 for prec in ("tf32", "fp16"):  # the attention's GEMMs: 4 launches more in each of yolo26n's 2 attention layers
     gemm = nodes[(f"carve {prec} gemm-attention", 1)]
     if gemm != nodes[(f"carve {prec}", 1)] + 8:
