@@ -61,15 +61,14 @@ carve_status carve_cu_nms_postprocess(const carve_cu_ctx* ctx, const carve_level
                                       double iou, int agnostic, size_t max_det, void* scratch, float* rows,
                                       uint32_t* num_rows);
 
-// The same for `batch` (>= 1) images in one call: each step runs once for the batch (the scores over
-// every image's anchors, the top-k image after image on the one scratch unless one launch holds them,
-// the suppression one block per image, the rows over every image's), each image with its own scores,
-// order and kept list, so image b's rows and count are those carve_cu_nms_postprocess gives on its
-// maps alone, bit for bit. Image b's maps follow image 0's in each view (level l's box, class and extra
-// maps of image b start b h w box_stride, b h w cls_stride and b h w extra_stride values after `levels`'
-// pointers); its min(max_det, anchors, CARVE_NMS_MAX_NMS) rows follow image b - 1's in `rows`, its count
-// is num_rows[b]. One conf for the batch. Scratch: carve_cu_nms_batch_scratch_bytes. batch 0 is
-// CARVE_ERR_INVALID_ARGUMENT.
+// The same for `batch` (>= 1) images in one call: each step runs once for the batch (the scores over every
+// image's anchors, the order one block per image, the suppression one block per image, the rows over every
+// image's), each image with its own scores, order and kept list, so image b's rows and count are those
+// carve_cu_nms_postprocess gives on its maps alone, bit for bit. Image b's maps follow image 0's in each view
+// (level l's box, class and extra maps of image b start b h w box_stride, b h w cls_stride and b h w
+// extra_stride values after `levels`' pointers); its min(max_det, anchors, CARVE_NMS_MAX_NMS) rows follow
+// image b - 1's in `rows`, its count is num_rows[b]. One conf for the batch. Scratch:
+// carve_cu_nms_batch_scratch_bytes. batch 0 is CARVE_ERR_INVALID_ARGUMENT.
 carve_status carve_cu_nms_postprocess_batch(const carve_cu_ctx* ctx, const carve_level* levels, size_t num_levels,
                                             size_t nc, size_t extra_channels, carve_e2e_task task, const float* conf,
                                             double iou, int agnostic, size_t max_det, size_t batch, void* scratch,

@@ -241,11 +241,24 @@ static __device__ __forceinline__ uint32_t carve_cu_half_bits(uint32_t h) {
 
 // ---- Graphs ----------------------------------------------------------------------------
 
-// cudaGraphGetEdges without edge data: CUDA 13 added the argument (12.3 as cudaGraphGetEdges_v2).
-static cudaError_t carve_cu_graph_edges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to, size_t* n) {
-#if CUDART_VERSION >= 13000
-  return cudaGraphGetEdges(graph, from, to, NULL, n);
+// cudaGraphGetEdges with each edge's data where the runtime has it (CUDA 12.3's cudaGraphGetEdges_v2, CUDA 13's
+// cudaGraphGetEdges): a captured forward's edges between carve's kernels are programmatic (programmatic dependent
+// launch), and a query without their data fails (cudaErrorLossyQuery). The data itself is not used.
+#if CUDART_VERSION >= 12030
+typedef cudaGraphEdgeData carve_cu_edge_data;
 #else
+typedef struct {
+  unsigned char unused;
+} carve_cu_edge_data;
+#endif
+static cudaError_t carve_cu_graph_edges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
+                                        carve_cu_edge_data* data, size_t* n) {
+#if CUDART_VERSION >= 13000
+  return cudaGraphGetEdges(graph, from, to, data, n);
+#elif CUDART_VERSION >= 12030
+  return cudaGraphGetEdges_v2(graph, from, to, data, n);
+#else
+  (void)data;
   return cudaGraphGetEdges(graph, from, to, n);
 #endif
 }
@@ -270,13 +283,21 @@ static size_t graph_index(const graph_slot* slots, size_t n, cudaGraphNode_t nod
 // Longest path by Kahn's order: depth[v] = 1 + the largest depth of v's dependencies.
 extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   size_t n = 0, e = 0, deepest = 0;
-  if (graph == NULL || cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess || n == 0 ||
-      carve_cu_graph_edges(graph, NULL, NULL, &e) != cudaSuccess) {
+  if (graph == NULL) {
+    return 0;
+  }
+  if (cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess ||
+      (n != 0 && carve_cu_graph_edges(graph, NULL, NULL, NULL, &e) != cudaSuccess)) {
+    (void)cudaGetLastError();  // a failed query is no error of the runs after it
+    return 0;
+  }
+  if (n == 0) {
     return 0;
   }
   cudaGraphNode_t* nodes = (cudaGraphNode_t*)malloc(n * sizeof *nodes);
   cudaGraphNode_t* from = (cudaGraphNode_t*)malloc((e + 1) * sizeof *from);
   cudaGraphNode_t* to = (cudaGraphNode_t*)malloc((e + 1) * sizeof *to);
+  carve_cu_edge_data* data = (carve_cu_edge_data*)malloc((e + 1) * sizeof *data);
   graph_slot* slots = (graph_slot*)malloc(n * sizeof *slots);
   size_t* depth = (size_t*)calloc(n, sizeof *depth);
   size_t* waiting = (size_t*)calloc(n, sizeof *waiting);  // v's dependencies not yet ordered
@@ -284,9 +305,14 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   size_t* out = (size_t*)malloc((e + 1) * sizeof *out);
   size_t* ready = (size_t*)malloc(n * sizeof *ready);
   size_t got_n = n, got_e = e;
-  int ok = nodes != NULL && from != NULL && to != NULL && slots != NULL && depth != NULL && waiting != NULL &&
-           first != NULL && out != NULL && ready != NULL && cudaGraphGetNodes(graph, nodes, &got_n) == cudaSuccess &&
-           got_n == n && carve_cu_graph_edges(graph, from, to, &got_e) == cudaSuccess && got_e == e;
+  const int mem = nodes != NULL && from != NULL && to != NULL && data != NULL && slots != NULL && depth != NULL &&
+                  waiting != NULL && first != NULL && out != NULL && ready != NULL;
+  const int got = mem && cudaGraphGetNodes(graph, nodes, &got_n) == cudaSuccess &&
+                  carve_cu_graph_edges(graph, from, to, data, &got_e) == cudaSuccess;
+  if (mem && !got) {
+    (void)cudaGetLastError();  // (as above)
+  }
+  int ok = got && got_n == n && got_e == e;
   if (ok) {
     for (size_t i = 0; i < n; i++) {
       slots[i].node = nodes[i];
@@ -338,6 +364,7 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   free(nodes);
   free(from);
   free(to);
+  free(data);
   free(slots);
   free(depth);
   free(waiting);

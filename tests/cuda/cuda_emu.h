@@ -50,7 +50,9 @@
 //     order the dependencies allow: each next node from the stream after the last one's (round robin),
 //     so that concurrent branches interleave node by node and a missing dependency or two branches
 //     sharing memory change the results); cudaGraphGetNodes and cudaGraphGetEdges list the nodes and their
-//     dependencies (CUDA 13's signatures: CUDART_VERSION is 13000), cudaGetLastError/PeekAtLastError/GetErrorString/
+//     dependencies (CUDA 13's signatures: CUDART_VERSION is 13000; an edge from a kernel into a CARVE_LAUNCH kernel
+//     is programmatic, as programmatic dependent launch makes it on a GPU, and asking for the edges without their
+//     data then fails with cudaErrorLossyQuery), cudaGetLastError/PeekAtLastError/GetErrorString/
 //     GetErrorName, cudaDeviceSynchronize, cudaSetDevice/GetDevice/GetDeviceCount,
 //     cudaDeviceGetAttribute (a few attributes; compute capability 9.0).
 //     cudaMalloc, cudaMallocHost and cublasCreate calls are counted per OS thread
@@ -187,6 +189,7 @@ enum cudaError {
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorIllegalState = 401,
+  cudaErrorLossyQuery = 402,
   cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
@@ -237,10 +240,12 @@ typedef carve_emu::Event* cudaEvent_t;
 typedef carve_emu::Graph* cudaGraph_t;
 typedef carve_emu::GraphExec* cudaGraphExec_t;
 typedef struct CUgraphNode_st* cudaGraphNode_t;
-// An edge's data (CUDA 12.3+): the emulation's edges are all default ones (type 0).
+// An edge's data (CUDA 12.3+): its type, cudaGraphDependencyTypeDefault or ...Programmatic (the ports: 0).
 typedef struct cudaGraphEdgeData_st {
   unsigned char from_port, to_port, type, reserved[5];
 } cudaGraphEdgeData;
+#define cudaGraphDependencyTypeDefault 0
+#define cudaGraphDependencyTypeProgrammatic 1
 #ifndef CUDART_VERSION
 #define CUDART_VERSION 13000  // the runtime API emulated: CUDA 13's signatures (cudaGraphGetEdges with edge data)
 #endif
@@ -293,12 +298,18 @@ namespace carve_emu {
 // A unit of stream work: a launch, copy, set or GEMM, run now or recorded by a capture.
 using Work = std::function<void()>;
 
-// A node of a captured graph: its work, the stream that recorded it (the interleaved replay's round robin)
-// and the nodes it depends on (indices of earlier nodes).
+// What a node is: a copy, set or event record; a kernel that waits for all of the work before it (cuBLAS's); or one
+// launched with programmatic dependent launch allowed (CARVE_LAUNCH's, as carve_cuda.h launches with nvcc), whose
+// edges from the kernels before it a capture makes programmatic (cudaGraphDependencyTypeProgrammatic).
+enum NodeKind { kNodeOther, kNodeKernel, kNodeProgrammatic };
+
+// A node of a captured graph: its work, the stream that recorded it (the interleaved replay's round robin),
+// the nodes it depends on (indices of earlier nodes) and its kind.
 struct Node {
   Work work;
   unsigned stream;
   std::vector<size_t> deps;
+  NodeKind kind;
 };
 
 struct Graph {
@@ -389,13 +400,13 @@ inline void stop_capture(Stream* st) {
 }
 
 // Enqueues work on a stream: recorded when it captures, otherwise run now.
-inline cudaError_t enqueue(cudaStream_t s, Work w) {
+inline cudaError_t enqueue(cudaStream_t s, Work w, NodeKind kind = kNodeOther) {
   Stream* st = stream_of(s);
   if (st == nullptr) {
     return cudaErrorInvalidResourceHandle;
   }
   if (st->capturing) {
-    st->graph->nodes.push_back(Node{std::move(w), st->id, st->tail});
+    st->graph->nodes.push_back(Node{std::move(w), st->id, st->tail, kind});
     st->tail.assign(1, st->graph->nodes.size() - 1);
   } else {
     w();
@@ -766,7 +777,7 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 blk, cudaStream_t stream, A&&.
     const Work body = [&]() { std::apply(kernel, bound); };
     run_grid(grid, blk, body);
   };
-  set_error(enqueue(stream, std::move(w)));
+  set_error(enqueue(stream, std::move(w), kNodeProgrammatic));
 }
 
 template <typename T>
@@ -982,6 +993,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorLossyQuery: return "cudaErrorLossyQuery";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
@@ -1003,6 +1015,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorLossyQuery: return "attempted introspection would be lossy";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
@@ -1235,18 +1248,31 @@ inline cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, 
   *count = n;
   return cudaSuccess;
 }
-// Edges (a dependency d -> node i), in node order; from / to (and edge_data, which may be NULL) as
-// cudaGraphGetNodes' array: the first *count edges, the rest NULL (zeroed data), *count the number written.
+// Edges (a dependency d -> node i), in node order; from / to (and edge_data) as cudaGraphGetNodes' array: the
+// first *count edges, the rest NULL (zeroed data), *count the number written. An edge into a CARVE_LAUNCH kernel
+// from a kernel is programmatic; a query of the edges without edge_data when one is fails with
+// cudaErrorLossyQuery (CUDA's rule), also as the last error.
 inline cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* from, cudaGraphNode_t* to,
                                      cudaGraphEdgeData* edge_data, size_t* count) {
-  if (graph == nullptr || count == nullptr || (from == nullptr) != (to == nullptr)) return cudaErrorInvalidValue;
+  if (graph == nullptr || count == nullptr || (from == nullptr) != (to == nullptr) ||
+      (edge_data != nullptr && from == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
   size_t e = 0;
   for (size_t i = 0; i < graph->nodes.size(); i++) {
     for (size_t d : graph->nodes[i].deps) {
+      const bool programmatic = graph->nodes[i].kind == carve_emu::kNodeProgrammatic &&
+                                graph->nodes[d].kind != carve_emu::kNodeOther;
+      if (from != nullptr && programmatic && edge_data == nullptr) {
+        return carve_emu::set_error(cudaErrorLossyQuery);
+      }
       if (from != nullptr && e < *count) {
         from[e] = carve_emu_node_handle(d);
         to[e] = carve_emu_node_handle(i);
-        if (edge_data != nullptr) edge_data[e] = cudaGraphEdgeData{};
+        if (edge_data != nullptr) {
+          edge_data[e] = cudaGraphEdgeData{};
+          edge_data[e].type = programmatic ? cudaGraphDependencyTypeProgrammatic : cudaGraphDependencyTypeDefault;
+        }
       }
       e++;
     }
@@ -1437,7 +1463,8 @@ inline void host_sgemm(bool ta, bool tb, int m, int n, int k, float alpha, const
 inline bool blas_ok(cublasHandle_t h) { return h != nullptr && h->magic == kBlasMagic; }
 
 inline cublasStatus_t blas_enqueue(cublasHandle_t h, Work w) {
-  return enqueue(h->stream, std::move(w)) == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
+  return enqueue(h->stream, std::move(w), kNodeKernel) == cudaSuccess ? CUBLAS_STATUS_SUCCESS
+                                                                       : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 }  // namespace carve_emu

@@ -963,6 +963,7 @@ static void test_graph_depth(TestCtx& t) {
   CHECK(carve_cu_graph_depth(one) == 1);
   CHECK_CUDA(cudaGraphDestroy(one));
   CHECK(carve_cu_graph_depth(nullptr) == 0);
+  CHECK(cudaPeekAtLastError() == cudaSuccess);  // the queries leave no error behind (the edges are programmatic)
   CHECK_CUDA(cudaEventDestroy(fork));
   CHECK_CUDA(cudaEventDestroy(join));
   carve_cu_ctx_destroy(&side);
