@@ -368,7 +368,7 @@ static std::vector<carve_level> batch_levels(const std::vector<Head>& heads, con
 // Three images in one carve_cu_nms_postprocess_batch call against the CPU on each image's head alone; half:
 // the heads rounded to half first, the half-map overload against the CPU on the float32 copies. Returns the rows.
 static int check_batch(TestCtx& t, std::vector<Head>& heads, carve_e2e_task task, float conf, size_t max_det,
-                       bool half, const std::string& what) {
+                       bool half, const std::string& what, int* cut = nullptr) {
   const size_t batch = heads.size(), width = 6 + heads[0].extra;
   const size_t cap = std::min({max_det, heads[0].anchors, (size_t)CARVE_NMS_MAX_NMS});
   if (half) {
@@ -406,13 +406,14 @@ static int check_batch(TestCtx& t, std::vector<Head>& heads, carve_e2e_task task
     const std::vector<float> got(rows.begin() + b * cap * width, rows.begin() + (b + 1) * cap * width);
     compare(got, counts[b], want, n, width, what + " image " + std::to_string(b));
     total += (int)n;
+    if (cut != nullptr && n == max_det) (*cut)++;  // max_det stopped the walk
   }
   return total;
 }
 
 static void test_batch(TestCtx& t) {
   TestRng rng(22);
-  int cases = 0, rows = 0;
+  int cases = 0, rows = 0, bounded_cases = 0, bounded = 0;
   for (const auto& tk : kTasks) {
     for (int half = 0; half <= 1; half++) {
       for (const std::vector<size_t>& side : {std::vector<size_t>{13, 7, 4}, std::vector<size_t>{40, 20, 10}}) {
@@ -426,12 +427,25 @@ static void test_batch(TestCtx& t) {
                                  std::to_string(heads[0].anchors) + " anchors";
         rows += check_batch(t, heads, tk.task, 0.1f, 300, half != 0, what);
         cases++;
+        // the suppression's chunks of 256 candidates: max_det reached right at the end of the first (256) and
+        // early in it (5), where later chunks still hold candidates
+        for (const size_t max_det : {size_t{256}, size_t{5}}) {
+          if (side[0] == 40 && !half) {
+            int cut = 0;
+            bounded += check_batch(t, heads, tk.task, 0.1f, max_det, false, what + " max_det " +
+                                   std::to_string(max_det), &cut);
+            CHECK_MSG(cut > 0, "%s max_det %zu: no image stopped by max_det", what.c_str(), max_det);
+            bounded_cases++;
+          }
+        }
       }
     }
   }
   CHECK(rows > 30 * cases);  // candidates kept in every image: the comparison covers rows, not empty outputs
+  CHECK(bounded > 5 * bounded_cases);
   std::printf("nms batch: %d cases of 3 images (4 tasks, float32 and half maps, 234 and 2100 anchors) equal to "
-              "carve_nms_postprocess on each image (%d rows)\n", cases, rows);
+              "carve_nms_postprocess on each image (%d rows); %d more with max_det 256 and 5 (%d rows)\n", cases,
+              rows, bounded_cases, bounded);
   // argument errors of the batch call: batch 0; nothing enqueued
   Head h({2}, {2}, 3, 0);
   h.fill(rng, "random", false);
