@@ -280,7 +280,8 @@ static size_t graph_index(const graph_slot* slots, size_t n, cudaGraphNode_t nod
   return s != NULL ? s->index : SIZE_MAX;
 }
 
-// Longest path by Kahn's order: depth[v] = 1 + the largest depth of v's dependencies.
+// Longest path by relaxation: depth[v] = 1 + the largest depth of v's dependencies, the edges swept until no depth
+// grows (a graph has no cycle: at most n sweeps, one or two where the edges come in recording order).
 extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   size_t n = 0, e = 0, deepest = 0;
   if (graph == NULL) {
@@ -299,14 +300,11 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   cudaGraphNode_t* to = (cudaGraphNode_t*)malloc((e + 1) * sizeof *to);
   carve_cu_edge_data* data = (carve_cu_edge_data*)malloc((e + 1) * sizeof *data);
   graph_slot* slots = (graph_slot*)malloc(n * sizeof *slots);
-  size_t* depth = (size_t*)calloc(n, sizeof *depth);
-  size_t* waiting = (size_t*)calloc(n, sizeof *waiting);  // v's dependencies not yet ordered
-  size_t* first = (size_t*)calloc(n + 1, sizeof *first);  // u's edges: out[first[u] .. first[u + 1])
-  size_t* out = (size_t*)malloc((e + 1) * sizeof *out);
-  size_t* ready = (size_t*)malloc(n * sizeof *ready);
+  size_t* depth = (size_t*)malloc(n * sizeof *depth);
+  size_t* ends = (size_t*)malloc((2 * e + 1) * sizeof *ends);  // edge k: node ends[2k] -> node ends[2k + 1]
   size_t got_n = n, got_e = e;
   const int mem = nodes != NULL && from != NULL && to != NULL && data != NULL && slots != NULL && depth != NULL &&
-                  waiting != NULL && first != NULL && out != NULL && ready != NULL;
+                  ends != NULL;
   const int got = mem && cudaGraphGetNodes(graph, nodes, &got_n) == cudaSuccess &&
                   carve_cu_graph_edges(graph, from, to, data, &got_e) == cudaSuccess;
   if (mem && !got) {
@@ -317,49 +315,28 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
     for (size_t i = 0; i < n; i++) {
       slots[i].node = nodes[i];
       slots[i].index = i;
+      depth[i] = 1;
     }
     qsort(slots, n, sizeof *slots, graph_slot_cmp);
-    for (size_t k = 0; ok && k < e; k++) {  // the edges as indices, counted per source
-      const size_t u = graph_index(slots, n, from[k]), v = graph_index(slots, n, to[k]);
-      ok = u != SIZE_MAX && v != SIZE_MAX;
-      if (ok) {
-        from[k] = (cudaGraphNode_t)(uintptr_t)u;  // (reused for the index)
-        to[k] = (cudaGraphNode_t)(uintptr_t)v;
-        first[u + 1]++;
-        waiting[v]++;
+    for (size_t k = 0; ok && k < e; k++) {
+      ends[2 * k] = graph_index(slots, n, from[k]);
+      ends[2 * k + 1] = graph_index(slots, n, to[k]);
+      ok = ends[2 * k] != SIZE_MAX && ends[2 * k + 1] != SIZE_MAX;
+    }
+  }
+  for (size_t sweep = 0, grew = 1; ok && grew; sweep++) {
+    ok = sweep <= n;  // more sweeps than nodes: a cycle
+    grew = 0;
+    for (size_t k = 0; ok && k < e; k++) {
+      const size_t u = ends[2 * k], v = ends[2 * k + 1];
+      if (depth[v] < depth[u] + 1) {
+        depth[v] = depth[u] + 1;
+        grew = 1;
       }
     }
   }
-  if (ok) {
-    for (size_t u = 0; u < n; u++) {
-      first[u + 1] += first[u];
-    }
-    size_t* fill = ready;  // (borrowed as the per-source write positions, then the queue)
-    for (size_t u = 0; u < n; u++) {
-      fill[u] = first[u];
-    }
-    for (size_t k = 0; k < e; k++) {
-      out[fill[(uintptr_t)from[k]]++] = (uintptr_t)to[k];
-    }
-    size_t head = 0, tail = 0;
-    for (size_t v = 0; v < n; v++) {
-      if (waiting[v] == 0) {
-        ready[tail++] = v;
-        depth[v] = 1;
-      }
-    }
-    while (head < tail) {
-      const size_t u = ready[head++];
-      deepest = depth[u] > deepest ? depth[u] : deepest;
-      for (size_t k = first[u]; k < first[u + 1]; k++) {
-        const size_t v = out[k];
-        depth[v] = depth[u] + 1 > depth[v] ? depth[u] + 1 : depth[v];
-        if (--waiting[v] == 0) {
-          ready[tail++] = v;
-        }
-      }
-    }
-    ok = tail == n;  // every node ordered (a graph has no cycle)
+  for (size_t i = 0; ok && i < n; i++) {
+    deepest = depth[i] > deepest ? depth[i] : deepest;
   }
   free(nodes);
   free(from);
@@ -367,10 +344,7 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   free(data);
   free(slots);
   free(depth);
-  free(waiting);
-  free(first);
-  free(out);
-  free(ready);
+  free(ends);
   return ok ? deepest : 0;
 }
 
