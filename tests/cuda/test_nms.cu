@@ -20,6 +20,7 @@
 //     images only;
 //   * carve_cu_nms_set_conf; argument errors.
 
+#include <algorithm>  // std::min of an initializer list (nvcc's headers do not bring it in)
 #include <string>
 
 #include "carve_cuda_f16.h"  // __half (cuda_fp16.h; the emulation's cuda_emu_f16.h)
