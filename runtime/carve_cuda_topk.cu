@@ -986,7 +986,11 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __rest
 // model few class scores pass T (a few hundred); when more than CARVE_CU_E2E_CAND do (flat scores), the
 // block writes every class score to scratch and runs carve_cu_topk_block over them: the same result.
 // Both selects work on 64-bit composites (key << 32 | ~index), which are distinct, so neither needs a
-// tie pass: carve_cu_select64.
+// tie pass: carve_cu_select64; each orders its k' by carve_cu_rank_lists. The gather of step 2 reads each chosen
+// anchor's logit row from a table in shared memory and skips the sigmoid of logits under a bound that no candidate
+// reaches (carve_cu_e2e_logit_bound). On an H200 (Nsight Compute, yolo26n fp16 at 640, 2026-11-28) the kernel before
+// these two took 50 us on its one SM, 230k warp instructions: 140k the gather (per class score a level search,
+// 64-bit index arithmetic, a division and a sigmoid), 36k the two rank sorts.
 #define CARVE_CU_E2E_ITEMS 12    // anchor scores per thread in registers: the fused head takes A <= 12288
 #define CARVE_CU_E2E_KMAX 1024   // its largest k' (the shared lists)
 #define CARVE_CU_E2E_CAND 3072   // the step-2 candidates it holds (24 KB)
@@ -1040,12 +1044,55 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
   }
 }
 
+// The descending order of the kk <= 1024 distinct composites sel[0 .. kk) (each > 0: an index's complement is
+// never 0) into idx[0 .. kk) (their indices, best first; readable by the block on return), srt[0 .. 32 ceil(kk / 32))
+// the scratch. Warp w sorts sel[32 w ..) in registers (a bitonic network over shuffles; 0 fills the last list) into
+// srt[32 w ..); then each composite's place is its place in its own list plus, in each other list, the number of
+// composites above it (a binary search over 32 sorted ones). It replaces carve_cu_rank_place's kk^2 comparisons
+// (90000 at kk = 300: 15k warp instructions per call on an H200, Nsight Compute) by about 1k. Every thread of the
+// block calls it (barriers); sel must be published (a barrier) before the call.
+static __device__ void carve_cu_rank_lists(const uint64_t* sel, uint32_t kk, uint64_t* srt, int32_t* idx) {
+  const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
+  const uint32_t lists = (kk + 31u) / 32u;
+  uint64_t me = warp < lists && t < kk ? sel[t] : 0u;
+  if (warp < lists) {  // warp-uniform
+    for (unsigned size = 2; size <= 32; size *= 2) {
+      for (unsigned stride = size / 2; stride > 0; stride /= 2) {
+        const uint64_t other = __shfl_xor_sync(0xFFFFFFFFu, me, (int)stride);
+        const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);  // descending at size 32
+        me = keep_max ? (me > other ? me : other) : (me < other ? me : other);
+      }
+    }
+    srt[t] = me;
+  }
+  __syncthreads();
+  if (me != 0) {
+    uint32_t place = lane;
+    for (uint32_t l = 0; l < lists; l++) {
+      if (l == warp) {
+        continue;
+      }
+      const uint64_t* list = srt + 32u * l;
+      uint32_t above = 0;  // list[0 .. above) > me, list[above ..] < me (distinct)
+      for (uint32_t step = 32; step > 0; step /= 2) {
+        if (above + step <= 32 && list[above + step - 1] > me) {
+          above += step;
+        }
+      }
+      place += above;
+    }
+    idx[place] = (int32_t)carve_cu_comp_index(me);
+  }
+  __syncthreads();
+}
+
 // After carve_cu_select64 over the same items: the indices of the kk chosen composites, best first, into
-// idx[0 .. kk) (readable by the block on return), through sel (the chosen composites in any order) and place
-// (carve_cu_rank_place: sel[e] is the place[e]-th best).
+// idx[0 .. kk) (readable by the block on return), through sel (the chosen composites in any order) and srt
+// (carve_cu_rank_lists' scratch, 32 ceil(kk / 32) composites, which may be the items' own storage: get() has
+// read them all before it is written).
 template <int PT, typename Get>
 static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh,
-                                              uint64_t* sel, uint32_t* place, int32_t* idx) {
+                                              uint64_t* sel, uint64_t* srt, int32_t* idx) {
   const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
   carve_cu_for_items<PT>(rows, [&](int j) {
     uint64_t comp = 0;
@@ -1053,11 +1100,8 @@ static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uin
       sel[atomicAdd(&sh->taken, 1u)] = comp;
     }
   });
-  carve_cu_rank_place(sel, kk, place);  // its first barrier publishes sel[]
-  for (uint32_t e = threadIdx.x; e < kk; e += blockDim.x) {
-    idx[place[e]] = (int32_t)carve_cu_comp_index(sel[e]);
-  }
   __syncthreads();
+  carve_cu_rank_lists(sel, kk, srt, idx);
 }
 
 // Class c's logit of image b's anchor ori[r].
@@ -1069,6 +1113,26 @@ static __device__ __forceinline__ float carve_cu_e2e_pair_logit(const e2e_levels
   return carve_cu_ld(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b), pixel * lv->cls_stride + c);
 }
 
+// The class logits of image b's anchor a (nc consecutive values).
+template <typename Lv>
+static __device__ __forceinline__ decltype(Lv::cls) carve_cu_e2e_logits(const e2e_levels<Lv>* L, size_t a, size_t b) {
+  size_t pixel;
+  const Lv* lv = carve_cu_locate(L, a, &pixel);
+  return carve_cu_image_map(lv->cls, lv, lv->cls_stride, b) + pixel * lv->cls_stride;
+}
+
+// Step 2's logit bound: with T the k'-th best anchor score and m its anchor's largest logit (T = sigmoid(m), as the
+// anchor-score kernel computed it), every logit l < m - 0.01 has sigmoid(l) < T, so its class score cannot be a
+// candidate and the gather skips its sigmoid. Why, where 2^-60 <= T <= 0.99: for x <= m, d ln sigmoid(x) / dx =
+// 1 - sigmoid(x) >= 1 - T >= 0.01, so sigmoid(l) <= T e^(-0.01 x 0.00999) < T (1 - 9.9e-5) in exact arithmetic
+// (m - 0.01 rounds by at most 4e-6 for |m| < 64), while the computed sigmoid (expf within 2 ulp, or __expf's
+// error under fast math, an add and a division) is within about 1e-5 of it; below T = 2^-60 a flush to zero or a
+// subnormal result could tie with T, above 0.99 sigmoid's roundings near 1 do (every l above 16.7 gives 1). Elsewhere
+// the bound is -inf: every sigmoid computed, as when m is NaN (T is NaN's key 0).
+static __device__ __forceinline__ float carve_cu_e2e_logit_bound(float t_score, float m) {
+  return t_score >= 0x1p-60f && t_score <= 0.99f && m == m ? m - 0.01f : -INFINITY;
+}
+
 // Image blockIdx.x: s1 its anchor scores (A <= CARVE_CU_E2E_ITEMS x 1024), kk <= CARVE_CU_E2E_KMAX; s2 its
 // scratch of k' nc class scores (written only when the candidates overflow); rows its k' rows.
 template <typename Lv>
@@ -1077,16 +1141,18 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                              uint32_t kk, uint32_t extra_channels, int task, float* __restrict__ s2,
                              float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
-  __shared__ uint64_t cand[CARVE_CU_E2E_CAND];
-  __shared__ uint64_t sel[CARVE_CU_E2E_KMAX];
-  __shared__ uint32_t place[CARVE_CU_E2E_KMAX];
+  __shared__ uint64_t cand[CARVE_CU_E2E_CAND];  // step 2's candidates; the rank sorts' scratch before and after
+  __shared__ uint64_t sel[CARVE_CU_E2E_KMAX];   // the chosen composites; during step 2's gather, the logit rows
   __shared__ int32_t ori[CARVE_CU_E2E_KMAX], best[CARVE_CU_E2E_KMAX];
   __shared__ select64_shared sh;
   __shared__ topk_block_shared tb;
-  static_assert(CARVE_CU_E2E_CAND * 8 + CARVE_CU_E2E_KMAX * (8 + 4 + 4 + 4) + sizeof(select64_shared) +
-                        sizeof(topk_block_shared) <=
+  __shared__ float lo_shared;  // step 2's logit bound (carve_cu_e2e_logit_bound)
+  static_assert(CARVE_CU_E2E_CAND * 8 + CARVE_CU_E2E_KMAX * (8 + 4 + 4) + sizeof(select64_shared) +
+                        sizeof(topk_block_shared) + sizeof(float) <=
                     48 * 1024,
                 "the fused head's static shared memory (CARVE_CU_E2E_CAND, CARVE_CU_E2E_KMAX) over 48 KB");
+  static_assert(CARVE_CU_E2E_CAND * 8 >= CARVE_CU_E2E_KMAX * 8, "cand holds carve_cu_rank_lists' scratch");
+  using Cls = decltype(Lv::cls);
   const unsigned t = threadIdx.x, lane = t & 31u, threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   const size_t b = blockIdx.x;
   const uint32_t n2 = kk * nc;
@@ -1107,33 +1173,62 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     return i < anchors;
   };
   carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh);
-  carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, place, ori);
-  if (t == 0) {
-    sh.thr = carve_cu_order_key(s1[ori[kk - 1]]);  // T: the k'-th best anchor score's key
-    sh.cand = 0;
+  carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, cand, ori);
+
+  // Each chosen anchor's logit row into sel[] (free until step 2's take), by rank; warp 0: T's key, its anchor's
+  // largest logit m and the logit bound.
+  for (uint32_t r = t; r < kk; r += threads) {
+    sel[r] = (uint64_t)(uintptr_t)carve_cu_e2e_logits(&L, (size_t)ori[r], b);
+  }
+  if (t < 32) {
+    const Cls last = carve_cu_e2e_logits(&L, (size_t)ori[kk - 1], b);
+    float m = NAN;
+    for (uint32_t c = lane; c < nc; c += 32) {
+      m = carve_cu_max_ignoring_nan(m, carve_cu_ld(last, c));
+    }
+    for (unsigned off = 16; off > 0; off /= 2) {
+      m = carve_cu_max_ignoring_nan(m, __shfl_xor_sync(0xFFFFFFFFu, m, (int)off));
+    }
+    if (t == 0) {
+      const float t_score = s1[ori[kk - 1]];
+      sh.thr = carve_cu_order_key(t_score);  // T: the k'-th best anchor score's key
+      sh.cand = 0;
+      lo_shared = carve_cu_e2e_logit_bound(t_score, m);
+    }
   }
   __syncthreads();
 
   // Step 2: the class scores >= T as composites (key << 32 | ~flat), flat = r nc + c. Warp w takes the items
-  // (anchor rank r, 32 classes from 32 q) with r = w, w + 32, ...: one lane per class, no division per
-  // score, CARVE_CU_E2E_LOADS items' loads in flight; a warp's takers get places with one atomicAdd.
+  // (anchor rank r, 32 classes from 32 q) with r = w, w + 32, ...: one lane per class, the item's row and chunk
+  // counted on (no division), CARVE_CU_E2E_LOADS items' loads in flight; a logit under the bound is no candidate
+  // (no sigmoid); a warp's takers get places with one atomicAdd.
   const uint32_t thr = sh.thr, warp = t / 32u, warps = threads / 32u;
+  const float lo = lo_shared;
   const uint32_t chunks = (nc + 31u) / 32u;
-  const uint32_t items = (warp < kk ? (kk - warp + warps - 1u) / warps : 0u) * chunks;  // this warp's
-  for (uint32_t it0 = 0; it0 < items; it0 += CARVE_CU_E2E_LOADS) {  // warp-uniform
+  const uint32_t mine = warp < kk ? (kk - 1u - warp) / warps + 1u : 0u;  // this warp's anchor ranks
+  uint32_t at_r = 0, at_q = 0;  // the next item's (this warp's rank number, chunk)
+  for (uint32_t it0 = 0; it0 < mine * chunks; it0 += CARVE_CU_E2E_LOADS) {  // warp-uniform
     float logit[CARVE_CU_E2E_LOADS];
     uint32_t flat[CARVE_CU_E2E_LOADS];
     CARVE_CU_UNROLL
     for (int u = 0; u < CARVE_CU_E2E_LOADS; u++) {
-      const uint32_t it = it0 + (uint32_t)u, r = warp + warps * (it / chunks), c = (it % chunks) * 32u + lane;
-      const bool live = it < items && c < nc;
+      const uint32_t r = warp + warps * at_r, c = at_q * 32u + lane;
+      const bool live = at_r < mine && c < nc;
       flat[u] = live ? r * nc + c : n2;
-      logit[u] = live ? carve_cu_e2e_pair_logit(&L, ori, r, c, b) : 0.0f;
+      logit[u] = live ? carve_cu_ld(reinterpret_cast<Cls>((uintptr_t)sel[r]), c) : 0.0f;
+      if (++at_q == chunks) {
+        at_q = 0;
+        at_r++;
+      }
     }
     CARVE_CU_UNROLL
     for (int u = 0; u < CARVE_CU_E2E_LOADS; u++) {
-      const uint32_t k = carve_cu_order_key(carve_cu_sigmoid(logit[u]));
-      const bool take = flat[u] < n2 && k >= thr;
+      const bool maybe = flat[u] < n2 && !(logit[u] < lo);
+      if (__ballot_sync(0xFFFFFFFFu, maybe) == 0) {
+        continue;  // warp-uniform
+      }
+      const uint32_t k = maybe ? carve_cu_order_key(carve_cu_sigmoid(logit[u])) : 0u;
+      const bool take = maybe && k >= thr;
       const unsigned ballot = __ballot_sync(0xFFFFFFFFu, take);
       if (ballot == 0) {
         continue;  // warp-uniform
@@ -1161,13 +1256,13 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     };
     carve_cu_select64<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh);
     carve_cu_select64_take<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh, sel,
-                                                                                place, best);
-  } else {  // every class score through the general one-block top-k
+                                                                                cand, best);
+  } else {  // every class score through the general one-block top-k (cand, unused here, holds its places)
     for (uint32_t f = t; f < n2; f += threads) {
       s2[f] = carve_cu_sigmoid(carve_cu_e2e_pair_logit(&L, ori, f / nc, f % nc, b));
     }
     __syncthreads();
-    carve_cu_topk_block(s2, n2, kk, best, NULL, sel, place, &tb);
+    carve_cu_topk_block(s2, n2, kk, best, NULL, sel, reinterpret_cast<uint32_t*>(cand), &tb);
   }
   __syncthreads();
 

@@ -230,6 +230,7 @@ struct Head {
   std::vector<size_t> off;
   size_t anchors = 0;
   bool flat = false;  // every logit -1 (an untrained head's flat scores: all tie)
+  float shift = 0.0f, step = 0.5f;  // logits -2 + shift + N(0, 2) on a grid of `step`
 
   Head(std::vector<size_t> h, std::vector<size_t> w, std::vector<float> s, size_t nc_, size_t extra_)
       : hs(h), ws(w), strides(s), nc(nc_), extra(extra_), pix_stride(4 + nc_ + extra_ + 3) {
@@ -250,7 +251,7 @@ struct Head {
         float* px = &data[off[l] + p * pix_stride];
         for (int j = 0; j < 4; j++) px[j] = rng.range(0.0f, 6.0f);
         for (size_t c = 0; c < nc; c++) {
-          px[4 + c] = flat ? -1.0f : std::round(rng.normal() * 2.0f) / 2.0f - 2.0f;
+          px[4 + c] = flat ? -1.0f : std::round(rng.normal() * 2.0f / step) * step - 2.0f + shift;
           if (nan_logits && rng.below(50) == 0) px[4 + c] = NAN;
         }
         for (size_t e = 0; e < extra; e++) px[4 + nc + e] = rng.range(-1.0f, 1.0f);
@@ -469,6 +470,26 @@ static void test_e2e(TestCtx& t) {
     std::snprintf(what, sizeof what, "detect flat scores A=%zu k=%zu", head.anchors, k);
     check_e2e(t, head, k, CARVE_E2E_DETECT, rng, false, what);
     count++;
+  }
+  // The fused head's logit bound (carve_cu_e2e_logit_bound): confident scores, where the k'-th anchor score T is
+  // 1.0 and logits far below its anchor's largest one tie with it (the bound must be off), and logits on a fine grid
+  // (1/1024), many of them within the bound's 0.01 of it.
+  const struct {
+    float shift, step;
+    const char* name;
+  } bounds[] = {{15.0f, 0.5f, "confident scores (T 1.0)"}, {0.0f, 1.0f / 1024.0f, "logits on a 1/1024 grid"}};
+  for (const auto& bc : bounds) {
+    for (size_t k : {(size_t)10, (size_t)300}) {
+      Head head({40, 20, 10}, {40, 20, 10}, {8.0f, 16.0f, 32.0f}, 80, 0);
+      head.shift = bc.shift;
+      head.step = bc.step;
+      char what[128];
+      std::snprintf(what, sizeof what, "detect %s A=%zu k=%zu", bc.name, head.anchors, k);
+      const int before = e2e_path_count[E2E_CANDIDATES];
+      check_e2e(t, head, k, CARVE_E2E_DETECT, rng, false, what);
+      CHECK_MSG(e2e_path_count[E2E_CANDIDATES] == before + 1, "%s: not the fused head's candidates", what);
+      count++;
+    }
   }
   std::printf("e2e: %d cases (4 tasks) equal to carve_e2e_postprocess_task bit for bit\n", count);
   // Every way through the e2e head ran: the general launches, the fused head from its candidates, and its
