@@ -86,7 +86,11 @@
 //     (carve_cuda_nms.h), carve_cu_topk_numbers_batch (the NMS's order in one launch),
 //     carve_cu_nms_set_conf.
 // 16: carve_cu_graph_depth (a package's <name>_graph_depth: the launches of a forward in series).
-#define CARVE_CUDA_ABI 16
+// 17: the attention's default is now the GEMM path: carve_cu_ctx.attention_gemm renamed carve_cu_ctx.attention_fused
+//     (1: the fused launch where it fits; 0, what init sets: the GEMM path), CARVE_CU_ATTENTION_GEMM = 0 and
+//     CARVE_CU_ATTENTION_FUSED = 1 (measured on an H200 2026-11-28: fused 65 us per launch in Nsight Compute, the
+//     GEMM path 0.106 ms faster per forward at fp16 batch 1).
+#define CARVE_CUDA_ABI 17
 
 // Launch a kernel. With nvcc: cudaLaunchKernelEx with programmatic dependent launch allowed
 // (cudaLaunchAttributeProgrammaticStreamSerialization; kept by stream capture as a programmatic
@@ -160,7 +164,8 @@ typedef struct carve_cu_ctx {
   carve_cu_tactics* tactics;  // NULL, or each convolution's path by its slot (carve_cu_ctx_set_tactics): the caller's
   unsigned* split_counters;   // device, CARVE_CU_SPLIT_COUNTERS zeroed counters of the split-K tile (NULL: no split)
   int split_lanes;            // the counter groups after main's that carve_cu_ctx_lane gave away
-  int attention_gemm;         // 1: carve_cu_attention always takes the GEMM path (carve_cu_ctx_set_attention_impl)
+  int attention_fused;        // 1: carve_cu_attention runs its fused launch where the call fits; 0 (init): always
+                              // the GEMM path (carve_cu_ctx_set_attention_impl)
 } carve_cu_ctx;
 // The split-K tile of the fused convolution (CARVE_CU_IGEMM_TILE_32X32_SPLIT, carve_cuda_igemm_tile.h) splits a
 // layer's reduction over several blocks per output tile: each writes its partial tile to the context's workspace
@@ -244,18 +249,20 @@ carve_status carve_cu_ctx_set_conv_math(carve_cu_ctx* ctx, carve_cu_math math);
 typedef enum carve_cu_conv_impl { CARVE_CU_CONV_GEMM = 0, CARVE_CU_CONV_FUSED = 1 } carve_cu_conv_impl;
 carve_status carve_cu_ctx_set_conv_impl(carve_cu_ctx* ctx, carve_cu_conv_impl impl);
 
-// How carve_cu_attention runs (both precisions): CARVE_CU_ATTENTION_FUSED (what init sets, the default): one
-// launch of carve's fused kernel (runtime/carve_cuda_attention.h: scores, softmax and P V per block of query rows in
-// shared memory, float32, V copied out in the same launch) where the call fits it (at most CARVE_CU_ATTN_MAX_BATCH
-// images, n <= CARVE_CU_ATTN_MAX_N pixels, key_dim and head_dim <= CARVE_CU_ATTN_MAX_DIM), else the GEMM path below;
-// CARVE_CU_ATTENTION_GEMM: always the GEMM path. Lanes made after the call inherit it. Host function;
-// CARVE_ERR_INVALID_ARGUMENT for a NULL context or another value.
+// How carve_cu_attention runs (both precisions): CARVE_CU_ATTENTION_GEMM (what init sets, the default): always the
+// GEMM path (cuBLAS GEMMs on the tensor cores, a softmax launch between them, V's gather); CARVE_CU_ATTENTION_FUSED:
+// one launch of carve's fused kernel (runtime/carve_cuda_attention.h: scores, softmax and P V per block of query rows
+// in shared memory, float32 FMAs, V copied out in the same launch) where the call fits it (at most
+// CARVE_CU_ATTN_MAX_BATCH images, n <= CARVE_CU_ATTN_MAX_N pixels, key_dim and head_dim <= CARVE_CU_ATTN_MAX_DIM),
+// else the GEMM path. Fewer launches, but slower on an H200 (measured 2026-11-28: fused 65 us per launch in Nsight
+// Compute, the GEMM path 0.106 ms faster per forward of yolo26n 640 at fp16 batch 1). Lanes made after the call
+// inherit it. Host function; CARVE_ERR_INVALID_ARGUMENT for a NULL context or another value.
 #define CARVE_CU_ATTN_MAX_N 1024    // pixels at most: the block's scores, 8 x 1024 floats, 32 KB of shared memory
 #define CARVE_CU_ATTN_MAX_DIM 128   // key_dim and head_dim at most (yolo26: 32 and 64)
 #define CARVE_CU_ATTN_MAX_BATCH 4   // images per call at most (larger batches take the GEMMs' tensor cores)
 typedef enum carve_cu_attention_impl {
-  CARVE_CU_ATTENTION_FUSED = 0,
-  CARVE_CU_ATTENTION_GEMM = 1
+  CARVE_CU_ATTENTION_GEMM = 0,
+  CARVE_CU_ATTENTION_FUSED = 1
 } carve_cu_attention_impl;
 carve_status carve_cu_ctx_set_attention_impl(carve_cu_ctx* ctx, carve_cu_attention_impl impl);
 
@@ -434,11 +441,11 @@ carve_status carve_cu_softmax(const carve_cu_ctx* ctx, uint32_t batch, uint32_t 
 
 // carve_attention of carve_attention.h on the device (same layout and meaning): per head,
 // S = scale * Q K^T and O = softmax_rows(S) V; v_out (may be NULL) receives V for the pe conv.
-// `batch` (>= 1) images of n pixels one after another. Fused (carve_cu_ctx_set_attention_impl, the default where
+// `batch` (>= 1) images of n pixels one after another. Fused (on request, carve_cu_ctx_set_attention_impl, where
 // the call fits): one launch, S and P in shared memory and float32, the scratch unused (but still required); each
 // (image, head, row) is computed in a fixed order, so a batch's results are its images' alone, bit for bit. The
-// GEMM path: S and O through strided-batched cuBLAS GEMMs, a row-softmax kernel between them (S and P as the
-// precision's type, in the scratch), in whichever grouping takes fewer
+// GEMM path (the default): S and O through strided-batched cuBLAS GEMMs, a row-softmax kernel between them (S and
+// P as the precision's type, in the scratch), in whichever grouping takes fewer
 // launches: per image (the heads are the GEMMs' batch: 3 launches an image, one image's S in
 // the scratch, reused; batch 1 always) or per head (the images are the GEMMs' batch: 2 heads + 1
 // launches for the whole batch, one softmax over every row; the scratch holds every image's

@@ -1,21 +1,23 @@
 // carve runtime, CUDA: the PSA blocks' multi-head self-attention (carve_cu_attention, carve_cuda.h) over the storage
 // type T of both precisions, two ways:
 //
-// * fused (the default where the shape fits, carve_cu_attention_fusable): one launch for every (query rows, head,
-//   image), carve_cu_attention_fused_kernel. A block of CARVE_CU_ATTN_THREADS threads takes CARVE_CU_ATTN_ROWS query
-//   rows of one head of one image: stages those rows of Q in shared memory, computes their scores against every key
-//   (S = scale Q K^T, float32, kept in shared memory: CARVE_CU_ATTN_ROWS x n floats, never written to the device),
-//   their row softmax (a warp per row, the arithmetic of carve_cu_softmax_warp_rows_kernel), then O = P V in float32,
-//   each output rounded once; it also copies those rows of V to v_out (the pe convolution's input). S and P never
-//   leave the SM and no scratch is used: 1 launch instead of the GEMM path's 3 and V's gather. The reduction orders
-//   are fixed per (image, head, row), so a batch's results are its images' alone, bit for bit on a GPU too. With the
-//   PSA block's pe convolution after it (carve_cu_attention_pe), the same launch adds the pe of its pixels to O and
-//   writes that instead of O and V: the pe's launch and the O / V maps are gone.
-// * the GEMM path: S and O through the precision's strided-batched cuBLAS GEMMs with a row-softmax launch between
-//   them (S and P in the scratch, as T), then V's gather: batches above CARVE_CU_ATTN_MAX_BATCH (where the tensor
-//   cores' GEMMs should win over the fused kernel's float32 FMAs: a batch of 32 is about 1e9 multiply-adds an
-//   attention at yolo26's 640), shapes that do not fit the fused kernel's shared memory, and contexts that ask for it
-//   (carve_cu_ctx_set_attention_impl).
+// * fused (where the context asks for it, carve_cu_ctx_set_attention_impl, and the shape fits,
+//   carve_cu_attention_fusable): one launch for every (query rows, head, image), carve_cu_attention_fused_kernel.
+//   A block of CARVE_CU_ATTN_THREADS threads takes CARVE_CU_ATTN_ROWS query rows of one head of one image: stages
+//   those rows of Q in shared memory, computes their scores against every key (S = scale Q K^T, float32, kept in
+//   shared memory: CARVE_CU_ATTN_ROWS x n floats, never written to the device), their row softmax (a warp per row,
+//   the arithmetic of carve_cu_softmax_warp_rows_kernel), then O = P V in float32, each output rounded once; it also
+//   copies those rows of V to v_out (the pe convolution's input). S and P never leave the SM and no scratch is used:
+//   1 launch instead of the GEMM path's 3 and V's gather. The reduction orders are fixed per (image, head, row), so a
+//   batch's results are its images' alone, bit for bit on a GPU too. With the PSA block's pe convolution after it
+//   (carve_cu_attention_pe), the same launch adds the pe of its pixels to O and writes that instead of O and V: the
+//   pe's launch and the O / V maps are gone.
+// * the GEMM path (the default): S and O through the precision's strided-batched cuBLAS GEMMs with a row-softmax
+//   launch between them (S and P in the scratch, as T), then V's gather. Every call of a context that does not ask
+//   for the fused kernel: its scalar float32 FMAs lose to the GEMMs' tensor cores even at batch 1 (measured on an
+//   H200 2026-11-28: fused 65 us per launch in Nsight Compute, the GEMM path 0.106 ms faster per forward of yolo26n
+//   640 at fp16 batch 1); also batches above CARVE_CU_ATTN_MAX_BATCH (a batch of 32 is about 1e9 multiply-adds an
+//   attention at yolo26's 640) and shapes that do not fit the fused kernel's shared memory.
 //
 // Not part of the API; C++ only; included by carve_cuda_elem.h after its loads, stores and the row softmax.
 
@@ -30,11 +32,11 @@
 // Outputs of O a thread accumulates: the block's CARVE_CU_ATTN_ROWS x head_dim, spread over its threads.
 #define CARVE_CU_ATTN_PAIRS (CARVE_CU_ATTN_ROWS * CARVE_CU_ATTN_MAX_DIM / CARVE_CU_ATTN_THREADS)
 
-// Whether carve_cu_attention runs the fused kernel for this call: the context does not ask for the GEMMs, and the
+// Whether carve_cu_attention runs the fused kernel for this call: the context asks for it (attention_fused), and the
 // shape fits (above; heads within a grid's y).
 static inline int carve_cu_attention_fusable(const carve_cu_ctx* ctx, uint32_t batch, uint32_t n, uint32_t heads,
                                              uint32_t key_dim, uint32_t head_dim) {
-  return !ctx->attention_gemm && batch <= CARVE_CU_ATTN_MAX_BATCH && n <= CARVE_CU_ATTN_MAX_N && heads <= 65535u &&
+  return ctx->attention_fused && batch <= CARVE_CU_ATTN_MAX_BATCH && n <= CARVE_CU_ATTN_MAX_N && heads <= 65535u &&
          key_dim <= CARVE_CU_ATTN_MAX_DIM && head_dim <= CARVE_CU_ATTN_MAX_DIM;
 }
 

@@ -60,7 +60,7 @@ static void ctx_clear(carve_cu_ctx* ctx, cudaStream_t stream) {
   ctx->tactics = NULL;
   ctx->split_counters = NULL;
   ctx->split_lanes = 0;
-  ctx->attention_gemm = 0;
+  ctx->attention_fused = 0;  // the GEMM path (carve_cu_ctx_set_attention_impl)
 }
 
 // The split-K counters at the end of the `bytes` of workspace (carve_cuda.h, CARVE_CU_SPLIT_BYTES), zeroed on the
@@ -202,7 +202,7 @@ extern "C" carve_status carve_cu_ctx_set_attention_impl(carve_cu_ctx* ctx, carve
   if (ctx == NULL || (impl != CARVE_CU_ATTENTION_FUSED && impl != CARVE_CU_ATTENTION_GEMM)) {
     return CARVE_ERR_INVALID_ARGUMENT;
   }
-  ctx->attention_gemm = impl == CARVE_CU_ATTENTION_GEMM;
+  ctx->attention_fused = impl == CARVE_CU_ATTENTION_FUSED;
   return CARVE_OK;
 }
 

@@ -382,7 +382,7 @@ static void test_attention(TestCtx& t) {
       cases++;
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   std::printf("half attention: %d cases (fused and the GEMM path) against a double loop\n", cases);
 }
 
@@ -449,7 +449,7 @@ static void test_attention_batch(TestCtx& t) {
       }
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   // both groupings ran (heads 4, batch 2 and 3: per image), and the fused kernel
   CHECK(per_head > 0 && per_head < cases - fused && fused > 0);
   std::printf("half attention batches: %d cases (%d fused, %d per head) equal to each image alone\n", cases, fused,
@@ -505,7 +505,7 @@ static void test_attention_pe(TestCtx& t) {
       cases++;
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   std::printf("half attention + pe: %d cases, fused against the two calls, the GEMM path equal to them\n", cases);
 }
 

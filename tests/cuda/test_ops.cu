@@ -519,7 +519,20 @@ static void test_linear_softmax(TestCtx& t) {
 // outputs a thread), the fused kernel's limits (key_dim = head_dim = CARVE_CU_ATTN_MAX_DIM, n = CARVE_CU_ATTN_MAX_N)
 // and one past (n = CARVE_CU_ATTN_MAX_N + 1 and a batch of CARVE_CU_ATTN_MAX_BATCH + 1: the GEMM path even when
 // fused is asked); each call's launches counted (fused: 1, V's copy included). The scores spread (random q, k).
+// First, a fresh context's default: the GEMM path (a shape the fused kernel takes, more than 2 launches).
 static void test_attention(TestCtx& t) {
+  {
+    TestCtx fresh;
+    const uint32_t n = 63, heads = 2, kd = 8, hd = 16, per = 2 * kd + hd;
+    DevBuf<float> dq(std::vector<float>(n * heads * per, 0.25f)), dout(n * heads * hd), dv(n * heads * hd),
+        scratch(carve_cu_attention_scratch_floats(1, n, heads));
+    const size_t nodes = captured_nodes(fresh, [&] {
+      return carve_cu_attention(&fresh.ctx, 1, dq.p, heads * per, n, heads, kd, hd, 0.5f, dout.p, heads * hd, dv.p,
+                                heads * hd, scratch.p);
+    });
+    CHECK_MSG(!fresh.ctx.attention_fused && nodes > 2, "attention: a fresh context's default: %zu launches (fused %d),"
+              " not the GEMM path", nodes, fresh.ctx.attention_fused);
+  }
   TestRng rng(25);
   struct Shape {
     size_t n, heads, kd, hd, batch;
@@ -570,7 +583,7 @@ static void test_attention(TestCtx& t) {
       cases++;
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   CHECK(carve_cu_ctx_set_attention_impl(&t.ctx, (carve_cu_attention_impl)2) == CARVE_ERR_INVALID_ARGUMENT);
   CHECK(carve_cu_ctx_set_attention_impl(nullptr, CARVE_CU_ATTENTION_GEMM) == CARVE_ERR_INVALID_ARGUMENT);
   std::printf("attention: %d cases against carve_attention, %d of them fused\n", cases, fused);
@@ -651,7 +664,7 @@ static void test_attention_batch(TestCtx& t) {
       }
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   CHECK(per_head > 0 && per_head < cases - fused && fused > 0);  // both groupings ran, and the fused kernel
   std::printf("attention batches: %d cases (%d fused, %d per head) bit-identical to each image alone\n", cases, fused,
               per_head);
@@ -707,7 +720,7 @@ static void test_attention_pe(TestCtx& t) {
       }
     }
   }
-  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_FUSED));  // the refusals on the fused path
   DevBuf<float> dq(n * qkv_stride), dw(c * 9), db(c), o(n * o_stride), v(n * v_stride), out(n * out_stride),
       scratch(carve_cu_attention_scratch_floats(1, n, heads));
   auto refused = [&](carve_cu_conv pe) {
@@ -730,6 +743,7 @@ static void test_attention_pe(TestCtx& t) {
   CHECK(refused(bad));
   CHECK(carve_cu_attention_pe(&t.ctx, dq.p, qkv_stride, heads, kd, hd, scale, o.p, v.p, nullptr, dw.p, db.p, out.p,
                               scratch.p) == CARVE_ERR_INVALID_ARGUMENT);
+  CHECK_OK(carve_cu_ctx_set_attention_impl(&t.ctx, CARVE_CU_ATTENTION_GEMM));  // the default again
   std::printf("attention + pe: %d cases, fused against the two calls, the GEMM path equal to them; refusals\n", cases);
 }
 
