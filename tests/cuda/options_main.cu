@@ -25,8 +25,9 @@
 //      paths and gives bit-identical rows; an entry that is no path is refused.
 //   D. options.graph_layer_ms: the graph holds one event-record node per layer end and one at its start, its
 //      rows are bit-identical to the unmarked graph's, yolo26n_layer_ms gives every layer's time after the replay.
-//   E. options.attention_gemm: the attention layers through the GEMM path, 8 graph nodes more than their fused
-//      launches (yolo26n's 2 layers: the attention's 4 launches and the pe convolution's instead of 1 with the pe).
+//   E. options.attention_fused: the default (0) takes the attention layers through the GEMM path, attention_fused 1
+//      through their fused launches, 8 graph nodes fewer (yolo26n's 2 layers: 1 launch with the pe each instead of
+//      the attention's 4 launches and the pe convolution's).
 //   F. yolo26n_graph_depth: the same before a run (a graph captured for the query) and after (the replayed one);
 //      with serial_head 1 every node in series, with the lanes at least 24 fewer (the shorter lanes).
 
@@ -100,6 +101,19 @@ static carve_status run3(yolo26n* m, std::vector<float>* rows) {
 
 static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// create_with `o` in `b` (its status printed as `what`), three runs (the rows of the last into *rows), destroy: the
+// graph's nodes (0 when create_with fails).
+static size_t created_nodes(const yolo26n_options& o, const yolo26n_buffers& b, const char* what,
+                            std::vector<float>* rows) {
+  yolo26n* m = NULL;
+  expect_status(yolo26n_create_with(&o, &b, &m), CARVE_OK, what);
+  if (m == NULL) return 0;
+  expect(run3(m, rows) == CARVE_OK, "  three runs");
+  const size_t nodes = yolo26n_graph_nodes(m);
+  yolo26n_destroy(m);
+  return nodes;
 }
 
 // The caller's memory of one create_with, allocated outside the counted sections.
@@ -392,27 +406,26 @@ int main(int argc, char** argv) {
            "  the marked graph: one event-record node per layer end and one at the start");
     yolo26n_destroy(m);
 
-    // ---- E. the attention through the GEMMs ----
-    std::printf("E. options.attention_gemm (the attention's cuBLAS GEMMs instead of its fused launch)\n");
-    yolo26n_options gemm = opt;
-    gemm.attention_gemm = 1;
-    expect_status(yolo26n_create_with(&gemm, &c.b, &m), CARVE_OK, "create_with, attention_gemm 1");
-    std::vector<float> gemm_rows;
-    expect(run3(m, &gemm_rows) == CARVE_OK, "  three runs");
-    const size_t gemm_nodes = yolo26n_graph_nodes(m);
-    std::printf("    graph nodes: %zu fused, %zu with the GEMMs\n", plain_nodes, gemm_nodes);
-    expect(gemm_nodes == plain_nodes + 8,
-           "  8 nodes more: yolo26n's 2 attention layers, the attention's 4 launches and the pe's instead of 1");
+    // ---- E. the attention: the GEMM path by default, the fused launch on request ----
+    std::printf("E. options.attention_fused (the attention's fused launch instead of the default's cuBLAS GEMMs)\n");
+    expect(opt.attention_fused == 0, "  yolo26n_default_options: attention_fused 0 (the GEMM path)");
+    yolo26n_options fused = opt;
+    fused.attention_fused = 1;
+    std::vector<float> fused_rows;
+    const size_t fused_nodes = created_nodes(fused, c.b, "create_with, attention_fused 1", &fused_rows);
+    std::printf("    graph nodes: %zu by default (the GEMMs), %zu fused\n", plain_nodes, fused_nodes);
+    expect(fused_nodes + 8 == plain_nodes,
+           "  8 nodes fewer: yolo26n's 2 attention layers, 1 launch with the pe instead of the GEMM path's 4 and the"
+           " pe's (the default takes the GEMM path)");
     double worst = 0.0, spread = 0.0;
-    for (size_t i = 0; i < gemm_rows.size() && i < plain_rows.size(); i++) {
-      worst = std::max(worst, (double)std::fabs(gemm_rows[i] - plain_rows[i]));
+    for (size_t i = 0; i < fused_rows.size() && i < plain_rows.size(); i++) {
+      worst = std::max(worst, (double)std::fabs(fused_rows[i] - plain_rows[i]));
       spread = std::max(spread, (double)std::fabs(plain_rows[i] - plain_rows[0]));
     }
     // (printed only: another summation order can swap near-tied ranks of the random checkpoint's top-k; the two
     // paths' values are checked against each other in cuda_ops / cuda_f16)
-    std::printf("    rows: largest difference from the fused attention's %.3g (their spread %.3g)\n", worst, spread);
-    expect(gemm_rows.size() == plain_rows.size() && spread > 1.0, "  rows, which spread");
-    yolo26n_destroy(m);
+    std::printf("    rows: largest difference from the GEMM path's %.3g (their spread %.3g)\n", worst, spread);
+    expect(fused_rows.size() == plain_rows.size() && spread > 1.0, "  rows, which spread");
 
     // ---- F. launches in series ----
     std::printf("F. yolo26n_graph_depth (the launches in series)\n");

@@ -1,7 +1,8 @@
 // Latency and throughput of one carve cuda package (yolo26n, detect, e2e head, any --batch N) on a GPU, for
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
-//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--gemm-attention] [--label TEXT] [--profile FILE] [--rows FILE]
+//   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE]
+//              [--save-tactics FILE] [--serial-head] [--fused-attention] [--label TEXT] [--profile FILE] [--rows FILE]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -22,7 +23,8 @@
 // (yolo26n_tactics: YOLO26N_TACTIC_SLOTS bytes), --tactics FILE creates with them (options.tactics: nothing timed),
 // so that rows compared with each other run the same convolution paths;
 // --serial-head options.serial_head (the lanes: the head's branches and the C3k forks, one after another instead of
-// concurrent); --gemm-attention options.attention_gemm (the attention through cuBLAS GEMMs, not one fused launch).
+// concurrent); --fused-attention options.attention_fused (each attention layer one fused launch where it fits,
+// not the default's cuBLAS GEMMs and softmax launch).
 // The first two runs of each kind (eager, graph capture) are warm-up and not timed.
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
 //                   runs run_images 5 times; FILE gets one JSON line: the system, batch, launches and each
@@ -74,6 +76,10 @@ static double median(std::vector<double> v) {
     }                                                                                 \
   } while (0)
 
+static const char kUsage[] =
+    "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] "
+    "[--save-tactics FILE] [--serial-head] [--fused-attention] [--label TEXT] [--profile FILE] [--rows FILE]\n";
+
 int main(int argc, char** argv) {
   const char* image = nullptr;
   const char* label = "carve";
@@ -81,7 +87,7 @@ int main(int argc, char** argv) {
   const char* rows_out = nullptr;
   const char* tactics_in = nullptr;
   const char* tactics_out = nullptr;
-  int runs = 100, strict = 0, fused = 0, serial_head = 0, gemm_attention = 0, tune = -1;
+  int runs = 100, strict = 0, fused = 0, serial_head = 0, fused_attention = 0, tune = -1;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
@@ -89,8 +95,8 @@ int main(int argc, char** argv) {
       strict = 1;
     } else if (!std::strcmp(argv[i], "--serial-head")) {
       serial_head = 1;
-    } else if (!std::strcmp(argv[i], "--gemm-attention")) {
-      gemm_attention = 1;
+    } else if (!std::strcmp(argv[i], "--fused-attention")) {
+      fused_attention = 1;
     } else if (!std::strcmp(argv[i], "--fused-conv")) {
       fused = 1;
     } else if (!std::strcmp(argv[i], "--tune") || !std::strcmp(argv[i], "--no-tune")) {
@@ -108,12 +114,12 @@ int main(int argc, char** argv) {
     } else if (argv[i][0] != '-' && image == nullptr) {
       image = argv[i];
     } else {
-      std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--gemm-attention] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+      std::fprintf(stderr, kUsage, argv[0]);
       return 2;
     }
   }
   if (image == nullptr || runs < 0 || (runs == 0 && rows_out == nullptr)) {
-    std::fprintf(stderr, "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] [--save-tactics FILE] [--serial-head] [--gemm-attention] [--label TEXT] [--profile FILE] [--rows FILE]\n", argv[0]);
+    std::fprintf(stderr, kUsage, argv[0]);
     return 2;
   }
   uint8_t* rgb = nullptr;
@@ -130,7 +136,7 @@ int main(int argc, char** argv) {
   yolo26n_default_options(&opt);
   opt.tf32 = !strict;
   opt.serial_head = serial_head;
-  opt.attention_gemm = gemm_attention;
+  opt.attention_fused = fused_attention;
   opt.fused_conv = fused;
   if (tune >= 0) opt.conv_tune = tune;
   std::vector<uint8_t> tactics(YOLO26N_TACTIC_SLOTS + 1);
