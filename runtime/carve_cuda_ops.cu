@@ -305,8 +305,10 @@ extern "C" size_t carve_cu_graph_depth(cudaGraph_t graph) {
   size_t got_n = n, got_e = e;
   const int mem = nodes != NULL && from != NULL && to != NULL && data != NULL && slots != NULL && depth != NULL &&
                   ends != NULL;
+  // (no edge query for a graph without edges: CUDA refuses arrays for 0 edges; the H200 run of 2026-11-28 returned
+  // 0 for a one-node graph)
   const int got = mem && cudaGraphGetNodes(graph, nodes, &got_n) == cudaSuccess &&
-                  carve_cu_graph_edges(graph, from, to, data, &got_e) == cudaSuccess;
+                  (e == 0 || carve_cu_graph_edges(graph, from, to, data, &got_e) == cudaSuccess);
   if (mem && !got) {
     (void)cudaGetLastError();  // (as above)
   }

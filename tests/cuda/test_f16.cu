@@ -625,7 +625,8 @@ static void test_heads(TestCtx& t) {
       double lo = INFINITY, hi = 0.0;
       for (size_t i = 0; i < n; i++) {
         const double want = std::exp(h2f(x[i]) - m) / sum;
-        CHECK_MSG(near_float(y[i], want, 4e-7 * want + 1e-12), "half softmax n %zu: %zu: %.9g vs %.9g", n, i, y[i],
+        // a few ulp: CUDA's expf (2 ulp from the host's) and the sum's order (the H200, 2026-11-28: 4.6e-7 at n 1000)
+        CHECK_MSG(near_float(y[i], want, 2e-6 * want + 1e-12), "half softmax n %zu: %zu: %.9g vs %.9g", n, i, y[i],
                   want);
         lo = std::min(lo, want), hi = std::max(hi, want);
       }

@@ -661,7 +661,10 @@ static void check_dwpw(TestCtx& t, const DwPwCase& pc, bool tf32, bool tune) {
   if (sizeof(T) == 4) {
     path[0] = path[1] = CARVE_CU_PATH_FUSED_TILE + CARVE_CU_IGEMM_TILE_32X32;
     CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
-    CHECK_MSG(captured_nodes(t, call) == 3, "%s dwpw: strict float32 fused", E::name);
+    // the depthwise launch, the 1x1's GEMM (one host GEMM under the emulation; cuBLAS may split it on a GPU: the
+    // H200, 2026-11-28) and its epilogue: no fused launch
+    const size_t strict_nodes = captured_nodes(t, call);
+    CHECK_MSG(strict_nodes >= 3, "%s dwpw: strict float32 fused: %zu graph nodes", E::name, strict_nodes);
   }
   CHECK_OK(carve_cu_ctx_set_tactics(&t.ctx, nullptr));
   CHECK_OK(carve_cu_ctx_set_conv_math(&t.ctx, CARVE_CU_MATH_STRICT));
