@@ -1,7 +1,10 @@
 #!/bin/sh
 # Compiles .cu files with nvcc for every architecture of CARVE_CUDA_ARCHITECTURES
 # (tests/cuda/tests.cmake), warnings as errors; no GPU needed.
-#   nvcc_check.sh <nvcc or ""> <include dir> <output dir> "<archs>" file.cu...
+#   nvcc_check.sh <nvcc or ""> "<include dirs>" <output dir> "<archs>" file.cu...
+#   NVCC_FRONT=1 nvcc_check.sh ...   nvcc's front end only (-cuda: the C++ and CUDA parse, no ptxas): the kernel
+#                                    tests, which CI builds with the host compiler through the emulation header and
+#                                    tests/cuda/gpu_kernel_tests.sh with nvcc on a GPU machine, in seconds
 # Exits 77 (ctest SKIP_RETURN_CODE) with a message when nvcc is not installed.
 set -eu
 nvcc=$1 inc=$2 out=$3 archs=$4
@@ -14,12 +17,18 @@ gencode=""
 for a in $archs; do
   gencode="$gencode -gencode arch=compute_$a,code=sm_$a"
 done
+incs=""
+for d in $inc; do
+  incs="$incs -I$d"
+done
+step="-c" ext=o
+[ "${NVCC_FRONT:-0}" = 1 ] && step="-cuda" ext=ii
 mkdir -p "$out"
 "$nvcc" --version | tail -1
 for f in "$@"; do
-  echo "nvcc -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra$gencode -c $(basename "$f")"
+  echo "nvcc -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra$gencode $step $(basename "$f")"
   # shellcheck disable=SC2086
-  "$nvcc" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra $gencode -I"$inc" -c "$f" \
-    -o "$out/$(basename "$f" .cu).o"
+  "$nvcc" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra $gencode $incs $step "$f" \
+    -o "$out/$(basename "$f" .cu).$ext"
 done
 echo "ok: $# files for sm_$(echo $archs | sed 's/ /, sm_/g')"
