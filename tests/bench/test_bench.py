@@ -328,3 +328,25 @@ def test_box_agreement_matches_rows_by_box_not_rank():
     assert bench.box_agreement(ref, [r[:5] + [2] for r in ref]) == float("inf")  # no row of classes 0 and 1
     assert bench.box_agreement([], swapped) is None
     assert report.targets([])[0].startswith("| carve fp32 targets | not measured")
+
+
+def test_ncu_lines_sums_the_source_page_per_line(tmp_path):
+    """tools/gpu_carry/ncu_lines.py on a source page in Nsight Compute's CSV layout (two files; a line in two rows):
+    each line's instructions and samples summed, the busiest first; a SASS-only page (no line rows) is refused."""
+    head = '"Line No","Source","Address","Warp Stall Sampling (All Samples)","Instructions Executed"'
+    page = "\n".join([
+        '"File Path","/x/runtime/carve_cuda_topk.cu"', head,
+        '"10","a += b;","0x1","3","1,200"', '"11","c = d;","0x2","0","40"', '"10","a += b;","0x3","1","800"',
+        '"File Path","/usr/include/crt/sm_70_rt.hpp"', head, '"5","match();","0x4","7","300"', ""])
+    src = tmp_path / "source.csv"
+    src.write_text(page)
+    tool = ROOT / "tools/gpu_carry/ncu_lines.py"
+    out = subprocess.run([sys.executable, str(tool), str(src)], capture_output=True, text=True, check=True).stdout
+    rows = out.splitlines()
+    assert rows[0].startswith("2340 warp instructions, 11 samples, 3 lines")
+    assert rows[1].split()[:3] == ["2000", "4", "carve_cuda_topk.cu:10"]  # its two rows summed
+    assert [r.split()[2] for r in rows[1:]] == ["carve_cuda_topk.cu:10", "sm_70_rt.hpp:5", "carve_cuda_topk.cu:11"]
+    sass = tmp_path / "sass.csv"
+    sass.write_text('"Address","Source","Instructions Executed"\n"0x1","LDC R1","32"\n')
+    r = subprocess.run([sys.executable, str(tool), str(sass)], capture_output=True, text=True)
+    assert r.returncode == 1 and "no source lines" in r.stderr

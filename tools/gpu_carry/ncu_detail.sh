@@ -3,7 +3,9 @@
 # the first COUNT launches of the kernels whose name matches REGEX in one eager run_images of PACKAGE (the paths of
 # bench.sh's row "carve <prec>", as ncu.sh), then two text reports: $OUT/detail-TAG.txt (the details page: speed of
 # light, occupancy, warp states with their stall reasons, per launch) and $OUT/source-TAG.csv (the source page:
-# each SASS instruction's executed count and warp-state samples, the hot loop of a latency-bound kernel).
+# each source line's and SASS instruction's executed count and warp-state samples, the hot loop of a latency-bound
+# kernel; the lines come from the builds' -lineinfo, wrap_build.sh), summed per line in $OUT/lines-TAG.txt
+# (ncu_lines.py).
 #   bash DIR/ncu_detail.sh PACKAGE REGEX [COUNT] [TAG]     e.g. fp16-b1 topk_one_block 2 topk
 # TACTICS=FILE: the convolutions' paths from FILE (bench_main --tactics) instead of the row's; GRID="(13, 4,": first a
 # quick pass over every matching launch (durations and grids: $OUT/launches-TAG.csv), then the full set on the longest
@@ -39,5 +41,6 @@ timeout "${NCU_TIMEOUT:-120}" ncu --clock-control none --set full --import-sourc
   $paths > "$OUT/detail-$tag.txt" 2>&1
 echo "ncu rc=$?" >> "$OUT/detail-$tag.txt"
 ncu --import "$rep.ncu-rep" --page details >> "$OUT/detail-$tag.txt" 2>&1
-ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/source-$tag.csv" 2>&1
+ncu --import "$rep.ncu-rep" --page source --csv --print-source cuda,sass > "$OUT/source-$tag.csv" 2>&1
+python3 "$D/ncu_lines.py" "$OUT/source-$tag.csv" > "$OUT/lines-$tag.txt" 2>&1  # per source line, the busiest first
 tail -3 "$OUT/detail-$tag.txt"

@@ -26,7 +26,12 @@ target_compile_definitions($exe PRIVATE $definitions)
 find_library(STB_LIBRARY NAMES stb HINTS $stb REQUIRED)
 target_link_libraries($exe PRIVATE $lib \${STB_LIBRARY})
 CM
-if [ -n "${EMULATE:-}" ]; then defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"; else defs="-DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90}"; fi
+# nvcc: -lineinfo (source lines for Nsight Compute's source page, ncu_detail.sh; the same machine code)
+if [ -n "${EMULATE:-}" ]; then
+  defs="-DCARVE_CUDA_EMULATION_HEADER=$EMULATE"
+else
+  defs="-DCMAKE_CUDA_ARCHITECTURES=${ARCH:-90}" flags="-lineinfo${flags:+ $flags}"
+fi
 cmake -S "$w" -B "$w/build" -DCMAKE_BUILD_TYPE=Release $defs ${flags:+"-DCMAKE_CUDA_FLAGS=$flags"} > "$w/cmake.log" 2>&1 &&
   cmake --build "$w/build" -j "$(( $(nproc) / 2 > 1 ? $(nproc) / 2 : 1 ))" > "$w/build.log" 2>&1
 rc=$?
