@@ -380,7 +380,10 @@ static __device__ __forceinline__ carve_cu_vec_item carve_cu_vec_window(uint32_t
 // `items` = batch oh ow cv, opix = oh ow. Each block first stages the weights in shared memory transposed to
 // ws[tap][c] when they fit CARVE_CU_DW_STAGE_BYTES (yolo26's depthwise layers: 256 channels x 9 taps at most
 // in the n model, 4.5 KB in fp16), so that a tap's VEC weights are one 16-byte shared load where they were VEC
-// scalar global loads; larger layers read them per channel from global memory.
+// scalar global loads; larger layers read them per channel from global memory. A 3x3 window loads its nine input
+// vectors before the first multiply: the window loop issued each tap's load after the previous tap's sums (behind a
+// bounds test), so a thread waited for nine loads one after another; on the H200 (2026-11-28, Nsight Compute) the
+// kernel took 7.3 us a launch at 80 x 80 x 64 in fp16, about ten times its traffic's time.
 #define CARVE_CU_DW_STAGE_BYTES 12288
 template <typename T>
 __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t in_stride, uint32_t h, uint32_t w,
@@ -411,8 +414,7 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
     for (uint32_t j = 0; j < V; j++) {
       acc[j] = 0.0f;
     }
-    carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
-      const carve_cu_pack<T> xv = carve_cu_ld16(xb + pixel * in_stride);
+    const auto add_tap = [&](size_t tap, const carve_cu_pack<T>& xv) {
       if (staged) {
         const carve_cu_pack<T> wv = carve_cu_ld16(ws + tap * c + ch);
         for (uint32_t j = 0; j < V; j++) {
@@ -423,7 +425,29 @@ __global__ void carve_cu_depthwise_vec_kernel(const T* __restrict__ x, uint32_t 
           acc[j] += carve_cu_ld(xv.e, j) * carve_cu_ld(weight, (size_t)(ch + j) * kh * kw + tap);
         }
       }
-    });
+    };
+    if (kh == 3 && kw == 3) {  // (uniform) YOLO26's depthwise layers: the nine taps' loads first, all in flight
+      carve_cu_pack<T> xv[9] = {};
+      bool in[9];
+      CARVE_CU_UNROLL
+      for (int t = 0; t < 9; t++) {
+        const long long iy = y0 + t / 3, ix = x0 + t % 3;
+        in[t] = iy >= 0 && iy < (long long)h && ix >= 0 && ix < (long long)w;
+        if (in[t]) {
+          xv[t] = carve_cu_ld16(xb + ((size_t)iy * w + (size_t)ix) * in_stride);
+        }
+      }
+      CARVE_CU_UNROLL
+      for (int t = 0; t < 9; t++) {  // carve_cu_for_window's order (rows, then columns; taps outside skipped)
+        if (in[t]) {
+          add_tap((size_t)t, xv[t]);
+        }
+      }
+    } else {
+      carve_cu_for_window(y0, x0, kh, kw, h, w, [&](size_t tap, size_t pixel) {
+        add_tap(tap, carve_cu_ld16(xb + pixel * in_stride));
+      });
+    }
     carve_cu_store_act16(y + (size_t)p * out_stride + ch, acc, bias + ch, silu,
                          residual != NULL ? residual + (size_t)p * res_stride + ch : NULL);
   }
