@@ -1049,8 +1049,9 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
 // the scratch. Warp w sorts sel[32 w ..) in registers (a bitonic network over shuffles; 0 fills the last list) into
 // srt[32 w ..); then each composite's place is its place in its own list plus, in each other list, the number of
 // composites above it (a binary search over 32 sorted ones). It replaces carve_cu_rank_place's kk^2 comparisons
-// (90000 at kk = 300: 15k warp instructions per call on an H200, Nsight Compute) by about 1k. Every thread of the
-// block calls it (barriers); sel must be published (a barrier) before the call.
+// (90000 at kk = 300: 15k warp instructions per call on an H200, Nsight Compute) by about 1k. Thread t holds
+// composite t, so the block needs at least 32 ceil(kk / 32) threads (the fused head: 1024 for kk <= 1024). Every
+// thread of the block calls it (barriers); sel must be published (a barrier) before the call.
 static __device__ void carve_cu_rank_lists(const uint64_t* sel, uint32_t kk, uint64_t* srt, int32_t* idx) {
   const unsigned t = threadIdx.x, lane = t & 31u, warp = t / 32u;
   const uint32_t lists = (kk + 31u) / 32u;
@@ -1152,6 +1153,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                     48 * 1024,
                 "the fused head's static shared memory (CARVE_CU_E2E_CAND, CARVE_CU_E2E_KMAX) over 48 KB");
   static_assert(CARVE_CU_E2E_CAND * 8 >= CARVE_CU_E2E_KMAX * 8, "cand holds carve_cu_rank_lists' scratch");
+  static_assert(CARVE_CU_E2E_KMAX <= CARVE_CU_TOPK_ONE_BLOCK_THREADS, "carve_cu_rank_lists: a thread per composite");
   using Cls = decltype(Lv::cls);
   const unsigned t = threadIdx.x, lane = t & 31u, threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
   const size_t b = blockIdx.x;

@@ -3,7 +3,7 @@
 // yolo26n 640's convolution shapes; in fp16 also the fused kernel with each of its tiles (forced through a tactic
 // table entry, runtime/carve_cuda.h "Tactics": what a package's create times per shape). Each conv is captured 50 times into a CUDA graph (as the packages
 // run: no launch gaps from the host), the graph launched 20 times; prints microseconds per convolution.
-// A GPU tool, not a test (no emulation build; ctest's cuda_nvcc_kernel_tests only parses it), one command:
+// A GPU tool, not a test (no emulation build; ctest's cuda_nvcc_kernel_tests compiles its device code), one command:
 //   nvcc -std=c++17 -O2 -arch=native -DCARVE_RT_NO_THREADS -Iruntime -Itests/cuda tests/cuda/bench_igemm.cu
 //     runtime/carve_cuda_*.cu runtime/carve_{rt,post,nms,pre,isa,epilogue,attention,layout,mask,weights}.c
 //     -lcublas -o bench_igemm && ./bench_igemm

@@ -2,8 +2,9 @@
 # Compiles .cu files with nvcc for every architecture of CARVE_CUDA_ARCHITECTURES
 # (tests/cuda/tests.cmake), warnings as errors; no GPU needed.
 #   nvcc_check.sh <nvcc or ""> "<include dirs>" <output dir> "<archs>" file.cu...
-#   NVCC_FRONT=1 nvcc_check.sh ...   nvcc's front end only (-cuda: the C++ and CUDA parse, no ptxas): the kernel
-#                                    tests, which CI builds with the host compiler through the emulation header and
+#   NVCC_FRONT=1 nvcc_check.sh ...   -cuda instead of -c: nvcc's front end and the device code's compile (cudafe++,
+#                                    cicc, ptxas), the host side only preprocessed, not compiled: the kernel tests,
+#                                    which CI builds with the host compiler through the emulation header and
 #                                    tests/cuda/gpu_kernel_tests.sh with nvcc on a GPU machine, in seconds
 # Exits 77 (ctest SKIP_RETURN_CODE) with a message when nvcc is not installed.
 set -eu

@@ -286,7 +286,7 @@ static void compare_rows(const std::vector<float>& got, const std::vector<float>
 }
 
 // The way carve_cu_e2e_postprocess_* takes for an image, from the conditions of carve_cuda_topk.cu's fused head
-// (A <= CARVE_CU_E2E_ITEMS x 1024 = 16384, k' <= CARVE_CU_E2E_KMAX = 1024) and its step-2 candidates, counted
+// (A <= CARVE_CU_E2E_ITEMS x 1024 = 12288, k' <= CARVE_CU_E2E_KMAX = 1024) and its step-2 candidates, counted
 // here from the CPU's scores: the class scores of the k' chosen anchors that are >= the k'-th anchor score
 // (up to CARVE_CU_E2E_CAND = 3072 in shared memory, else the one-block top-k over all of them).
 enum E2ePath { E2E_GENERAL, E2E_CANDIDATES, E2E_OVERFLOW };
@@ -296,7 +296,7 @@ static float host_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 static E2ePath e2e_path(const Head& head, size_t k) {
   const size_t kk = std::min(k, head.anchors);
-  if (head.anchors > 16384 || kk > 1024) return E2E_GENERAL;
+  if (head.anchors > 12288 || kk > 1024) return E2E_GENERAL;
   std::vector<const float*> logits;
   std::vector<float> s1;
   for (size_t l = 0; l < head.hs.size(); l++) {
@@ -468,6 +468,14 @@ static void test_e2e(TestCtx& t) {
     head.flat = true;
     char what[128];
     std::snprintf(what, sizeof what, "detect flat scores A=%zu k=%zu", head.anchors, k);
+    check_e2e(t, head, k, CARVE_E2E_DETECT, rng, false, what);
+    count++;
+  }
+  // k' a multiple of 32 (carve_cu_rank_lists' lists all full, none padded) up to the fused head's largest, 1024.
+  for (size_t k : {(size_t)64, (size_t)1024}) {
+    Head head({40, 20, 10}, {40, 20, 10}, {8.0f, 16.0f, 32.0f}, 80, 0);
+    char what[128];
+    std::snprintf(what, sizeof what, "detect A=%zu k=%zu (whole lists)", head.anchors, k);
     check_e2e(t, head, k, CARVE_E2E_DETECT, rng, false, what);
     count++;
   }

@@ -78,8 +78,9 @@ add_test(NAME cuda_nvcc_runtime
          COMMAND sh ${CARVE_CUDA_DIR}/nvcc_check.sh "${CARVE_NVCC}" ${CARVE_ROOT}/runtime
                  ${CMAKE_BINARY_DIR}/cuda_nvcc "${carve_cuda_archs}" ${CARVE_CUDA_RUNTIME_SOURCES})
 set_tests_properties(cuda_nvcc_runtime PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
-# The kernel tests through nvcc's front end (sm_90; seconds): CI runs them built by the host compiler, so a test
-# that only nvcc refuses (test_nms's std::min of a list without <algorithm>, 2026-11-28) failed only on the GPU.
+# The kernel tests through nvcc's front end and device compile (-cuda: no host compile or link; sm_90, seconds): CI
+# runs them built by the host compiler, so a test that only nvcc refuses (test_nms's std::min of a list without
+# <algorithm>, 2026-11-28) failed only on the GPU.
 add_test(NAME cuda_nvcc_kernel_tests
          COMMAND env NVCC_FRONT=1 sh ${CARVE_CUDA_DIR}/nvcc_check.sh "${CARVE_NVCC}"
                  "${CARVE_ROOT}/runtime ${CARVE_CUDA_DIR}" ${CMAKE_BINARY_DIR}/cuda_nvcc_front "90"
