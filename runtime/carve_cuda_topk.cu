@@ -1105,15 +1105,6 @@ static __device__ void carve_cu_select64_take(const Get& get, uint32_t rows, uin
   carve_cu_rank_lists(sel, kk, srt, idx);
 }
 
-// Class c's logit of image b's anchor ori[r].
-template <typename Lv>
-static __device__ __forceinline__ float carve_cu_e2e_pair_logit(const e2e_levels<Lv>* L, const int32_t* ori,
-                                                                uint32_t r, uint32_t c, size_t b) {
-  size_t pixel;
-  const Lv* lv = carve_cu_locate(L, (size_t)ori[r], &pixel);
-  return carve_cu_ld(carve_cu_image_map(lv->cls, lv, lv->cls_stride, b), pixel * lv->cls_stride + c);
-}
-
 // The class logits of image b's anchor a (nc consecutive values).
 template <typename Lv>
 static __device__ __forceinline__ decltype(Lv::cls) carve_cu_e2e_logits(const e2e_levels<Lv>* L, size_t a, size_t b) {
@@ -1177,8 +1168,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
   carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh);
   carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, cand, ori);
 
-  // Each chosen anchor's logit row into sel[] (free until step 2's take), by rank; warp 0: T's key, its anchor's
-  // largest logit m and the logit bound.
+  // Each chosen anchor's logit row into sel[] (free until step 2's take or the overflow's top-k), by rank; warp 0:
+  // T's key, its anchor's largest logit m and the logit bound.
+  const auto row_of = [&](uint32_t r) { return reinterpret_cast<Cls>((uintptr_t)sel[r]); };
   for (uint32_t r = t; r < kk; r += threads) {
     sel[r] = (uint64_t)(uintptr_t)carve_cu_e2e_logits(&L, (size_t)ori[r], b);
   }
@@ -1217,7 +1209,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
       const uint32_t r = warp + warps * at_r, c = at_q * 32u + lane;
       const bool live = at_r < mine && c < nc;
       flat[u] = live ? r * nc + c : n2;
-      logit[u] = live ? carve_cu_ld(reinterpret_cast<Cls>((uintptr_t)sel[r]), c) : 0.0f;
+      logit[u] = live ? carve_cu_ld(row_of(r), c) : 0.0f;
       if (++at_q == chunks) {
         at_q = 0;
         at_r++;
@@ -1261,9 +1253,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                                                                                 cand, best);
   } else {  // every class score through the general one-block top-k (cand, unused here, holds its places)
     for (uint32_t f = t; f < n2; f += threads) {
-      s2[f] = carve_cu_sigmoid(carve_cu_e2e_pair_logit(&L, ori, f / nc, f % nc, b));
+      s2[f] = carve_cu_sigmoid(carve_cu_ld(row_of(f / nc), f % nc));
     }
-    __syncthreads();
+    __syncthreads();  // (the rows' table in sel[] read before the top-k writes its composites there)
     carve_cu_topk_block(s2, n2, kk, best, NULL, sel, reinterpret_cast<uint32_t*>(cand), &tb);
   }
   __syncthreads();
