@@ -18,6 +18,12 @@
    alive in the region (read or written by several lanes or by the ops that
    follow the lanes, or alive across the region's ends) lives over the whole
    region. Storages of one lane still reuse each other's memory in op order.
+   Regions may nest (a lane of one region holding a whole other region: the
+   cuda backend's head lanes beside the neck, whose C3k forks are regions of
+   their own): a storage carries a (region, lane) tag per region it lies in
+   one lane of, and two storages conflict when any region has them in
+   different lanes. The outer region comes first (``regions`` sorted by lo,
+   the wider first).
 5. Later reads (a backend's ``reads``: tensor -> op index). A backend that
    runs several ops as one call reads the first op's inputs until the last
    of them (the cuda backend's depthwise + 1x1 pairs: the fused kernel reads
@@ -58,7 +64,7 @@ class Storage:
     first: int          # index of the first op writing it (-1: before the run, the input)
     last: int           # index of the last op reading it
     offset: int = 0     # bytes into the arena
-    lane: tuple | None = None  # (region, lane) when only that lane of a concurrent region touches it
+    lanes: tuple = ()   # (region, lane) per concurrent region only that lane of which touches it (4.)
 
 
 @dataclass(frozen=True)
@@ -205,13 +211,14 @@ def plan_memory(graph: Graph, regions: tuple = (), reads: dict | None = None) ->
         words = (h * w * c * ITEMSIZE[dtypes.pop()] + 3) // 4
         first = min(producer_idx.get(n, end) for n in names)
         last = max(max(last_use.get(n, -1), producer_idx.get(n, -1)) for n in names)
-        first, last, lane = _concurrent_life(first, last, touched.get(root, set()), regions)
-        storages[root] = Storage(name=root, floats=words, first=first, last=last, lane=lane)
+        first, last, lanes = _concurrent_life(first, last, touched.get(root, set()), regions)
+        storages[root] = Storage(name=root, floats=words, first=first, last=last, lanes=lanes)
 
     def conflict(p: Storage, st: Storage) -> bool:
         if not (p.last < st.first or st.last < p.first):
             return True
-        return p.lane is not None and st.lane is not None and p.lane[0] == st.lane[0] and p.lane[1] != st.lane[1]
+        theirs = dict(p.lanes)
+        return any(r in theirs and theirs[r] != k for r, k in st.lanes)
 
     placed_st: list = []
     for st in sorted(storages.values(), key=lambda s: (-s.floats, s.first, s.name)):
@@ -222,27 +229,27 @@ def plan_memory(graph: Graph, regions: tuple = (), reads: dict | None = None) ->
             if offset + size <= lo:
                 break
             offset = max(offset, hi)
-        placed_st.append(Storage(st.name, st.floats, st.first, st.last, offset, st.lane))
+        placed_st.append(Storage(st.name, st.floats, st.first, st.last, offset, st.lanes))
     storages = {s.name: s for s in placed_st}
     arena = max((s.offset + _align(s.floats * 4) for s in placed_st), default=0) + TAIL_PAD
     return Plan(views=views, storages=storages, copies=tuple(copies), arena_bytes=_align(arena), regions=tuple(regions))
 
 
 def _concurrent_life(first: int, last: int, ops: set, regions: tuple) -> tuple:
-    """(first, last, lane) of a storage alive over [first, last] and touched by ``ops``, under the concurrent
-    ``regions``: unchanged outside them; inside one, (region, lane) when a single lane's ops alone touch it there,
-    else its life stretched over the whole region."""
-    lane = None
+    """(first, last, lanes) of a storage alive over [first, last] and touched by ``ops``, under the concurrent
+    ``regions`` (outer ones before the regions they hold): unchanged outside them; inside one, a (region, lane) tag
+    when a single lane's ops alone touch it there, else its life stretched over the whole region."""
+    lanes = []
     for r, reg in enumerate(regions):
         if last < reg.lo or first > reg.hi:
             continue
         inside = {i for i in ops if reg.lo <= i <= reg.hi}
         owners = {next((k for k, lane_ops in enumerate(reg.lanes) if i in lane_ops), None) for i in inside}
         if first >= reg.lo and last <= reg.hi and len(owners) == 1 and None not in owners:
-            lane = (r, owners.pop())
+            lanes.append((r, owners.pop()))
         else:
             first, last = min(first, reg.lo), max(last, reg.hi)
-    return first, last, lane
+    return first, last, tuple(lanes)
 
 
 def _align(n: int) -> int:

@@ -30,6 +30,9 @@
 //      the attention's 4 launches and the pe convolution's).
 //   F. yolo26n_graph_depth: the same before a run (a graph captured for the query) and after (the replayed one);
 //      with serial_head 1 every node in series, with the lanes at least 24 fewer (the shorter lanes).
+//   G. options.late_head: 0 by default (the head's P3 / P4 lanes start after layers 16 / 19, beside the rest of
+//      the neck); 1 (every head lane after the neck) gives the same rows bit for bit, the same graph nodes and
+//      the same launches in series (the P5 lanes are the longest either way; only the lanes' edges differ).
 
 #include <algorithm>
 #include <cmath>
@@ -448,6 +451,21 @@ int main(int argc, char** argv) {
     // the lanes take every lane but the longest of each region off the chain: the head's five shorter branches
     // (3 + 3 + 3 + 5 + 5 convolutions, a node at least each) and each C3k's cv2 (5 in yolo26n)
     expect(lanes_depth > 0 && lanes_depth + 24 <= lanes_nodes, "  the lanes: at least 24 nodes off the chain");
+
+    // ---- G. the head's early lanes ----
+    std::printf("G. options.late_head (every head lane after the neck instead of the P3 / P4 lanes beside it)\n");
+    expect(opt.late_head == 0, "  yolo26n_default_options: late_head 0 (the early lanes)");
+    yolo26n_options late = opt;
+    late.late_head = 1;
+    expect_status(yolo26n_create_with(&late, &c.b, &m), CARVE_OK, "create_with, late_head 1");
+    std::vector<float> late_rows;
+    expect(run3(m, &late_rows) == CARVE_OK, "  three runs");
+    const size_t late_depth = yolo26n_graph_depth(m), late_nodes = yolo26n_graph_nodes(m);
+    yolo26n_destroy(m);
+    std::printf("    nodes / in series: %zu / %zu late_head, %zu / %zu early\n", late_nodes, late_depth, lanes_nodes,
+                lanes_depth);
+    expect(same_bits(late_rows, plain_rows), "  rows bit-identical to the default's (the early lanes)");
+    expect(late_nodes == lanes_nodes && late_depth == lanes_depth, "  the same nodes and launches in series");
   }
   std::free(file);
   std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");

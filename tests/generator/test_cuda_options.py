@@ -126,8 +126,10 @@ def test_cuda_batch_sizes(weights):
     for cu in (cu1, cu4):
         assert re.search(r"\.batch = BATCH, \.slot = \d+\},", cu)  # k_conv
         assert "m->img" not in cu and "carve_cu_maxpool2d_chain(&m->cu, BATCH, " in cu
-        # the attention with its pe: the image count from the pe's k_conv descriptor (its .batch = BATCH above)
-        assert len(re.findall(r"carve_cu_attention_pe\(&m->cu, [^;]*&k_conv\[\d+\]", cu)) == 2
+        # the attention with its pe: the image count from the pe's k_conv descriptor (its .batch = BATCH above);
+        # layer 22's on lane 0's context (the neck runs beside the head's early lanes)
+        assert len(re.findall(r"carve_cu_attention_pe\(&m->cu, [^;]*&k_conv\[\d+\]", cu)) == 1
+        assert len(re.findall(r"carve_cu_attention_pe\(&m->lanes\[0\]\.cu, [^;]*&k_conv\[\d+\]", cu)) == 1
     # the head once for the batch too (carve_cu_e2e_postprocess_batch), no per-image loop anywhere in the forward
     assert len(re.findall(r"carve_cu_e2e_postprocess_batch\(&m->cu, levels, 3, 80, 0, \d+, CARVE_E2E_DETECT, BATCH,",
                           cu4)) == 1
@@ -148,8 +150,10 @@ def test_cuda_batch_fp16(weights):
     assert cu.count("carve_cu_e2e_postprocess_batch(&m->cu, levels,") == 1  # on the batch's half maps, in place
     head = cu[cu.index("const carve_cu_level_h levels[3] = {"):cu.index("carve_cu_e2e_postprocess_batch(&m->cu")]
     assert "image 0's" in head and "+ b * " not in head and "carve_cu_f16_to_f32_view" not in cu
-    # the attention's scratch for the batch (per head when that launches less)
-    assert cu.count("carve_cu_attention_scratch_floats(BATCH, ") == 2
+    # the attention's scratch for the batch (per head when that launches less); layer 22's again in lane 0's slice
+    assert cu.count("carve_cu_attention_scratch_floats(BATCH, ") == 3
+    lane = cu[cu.index("static size_t lane_scratch_bytes(int lane) {"):]
+    assert lane[:lane.index("\n}\n")].count("carve_cu_attention_scratch_floats(BATCH, ") == 1
 
 
 def test_cuda_batch_classify(seg_cls_checkpoints):

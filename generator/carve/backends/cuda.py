@@ -574,6 +574,8 @@ def lanes_scratch_bytes(p: dict) -> int:
             need[lane] = max(need[lane], _conv_scratch_floats(c, p.get("batch", 1)) * 4)
     for d in p.get("lane_deconvs", []):
         need[d.lane] = max(need[d.lane], _deconv_scratch_bytes(d, p.get("batch", 1)))
+    for a in p.get("lane_attention", []):
+        need[a.lane] = max(need[a.lane], _attention_scratch_floats(a, p.get("batch", 1)) * 4)
     return sum(-(-n // 256) * 256 for n in need)
 
 
@@ -610,7 +612,8 @@ def host_context_bytes(p: dict, task: str, nc: int, in_w: int, in_h: int) -> int
     arrays = sum(-(-f * 4 // 64) * 64 for f in floats) + 64 * batch  # + a letterbox record per image
     if p.get("nms"):
         arrays += -(-4 * batch // 64) * 64  # each image's row count
-    lanes = 128 * p.get("lanes", 0) + 64  # a context, a scratch pointer, a stream and an event per lane; fork, flag
+    # a context, a scratch pointer, a stream and an event per lane; fork, flags; an event per early fork
+    lanes = 128 * p.get("lanes", 0) + 64 + 8 * len(p.get("marks", []))
     tactics = 9 * p.get("tactic_slots", 0)  # each shape's path and its two times
     return -(-(1024 + 16 * (len(p["layers"]) + 1) + arrays + lanes + tactics) // 64) * 64
 
