@@ -10,7 +10,7 @@
 #   TORCH_VARIANTS=fp16,fp16-channels-last PyTorch's variants (torch_bench.py --variants; default all three)
 #   PKGS="fp16-b1 fp16-b32"                the packages of pkgs/ to build and time (default every one)
 #   EXTRA=0                                each package's own row only (no fused, strict, no-tune, serial-head,
-#                                          fused-attention rows)
+#                                          late-head, fused-attention rows)
 #   NOPDL=1                                also the first batch's packages built with -DCARVE_CUDA_NO_PDL
 #   STEP=build | STEP=run                  only the builds (e.g. while something else compiles), or only the rows
 #                                          of the builds already there (default both)
@@ -23,9 +23,10 @@
 # fused", --no-tune: no convolution timed at create, the cuBLAS path but for the fixed rule's shapes, rows "carve
 # <prec> no-tune"; every other row with --tune, the packages' default on a GPU, also under the emulation; batch 1
 # also with --serial-head: the head's branches in order instead of concurrent lanes, rows "carve <prec> serial-head",
-# and with --fused-attention: each attention layer one fused launch instead of the default's cuBLAS GEMMs, rows
-# "carve <prec> fused-attention"; the serial-head, fused-attention and no-PDL rows take the paths the row
-# "carve <prec>" timed, --tactics, so that they differ from it in their one feature);
+# with --late-head: every head lane after the neck instead of the P3 / P4 lanes beside it, rows "carve <prec>
+# late-head", and with --fused-attention: each attention layer one fused launch instead of the default's cuBLAS
+# GEMMs, rows "carve <prec> fused-attention"; the serial-head, late-head, fused-attention and no-PDL rows take the
+# paths the row "carve <prec>" timed, --tactics, so that they differ from it in their one feature);
 # (3) torch_bench.py: Ultralytics' model
 # eager and with a CUDA Graph, fp32 (TF32) / fp16 / fp16 channels-last, each batch; (4) bench_table.py.
 # Output: $OUT/bench.jsonl (every figure), $OUT/table.md (the table), also printed; $OUT/profile.jsonl (each carve
@@ -88,13 +89,14 @@ row() {  # row PACKAGE MODE
   [ "$m" = --strict-fp32 ] && label="carve strict-fp32"
   [ "$m" = --fused-conv ] && label="carve $prec fused"
   [ "$m" = --serial-head ] && label="carve $prec serial-head"
+  [ "$m" = --late-head ] && label="carve $prec late-head"
   [ "$m" = --fused-attention ] && label="carve $prec fused-attention"
   [ "$m" = --no-tune ] && label="carve $prec no-tune"
   [ "$m" = --no-tune ] || m="$m --tune"
   tactics="$OUT/tactics-$p.bin"
   case "$label" in
     "carve $prec") m="$m --save-tactics $tactics" ;;
-    *serial-head|*fused-attention|*no-PDL) m="$m --tactics $tactics" ;;
+    *serial-head|*late-head|*fused-attention|*no-PDL) m="$m --tactics $tactics" ;;
   esac
   tag=$(echo "$label-b${p##*-b}" | tr ' ' '_')
   runs=$RUNS
@@ -121,6 +123,7 @@ if [ "$EXTRA" != 0 ]; then
     modes=("--fused-conv" "--no-tune")
     [ "${p%-b*}" = tf32 ] && modes=("--strict-fp32" "--fused-conv" "--no-tune")
     [ "${p##*-b}" = 1 ] && modes+=("--serial-head")  # the head's branches in order: what the lanes gain
+    [ "${p##*-b}" = 1 ] && modes+=("--late-head")  # every head lane after the neck: what the early fork gains
     [ "${p##*-b}" = 1 ] && modes+=("--fused-attention")  # the attention's fused launch against its GEMMs
     [ -x "/tmp/bench-$p-nopdl/build/bench_main" ] && modes+=("--no-pdl")
     for m in "${modes[@]}"; do row "$p" "$m"; done

@@ -2,7 +2,8 @@
 // tools/gpu_carry/bench.sh: one JSON line on stdout.
 //
 //   bench_main IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE]
-//              [--save-tactics FILE] [--serial-head] [--fused-attention] [--label TEXT] [--profile FILE] [--rows FILE]
+//              [--save-tactics FILE] [--serial-head] [--late-head] [--fused-attention] [--label TEXT] [--profile FILE]
+//              [--rows FILE]
 //
 // Every figure is the median wall-clock time of R calls, each call followed by a synchronisation (host clock:
 // what a caller waits for, launch overheads included; PyTorch is timed the same way by torch_bench.py):
@@ -23,7 +24,8 @@
 // (yolo26n_tactics: YOLO26N_TACTIC_SLOTS bytes), --tactics FILE creates with them (options.tactics: nothing timed),
 // so that rows compared with each other run the same convolution paths;
 // --serial-head options.serial_head (the lanes: the head's branches and the C3k forks, one after another instead of
-// concurrent); --fused-attention options.attention_fused (each attention layer one fused launch where it fits,
+// concurrent); --late-head options.late_head (every head lane after the neck instead of the P3 / P4 lanes
+// beside it); --fused-attention options.attention_fused (each attention layer one fused launch where it fits,
 // not the default's cuBLAS GEMMs and softmax launch).
 // The first two runs of each kind (eager, graph capture) are warm-up and not timed.
 //   --profile FILE  after the timings, a second model without the CUDA Graph (use_graph = 0: per-layer events)
@@ -78,7 +80,8 @@ static double median(std::vector<double> v) {
 
 static const char kUsage[] =
     "usage: %s IMAGE [--runs R] [--strict-fp32] [--fused-conv] [--tune | --no-tune] [--tactics FILE] "
-    "[--save-tactics FILE] [--serial-head] [--fused-attention] [--label TEXT] [--profile FILE] [--rows FILE]\n";
+    "[--save-tactics FILE] [--serial-head] [--late-head] [--fused-attention] [--label TEXT] [--profile FILE] "
+    "[--rows FILE]\n";
 
 int main(int argc, char** argv) {
   const char* image = nullptr;
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
   const char* rows_out = nullptr;
   const char* tactics_in = nullptr;
   const char* tactics_out = nullptr;
-  int runs = 100, strict = 0, fused = 0, serial_head = 0, fused_attention = 0, tune = -1;
+  int runs = 100, strict = 0, fused = 0, serial_head = 0, late_head = 0, fused_attention = 0, tune = -1;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp(argv[i], "--runs") && i + 1 < argc) {
       runs = std::atoi(argv[++i]);
@@ -95,6 +98,8 @@ int main(int argc, char** argv) {
       strict = 1;
     } else if (!std::strcmp(argv[i], "--serial-head")) {
       serial_head = 1;
+    } else if (!std::strcmp(argv[i], "--late-head")) {
+      late_head = 1;
     } else if (!std::strcmp(argv[i], "--fused-attention")) {
       fused_attention = 1;
     } else if (!std::strcmp(argv[i], "--fused-conv")) {
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
   yolo26n_default_options(&opt);
   opt.tf32 = !strict;
   opt.serial_head = serial_head;
+  opt.late_head = late_head;
   opt.attention_fused = fused_attention;
   opt.fused_conv = fused;
   if (tune >= 0) opt.conv_tune = tune;
