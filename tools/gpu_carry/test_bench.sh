@@ -26,7 +26,8 @@ for row in "| carve tf32 | 1 |" "| carve strict-fp32 | 1 |" "| carve tf32 | 2 |"
            "| carve fp16 no-tune | 1 |" "| carve tf32 no-tune | 2 |" \
            "| carve fp16nms | 1 |" "| carve fp16nms | 2 |" \
            "| pytorch eager fp32-tf32 | 1 |" "| pytorch eager fp32-tf32 | 2 |" \
-           "- Detect layer with the e2e head under 60 us (carve fp16, inside the graph"; do
+           "- Detect layer with the e2e head under 60 us (carve fp16, inside the graph" \
+           "  - the early fork (carve fp16 against carve fp16 late-head): Detect "; do
   grep -qF -- "$row" "$out/table.md" || { echo "test_bench: FAIL: no row '$row' in $out/table.md"; exit 1; }
 done
 python3 - "$out/bench.jsonl" <<'PY' || exit 1
