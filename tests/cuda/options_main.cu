@@ -32,7 +32,7 @@
 //      with serial_head 1 every node in series, with the lanes at least 24 fewer (the shorter lanes).
 //   G. options.late_head: 0 by default (the head's P3 / P4 lanes start after layers 16 / 19, beside the rest of
 //      the neck); 1 (every head lane after the neck) gives the same rows bit for bit, the same graph nodes and
-//      the same launches in series (the P5 lanes are the longest either way; only the lanes' edges differ).
+//      at least as many launches in series (the early fork moves a lane's edge from layer 22 to 16 or 19).
 
 #include <algorithm>
 #include <cmath>
@@ -465,7 +465,8 @@ int main(int argc, char** argv) {
     std::printf("    nodes / in series: %zu / %zu late_head, %zu / %zu early\n", late_nodes, late_depth, lanes_nodes,
                 lanes_depth);
     expect(same_bits(late_rows, plain_rows), "  rows bit-identical to the default's (the early lanes)");
-    expect(late_nodes == lanes_nodes && late_depth == lanes_depth, "  the same nodes and launches in series");
+    expect(late_nodes == lanes_nodes && late_depth >= lanes_depth,
+           "  the same nodes, at least as many launches in series (the early fork only shortens paths)");
   }
   std::free(file);
   std::printf("cuda_options: %s\n", g_failed ? "FAIL" : "all ok");

@@ -257,3 +257,22 @@ def test_rendered_fork_and_join(irsim_yolo26n_pt):
     h = files["yolo26n.h"].decode()
     assert "int serial_head;" in h and "int late_head;" in h
     assert "m->late_head ? m->lanes_start : event" in cu and "opt->late_head != 0" in cu
+
+
+def test_a_chain_without_a_fork_layer_waits_for_the_fork(graph, monkeypatch):
+    """A chain that reads no layer before the head (fork None) starts at the fork; the others keep their early
+    forks, and the region still starts where the earliest of those does (its lanes wait for marks inside it)."""
+    idx, chains, forks = cuda_lanes.head_chains(graph)
+    k = forks.index(22)
+    monkeypatch.setattr(cuda_lanes, "head_chains", lambda g: (idx, chains, forks[:k] + [None] + forks[k + 1:]))
+    region = cuda_lanes.head_region(graph)
+    assert graph.ops[region.lo - 1].layer == 16
+    be = get_backend("cuda")
+    monkeypatch.setattr(cuda_lanes, "regions", lambda g: tuple(sorted(
+        cuda_lanes.branch_regions(g, graph.ops[region.hi].layer) + [region], key=lambda r: (r.lo, -r.hi))))
+    program = be.lower(graph, plan_memory(graph, cuda_lanes.regions(graph), be.reads(graph)))
+    head = next(lay for lay in program["layers"] if lay["index"] == graph.ops[region.hi].layer)
+    lane = next(lane for lane in head["parts"][0]["lanes"]
+                if any(graph.ops[chains[k][0]].name == st.name for seg in lane["segments"] for st in seg["steps"]))
+    assert program["marks"] == [16, 19]
+    assert lane["index"] == 0 or [seg["wait"] for seg in lane["segments"]] == ["m->lanes_start"]

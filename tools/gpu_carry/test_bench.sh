@@ -5,8 +5,8 @@
 # batches, and the fused-convolution rows of TF32 and fp16 (--fused-conv), which must report fewer launches per forward
 # (graph_nodes) than the same package without it, the no-tune rows (no convolution timed at create, where the other
 # rows, run with --tune, report some timed), and the serial-head rows (--serial-head) as many as the lanes (all in
-# series: graph_depth, the lanes fewer), the late-head rows (--late-head) as many launches and in series as the
-# package's own (only the lanes' edges differ), the fused-attention rows (--fused-attention) 8 fewer
+# series: graph_depth, the lanes fewer), the late-head rows (--late-head) as many launches as the package's own
+# and none fewer in series (only the lanes' edges differ), the fused-attention rows (--fused-attention) 8 fewer
 # (yolo26n's 2 attention layers: 1 launch with the pe instead of the default GEMM path's 4 and the pe's); every profile
 # line its layers' times inside the marked graph (graph_layers) and the table the Detect target's line; a batch's layers run once for all its images, so batch 2 must
 # add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
@@ -58,9 +58,9 @@ for prec in ("tf32", "fp16"):  # the lanes' fork and join are graph edges: as ma
     print(f"launches in series, carve {prec} batch 1: {lanes} with the lanes, {serial} serial-head")
     if serial != nodes[(f"carve {prec}", 1)] or not lanes or lanes >= serial:
         sys.exit(f"test_bench: FAIL: carve {prec}: graph_depth {lanes} with the lanes, {serial} serial")
-for prec in ("tf32", "fp16"):  # the early fork changes edges only: the late head, the same launches and depth
-    late = (f"carve {prec} late-head", 1)
-    if (nodes[late], depth[late]) != (nodes[(f"carve {prec}", 1)], depth[(f"carve {prec}", 1)]):
+for prec in ("tf32", "fp16"):  # the early fork changes edges only: the late head, the same launches, none fewer
+    late = (f"carve {prec} late-head", 1)                                      # in series
+    if nodes[late] != nodes[(f"carve {prec}", 1)] or depth[late] < depth[(f"carve {prec}", 1)]:
         sys.exit(f"test_bench: FAIL: carve {prec} late-head: {nodes[late]} launches, {depth[late]} in series")
 for prec in ("tf32", "fp16"):  # the fused attention: 4 launches fewer in each of yolo26n's 2 attention layers
     fused = nodes[(f"carve {prec} fused-attention", 1)]

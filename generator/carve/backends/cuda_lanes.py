@@ -24,6 +24,7 @@ What lanes need from the rest of the generator:
 
 from __future__ import annotations
 
+from ..errors import CarveError
 from ..ir import Graph
 from ..planner import Region
 from .steps import CuAttention, CuAttentionPe, CuConv, CuConvPair, CuDeconv
@@ -93,10 +94,11 @@ def head_region(graph: Graph) -> Region | None:
     if len(chains) < 2:
         return None
     start = idx[0]
-    ends = [_layer_end(graph, f) for f in forks if f is not None]
-    lo = min([e + 1 for e in ends] + [start]) if None not in forks else start
+    lo = min([_layer_end(graph, f) + 1 for f in forks if f is not None] + [start])  # a None chain: at the fork
     nested = [r for r in branch_regions(graph, graph.ops[start].layer) if r.lo >= lo]
     extra = max((len(r.lanes) - 1 for r in nested), default=0)
+    if MAX_LANES - extra < 2:  # the neck's forks would leave the head one lane: no early fork
+        lo, extra = start, 0
     rank = {id(c): (-1 if f is None else f) for c, f in zip(chains, forks)}
     latest = max(rank.values())
     first = max((c for c in chains if rank[id(c)] == latest), key=lambda c: (len(c), -c[0]))
@@ -201,6 +203,8 @@ def assign(program: dict, graph: Graph, regions: tuple) -> dict:
         fork_of = {i: f for chain, f in zip(chains, forks) for i in chain}
         last = graph.ops[idx[0] - 1].layer  # its output's lanes wait for the fork itself
         for f in sorted({f for f in forks if f is not None and f != last}):
+            if _layer_end(graph, f) + 1 < head.lo:  # pragma: no cover - head_region's invariant
+                raise CarveError(f"internal: the head's lanes wait for layer {f}, before their region")
             lay = layers[f]
             lay.setdefault("parts", [dict(steps=list(lay["steps"]))]).append(dict(mark=len(program["marks"])))
             program["marks"].append(f)
