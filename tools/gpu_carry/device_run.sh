@@ -11,7 +11,9 @@
 #   3. the kernel tests' runs and bench_igemm (GKT=0: skipped) (120 s) ($OUT/kernel_tests.log);
 #   4. ncu.sh on NCU_CONFIGS (default fp16-b1; NCU=0: skipped) (90 s): each kernel's time ($OUT/ncu.txt);
 #   5. with EVAL=DIR (a carry of tools/gpu_carry/prepare_eval.sh, named in the device tool's carry too): the accuracy
-#      gate, DIR/eval_device.sh (120 s), into $OUT/eval/ (then, here: eval_score.py DIR on the unpacked eval/).
+#      gate, DIR/eval_device.sh (120 s), into $OUT/eval/ (then, here: eval_score.py DIR on the unpacked eval/);
+#   6. with DETAIL="PACKAGE REGEX [COUNT] [TAG]" (e.g. "fp16-b1 e2e_head 1 head"): ncu_detail.sh on those launches
+#      (90 s): the details page and the per-source-line counts (detail-TAG.txt, lines-TAG.txt in more.tar).
 # Every step's limit is cut to what is left of DEADLINE (default 570 s) from the start, so that the command ends
 # inside the device tool's 600 s. Prints $OUT/table.md and each step's exit status and time.
 set -u
@@ -52,6 +54,11 @@ if [ -n "${EVAL:-}" ] && [ "$(limit 120)" -gt 30 ]; then
   [ -d "$EVAL/stb" ] || cp -r "$D/stb" "$EVAL/"  # prepare_eval.sh's own, or this carry's (the same files)
   OUT=$OUT/eval timeout "$(limit 120)" bash "$EVAL/eval_device.sh" > "$OUT/eval.log" 2>&1
   at "eval_device.sh: rc $?"
+fi
+if [ -n "${DETAIL:-}" ] && [ "$(limit 90)" -gt 30 ]; then
+  # shellcheck disable=SC2086
+  NCU_TIMEOUT=$(( $(limit 90) - 10 )) timeout "$(limit 90)" bash "$D/ncu_detail.sh" $DETAIL > "$OUT/detail.log" 2>&1
+  at "ncu_detail.sh $DETAIL: rc $?"
 fi
 # the device tool brings back at most 8 files: the figures as they are, the rest (logs, rows, tactics) in one tar
 (cd "$OUT" && rest=$(ls | grep -vxF -e table.md -e bench.jsonl -e profile.jsonl -e kernel_tests.log -e ncu.txt) &&
