@@ -71,24 +71,22 @@ def best(rows, names, batch: int, key: str, low: bool):
     return (min if low else max)(ok, key=lambda r: r[key]) if ok else None
 
 
+def _graph_split(profiles: list, system: str):
+    """(the Detect layer's ms, the ms of the layers before it) inside the marked graph of `system` at batch 1, or
+    None."""
+    for p in profiles:
+        if p.get("system") == system and p.get("batch") == 1 and p.get("graph_layers"):
+            types = [layer[0] for layer in p["layers"]]
+            if "Detect" in types:
+                d = types.index("Detect")
+                return p["graph_layers"][d], sum(p["graph_layers"][:d])
+    return None
+
+
 def detect_in_graph(profiles: list, system: str):
     """The Detect layer's ms inside the marked graph of `system` at batch 1, or None."""
-    for p in profiles:
-        if p.get("system") == system and p.get("batch") == 1 and p.get("graph_layers"):
-            types = [layer[0] for layer in p["layers"]]
-            if "Detect" in types:
-                return p["graph_layers"][types.index("Detect")]
-    return None
-
-
-def before_detect_in_graph(profiles: list, system: str):
-    """The ms of the layers before the Detect layer inside the marked graph of `system` at batch 1, or None."""
-    for p in profiles:
-        if p.get("system") == system and p.get("batch") == 1 and p.get("graph_layers"):
-            types = [layer[0] for layer in p["layers"]]
-            if "Detect" in types:
-                return sum(p["graph_layers"][:types.index("Detect")])
-    return None
+    split = _graph_split(profiles, system)
+    return split[0] if split else None
 
 
 def targets(rows: list, profiles: list = ()) -> str:
@@ -120,8 +118,8 @@ def targets(rows: list, profiles: list = ()) -> str:
     # the head's early fork (its P3 / P4 lanes beside the neck) against every head lane after the neck: the Detect
     # layer and the layers before it, whose time the early lanes may take some of
     early, late = (f"carve {prec}", f"carve {prec} late-head")
-    pairs = [(detect_in_graph(profiles, s), before_detect_in_graph(profiles, s)) for s in (early, late)]
-    if None not in pairs[0] + pairs[1]:
+    pairs = [_graph_split(profiles, s) for s in (early, late)]
+    if None not in pairs:
         (d0, n0), (d1, n1) = pairs
         lines.append(f"  - the early fork ({early} against {late}): Detect {1000 * d0:.1f} against {1000 * d1:.1f} us, "
                      f"the layers before it {1000 * n0:.1f} against {1000 * n1:.1f} us, both {1000 * (d0 + n0):.1f} "
