@@ -3,10 +3,12 @@
 A YOLO26 head is six to ten chains of small convolutions (per level: the box branch cv2, the class branch cv3, the
 pose / obb / mask-coefficient branch cv4; the segment head's prototype network) that only meet in the
 post-processing. Run in order on one stream at batch 1, its 50-70 kernels are a chain of launch latencies (about
-3 us each on an H100, a quarter of the forward). As lanes, the forward forks after the last backbone / neck layer:
-each lane is a carve_cu_ctx on a stream of its own (lane 0 on the run's stream) with its own slice of the scratch
-and of the cuBLAS workspace, the lanes' kernels overlap, and the run's stream waits for every lane before the
-post-processing. Captured into the CUDA Graph, the fork and join are graph edges.
+3 us each on an H100, a quarter of the forward). As lanes, each lane is a carve_cu_ctx on a stream of its own
+(lane 0 on the run's stream) with its own slice of the scratch and of the cuBLAS workspace, the lanes' kernels
+overlap, and the run's stream waits for every lane before the post-processing. A chain starts once the layer it
+reads is done (the early fork: yolo26n's P3 chains after layer 16, beside layers 17-22, which run in lane 0 with
+lane 0's context); the others wait for marks the run's stream records after their layers, or for the fork before
+the head. Captured into the CUDA Graph, the marks, fork and join are graph edges.
 
 The same goes for the branches a layer forks and joins again (``branch_regions``): a C3k block's cv2 (one 1x1
 convolution of its input) beside its cv1 -> bottlenecks chain, both read by its concat: one convolution less on the
@@ -14,12 +16,14 @@ critical path per C3k (5 in yolo26n), the same lanes and fork / join around them
 
 What lanes need from the rest of the generator:
 
-* the memory plan (planner.Region): a lane's activations never share memory with another lane's;
+* the memory plan (planner.Region): a lane's activations never share memory with another lane's, also where a
+  region lies in a lane of another (the neck's C3k forks in the head's lane 0);
 * a slice of the device scratch per lane, each its own lane's largest need, side by side (cuda.py's
   ``lanes_scratch_bytes``, the generated ``lane_scratch_bytes(k)`` / ``lane_scratch_offset(k)``);
 * every step of a lane rendered with its lane's context and scratch (``Step.lane``, templates/common/steps.c.j2).
 
-``head_region`` and ``branch_regions`` are pure functions of the graph; ``assign`` marks the program's steps.
+``head_chains``, ``head_region`` and ``branch_regions`` are pure functions of the graph; ``assign`` marks the
+program's steps.
 """
 
 from __future__ import annotations
@@ -85,8 +89,9 @@ def head_region(graph: Graph) -> Region | None:
     """The head layer's chains as a concurrent region that starts where the first of them may (the early fork):
     after the layer whose output it reads (yolo26n: the P3 branches after layer 16, the P4 ones after 19, the P5
     ones after 22). Lane 0 runs on the run's stream: the layers between the earliest fork and the head (the neck),
-    then the longest chain of those that fork last; each other chain a lane of its own, at most MAX_LANES lanes with
-    the contexts the neck's own forks need (``branch_regions`` inside the neck: one more each); more chains are packed
+    then the longest chain of those that fork last; each other chain a lane of its own, at most MAX_LANES contexts
+    with those the neck's own forks take after the head's (``branch_regions`` inside the neck: their lanes past lane
+    0, one fork at a time); more chains are packed
     onto the lane with the fewest ops whose chains all come before them (each lane's ops stay in op order, the memory
     plan's assumption), else onto lane 0. None when the graph has no post-processing op (classify), the head
     layer's ops are not contiguous, or the layer is one chain."""
