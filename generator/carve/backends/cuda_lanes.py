@@ -230,7 +230,7 @@ def assign(program: dict, graph: Graph, regions: tuple) -> dict:
             for st in (st for st in layers[n]["steps"] if st.lane < 0):
                 st.lane = 0
         _fork(layers[graph.ops[head.hi].layer], graph, head, list(range(len(head.lanes))), segments,
-              marks=program["marks"], last=last)
+              marks=program["marks"])
     for st in (st for lay in program["layers"] for st in lay["steps"] if st.lane >= 0):
         program["lanes"] = max(program["lanes"], st.lane + 1)
         if isinstance(st, CuConv):
@@ -251,12 +251,11 @@ def _later(f, g) -> bool:
     return (-1 if f is None else f) > (-1 if g is None else g)
 
 
-def _fork(layer: dict, graph: Graph, region: Region, contexts: list, segments: list, marks: list = (),
-          last: int | None = None) -> None:
+def _fork(layer: dict, graph: Graph, region: Region, contexts: list, segments: list, marks: list = ()) -> None:
     """The layer's parts with the region's lanes (``assign``): its steps not yet in a region split into those
     before the lanes, the lanes (lane k on context ``contexts[k]``, its steps in ``segments[k]``: (fork layer, op
     indices) pairs, each after a wait for the run's stream at that layer's mark, or at the fork itself when the
-    layer is None or ``last``) and those after."""
+    layer has none: None, or the layer right before the head) and those after."""
     wait_of = {f: f"m->head_marks[{k}]" for k, f in enumerate(marks)}
     seg_of = {graph.ops[i].name: (k, s) for k, segs in enumerate(segments) for s, (_, ops) in enumerate(segs)
               for i in ops}
@@ -275,7 +274,7 @@ def _fork(layer: dict, graph: Graph, region: Region, contexts: list, segments: l
     lanes = []
     for k, segs in enumerate(segments):
         own = [dict(wait=None if contexts[k] == 0 else wait_of.get(f, "m->lanes_start"),
-                    after="the fork" if f is None or f == last or f not in wait_of else f"layer {f}", steps=st)
+                    after=f"layer {f}" if f in wait_of else "the fork", steps=st)
                for (f, _), st in zip(segs, steps[k])]
         lanes.append(dict(index=contexts[k], segments=own, ops=sum(len(ops) for _, ops in segs),
                           what=", ".join(sorted({_chain_name(s.name) for seg in own for s in seg["steps"]
