@@ -350,3 +350,37 @@ def test_ncu_lines_sums_the_source_page_per_line(tmp_path):
     sass.write_text('"Address","Source","Instructions Executed"\n"0x1","LDC R1","32"\n')
     r = subprocess.run([sys.executable, str(tool), str(sass)], capture_output=True, text=True)
     assert r.returncode == 1 and "no source lines" in r.stderr
+
+
+def test_rows_same_wants_scheduling_only_rows_bit_for_bit(tmp_path):
+    """tools/gpu_carry/rows.py --same: the serial-head / late-head / no-PDL rows against their package's row, bit for
+    bit (a race between lanes on the GPU shows there); one last-bit difference fails it, other rows are not paired."""
+    import io
+    import tarfile
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    base = rng.random((300, 6), dtype=np.float32)
+    moved = base.copy()
+    moved[7, 4] = np.nextafter(moved[7, 4], np.float32(2))
+
+    def tar(path, rows: dict):
+        with tarfile.open(path, "w") as t:
+            for name, a in rows.items():
+                data = a.astype("<f4").tobytes()
+                info = tarfile.TarInfo(f"./{name}.f32")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+
+    tool = ROOT / "tools/gpu_carry/rows.py"
+    good, bad = tmp_path / "good.tar", tmp_path / "bad.tar"
+    tar(good, {"carve_fp16-b1": base, "carve_fp16_late-head-b1": base.copy(), "carve_fp16_serial-head-b1": base,
+               "carve_fp16_fused-b1": moved})  # fused: other kernels, not paired
+    tar(bad, {"carve_fp16-b1": base, "carve_fp16_late-head-b1": moved, "carve_tf32-b1": base,
+              "carve_tf32_no-PDL-b1": base})
+    r = subprocess.run([sys.executable, str(tool), str(good), "--same"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.count("bit for bit the same") == 2 and "fused" not in r.stdout
+    r = subprocess.run([sys.executable, str(tool), str(bad), "--same"], capture_output=True, text=True)
+    assert r.returncode == 1 and "carve_fp16_late-head-b1 against carve_fp16-b1: DIFFERENT" in r.stdout
+    assert "carve_tf32_no-PDL-b1 against carve_tf32-b1: bit for bit the same" in r.stdout

@@ -7,7 +7,9 @@
 #      (GKT_STEP=build) for CARVE_CUDA_ARCH (default sm_90) (200 s);
 #   2. bench.sh's rows (STEP=run, BENCH_TIMEOUT, default 280 s): the speed table ($OUT/table.md, bench.jsonl,
 #      profile.jsonl with each convolution's timed paths, rows.tar, the tactic files), its log in $OUT/bench.log;
-#      bench.sh's variables (PKGS, EXTRA, NOPDL, TORCH, TORCH_VARIANTS, RUNS) pass through;
+#      bench.sh's variables (PKGS, EXTRA, NOPDL, TORCH, TORCH_VARIANTS, RUNS) pass through; then rows.py --same
+#      (printed, $OUT/rows_same.txt): the serial-head, late-head and no-PDL rows bit for bit their package's (a race
+#      between the lanes on the GPU shows there);
 #   3. the kernel tests' runs and bench_igemm (GKT=0: skipped) (120 s) ($OUT/kernel_tests.log);
 #   4. ncu.sh on NCU_CONFIGS (default fp16-b1; NCU=0: skipped) (90 s): each kernel's time ($OUT/ncu.txt);
 #   5. with EVAL=DIR (a carry of tools/gpu_carry/prepare_eval.sh, named in the device tool's carry too): the accuracy
@@ -41,6 +43,11 @@ STEP=run timeout "$(limit "${BENCH_TIMEOUT:-280}")" bash "$D/bench.sh" > "$OUT/b
 bench=$?
 [ -s "$OUT/table.md" ] || python3 "$D/bench_table.py" "$OUT/bench.jsonl" "$OUT/profile.jsonl" > "$OUT/table.md" 2>&1
 at "bench.sh: rc $bench"
+if [ -s "$OUT/rows.tar" ]; then
+  python3 "$D/rows.py" "$OUT/rows.tar" --same > "$OUT/rows_same.txt" 2>&1
+  at "rows.py --same: rc $?"
+  cat "$OUT/rows_same.txt"
+fi
 if [ "$gkt" != 0 ] && [ "$kt" = 0 ] && [ "$(limit 120)" -gt 10 ]; then
   GKT_STEP=run timeout "$(limit 120)" sh tests/cuda/gpu_kernel_tests.sh /tmp/gkt > "$OUT/kernel_tests.log" 2>&1
   at "gpu_kernel_tests.sh: rc $?"

@@ -56,5 +56,5 @@ rm -f "$DIR/fp16.log"
 cp "$here/tools/gpu_carry/bench.sh" "$here/tools/gpu_carry/bench_main.cu" "$here/tools/gpu_carry/torch_bench.py" \
    "$here/tools/gpu_carry/bench_table.py" "$here/tools/gpu_carry/ncu.sh" "$here/tools/gpu_carry/ncu_sum.py" \
    "$here/tools/gpu_carry/device_run.sh" "$here/tools/gpu_carry/ncu_detail.sh" "$here/tools/gpu_carry/wrap_build.sh" \
-   "$here/tools/gpu_carry/ncu_lines.py" "$DIR/"
+   "$here/tools/gpu_carry/ncu_lines.py" "$here/tools/gpu_carry/rows.py" "$DIR/"
 du -sh "$DIR"

@@ -3,6 +3,7 @@
 tools/gpu_carry/bench.sh's bench_main runs wrote to rows.tar, configuration against configuration.
 
     rows.py GPU_ROWS.tar [--ref OTHER.tar]
+    rows.py GPU_ROWS.tar --same
 
 Without --ref: each configuration against the strict float32 one of its batch ("carve_strict-fp32-bN") on the same
 GPU. With --ref (e.g. the same packages built with the emulation header on the host): each configuration against
@@ -14,7 +15,10 @@ more than the largest perturbation. With --ref, exits 1 if a strict float32 conf
 than --tol (default 1e-3); the TF32 and fp16 ones are reported only: a last-bit difference in a float32 sum (the
 GPU's summation order is not the emulation's) flips a TF32 or half rounding of the next layer's input, and a
 random-weight network amplifies such flips to about 1e-2 in the scores (as it does TF32 against float32).
-Without --ref, only reports. On the H100 (2026-11-26): strict float32 GPU against emulated 3.4e-5; TF32, fp16,
+With --same: the configurations that differ from their package's row in scheduling only (serial-head, late-head,
+no-PDL: the same kernels and paths, --tactics; another order of the lanes or of the launches) against it, which
+must be bit for bit the same (exit 1 if not): on a GPU, where the lanes really run at the same time, a race between
+them or a missing wait shows here. Without --ref or --same, only reports. On the H100 (2026-11-26): strict float32 GPU against emulated 3.4e-5; TF32, fp16,
 fused: 5e-3 to 8e-3, the size of TF32 against strict float32 on the same GPU (8.7e-3).
 """
 
@@ -50,13 +54,38 @@ def compare(a: np.ndarray, b: np.ndarray) -> dict:
                 spread=float(b[:, 4].std()), top=float(b[:, 4].max()))
 
 
+SCHEDULING = ("serial-head", "late-head", "no-PDL")  # bench.sh's rows that change only the order of the work
+
+
+def same(got: dict) -> int:
+    """--same: each scheduling-only configuration against its package's row, bit for bit."""
+    bad = checked = 0
+    for name in sorted(got):
+        m = re.match(rf"^(carve_[^_]+)_({'|'.join(SCHEDULING)})-b(\d+)$", name)
+        base = f"{m.group(1)}-b{m.group(3)}" if m else None
+        if base not in got:
+            continue
+        a, b = got[name], got[base]
+        identical = a.shape == b.shape and a.tobytes() == b.tobytes()
+        checked += 1
+        bad += not identical
+        diff = "" if identical or a.shape != b.shape else f", max |difference| {float(np.abs(a - b).max()):.3g}"
+        print(f"{name} against {base}: {'bit for bit the same' if identical else 'DIFFERENT' + diff}")
+    if not checked:
+        print("rows.py --same: no scheduling-only configuration with its package's row")
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("rows")
     ap.add_argument("--ref")
     ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--same", action="store_true", help="scheduling-only configurations bit for bit their package's")
     args = ap.parse_args()
     got = load(args.rows)
+    if args.same:
+        return same(got)
     ref = load(args.ref) if args.ref else None
     bad = 0
     print("| configuration | against | rows | max score diff | class changed | max box diff (px) | ref score std | ref top score |")

@@ -9,7 +9,8 @@
 # and none fewer in series (only the lanes' edges differ), the fused-attention rows (--fused-attention) 8 fewer
 # (yolo26n's 2 attention layers: 1 launch with the pe instead of the default GEMM path's 4 and the pe's); every profile
 # line its layers' times inside the marked graph (graph_layers) and the table the Detect target's line; a batch's layers run once for all its images, so batch 2 must
-# add fewer launches than a second batch-1 forward would. Speed figures are the emulator's and mean nothing.
+# add fewer launches than a second batch-1 forward would; rows.py --same: the serial-head and late-head rows bit for
+# bit their package's. Speed figures are the emulator's and mean nothing.
 #   tools/gpu_carry/test_bench.sh CHECKPOINT [DIR]     (CHECKPOINT: a yolo26n .pt; DIR default build/bench_test)
 set -eu
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,4 +72,6 @@ for prec in ("tf32", "fp16"):  # batched layers: a second image costs only its e
     if not two < 1.5 * one:
         sys.exit(f"test_bench: FAIL: carve {prec}: batch 2 takes {two} launches, batch 1 {one}")
 PY
+python3 "$DIR/rows.py" "$out/rows.tar" --same ||
+  { echo "test_bench: FAIL: a scheduling-only row (serial-head, late-head) is not its package's bit for bit"; exit 1; }
 echo "test_bench: ok (the script runs up to the GPU step; figures are the emulator's)"
