@@ -194,17 +194,17 @@ def assign(program: dict, graph: Graph, regions: tuple) -> dict:
     ``["lane_attention"]``: the lanes' deconv and attention steps (their scratch: cuda.py's ``lanes_scratch_bytes``)."""
     program.update(lanes=0, conv_lanes=[-1] * len(program["convs"]), lane_deconvs=[], lane_attention=[], marks=[])
     layers = {lay["index"]: lay for lay in program["layers"]}
-    head = head_region(graph)
-    head = head if head in regions else None
+    idx, chains, forks = head_chains(graph)
+    # the head's region: the one that ends with the head layer (branch_regions skip that layer)
+    head = next((r for r in regions if idx and r.hi == idx[-1]), None)
     for region in regions:
-        if region == head:
+        if region is head:
             continue
         base = len(head.lanes) - 1 if head is not None and head.lo <= region.lo <= head.hi else 0
         contexts = [0] + [base + k for k in range(1, len(region.lanes))]
         lay = layers[graph.ops[region.lo].layer]
         _fork(lay, graph, region, contexts, [[(None, ops)] for ops in region.lanes])
     if head is not None:
-        idx, chains, forks = head_chains(graph)
         fork_of = {i: f for chain, f in zip(chains, forks) for i in chain}
         last = graph.ops[idx[0] - 1].layer  # its output's lanes wait for the fork itself
         for f in sorted({f for f in forks if f is not None and f != last}):
