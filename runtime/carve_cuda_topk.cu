@@ -387,15 +387,17 @@ static __device__ __forceinline__ bool carve_cu_pick_digit(const uint32_t* hist,
 
 // A radix select's state in shared memory over keys of type K (uint32_t order keys, or uint64_t composites): the
 // digits of the k-th largest key fixed so far (prefix), which bits they are (mask), how many keys matching them are
-// still wanted (k_rem), whether the set is known (settled), and the pass's digit histogram.
+// still wanted (k_rem), how many keys match them (in_bin: the chosen bin's count, after the first pass), whether the
+// set is known (settled), and the digit histograms: pass p counts into hist[p % 2] while its threads clear the
+// other for pass p + 1 (pass p - 1's, read before that pass's last barrier), one barrier a pass fewer.
 template <typename K>
 struct radix_state {
-  uint32_t hist[256];
+  uint32_t hist[2][256];
   K prefix, mask;
-  uint32_t k_rem, settled;
+  uint32_t k_rem, in_bin, settled;
 };
 
-// Thread 0 starts a select of the kk largest (a barrier passes before the other threads read the state).
+// Every thread: starts a select of the kk largest (the state, both histograms cleared), then a barrier.
 template <typename K>
 static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, uint32_t kk) {
   if (threadIdx.x == 0) {
@@ -404,15 +406,18 @@ static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, 
     rs->k_rem = kk;
     rs->settled = 0;
   }
-}
-
-// Every thread: clears the histogram for a pass, then a barrier.
-template <typename K>
-static __device__ __forceinline__ void carve_cu_radix_clear(radix_state<K>* rs) {
-  for (unsigned d = threadIdx.x; d < 256; d += blockDim.x) {
-    rs->hist[d] = 0;
+  for (unsigned d = threadIdx.x; d < 2 * 256; d += blockDim.x) {
+    rs->hist[d / 256][d % 256] = 0;
   }
   __syncthreads();
+}
+
+// Every thread, in pass `pass` before its radix_fix: clears the histogram of the next pass.
+template <typename K>
+static __device__ __forceinline__ void carve_cu_radix_clear_next(radix_state<K>* rs, int pass) {
+  for (unsigned d = threadIdx.x; d < 256; d += blockDim.x) {
+    rs->hist[(pass + 1) % 2][d] = 0;
+  }
 }
 
 // One key per lane into the histogram (every lane of the warp calls it; match false: not counted): the lanes that
@@ -425,21 +430,22 @@ static __device__ __forceinline__ void carve_cu_radix_count(uint32_t* hist, bool
   }
 }
 
-// Every thread, after its keys of the pass are counted: a barrier, warp 0 fixes the digit at `shift`
+// Every thread, after its keys of pass `pass` are counted: a barrier, warp 0 fixes the digit at `shift`
 // (carve_cu_pick_digit), a barrier. True (block-uniform) when the chosen bin is wanted whole: every key of it is in
 // the result and none below it, so the remaining digits cannot change the set and the select stops, the set being
 // the keys with (key & mask) >= prefix.
 template <typename K>
-static __device__ bool carve_cu_radix_fix(radix_state<K>* rs, uint32_t shift) {
+static __device__ bool carve_cu_radix_fix(radix_state<K>* rs, int pass, uint32_t shift) {
   __syncthreads();
   if (threadIdx.x < 32) {
     const uint32_t need = rs->k_rem;  // read by every lane before one lane writes it below
     __syncwarp();
     uint32_t digit, above, in_bin;
-    if (carve_cu_pick_digit(rs->hist, need, &digit, &above, &in_bin)) {
+    if (carve_cu_pick_digit(rs->hist[pass % 2], need, &digit, &above, &in_bin)) {
       rs->prefix |= (K)digit << shift;
       rs->mask |= (K)255u << shift;
       rs->k_rem = need - above;
+      rs->in_bin = in_bin;
       rs->settled = in_bin == need - above;
     }
   }
@@ -519,8 +525,9 @@ static __device__ void carve_cu_topk_select(const float* vals, uint32_t n, uint3
   // 2. radix select, up to four passes of 8 bits.
   for (int pass = 0; pass < 4; pass++) {
     const uint32_t shift = 24u - 8u * (uint32_t)pass;
-    carve_cu_radix_clear(&sh->rs);
+    carve_cu_radix_clear_next(&sh->rs, pass);
     const uint32_t pre = sh->rs.prefix, msk = sh->rs.mask;
+    uint32_t* hist = sh->rs.hist[pass % 2];
     // CARVE_CU_TOPK_UNROLL loads in flight per thread, then each key into the histogram (the loop
     // bound is warp-uniform, so every lane takes part in __match_any_sync).
     for (uint32_t i0 = t - lane; i0 < n; i0 += threads * CARVE_CU_TOPK_UNROLL) {
@@ -531,10 +538,10 @@ static __device__ void carve_cu_topk_select(const float* vals, uint32_t n, uint3
       }
       for (int j = 0; j < CARVE_CU_TOPK_UNROLL; j++) {
         const uint32_t i = i0 + (uint32_t)j * threads + lane;
-        carve_cu_radix_count(sh->rs.hist, i < n && (key[j] & msk) == pre, (key[j] >> shift) & 255u);
+        carve_cu_radix_count(hist, i < n && (key[j] & msk) == pre, (key[j] >> shift) & 255u);
       }
     }
-    if (carve_cu_radix_fix(&sh->rs, shift)) {
+    if (carve_cu_radix_fix(&sh->rs, pass, shift)) {
       break;
     }
   }
@@ -999,7 +1006,8 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __rest
 // The state of carve_cu_select64 and the fused head in shared memory.
 typedef struct select64_shared {
   radix_state<unsigned long long> rs;
-  uint32_t taken;  // chosen composites written so far
+  uint32_t taken;   // chosen composites written so far
+  uint32_t listed;  // carve_cu_select64's undecided composites in its list
   uint32_t cand;   // step-2 candidates found so far
   uint32_t thr;    // T: the key of the k'-th best anchor score
 } select64_shared;
@@ -1017,29 +1025,69 @@ static __device__ __forceinline__ void carve_cu_for_items(uint32_t rows, const F
   }
 }
 
-// The kk largest of a block's distinct 64-bit composites: a radix select over their eight bytes, most
-// significant first, with carve_cu_topk_block's histogram (__match_any_sync) and early stop. Thread t holds
-// items j = 0 .. rows - 1 (rows <= PT, block-uniform); get(j, &comp) says whether item j exists and gives
-// it. The composites being distinct, the chosen bin ends up wanted whole (after the eighth byte it holds
-// one composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. There must be
-// at least kk composites. Every thread of the block calls it (barriers).
+// The bytes of a composite's index part (~i) that differ between indices 0 .. n - 1 (n >= 1): its lowest
+// carve_cu_index_bytes(n); the others are 0xFF in every composite.
+static __device__ __forceinline__ uint32_t carve_cu_index_bytes(uint32_t n) {
+  uint32_t bytes = 1;
+  while (bytes < 4 && ((n - 1u) >> (8u * bytes)) != 0) {
+    bytes++;
+  }
+  return bytes;
+}
+
+// The kk largest of a block's distinct 64-bit composites (key << 32 | ~i, every index i < n): a radix select over
+// their bytes, most significant first, with carve_cu_topk_block's histogram (__match_any_sync) and early stop.
+// Thread t holds items j = 0 .. rows - 1 (rows <= PT, block-uniform); get(j, &comp) says whether item j exists and
+// gives it. The composites being distinct, the chosen bin ends up wanted whole (after the last byte it holds one
+// composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. Two things keep the passes
+// few and short:
+//  - the index bytes that are 0xFF in every composite (carve_cu_index_bytes(n)) get no pass and stay out of mask:
+//    the order over the bytes that differ is the same; 6 passes for yolo26n's 8400 anchors and 24000 class scores,
+//    where ties at the k'-th score (an untrained head's, or fp16 logits') took all 8;
+//  - once the chosen bin holds at most blockDim.x composites (the undecided ones; after a pass or two on a trained
+//    head's scores), they are copied to list[] (any order: a histogram does not see it) and the passes after that
+//    count one composite per thread, where each counted every item (12 a thread for 8400 anchors).
+// list: blockDim.x composites of shared memory that nothing else uses during the call. There must be at least kk
+// composites. Every thread of the block calls it (barriers).
 template <int PT, typename Get>
-static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t kk, select64_shared* sh) {
+static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t n, uint32_t kk, select64_shared* sh,
+                                         uint64_t* list) {
   carve_cu_radix_start(&sh->rs, kk);
   if (threadIdx.x == 0) {
     sh->taken = 0;
+    sh->listed = 0;
   }
-  for (int pass = 0; pass < 8; pass++) {
-    const uint32_t shift = 56u - 8u * (uint32_t)pass;
-    carve_cu_radix_clear(&sh->rs);
+  const int passes = 4 + (int)carve_cu_index_bytes(n);
+  bool listed = false;  // block-uniform: the undecided composites are list[0 .. sh->listed)
+  for (int pass = 0; pass < passes; pass++) {
+    const uint32_t shift = pass < 4 ? 56u - 8u * (uint32_t)pass : 8u * (uint32_t)(passes - 1 - pass);
+    carve_cu_radix_clear_next(&sh->rs, pass);
     const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
-    carve_cu_for_items<PT>(rows, [&](int j) {
-      uint64_t comp = 0;
-      const bool match = get(j, &comp) && (comp & msk) == pre;
-      carve_cu_radix_count(sh->rs.hist, match, (uint32_t)(comp >> shift) & 255u);
-    });
-    if (carve_cu_radix_fix(&sh->rs, shift)) {
+    uint32_t* hist = sh->rs.hist[pass % 2];
+    if (listed) {
+      const bool mine = threadIdx.x < sh->listed;
+      const uint64_t comp = mine ? list[threadIdx.x] : 0u;
+      carve_cu_radix_count(hist, mine && (comp & msk) == pre, (uint32_t)(comp >> shift) & 255u);
+    } else {
+      carve_cu_for_items<PT>(rows, [&](int j) {
+        uint64_t comp = 0;
+        const bool match = get(j, &comp) && (comp & msk) == pre;
+        carve_cu_radix_count(hist, match, (uint32_t)(comp >> shift) & 255u);
+      });
+    }
+    if (carve_cu_radix_fix(&sh->rs, pass, shift)) {
       break;
+    }
+    if (!listed && sh->rs.in_bin <= blockDim.x) {  // block-uniform (read after radix_fix's barrier)
+      const unsigned long long in_pre = sh->rs.prefix, in_msk = sh->rs.mask;
+      carve_cu_for_items<PT>(rows, [&](int j) {
+        uint64_t comp = 0;
+        if (get(j, &comp) && (comp & in_msk) == in_pre) {
+          list[atomicAdd(&sh->listed, 1u)] = comp;
+        }
+      });
+      listed = true;
+      __syncthreads();  // the list and its count
     }
   }
 }
@@ -1133,8 +1181,8 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                              uint32_t kk, uint32_t extra_channels, int task, float* __restrict__ s2,
                              float* __restrict__ rows) {
   CARVE_CU_KERNEL_ENTRY();
-  __shared__ uint64_t cand[CARVE_CU_E2E_CAND];  // step 2's candidates; the rank sorts' scratch before and after
-  __shared__ uint64_t sel[CARVE_CU_E2E_KMAX];   // the chosen composites; during step 2's gather, the logit rows
+  __shared__ uint64_t cand[CARVE_CU_E2E_CAND];  // step 2's candidates; step 1's select list, the rank sorts' scratch
+  __shared__ uint64_t sel[CARVE_CU_E2E_KMAX];   // the chosen composites; the logit rows (step 2's gather), its list
   __shared__ int32_t ori[CARVE_CU_E2E_KMAX], best[CARVE_CU_E2E_KMAX];
   __shared__ select64_shared sh;
   __shared__ topk_block_shared tb;
@@ -1144,6 +1192,9 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
                     48 * 1024,
                 "the fused head's static shared memory (CARVE_CU_E2E_CAND, CARVE_CU_E2E_KMAX) over 48 KB");
   static_assert(CARVE_CU_E2E_CAND * 8 >= CARVE_CU_E2E_KMAX * 8, "cand holds carve_cu_rank_lists' scratch");
+  static_assert(CARVE_CU_E2E_CAND >= CARVE_CU_TOPK_ONE_BLOCK_THREADS &&
+                    CARVE_CU_E2E_KMAX >= CARVE_CU_TOPK_ONE_BLOCK_THREADS,
+                "cand and sel hold carve_cu_select64's list (a composite per thread)");
   static_assert(CARVE_CU_E2E_KMAX <= CARVE_CU_TOPK_ONE_BLOCK_THREADS, "carve_cu_rank_lists: a thread per composite");
   using Cls = decltype(Lv::cls);
   const unsigned t = threadIdx.x, lane = t & 31u, threads = CARVE_CU_TOPK_ONE_BLOCK_THREADS;
@@ -1165,7 +1216,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
     *comp = ((uint64_t)key[j] << 32) | (uint64_t)(0xFFFFFFFFu - i);
     return i < anchors;
   };
-  carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh);
+  carve_cu_select64<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, anchors, kk, &sh, cand);
   carve_cu_select64_take<CARVE_CU_E2E_ITEMS>(anchor_item, rows1, kk, &sh, sel, cand, ori);
 
   // Each chosen anchor's logit row into sel[] (free until step 2's take or the overflow's top-k), by rank; warp 0:
@@ -1248,7 +1299,7 @@ __global__ void __launch_bounds__(CARVE_CU_TOPK_ONE_BLOCK_THREADS)
       *comp = i < count ? cand[i] : 0u;
       return i < count;
     };
-    carve_cu_select64<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh);
+    carve_cu_select64<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, n2, kk, &sh, sel);
     carve_cu_select64_take<CARVE_CU_E2E_CAND / CARVE_CU_TOPK_ONE_BLOCK_THREADS>(cand_item, rows2, kk, &sh, sel,
                                                                                 cand, best);
   } else {  // every class score through the general one-block top-k (cand, unused here, holds its places)
