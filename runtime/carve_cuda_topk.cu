@@ -1008,8 +1008,9 @@ typedef struct select64_shared {
   radix_state<unsigned long long> rs;
   uint32_t taken;   // chosen composites written so far
   uint32_t listed;  // carve_cu_select64's undecided composites in its list
-  uint32_t cand;   // step-2 candidates found so far
-  uint32_t thr;    // T: the key of the k'-th best anchor score
+  uint32_t cand;    // step-2 candidates found so far
+  uint32_t thr;     // T: the key of the k'-th best anchor score
+  unsigned long long warp_and[32], warp_or[32];  // the bits of each warp's listed composites: all set, any set
 } select64_shared;
 
 // f(j) for j = 0 .. rows - 1 (rows <= PT, block-uniform), unrolled: a per-thread array indexed by j stays in
@@ -1039,34 +1040,43 @@ static __device__ __forceinline__ uint32_t carve_cu_index_bytes(uint32_t n) {
 // their bytes, most significant first, with carve_cu_topk_block's histogram (__match_any_sync) and early stop.
 // Thread t holds items j = 0 .. rows - 1 (rows <= PT, block-uniform); get(j, &comp) says whether item j exists and
 // gives it. The composites being distinct, the chosen bin ends up wanted whole (after the last byte it holds one
-// composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. Two things keep the passes
-// few and short:
+// composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. What keeps the passes few
+// and short:
 //  - the index bytes that are 0xFF in every composite (carve_cu_index_bytes(n)) get no pass and stay out of mask:
-//    the order over the bytes that differ is the same; 6 passes for yolo26n's 8400 anchors and 24000 class scores,
-//    where ties at the k'-th score (an untrained head's, or fp16 logits') took all 8;
-//  - once the chosen bin holds at most blockDim.x composites (the undecided ones; after a pass or two on a trained
-//    head's scores), they are copied to list[] (any order: a histogram does not see it) and the passes after that
-//    count one composite per thread, where each counted every item (12 a thread for 8400 anchors).
+//    the order over the bytes that differ is the same (yolo26n's 8400 anchors and 24000 class scores: 6 bytes);
+//  - once the chosen bin holds at most blockDim.x composites (the undecided ones: after a pass or two), they are
+//    copied to list[] (any order: a histogram does not see it) and the passes after that count one composite per
+//    thread, where each counted every item (9 a thread for 8400 anchors);
+//  - with the list, the bytes on which every undecided composite agrees are fixed at once (a pass over them would
+//    choose that digit with none above it: the same state), so ties at the k'-th score (an untrained head's, fp16
+//    logits': 449 anchors with one score on yolo26n fp16 640 with random weights) skip straight to the index bytes.
+// On that head the anchor select ran 8 passes over 9 items a thread; now 2, and 2 over the list (the class scores':
+// 8 passes over 612 candidates, now 1 and 2).
 // list: blockDim.x composites of shared memory that nothing else uses during the call. There must be at least kk
 // composites. Every thread of the block calls it (barriers).
 template <int PT, typename Get>
 static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t n, uint32_t kk, select64_shared* sh,
                                          uint64_t* list) {
+  const unsigned t = threadIdx.x, lane = t & 31u;
   carve_cu_radix_start(&sh->rs, kk);
-  if (threadIdx.x == 0) {
+  if (t == 0) {
     sh->taken = 0;
     sh->listed = 0;
   }
-  const int passes = 4 + (int)carve_cu_index_bytes(n);
+  const int bytes = 4 + (int)carve_cu_index_bytes(n);
+  int counted = 0;      // passes counted so far (their histograms alternate)
   bool listed = false;  // block-uniform: the undecided composites are list[0 .. sh->listed)
-  for (int pass = 0; pass < passes; pass++) {
-    const uint32_t shift = pass < 4 ? 56u - 8u * (uint32_t)pass : 8u * (uint32_t)(passes - 1 - pass);
-    carve_cu_radix_clear_next(&sh->rs, pass);
+  for (int byte = 0; byte < bytes; byte++) {
+    const uint32_t shift = byte < 4 ? 56u - 8u * (uint32_t)byte : 8u * (uint32_t)(bytes - 1 - byte);
     const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
-    uint32_t* hist = sh->rs.hist[pass % 2];
+    if (((msk >> shift) & 255u) != 0) {
+      continue;  // fixed with the list (block-uniform)
+    }
+    carve_cu_radix_clear_next(&sh->rs, counted);
+    uint32_t* hist = sh->rs.hist[counted % 2];
     if (listed) {
-      const bool mine = threadIdx.x < sh->listed;
-      const uint64_t comp = mine ? list[threadIdx.x] : 0u;
+      const bool mine = t < sh->listed;
+      const uint64_t comp = mine ? list[t] : 0u;
       carve_cu_radix_count(hist, mine && (comp & msk) == pre, (uint32_t)(comp >> shift) & 255u);
     } else {
       carve_cu_for_items<PT>(rows, [&](int j) {
@@ -1075,19 +1085,49 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
         carve_cu_radix_count(hist, match, (uint32_t)(comp >> shift) & 255u);
       });
     }
-    if (carve_cu_radix_fix(&sh->rs, pass, shift)) {
+    if (carve_cu_radix_fix(&sh->rs, counted++, shift)) {
       break;
     }
     if (!listed && sh->rs.in_bin <= blockDim.x) {  // block-uniform (read after radix_fix's barrier)
       const unsigned long long in_pre = sh->rs.prefix, in_msk = sh->rs.mask;
+      unsigned long long all = ~0ull, any = 0;
       carve_cu_for_items<PT>(rows, [&](int j) {
         uint64_t comp = 0;
         if (get(j, &comp) && (comp & in_msk) == in_pre) {
           list[atomicAdd(&sh->listed, 1u)] = comp;
+          all &= comp;
+          any |= comp;
         }
       });
+      for (unsigned off = 16; off > 0; off /= 2) {
+        all &= __shfl_xor_sync(0xFFFFFFFFu, all, (int)off);
+        any |= __shfl_xor_sync(0xFFFFFFFFu, any, (int)off);
+      }
+      if (lane == 0) {
+        sh->warp_and[t / 32u] = all;
+        sh->warp_or[t / 32u] = any;
+      }
+      __syncthreads();  // the list, its count and the warps' bits
+      if (t < 32) {
+        const bool warp = lane < blockDim.x / 32u;
+        all = warp ? sh->warp_and[lane] : ~0ull;
+        any = warp ? sh->warp_or[lane] : 0ull;
+        for (unsigned off = 16; off > 0; off /= 2) {
+          all &= __shfl_xor_sync(0xFFFFFFFFu, all, (int)off);
+          any |= __shfl_xor_sync(0xFFFFFFFFu, any, (int)off);
+        }
+        if (lane == 0) {
+          for (uint32_t b = 0; b < 64; b += 8) {
+            const unsigned long long field = 255ull << b;
+            if ((sh->rs.mask & field) == 0 && ((all ^ any) & field) == 0) {  // every undecided composite's byte
+              sh->rs.prefix |= all & field;
+              sh->rs.mask |= field;
+            }
+          }
+        }
+      }
+      __syncthreads();  // the fixed bytes
       listed = true;
-      __syncthreads();  // the list and its count
     }
   }
 }
