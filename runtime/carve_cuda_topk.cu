@@ -925,8 +925,9 @@ static __device__ void carve_cu_e2e_row(const e2e_levels<Lv>* L, size_t anchor, 
                                         size_t extra_channels, int task, float* __restrict__ row) {
   size_t pixel;
   const Lv* lv = carve_cu_locate(L, anchor, &pixel);
-  const float ax = (float)(pixel % lv->w) + 0.5f;
-  const float ay = (float)(pixel / lv->w) + 0.5f;
+  const uint32_t px = (uint32_t)pixel, w = (uint32_t)lv->w;  // pixel < A < 2^31: 32-bit division, not size_t's
+  const float ax = (float)(px % w) + 0.5f;
+  const float ay = (float)(px / w) + 0.5f;
   const float s = lv->stride;
   const auto* box = carve_cu_image_map(lv->box, lv, lv->box_stride, b) + pixel * lv->box_stride;
   const float ltrb[4] = {carve_cu_ld(box, 0), carve_cu_ld(box, 1), carve_cu_ld(box, 2), carve_cu_ld(box, 3)};
@@ -1001,7 +1002,7 @@ __global__ void carve_cu_e2e_rows_kernel(e2e_levels<Lv> L, const int32_t* __rest
 #define CARVE_CU_E2E_ITEMS 12    // anchor scores per thread in registers: the fused head takes A <= 12288
 #define CARVE_CU_E2E_KMAX 1024   // its largest k' (the shared lists)
 #define CARVE_CU_E2E_CAND 3072   // the step-2 candidates it holds (24 KB)
-#define CARVE_CU_E2E_LOADS 8     // class scores in flight per thread while gathering candidates
+#define CARVE_CU_E2E_LOADS 16    // class scores in flight per thread while gathering candidates (63 registers)
 
 // The state of carve_cu_select64 and the fused head in shared memory.
 typedef struct select64_shared {
