@@ -404,6 +404,7 @@ static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, 
     rs->prefix = 0;
     rs->mask = 0;
     rs->k_rem = kk;
+    rs->in_bin = 0xFFFFFFFFu;  // unknown before the first pass (carve_cu_select64 lists no more than a thread each)
     rs->settled = 0;
   }
   for (unsigned d = threadIdx.x; d < 2 * 256; d += blockDim.x) {

@@ -1,6 +1,6 @@
 #!/bin/sh
-# Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms, test_f16, test_igemm) with nvcc for the
-# GPU of this machine and runs them: the same tests ctest runs under the emulation header,
+# Builds the cuda runtime's kernel tests (test_topk, test_ops, test_pre, test_nms, test_f16, test_igemm, test_select64)
+# with nvcc for the GPU of this machine and runs them: the same tests ctest runs under the emulation header,
 # here on real hardware, then tests/cuda/bench_igemm.cu (microseconds per convolution of yolo26n's shapes, the cuBLAS
 # path against the fused kernel, TF32 and fp16: the figures a choice between the two needs; printed, never a failure).
 # Needs nvcc, cuBLAS and an NVIDIA GPU; not part of CI. The builds run in parallel, the
@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/build/cuda-gpu}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 arch=${CARVE_CUDA_ARCH:-native}
-tests="topk ops pre nms f16 igemm"
+tests="topk ops pre nms f16 igemm select64"
 builds="$tests bench_igemm"
 step=${GKT_STEP:-all}
 mkdir -p "$out"
@@ -21,8 +21,10 @@ rt="$root/runtime"
 for t in $builds; do
   src=$root/tests/cuda/test_$t.cu
   [ "$t" = bench_igemm ] && src=$root/tests/cuda/bench_igemm.cu
+  topk="$rt"/carve_cuda_topk.cu
+  [ "$t" = select64 ] && topk=""  # test_select64.cu includes it
   ( "$nvcc" -std=c++17 -O2 -arch="$arch" -DCARVE_RT_NO_THREADS -I"$rt" -I"$root/tests/cuda" \
-      "$src" "$rt"/carve_cuda_ops.cu "$rt"/carve_cuda_topk.cu "$rt"/carve_cuda_pre.cu \
+      "$src" "$rt"/carve_cuda_ops.cu $topk "$rt"/carve_cuda_pre.cu \
       "$rt"/carve_cuda_nms.cu "$rt"/carve_cuda_f16.cu \
       "$rt"/carve_rt.c "$rt"/carve_post.c "$rt"/carve_nms.c "$rt"/carve_pre.c "$rt"/carve_isa.c "$rt"/carve_epilogue.c \
       "$rt"/carve_attention.c "$rt"/carve_layout.c "$rt"/carve_mask.c "$rt"/carve_weights.c \

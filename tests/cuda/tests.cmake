@@ -58,6 +58,7 @@ carve_cuda_kernel_test(pre)   # letterbox / classify pre-processing bit-exact vs
 carve_cuda_kernel_test(nms)   # --head nms: device NMS vs carve_nms_postprocess (ties, all / none suppressed, graphs)
 carve_cuda_kernel_test(f16)   # --precision fp16: half conversions, casts, conv / moves / add / attention vs double loops
 carve_cuda_kernel_test(igemm) # the fused implicit-GEMM conv (wmma TF32 / fp16 + epilogue, one launch) vs double loops
+carve_cuda_kernel_test(select64) # the fused e2e head's radix select vs a sort (includes carve_cuda_topk.cu)
 
 # Every kernel begins with CARVE_CU_KERNEL_ENTRY() (programmatic dependent launch: runtime/carve_cuda.h).
 add_test(NAME cuda_kernel_entry COMMAND ${CARVE_PYTHON} ${CARVE_CUDA_DIR}/check_kernel_entry.py)
@@ -86,7 +87,7 @@ add_test(NAME cuda_nvcc_kernel_tests
                  "${CARVE_ROOT}/runtime ${CARVE_CUDA_DIR}" ${CMAKE_BINARY_DIR}/cuda_nvcc_front "90"
                  ${CARVE_CUDA_DIR}/test_topk.cu ${CARVE_CUDA_DIR}/test_ops.cu ${CARVE_CUDA_DIR}/test_pre.cu
                  ${CARVE_CUDA_DIR}/test_nms.cu ${CARVE_CUDA_DIR}/test_f16.cu ${CARVE_CUDA_DIR}/test_igemm.cu
-                 ${CARVE_CUDA_DIR}/bench_igemm.cu)
+                 ${CARVE_CUDA_DIR}/test_select64.cu ${CARVE_CUDA_DIR}/bench_igemm.cu)
 set_tests_properties(cuda_nvcc_kernel_tests PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
 
 # The same kernel tests with AddressSanitizer + UBSan on the emulated kernels: device
@@ -105,7 +106,7 @@ if(CARVE_CXX_HAS_ASAN)
   target_compile_options(carve_cuda_emu_asan PRIVATE ${CARVE_CUDA_ASAN})
   target_include_directories(carve_cuda_emu_asan PUBLIC ${CARVE_ROOT}/runtime)
   target_link_libraries(carve_cuda_emu_asan PUBLIC carve_runtime)
-  foreach(name emu topk ops pre nms f16 igemm)
+  foreach(name emu topk ops pre nms f16 igemm select64)
     add_executable(test_cuda_${name}_asan ${CARVE_CUDA_DIR}/test_${name}.cu)
     carve_cuda_emu_target(test_cuda_${name}_asan)
     target_compile_options(test_cuda_${name}_asan PRIVATE ${CARVE_CUDA_ASAN})
