@@ -1,6 +1,7 @@
 #!/bin/sh
 # Compiles .cu files with nvcc for every architecture of CARVE_CUDA_ARCHITECTURES
-# (tests/cuda/tests.cmake), warnings as errors; no GPU needed.
+# (tests/cuda/tests.cmake), warnings as errors, a kernel's registers spilled to local memory included (ptxas
+# -warn-spills: the fused e2e head sits at the 64 registers of a 1024-thread block); no GPU needed.
 #   nvcc_check.sh <nvcc or ""> "<include dirs>" <output dir> "<archs>" file.cu...
 #   NVCC_FRONT=1 nvcc_check.sh ...   -cuda instead of -c: nvcc's front end and the device code's compile (cudafe++,
 #                                    cicc, ptxas), the host side only preprocessed, not compiled: the kernel tests,
@@ -27,9 +28,9 @@ step="-c" ext=o
 mkdir -p "$out"
 "$nvcc" --version | tail -1
 for f in "$@"; do
-  echo "nvcc -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra$gencode $step $(basename "$f")"
+  echo "nvcc -std=c++17 -Werror all-warnings -Xptxas -warn-spills -Xcompiler -Wall,-Wextra$gencode $step $(basename "$f")"
   # shellcheck disable=SC2086
-  "$nvcc" -std=c++17 -Werror all-warnings -Xcompiler -Wall,-Wextra $gencode $incs $step "$f" \
+  "$nvcc" -std=c++17 -Werror all-warnings -Xptxas -warn-spills -Xcompiler -Wall,-Wextra $gencode $incs $step "$f" \
     -o "$out/$(basename "$f" .cu).$ext"
 done
 echo "ok: $# files for sm_$(echo $archs | sed 's/ /, sm_/g')"
