@@ -397,12 +397,13 @@ struct radix_state {
   uint32_t k_rem, in_bin, settled;
 };
 
-// Every thread: starts a select of the kk largest (the state, both histograms cleared), then a barrier.
+// Every thread: starts a select of the kk largest (the state, both histograms cleared), then a barrier. `fixed`:
+// bits that every key has set, taken as known digits (no pass over a byte of them).
 template <typename K>
-static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, uint32_t kk) {
+static __device__ __forceinline__ void carve_cu_radix_start(radix_state<K>* rs, uint32_t kk, K fixed = 0) {
   if (threadIdx.x == 0) {
-    rs->prefix = 0;
-    rs->mask = 0;
+    rs->prefix = fixed;
+    rs->mask = fixed;
     rs->k_rem = kk;
     rs->in_bin = 0xFFFFFFFFu;  // unknown before the first pass (carve_cu_select64 lists no more than a thread each)
     rs->settled = 0;
@@ -1028,14 +1029,22 @@ static __device__ __forceinline__ void carve_cu_for_items(uint32_t rows, const F
   }
 }
 
-// The bytes of a composite's index part (~i) that differ between indices 0 .. n - 1 (n >= 1): its lowest
-// carve_cu_index_bytes(n); the others are 0xFF in every composite.
-static __device__ __forceinline__ uint32_t carve_cu_index_bytes(uint32_t n) {
-  uint32_t bytes = 1;
-  while (bytes < 4 && ((n - 1u) >> (8u * bytes)) != 0) {
-    bytes++;
+// The bytes of a composite's index part (~i) that are 0xFF for every index i < n (n >= 1): those above the lowest
+// byte that holds n - 1's highest set bit, as a mask of the composite's bits.
+static __device__ __forceinline__ unsigned long long carve_cu_index_fixed(uint32_t n) {
+  uint32_t fixed = 0xFFFFFF00u;
+  while (fixed != 0 && ((n - 1u) & fixed) != 0) {
+    fixed <<= 8;
   }
-  return bytes;
+  return fixed;
+}
+
+// AND and OR of `all` / `any` over the 32 lanes of the warp (every lane calls it).
+static __device__ __forceinline__ void carve_cu_warp_and_or(unsigned long long* all, unsigned long long* any) {
+  for (unsigned off = 16; off > 0; off /= 2) {
+    *all &= __shfl_xor_sync(0xFFFFFFFFu, *all, (int)off);
+    *any |= __shfl_xor_sync(0xFFFFFFFFu, *any, (int)off);
+  }
 }
 
 // The kk largest of a block's distinct 64-bit composites (key << 32 | ~i, every index i < n): a radix select over
@@ -1044,8 +1053,8 @@ static __device__ __forceinline__ uint32_t carve_cu_index_bytes(uint32_t n) {
 // gives it. The composites being distinct, the chosen bin ends up wanted whole (after the last byte it holds one
 // composite), so on return the kk largest are exactly those with (comp & mask) >= prefix. What keeps the passes few
 // and short:
-//  - the index bytes that are 0xFF in every composite (carve_cu_index_bytes(n)) get no pass and stay out of mask:
-//    the order over the bytes that differ is the same (yolo26n's 8400 anchors and 24000 class scores: 6 bytes);
+//  - the index bytes that are 0xFF in every composite (carve_cu_index_fixed(n)) are known digits from the start:
+//    no pass over them (yolo26n's 8400 anchors and 24000 class scores: 6 bytes to pass over, not 8);
 //  - once the chosen bin holds at most blockDim.x composites (the undecided ones: after a pass or two), they are
 //    copied to list[] (any order: a histogram does not see it) and the passes after that count one composite per
 //    thread, where each counted every item (9 a thread for 8400 anchors);
@@ -1060,19 +1069,18 @@ template <int PT, typename Get>
 static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t n, uint32_t kk, select64_shared* sh,
                                          uint64_t* list) {
   const unsigned t = threadIdx.x, lane = t & 31u;
-  carve_cu_radix_start(&sh->rs, kk);
+  carve_cu_radix_start(&sh->rs, kk, carve_cu_index_fixed(n));
   if (t == 0) {
     sh->taken = 0;
     sh->listed = 0;
   }
-  const int bytes = 4 + (int)carve_cu_index_bytes(n);
   int counted = 0;      // passes counted so far (their histograms alternate)
   bool listed = false;  // block-uniform: the undecided composites are list[0 .. sh->listed)
-  for (int byte = 0; byte < bytes; byte++) {
-    const uint32_t shift = byte < 4 ? 56u - 8u * (uint32_t)byte : 8u * (uint32_t)(bytes - 1 - byte);
+  for (int byte = 7; byte >= 0; byte--) {  // most significant first
+    const uint32_t shift = 8u * (uint32_t)byte;
     const unsigned long long pre = sh->rs.prefix, msk = sh->rs.mask;
     if (((msk >> shift) & 255u) != 0) {
-      continue;  // fixed with the list (block-uniform)
+      continue;  // a known digit: a constant index byte, or fixed with the list (block-uniform)
     }
     carve_cu_radix_clear_next(&sh->rs, counted);
     uint32_t* hist = sh->rs.hist[counted % 2];
@@ -1101,10 +1109,7 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
           any |= comp;
         }
       });
-      for (unsigned off = 16; off > 0; off /= 2) {
-        all &= __shfl_xor_sync(0xFFFFFFFFu, all, (int)off);
-        any |= __shfl_xor_sync(0xFFFFFFFFu, any, (int)off);
-      }
+      carve_cu_warp_and_or(&all, &any);
       if (lane == 0) {
         sh->warp_and[t / 32u] = all;
         sh->warp_or[t / 32u] = any;
@@ -1114,10 +1119,7 @@ static __device__ void carve_cu_select64(const Get& get, uint32_t rows, uint32_t
         const bool warp = lane < blockDim.x / 32u;
         all = warp ? sh->warp_and[lane] : ~0ull;
         any = warp ? sh->warp_or[lane] : 0ull;
-        for (unsigned off = 16; off > 0; off /= 2) {
-          all &= __shfl_xor_sync(0xFFFFFFFFu, all, (int)off);
-          any |= __shfl_xor_sync(0xFFFFFFFFu, any, (int)off);
-        }
+        carve_cu_warp_and_or(&all, &any);
         if (lane == 0) {
           for (uint32_t b = 0; b < 64; b += 8) {
             const unsigned long long field = 255ull << b;

@@ -91,9 +91,8 @@ def head_region(graph: Graph) -> Region | None:
     ones after 22). Lane 0 runs on the run's stream: the layers between the earliest fork and the head (the neck),
     then the longest chain of those that fork last; each other chain a lane of its own, at most MAX_LANES contexts
     with those the neck's own forks take after the head's (``branch_regions`` inside the neck: their lanes past lane
-    0, one fork at a time); more chains are packed
-    onto the lane with the fewest ops whose chains all come before them (each lane's ops stay in op order, the memory
-    plan's assumption), else onto lane 0. None when the graph has no post-processing op (classify), the head
+    0, one fork at a time); more chains are packed onto the lane with the fewest ops whose chains all come before
+    them (each lane's ops stay in op order, the memory plan's assumption), else onto lane 0. None when the graph has no post-processing op (classify), the head
     layer's ops are not contiguous, or the layer is one chain."""
     idx, chains, forks = head_chains(graph)
     if len(chains) < 2:
